@@ -1,0 +1,194 @@
+//! Identifiers and quantities that cannot hold a bad value.
+//!
+//! Every constructor checks its input and names the offending field in the
+//! error, so an order service learns what to fix before anything is sent.
+
+use std::fmt;
+
+/// Longest SKU, order id, adjustment id or command id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Largest quantity one deduct may take.
+pub const MAX_QUANTITY: i64 = 1_000_000_000;
+
+/// Largest stock level (and restock amount). Chosen well below 2^53 so the
+/// Lua scripts, whose numbers are doubles, compute every value exactly.
+pub const MAX_STOCK: i64 = 1_000_000_000_000_000;
+
+/// A value was refused; `field` names the input, `problem` says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ValidationError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+impl ValidationError {
+    pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        Self {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Checks the rules shared by every identifier: not empty, at most
+/// [`MAX_ID_LEN`] bytes, no control characters (a newline in a SKU would
+/// corrupt logs, keys and CSV exports), no surrounding whitespace.
+fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "is {} bytes long; at most {MAX_ID_LEN} are allowed",
+                value.len()
+            ),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(ValidationError::new(
+            field,
+            format!("must not contain control characters (found {c:?})"),
+        ));
+    }
+    if value.trim() != value {
+        return Err(ValidationError::new(
+            field,
+            "must not start or end with whitespace",
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The input field this identifier is validated as.
+            pub const FIELD: &'static str = $field;
+
+            pub fn new(value: impl Into<String>) -> Result<Self, ValidationError> {
+                let value = value.into();
+                check_id($field, &value)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = ValidationError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A stock-keeping unit: the Kafka record key and the Redis hash tag.
+    Sku,
+    "sku"
+);
+id_type!(
+    /// An order, unique per SKU; deducts and rollbacks of one order share it.
+    OrderId,
+    "order_id"
+);
+id_type!(
+    /// Names one restock so that sending it twice applies it once.
+    AdjustmentId,
+    "adjustment_id"
+);
+id_type!(
+    /// Unique id of one command, chosen by the producer.
+    CommandId,
+    "command_id"
+);
+
+/// A quantity a deduct takes: 1 to [`MAX_QUANTITY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Quantity(i64);
+
+impl Quantity {
+    pub fn new(value: i64) -> Result<Self, ValidationError> {
+        if value <= 0 {
+            return Err(ValidationError::new(
+                "quantity",
+                format!("must be at least 1, got {value}"),
+            ));
+        }
+        if value > MAX_QUANTITY {
+            return Err(ValidationError::new(
+                "quantity",
+                format!("must be at most {MAX_QUANTITY}, got {value}"),
+            ));
+        }
+        Ok(Self(value))
+    }
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_refuse_empty_long_and_control_characters_naming_the_field() {
+        assert_eq!(Sku::new("").unwrap_err().field, "sku");
+        assert_eq!(OrderId::new("").unwrap_err().field, "order_id");
+        let long = OrderId::new("x".repeat(10_000)).unwrap_err();
+        assert_eq!(long.field, "order_id");
+        assert!(long.problem.contains("10000 bytes"), "{long}");
+        let newline = Sku::new("SKU\n1").unwrap_err();
+        assert_eq!(
+            newline.to_string(),
+            "sku: must not contain control characters (found '\\n')"
+        );
+        assert_eq!(Sku::new(" a").unwrap_err().field, "sku");
+        assert_eq!(AdjustmentId::new("").unwrap_err().field, "adjustment_id");
+        assert_eq!(Sku::new("SKU-1").unwrap().as_str(), "SKU-1");
+        assert!(Sku::new("x".repeat(MAX_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn quantity_must_be_positive_and_bounded() {
+        assert_eq!(
+            Quantity::new(0).unwrap_err().to_string(),
+            "quantity: must be at least 1, got 0"
+        );
+        assert_eq!(Quantity::new(-3).unwrap_err().field, "quantity");
+        assert_eq!(
+            Quantity::new(MAX_QUANTITY + 1).unwrap_err().field,
+            "quantity"
+        );
+        assert_eq!(Quantity::new(MAX_QUANTITY).unwrap().get(), MAX_QUANTITY);
+    }
+}

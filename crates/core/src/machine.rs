@@ -1,0 +1,469 @@
+//! The reference state machine: the one definition of what each command does.
+//!
+//! The applier's Lua script (`crates/consumer/lua/apply.lua`) implements the
+//! same rules inside Redis; every reason string below appears there too, and
+//! the differential tests hold the two to the same outcomes and state.
+//!
+//! Per SKU the machine keeps available and total stock (total − available is
+//! what live deductions hold), the offset of the last record applied, each
+//! order's state, the applied restock adjustments and the decision taken for
+//! every offset, so that a redelivered record is answered with the decision
+//! it got the first time and changes nothing.
+
+use std::collections::BTreeMap;
+
+use crate::command::{Command, CommandBody, Deduct, Restock, RestockMode, Rollback};
+use crate::ids::MAX_STOCK;
+use crate::outcome::{Decision, ResultCode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OrderStatus {
+    /// The deduction took stock that the order still holds.
+    Deducted,
+    /// The deduction was given back by a rollback.
+    RolledBack,
+    /// A rollback came first: a tombstone that refuses the late deduction.
+    Cancelled,
+}
+
+impl OrderStatus {
+    /// One-letter code used in Redis.
+    pub fn code(self) -> char {
+        match self {
+            Self::Deducted => 'D',
+            Self::RolledBack => 'R',
+            Self::Cancelled => 'C',
+        }
+    }
+
+    pub fn from_code(c: char) -> Option<Self> {
+        match c {
+            'D' => Some(Self::Deducted),
+            'R' => Some(Self::RolledBack),
+            'C' => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deducted => "DEDUCTED",
+            Self::RolledBack => "ROLLED_BACK",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// What the ledger knows of one order of one SKU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderEntry {
+    pub status: OrderStatus,
+    /// Units taken by the deduction (0 for a tombstone).
+    pub quantity: i64,
+    /// Offset of the record that last changed this entry.
+    pub offset: i64,
+}
+
+impl OrderEntry {
+    /// The form stored in Redis: `D|quantity|offset`.
+    pub fn to_compact(&self) -> String {
+        format!("{}|{}|{}", self.status.code(), self.quantity, self.offset)
+    }
+
+    pub fn from_compact(s: &str) -> Option<Self> {
+        let mut parts = s.split('|');
+        let mut code = parts.next()?.chars();
+        let status = OrderStatus::from_code(code.next()?)?;
+        if code.next().is_some() {
+            return None;
+        }
+        let quantity = parts.next()?.parse().ok()?;
+        let offset = parts.next()?.parse().ok()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            status,
+            quantity,
+            offset,
+        })
+    }
+}
+
+/// The state of one SKU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkuState {
+    pub available: i64,
+    pub total: i64,
+    pub last_offset: Option<i64>,
+    pub orders: BTreeMap<String, OrderEntry>,
+    /// Applied restock adjustment ids and the offset that applied each.
+    pub adjustments: BTreeMap<String, i64>,
+    /// The decision taken for every offset applied to this SKU.
+    pub decisions: BTreeMap<i64, Decision>,
+}
+
+impl SkuState {
+    /// Units held by live deductions.
+    pub fn held(&self) -> i64 {
+        self.total - self.available
+    }
+
+    /// Applies the record at `offset`. A record at or below the last applied
+    /// offset is a redelivery: it gets the decision stored for it and changes
+    /// nothing.
+    pub fn apply(&mut self, offset: i64, body: &CommandBody) -> Decision {
+        if self.last_offset.is_some_and(|last| offset <= last) {
+            return self.decisions.get(&offset).cloned().unwrap_or_else(|| {
+                self.decide(
+                    ResultCode::Duplicate,
+                    0,
+                    Some("redelivered record; its first decision was pruned".into()),
+                )
+            });
+        }
+        let decision = match body {
+            CommandBody::Deduct(d) => self.deduct(offset, d),
+            CommandBody::Rollback(r) => self.rollback(offset, r),
+            CommandBody::Restock(r) => self.restock(offset, r),
+        };
+        self.decisions.insert(offset, decision.clone());
+        self.last_offset = Some(offset);
+        decision
+    }
+
+    fn decide(&self, result: ResultCode, delta: i64, reason: Option<String>) -> Decision {
+        Decision {
+            result,
+            delta,
+            available: self.available,
+            total: self.total,
+            reason,
+        }
+    }
+
+    fn deduct(&mut self, offset: i64, d: &Deduct) -> Decision {
+        let quantity = d.quantity.get();
+        if let Some(entry) = self.orders.get(d.order_id.as_str()) {
+            let (result, reason) = match entry.status {
+                OrderStatus::Deducted => (ResultCode::Duplicate, "order already deducted"),
+                OrderStatus::RolledBack => (ResultCode::RejectedCancelled, "order was rolled back"),
+                OrderStatus::Cancelled => (
+                    ResultCode::RejectedCancelled,
+                    "order was cancelled before its deduction",
+                ),
+            };
+            return self.decide(result, 0, Some(reason.into()));
+        }
+        if quantity > self.available {
+            let reason = format!("requested {quantity}, available {}", self.available);
+            return self.decide(ResultCode::RejectedInsufficient, 0, Some(reason));
+        }
+        self.available -= quantity;
+        self.orders.insert(
+            d.order_id.as_str().to_owned(),
+            OrderEntry {
+                status: OrderStatus::Deducted,
+                quantity,
+                offset,
+            },
+        );
+        self.decide(ResultCode::Applied, -quantity, None)
+    }
+
+    fn rollback(&mut self, offset: i64, r: &Rollback) -> Decision {
+        let key = r.order_id.as_str();
+        match self.orders.get(key).map(|e| (e.status, e.quantity)) {
+            Some((OrderStatus::Deducted, quantity)) => {
+                self.available += quantity;
+                self.orders.insert(
+                    key.to_owned(),
+                    OrderEntry {
+                        status: OrderStatus::RolledBack,
+                        quantity,
+                        offset,
+                    },
+                );
+                self.decide(ResultCode::Applied, quantity, None)
+            }
+            Some((OrderStatus::RolledBack, _)) => self.decide(
+                ResultCode::Duplicate,
+                0,
+                Some("order already rolled back".into()),
+            ),
+            Some((OrderStatus::Cancelled, _)) => self.decide(
+                ResultCode::Duplicate,
+                0,
+                Some("order already cancelled".into()),
+            ),
+            None => {
+                self.orders.insert(
+                    key.to_owned(),
+                    OrderEntry {
+                        status: OrderStatus::Cancelled,
+                        quantity: 0,
+                        offset,
+                    },
+                );
+                self.decide(
+                    ResultCode::IgnoredNoDeduction,
+                    0,
+                    Some("no deduction for this order; tombstone left".into()),
+                )
+            }
+        }
+    }
+
+    fn restock(&mut self, offset: i64, r: &Restock) -> Decision {
+        if self.adjustments.contains_key(r.adjustment_id.as_str()) {
+            return self.decide(
+                ResultCode::Duplicate,
+                0,
+                Some("adjustment already applied".into()),
+            );
+        }
+        let quantity = r.quantity();
+        let (available, total) = match r.mode() {
+            RestockMode::Add => {
+                let available = self.available + quantity;
+                let total = self.total + quantity;
+                if available < 0 {
+                    let reason = format!("ADD {quantity} would leave available at {available}");
+                    return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+                }
+                if total > MAX_STOCK {
+                    let reason =
+                        format!("ADD {quantity} would make the total {total}, above {MAX_STOCK}");
+                    return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+                }
+                (available, total)
+            }
+            RestockMode::Set => {
+                let held = self.held();
+                if quantity < held {
+                    let reason = format!("SET {quantity} is below the {held} units held by orders");
+                    return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+                }
+                (quantity - held, quantity)
+            }
+        };
+        let delta = available - self.available;
+        self.available = available;
+        self.total = total;
+        self.adjustments
+            .insert(r.adjustment_id.as_str().to_owned(), offset);
+        self.decide(ResultCode::Applied, delta, None)
+    }
+}
+
+/// Every SKU's state: the fold of a whole log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub skus: BTreeMap<String, SkuState>,
+}
+
+impl Ledger {
+    pub fn apply(&mut self, offset: i64, command: &Command) -> Decision {
+        self.skus
+            .entry(command.sku.as_str().to_owned())
+            .or_default()
+            .apply(offset, &command.body)
+    }
+
+    pub fn sku(&self, sku: &str) -> Option<&SkuState> {
+        self.skus.get(sku)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AdjustmentId, OrderId, Quantity};
+
+    fn deduct(order: &str, q: i64) -> CommandBody {
+        CommandBody::Deduct(Deduct {
+            order_id: OrderId::new(order).unwrap(),
+            quantity: Quantity::new(q).unwrap(),
+        })
+    }
+
+    fn rollback(order: &str) -> CommandBody {
+        CommandBody::Rollback(Rollback::new(OrderId::new(order).unwrap(), None).unwrap())
+    }
+
+    fn restock(id: &str, mode: RestockMode, q: i64) -> CommandBody {
+        CommandBody::Restock(Restock::new(AdjustmentId::new(id).unwrap(), mode, q).unwrap())
+    }
+
+    /// A SKU with 10 units, 3 of them taken by order "held".
+    fn stocked() -> SkuState {
+        let mut s = SkuState::default();
+        assert_eq!(
+            s.apply(0, &restock("a0", RestockMode::Set, 10)).result,
+            ResultCode::Applied
+        );
+        assert_eq!(s.apply(1, &deduct("held", 3)).result, ResultCode::Applied);
+        s
+    }
+
+    fn order_with(status: OrderStatus) -> SkuState {
+        let mut s = stocked();
+        match status {
+            OrderStatus::Deducted => {
+                s.apply(2, &deduct("o", 2));
+            }
+            OrderStatus::RolledBack => {
+                s.apply(2, &deduct("o", 2));
+                s.apply(3, &rollback("o"));
+            }
+            OrderStatus::Cancelled => {
+                s.apply(2, &rollback("o"));
+            }
+        }
+        assert_eq!(s.orders["o"].status, status);
+        s
+    }
+
+    #[test]
+    fn deduct_on_a_new_order_takes_stock_or_is_refused_when_short() {
+        let mut s = stocked();
+        let d = s.apply(5, &deduct("o", 7));
+        assert_eq!(
+            (d.result, d.delta, d.available, d.total),
+            (ResultCode::Applied, -7, 0, 10)
+        );
+        assert_eq!(
+            s.orders["o"],
+            OrderEntry {
+                status: OrderStatus::Deducted,
+                quantity: 7,
+                offset: 5
+            }
+        );
+        let short = s.apply(6, &deduct("p", 1));
+        assert_eq!(short.result, ResultCode::RejectedInsufficient);
+        assert_eq!(short.reason.as_deref(), Some("requested 1, available 0"));
+        assert!(
+            !s.orders.contains_key("p"),
+            "a refused deduct leaves no order state"
+        );
+    }
+
+    #[test]
+    fn deduct_on_each_order_state() {
+        let cases = [
+            (OrderStatus::Deducted, ResultCode::Duplicate),
+            (OrderStatus::RolledBack, ResultCode::RejectedCancelled),
+            (OrderStatus::Cancelled, ResultCode::RejectedCancelled),
+        ];
+        for (status, expected) in cases {
+            let mut s = order_with(status);
+            let before = (s.available, s.total, s.orders.clone());
+            let d = s.apply(10, &deduct("o", 1));
+            assert_eq!((d.result, d.delta), (expected, 0), "{status:?}");
+            assert_eq!(
+                before,
+                (s.available, s.total, s.orders.clone()),
+                "{status:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rollback_on_each_order_state() {
+        let mut s = order_with(OrderStatus::Deducted);
+        let d = s.apply(10, &rollback("o"));
+        assert_eq!(
+            (d.result, d.delta, d.available),
+            (ResultCode::Applied, 2, 7)
+        );
+        assert_eq!(s.orders["o"].status, OrderStatus::RolledBack);
+
+        for status in [OrderStatus::RolledBack, OrderStatus::Cancelled] {
+            let mut s = order_with(status);
+            let available = s.available;
+            let d = s.apply(10, &rollback("o"));
+            assert_eq!(
+                (d.result, d.delta),
+                (ResultCode::Duplicate, 0),
+                "{status:?}"
+            );
+            assert_eq!(s.available, available);
+        }
+    }
+
+    #[test]
+    fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct() {
+        let mut s = stocked();
+        let r = s.apply(2, &rollback("late"));
+        assert_eq!(r.result, ResultCode::IgnoredNoDeduction);
+        assert_eq!(s.orders["late"].status, OrderStatus::Cancelled);
+        let d = s.apply(3, &deduct("late", 1));
+        assert_eq!(d.result, ResultCode::RejectedCancelled);
+        assert_eq!((s.available, s.total), (7, 10));
+        assert_eq!(s.apply(4, &rollback("late")).result, ResultCode::Duplicate);
+        assert_eq!((s.available, s.total), (7, 10));
+    }
+
+    #[test]
+    fn restock_add_and_set_respect_held_stock() {
+        let mut s = stocked(); // 7 available, 3 held
+        let add = s.apply(2, &restock("a1", RestockMode::Add, -7));
+        assert_eq!(
+            (add.result, add.available, add.total),
+            (ResultCode::Applied, 0, 3)
+        );
+        let neg = s.apply(3, &restock("a2", RestockMode::Add, -1));
+        assert_eq!(neg.result, ResultCode::RejectedRestock);
+        assert_eq!(
+            neg.reason.as_deref(),
+            Some("ADD -1 would leave available at -1")
+        );
+        let below = s.apply(4, &restock("a3", RestockMode::Set, 2));
+        assert_eq!(below.result, ResultCode::RejectedRestock);
+        assert_eq!(
+            below.reason.as_deref(),
+            Some("SET 2 is below the 3 units held by orders")
+        );
+        let set = s.apply(5, &restock("a4", RestockMode::Set, 20));
+        assert_eq!(
+            (set.result, set.delta, set.available, set.total),
+            (ResultCode::Applied, 17, 17, 20)
+        );
+        let dup = s.apply(6, &restock("a4", RestockMode::Set, 50));
+        assert_eq!((dup.result, s.total), (ResultCode::Duplicate, 20));
+        let big = s.apply(7, &restock("a5", RestockMode::Add, MAX_STOCK));
+        assert_eq!(big.result, ResultCode::RejectedRestock);
+        // A refused adjustment may be sent again once it fits.
+        assert_eq!(
+            s.apply(8, &restock("a2", RestockMode::Add, -1)).result,
+            ResultCode::Applied
+        );
+    }
+
+    #[test]
+    fn redelivered_offsets_get_their_first_decision_and_change_nothing() {
+        let mut s = stocked();
+        let first = s.apply(2, &deduct("o", 7));
+        let after = s.clone();
+        assert_eq!(s.apply(2, &deduct("o", 7)), first);
+        assert_eq!(
+            s.apply(0, &restock("a0", RestockMode::Set, 10)).result,
+            ResultCode::Applied
+        );
+        assert_eq!(s, after);
+    }
+
+    #[test]
+    fn order_entries_round_trip_their_compact_form() {
+        let e = OrderEntry {
+            status: OrderStatus::Cancelled,
+            quantity: 0,
+            offset: 42,
+        };
+        assert_eq!(e.to_compact(), "C|0|42");
+        assert_eq!(OrderEntry::from_compact("C|0|42"), Some(e));
+        assert_eq!(OrderEntry::from_compact("X|0|42"), None);
+        assert_eq!(OrderEntry::from_compact("D|1|2|3"), None);
+    }
+}

@@ -1,0 +1,203 @@
+//! What the applier decided for each record of the log.
+
+use std::fmt;
+
+use crate::command::{Command, CommandBody, CommandKind};
+
+/// Where a record sits in the log: its identity for exactly-once effect and
+/// for the archive's primary key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogPosition {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl fmt::Display for LogPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResultCode {
+    /// The command changed stock (or left a restock applied).
+    Applied,
+    /// A deduct asked for more than is available; nothing changed.
+    RejectedInsufficient,
+    /// A deduct for an order that was already rolled back or cancelled.
+    RejectedCancelled,
+    /// A restock that would make stock negative, put a total below what
+    /// orders hold, or exceed the maximum stock.
+    RejectedRestock,
+    /// A rollback with no deduction before it: a tombstone is left so that a
+    /// late deduction for the order is refused.
+    IgnoredNoDeduction,
+    /// The order or adjustment was already decided by an earlier record.
+    Duplicate,
+    /// The record could not be decoded or is not a valid command; it was sent
+    /// to the dead-letter topic.
+    Invalid,
+}
+
+impl ResultCode {
+    pub const ALL: [ResultCode; 7] = [
+        Self::Applied,
+        Self::RejectedInsufficient,
+        Self::RejectedCancelled,
+        Self::RejectedRestock,
+        Self::IgnoredNoDeduction,
+        Self::Duplicate,
+        Self::Invalid,
+    ];
+
+    /// The symbol used in Avro, Redis, Lua and PostgreSQL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "APPLIED",
+            Self::RejectedInsufficient => "REJECTED_INSUFFICIENT",
+            Self::RejectedCancelled => "REJECTED_CANCELLED",
+            Self::RejectedRestock => "REJECTED_RESTOCK",
+            Self::IgnoredNoDeduction => "IGNORED_NO_DEDUCTION",
+            Self::Duplicate => "DUPLICATE",
+            Self::Invalid => "INVALID",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl fmt::Display for ResultCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The decision for one record: what happened and the SKU's stock after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub result: ResultCode,
+    /// Change in available stock caused by this record.
+    pub delta: i64,
+    pub available: i64,
+    pub total: i64,
+    pub reason: Option<String>,
+}
+
+impl Decision {
+    /// The compact form stored in Redis and returned by the Lua script:
+    /// `RESULT|delta|available|total|reason` (reason may be empty and is last,
+    /// so it may itself contain `|`).
+    pub fn to_compact(&self) -> String {
+        format!(
+            "{}|{}|{}|{}|{}",
+            self.result,
+            self.delta,
+            self.available,
+            self.total,
+            self.reason.as_deref().unwrap_or("")
+        )
+    }
+
+    /// Parses [`Decision::to_compact`]'s form; `None` if it is not one.
+    pub fn from_compact(s: &str) -> Option<Self> {
+        let mut parts = s.splitn(5, '|');
+        let result = ResultCode::parse(parts.next()?)?;
+        let delta = parts.next()?.parse().ok()?;
+        let available = parts.next()?.parse().ok()?;
+        let total = parts.next()?.parse().ok()?;
+        let reason = parts.next()?;
+        Some(Self {
+            result,
+            delta,
+            available,
+            total,
+            reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        })
+    }
+}
+
+/// The message published on the outcomes topic for one command record and
+/// archived as one row keyed by `position`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub position: LogPosition,
+    /// The command's SKU, or the record key (lossily decoded) when the record
+    /// was not a valid command.
+    pub sku: String,
+    pub command_id: Option<String>,
+    pub kind: Option<CommandKind>,
+    pub order_id: Option<String>,
+    pub adjustment_id: Option<String>,
+    pub quantity: Option<i64>,
+    pub decision: Decision,
+    /// The command's own `occurred_at` or, for an invalid record, the record's
+    /// timestamp (milliseconds since the Unix epoch).
+    pub occurred_at: i64,
+}
+
+impl Outcome {
+    /// The outcome of a valid command.
+    pub fn for_command(position: LogPosition, command: &Command, decision: Decision) -> Self {
+        Self {
+            position,
+            sku: command.sku.as_str().to_owned(),
+            command_id: Some(command.command_id.as_str().to_owned()),
+            kind: Some(command.body.kind()),
+            order_id: command.body.order_id().map(|o| o.as_str().to_owned()),
+            adjustment_id: match &command.body {
+                CommandBody::Restock(r) => Some(r.adjustment_id.as_str().to_owned()),
+                _ => None,
+            },
+            quantity: command.body.quantity(),
+            decision,
+            occurred_at: command.occurred_at,
+        }
+    }
+
+    /// The outcome of a record that is not a valid command. It changes no
+    /// stock, so stock fields are zero.
+    pub fn invalid(position: LogPosition, key: &str, reason: String, timestamp: i64) -> Self {
+        Self {
+            position,
+            sku: key.to_owned(),
+            command_id: None,
+            kind: None,
+            order_id: None,
+            adjustment_id: None,
+            quantity: None,
+            decision: Decision {
+                result: ResultCode::Invalid,
+                delta: 0,
+                available: 0,
+                total: 0,
+                reason: Some(reason),
+            },
+            occurred_at: timestamp,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_decision_round_trips_including_pipes_in_the_reason() {
+        let d = Decision {
+            result: ResultCode::RejectedRestock,
+            delta: -3,
+            available: 7,
+            total: 10,
+            reason: Some("a|b".into()),
+        };
+        assert_eq!(d.to_compact(), "REJECTED_RESTOCK|-3|7|10|a|b");
+        assert_eq!(Decision::from_compact(&d.to_compact()), Some(d));
+        let plain = Decision::from_compact("APPLIED|-1|0|5|").unwrap();
+        assert_eq!(plain.reason, None);
+        assert_eq!(Decision::from_compact("NOPE|1|1|1|"), None);
+        assert_eq!(Decision::from_compact("APPLIED|x|1|1|"), None);
+    }
+}
