@@ -1,1 +1,18 @@
-//! stub
+//! The ordered applier and the Redis projection it maintains.
+//!
+//! - [`applier`]: the consumer-group member that turns the command log into
+//!   decisions: batches per partition, one Lua call per SKU run, outcomes
+//!   published, offsets committed after, undecodable records dead-lettered.
+//! - [`projection`]: the Redis side: the apply script (`lua/apply.lua`) and
+//!   reading a SKU's state back.
+//! - [`record`]: what a command-topic record means (command or refusal).
+//! - [`log`]: reading a topic to its end and folding the command log through
+//!   the reference state machine (for checks, demo and replay).
+
+pub mod applier;
+pub mod log;
+pub mod projection;
+pub mod record;
+
+pub use applier::{run, ApplierConfig, ApplierError, ApplierStats};
+pub use projection::{Projection, ProjectionError};

@@ -9,12 +9,14 @@
 //!   outcome message archived for it.
 //! - [`machine`]: the reference state machine. The applier's Lua scripts
 //!   must decide exactly what [`machine::SkuState::apply`] decides.
+//! - [`keys`]: the Redis key layout (SKU as hash tag).
 //! - [`codec`]: Avro single-object encoding of commands and outcomes, with
 //!   the schemas from the repository's `schemas/` directory.
 
 pub mod codec;
 pub mod command;
 pub mod ids;
+pub mod keys;
 pub mod machine;
 pub mod outcome;
 

@@ -1,0 +1,457 @@
+//! The ordered applier: a consumer-group member that folds the command
+//! topic into Redis.
+//!
+//! For each batch it (1) decodes the records, dead-lettering those that are
+//! not valid commands, (2) applies the valid ones in one pipelined round
+//! trip, one Lua call per SKU and partition, (3) publishes one outcome per
+//! record and waits until the brokers hold them all, and only then (4)
+//! commits the consumer offsets. A crash anywhere in between redelivers the
+//! batch; the script recognises applied offsets and answers with the stored
+//! decisions, so the outcomes published again are identical.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::statistics::Statistics;
+use rdkafka::{Offset, TopicPartitionList};
+use stockledger_core::codec::{self, EncodeError};
+use stockledger_core::{Command, LogPosition, Outcome};
+use stockledger_producer::producer::CONTRACT_SETTINGS;
+use stockledger_producer::{redact_url, KafkaConfig};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::projection::{Projection, ProjectionError, Run};
+use crate::record::{interpret, key_text};
+
+/// Header of a dead-lettered record: why it was refused.
+pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
+/// Header of a dead-lettered record: where it came from (`topic/partition@offset`).
+pub const DLQ_SOURCE_HEADER: &str = "stockledger.source";
+
+#[derive(Clone)]
+pub struct ApplierConfig {
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    /// Key prefix of the projection in Redis.
+    pub prefix: String,
+    pub topic: String,
+    pub outcomes_topic: String,
+    pub dlq_topic: String,
+    pub group_id: String,
+    /// Most records taken into one batch.
+    pub batch_size: usize,
+    /// How long a batch waits to fill once its first record is in.
+    pub batch_wait: Duration,
+    /// How often throughput and lag are logged.
+    pub stats_interval: Duration,
+}
+
+impl std::fmt::Debug for ApplierConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApplierConfig")
+            .field("kafka", &self.kafka)
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("prefix", &self.prefix)
+            .field("topic", &self.topic)
+            .field("outcomes_topic", &self.outcomes_topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("group_id", &self.group_id)
+            .field("batch_size", &self.batch_size)
+            .field("batch_wait", &self.batch_wait)
+            .field("stats_interval", &self.stats_interval)
+            .finish()
+    }
+}
+
+impl ApplierConfig {
+    /// A configuration with the documented defaults for everything but the
+    /// connections.
+    pub fn new(kafka: KafkaConfig, redis_url: impl Into<String>) -> Self {
+        Self {
+            kafka,
+            redis_url: redis_url.into(),
+            prefix: "stockledger".into(),
+            topic: "stock.ledger".into(),
+            outcomes_topic: "stock.ledger.outcomes".into(),
+            dlq_topic: "stock.ledger.dlq".into(),
+            group_id: "stockledger-applier".into(),
+            batch_size: 2000,
+            batch_wait: Duration::from_millis(5),
+            stats_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplierError {
+    #[error("cannot create the Kafka {what}: {source}")]
+    Client {
+        what: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("cannot subscribe to {topic}: {source}")]
+    Subscribe {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("Redis projection: {0}")]
+    Projection(#[from] ProjectionError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// An outcome or dead letter was not delivered; offsets were not
+    /// committed, so the batch is applied again (harmlessly) after restart.
+    #[error("publishing the {what} for {position} to {topic} failed: {source}")]
+    Publish {
+        what: &'static str,
+        topic: String,
+        position: LogPosition,
+        #[source]
+        source: KafkaError,
+    },
+}
+
+/// Totals of one run of the applier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplierStats {
+    pub records: u64,
+    pub dead_lettered: u64,
+    pub batches: u64,
+}
+
+/// Keeps the consumer lag librdkafka reports in its statistics.
+struct LagContext {
+    topic: String,
+    lag: Arc<AtomicI64>,
+}
+
+impl ClientContext for LagContext {
+    fn stats(&self, statistics: Statistics) {
+        if let Some(topic) = statistics.topics.get(&self.topic) {
+            let lag: i64 = topic
+                .partitions
+                .values()
+                .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
+                .map(|p| p.consumer_lag)
+                .sum();
+            self.lag.store(lag, Ordering::Relaxed);
+        }
+    }
+}
+
+impl ConsumerContext for LagContext {}
+
+/// One record of a batch, decoded or refused.
+struct Item {
+    position: LogPosition,
+    key: String,
+    payload: Option<Vec<u8>>,
+    timestamp: i64,
+    command: Result<Command, String>,
+}
+
+/// Runs the applier until `shutdown` completes. The batch in flight when it
+/// does is finished and committed before returning.
+pub async fn run(
+    config: ApplierConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ApplierStats, ApplierError> {
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    Applier::start(config, stop).await?.run().await
+}
+
+struct Applier {
+    config: ApplierConfig,
+    consumer: StreamConsumer<LagContext>,
+    producer: FutureProducer,
+    projection: Projection,
+    lag: Arc<AtomicI64>,
+    stop: watch::Receiver<bool>,
+    stats: ApplierStats,
+}
+
+impl Applier {
+    async fn start(
+        config: ApplierConfig,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Self, ApplierError> {
+        info!(config = ?config, "starting the applier");
+        let lag = Arc::new(AtomicI64::new(0));
+        let context = LagContext {
+            topic: config.topic.clone(),
+            lag: lag.clone(),
+        };
+        let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
+        let consumer: StreamConsumer<LagContext> = config
+            .kafka
+            .client_config(&[
+                ("group.id", &config.group_id),
+                ("enable.auto.commit", "false"),
+                ("auto.offset.reset", "earliest"),
+                ("statistics.interval.ms", &stats_ms),
+            ])
+            .create_with_context(context)
+            .map_err(|source| ApplierError::Client {
+                what: "consumer",
+                source,
+            })?;
+        consumer
+            .subscribe(&[&config.topic])
+            .map_err(|source| ApplierError::Subscribe {
+                topic: config.topic.clone(),
+                source,
+            })?;
+        let mut producer_settings = CONTRACT_SETTINGS.to_vec();
+        producer_settings.push(("linger.ms", "1"));
+        let producer: FutureProducer = config
+            .kafka
+            .client_config(&producer_settings)
+            .create()
+            .map_err(|source| ApplierError::Client {
+                what: "producer",
+                source,
+            })?;
+        let projection = Projection::connect(&config.redis_url, config.prefix.clone()).await?;
+        Ok(Self {
+            config,
+            consumer,
+            producer,
+            projection,
+            lag,
+            stop,
+            stats: ApplierStats::default(),
+        })
+    }
+
+    async fn run(mut self) -> Result<ApplierStats, ApplierError> {
+        let mut ticker = tokio::time::interval(self.config.stats_interval);
+        ticker.tick().await;
+        let mut last_report = (Instant::now(), 0u64);
+        let mut stop = self.stop.clone();
+        loop {
+            let first = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                _ = ticker.tick() => {
+                    let (at, records) = last_report;
+                    let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
+                    info!(
+                        records = self.stats.records,
+                        dead_lettered = self.stats.dead_lettered,
+                        rate_per_s = rate.round(),
+                        lag = self.lag.load(Ordering::Relaxed),
+                        "applier progress"
+                    );
+                    last_report = (Instant::now(), self.stats.records);
+                    continue;
+                }
+                m = self.consumer.recv() => m,
+            };
+            let first = match first {
+                Ok(m) => m.detach(),
+                Err(e) => {
+                    warn!(error = %e, "consumer error; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let batch = self.fill_batch(first).await;
+            self.process(&batch).await?;
+        }
+        info!(records = self.stats.records, "applier stopped");
+        Ok(self.stats)
+    }
+
+    async fn fill_batch(&self, first: OwnedMessage) -> Vec<OwnedMessage> {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + self.config.batch_wait;
+        while batch.len() < self.config.batch_size {
+            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Ok(Ok(m)) => batch.push(m.detach()),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "consumer error while filling a batch");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        batch
+    }
+
+    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<(), ApplierError> {
+        let items: Vec<Item> = batch
+            .iter()
+            .map(|m| Item {
+                position: LogPosition {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                },
+                key: key_text(m.key()),
+                payload: m.payload().map(<[u8]>::to_vec),
+                timestamp: m.timestamp().to_millis().unwrap_or_default(),
+                command: interpret(m.key(), m.payload()),
+            })
+            .collect();
+
+        // Group valid commands by (partition, sku), keeping log order within
+        // each group: only per-SKU order matters, and a SKU lives in one
+        // partition.
+        let mut runs: Vec<Run<'_>> = Vec::new();
+        let mut run_of: HashMap<(i32, &str), usize> = HashMap::new();
+        let mut slots: Vec<Option<(usize, usize)>> = Vec::with_capacity(items.len());
+        for item in &items {
+            let Ok(command) = &item.command else {
+                slots.push(None);
+                continue;
+            };
+            let sku = command.sku.as_str();
+            let r = *run_of
+                .entry((item.position.partition, sku))
+                .or_insert_with(|| {
+                    runs.push(Run {
+                        sku,
+                        records: Vec::new(),
+                    });
+                    runs.len() - 1
+                });
+            slots.push(Some((r, runs[r].records.len())));
+            runs[r].records.push((item.position.offset, &command.body));
+        }
+        let Some(decisions) = self.apply_with_retry(&runs).await? else {
+            return Ok(()); // stopping: nothing published, nothing committed
+        };
+
+        // Encode everything first so the delivery futures can borrow it.
+        let mut messages: Vec<(
+            &'static str,
+            &str,
+            &str,
+            Vec<u8>,
+            Option<OwnedHeaders>,
+            &LogPosition,
+        )> = Vec::with_capacity(items.len() + 1);
+        for (item, slot) in items.iter().zip(&slots) {
+            let outcome = match (slot, &item.command) {
+                (Some((r, k)), Ok(command)) => {
+                    Outcome::for_command(item.position.clone(), command, decisions[*r][*k].clone())
+                }
+                (_, command) => {
+                    // Every valid command has a slot, so this is a refusal.
+                    let reason = command.as_ref().err().cloned().unwrap_or_default();
+                    debug!(position = %item.position, %reason, "dead-lettering a record");
+                    let source = item.position.to_string();
+                    let headers = OwnedHeaders::new()
+                        .insert(Header {
+                            key: DLQ_REASON_HEADER,
+                            value: Some(reason.as_bytes()),
+                        })
+                        .insert(Header {
+                            key: DLQ_SOURCE_HEADER,
+                            value: Some(source.as_bytes()),
+                        });
+                    messages.push((
+                        "dead letter",
+                        &self.config.dlq_topic,
+                        &item.key,
+                        item.payload.clone().unwrap_or_default(),
+                        Some(headers),
+                        &item.position,
+                    ));
+                    self.stats.dead_lettered += 1;
+                    Outcome::invalid(item.position.clone(), &item.key, reason, item.timestamp)
+                }
+            };
+            messages.push((
+                "outcome",
+                &self.config.outcomes_topic,
+                &item.key,
+                codec::encode_outcome(&outcome)?,
+                None,
+                &item.position,
+            ));
+        }
+        let deliveries = messages.iter().map(|(_, topic, key, payload, headers, _)| {
+            let mut record = FutureRecord::to(topic).key(*key).payload(payload);
+            if let Some(headers) = headers {
+                record = record.headers(headers.clone());
+            }
+            self.producer.send(record, Duration::from_secs(60))
+        });
+        for (result, (what, topic, _, _, _, position)) in
+            join_all(deliveries).await.into_iter().zip(&messages)
+        {
+            if let Err((source, _)) = result {
+                return Err(ApplierError::Publish {
+                    what,
+                    topic: (*topic).to_owned(),
+                    position: (*position).clone(),
+                    source,
+                });
+            }
+        }
+
+        // Everything is applied and published: commit the next offsets.
+        let mut next: HashMap<(&str, i32), i64> = HashMap::new();
+        for item in &items {
+            let entry = next
+                .entry((&item.position.topic, item.position.partition))
+                .or_insert(0);
+            *entry = (*entry).max(item.position.offset + 1);
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((topic, partition), offset) in next {
+            // The list is built from offsets just read; adding cannot fail
+            // except on an invalid offset, which Kafka never hands out.
+            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
+                warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
+            }
+        }
+        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
+            // Not fatal: the records are applied; a redelivery is harmless.
+            warn!(error = %e, "committing offsets failed; records may be redelivered");
+        }
+        self.stats.records += items.len() as u64;
+        self.stats.batches += 1;
+        Ok(())
+    }
+
+    /// Applies the runs, retrying with backoff while Redis is unreachable.
+    /// `None` when asked to stop while waiting.
+    async fn apply_with_retry(
+        &self,
+        runs: &[Run<'_>],
+    ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ApplierError> {
+        let mut backoff = Duration::from_millis(100);
+        let mut stop = self.stop.clone();
+        loop {
+            match self.projection.apply(runs).await {
+                Ok(decisions) => return Ok(Some(decisions)),
+                Err(e) if e.is_transient() => {
+                    warn!(error = %e, retry_in = ?backoff, "Redis unavailable; nothing committed, retrying");
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return Ok(None),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The Redis projection: applying runs of records with the Lua script and
+//! reading SKU state back.
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, ServerErrorKind};
+use stockledger_core::ids::MAX_STOCK;
+use stockledger_core::keys::{self, SkuKeys};
+use stockledger_core::{CommandBody, Decision, OrderEntry, SkuState};
+
+/// The script that applies records; see the file for its contract.
+pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("the apply script returned {got} decisions for the {expected} records of sku {sku}")]
+    ShortReply {
+        sku: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("unreadable value in Redis key {key}: {value:?}")]
+    Corrupt { key: String, value: String },
+}
+
+impl ProjectionError {
+    /// Whether trying again later may succeed (Redis unreachable or busy).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Consecutive records of one SKU to apply in one script call, in log order.
+#[derive(Debug)]
+pub struct Run<'a> {
+    pub sku: &'a str,
+    pub records: Vec<(i64, &'a CommandBody)>,
+}
+
+/// One prefix of the projection in one Redis.
+#[derive(Clone)]
+pub struct Projection {
+    redis: ConnectionManager,
+    prefix: String,
+    script: redis::Script,
+}
+
+impl std::fmt::Debug for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projection")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Projection {
+    pub async fn connect(
+        redis_url: &str,
+        prefix: impl Into<String>,
+    ) -> Result<Self, ProjectionError> {
+        let client = redis::Client::open(redis_url)?;
+        let redis = ConnectionManager::new(client).await?;
+        Ok(Self {
+            redis,
+            prefix: prefix.into(),
+            script: redis::Script::new(APPLY_LUA),
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn connection(&self) -> ConnectionManager {
+        self.redis.clone()
+    }
+
+    /// Applies every run in one pipelined round trip, one script call per
+    /// run; returns each run's decisions in record order. Safe to repeat:
+    /// records already applied are answered from the stored decisions.
+    pub async fn apply(&self, runs: &[Run<'_>]) -> Result<Vec<Vec<Decision>>, ProjectionError> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for run in runs {
+            let keys = SkuKeys::new(&self.prefix, run.sku);
+            let cmd = pipe.cmd("EVALSHA").arg(self.script.get_hash()).arg(4);
+            for key in keys.as_array() {
+                cmd.arg(key);
+            }
+            cmd.arg(MAX_STOCK);
+            for (offset, body) in &run.records {
+                let (kind, id, quantity, mode) = script_args(body);
+                cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
+            }
+        }
+        let mut conn = self.redis.clone();
+        let replies: Vec<Vec<String>> = match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // A restarted or flushed Redis forgot the script: load it and
+                // run the (idempotent) pipeline again.
+                self.script.prepare_invoke().load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        runs.iter()
+            .zip(replies)
+            .map(|(run, reply)| {
+                if reply.len() != run.records.len() {
+                    return Err(ProjectionError::ShortReply {
+                        sku: run.sku.to_owned(),
+                        expected: run.records.len(),
+                        got: reply.len(),
+                    });
+                }
+                reply
+                    .into_iter()
+                    .map(|s| {
+                        Decision::from_compact(&s).ok_or_else(|| ProjectionError::Corrupt {
+                            key: SkuKeys::new(&self.prefix, run.sku).decisions,
+                            value: s,
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The state of `sku`, or `None` if nothing was ever applied to it.
+    pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let mut conn = self.redis.clone();
+        let (stock, orders, adjustments, decisions): (
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+        ) = redis::pipe()
+            .hgetall(&keys.stock)
+            .hgetall(&keys.orders)
+            .hgetall(&keys.adjustments)
+            .hgetall(&keys.decisions)
+            .query_async(&mut conn)
+            .await?;
+        if stock.is_empty() {
+            return Ok(None);
+        }
+        let corrupt = |key: &str, value: &str| ProjectionError::Corrupt {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        };
+        let number = |field: &str| -> Result<i64, ProjectionError> {
+            let value = stock.get(field).map(String::as_str).unwrap_or("");
+            value.parse().map_err(|_| corrupt(&keys.stock, value))
+        };
+        let mut state = SkuState {
+            available: number("available")?,
+            total: number("total")?,
+            last_offset: Some(number("offset")?),
+            ..SkuState::default()
+        };
+        for (order, value) in orders {
+            let entry =
+                OrderEntry::from_compact(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+            state.orders.insert(order, entry);
+        }
+        for (adjustment, value) in adjustments {
+            let offset = value
+                .parse()
+                .map_err(|_| corrupt(&keys.adjustments, &value))?;
+            state.adjustments.insert(adjustment, offset);
+        }
+        for (offset, value) in decisions {
+            let offset = offset
+                .parse()
+                .map_err(|_| corrupt(&keys.decisions, &offset))?;
+            let decision =
+                Decision::from_compact(&value).ok_or_else(|| corrupt(&keys.decisions, &value))?;
+            state.decisions.insert(offset, decision);
+        }
+        Ok(Some(state))
+    }
+
+    /// Every SKU with state under this prefix (by `SCAN`, so Redis is never
+    /// blocked).
+    pub async fn skus(&self) -> Result<Vec<String>, ProjectionError> {
+        let mut conn = self.redis.clone();
+        let pattern = keys::stock_key_pattern(&self.prefix);
+        let mut cursor: u64 = 0;
+        let mut skus = Vec::new();
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            skus.extend(
+                batch
+                    .iter()
+                    .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
+                    .map(str::to_owned),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        skus.sort();
+        skus.dedup();
+        Ok(skus)
+    }
+}
+
+/// The script's per-record arguments: kind, id, quantity, mode.
+fn script_args(body: &CommandBody) -> (&'static str, &str, i64, &'static str) {
+    match body {
+        CommandBody::Deduct(d) => ("D", d.order_id.as_str(), d.quantity.get(), ""),
+        CommandBody::Rollback(r) => ("R", r.order_id.as_str(), 0, ""),
+        CommandBody::Restock(r) => (
+            "S",
+            r.adjustment_id.as_str(),
+            r.quantity(),
+            r.mode().as_str(),
+        ),
+    }
+}

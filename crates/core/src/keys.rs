@@ -1,0 +1,67 @@
+//! The Redis key layout, shared by the applier, the readers and the tools.
+//!
+//! Every key of one SKU carries the SKU as its hash tag (`{…}`), so one Lua
+//! call may touch them all in a Redis Cluster and a whole prefix can be
+//! renamed key by key.
+
+/// The keys holding one SKU's state under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkuKeys {
+    /// Hash: `available`, `total`, `offset` (last record applied).
+    pub stock: String,
+    /// Hash: order id -> [`crate::OrderEntry`] compact form.
+    pub orders: String,
+    /// Hash: applied restock adjustment id -> offset that applied it.
+    pub adjustments: String,
+    /// Hash: offset -> [`crate::Decision`] compact form.
+    pub decisions: String,
+}
+
+impl SkuKeys {
+    pub fn new(prefix: &str, sku: &str) -> Self {
+        let key = |suffix: &str| format!("{prefix}:{{{sku}}}:{suffix}");
+        Self {
+            stock: key("stock"),
+            orders: key("orders"),
+            adjustments: key("adjustments"),
+            decisions: key("decisions"),
+        }
+    }
+
+    /// In the order the apply script takes them as `KEYS`.
+    pub fn as_array(&self) -> [&str; 4] {
+        [
+            &self.stock,
+            &self.orders,
+            &self.adjustments,
+            &self.decisions,
+        ]
+    }
+}
+
+/// The pattern matching every SKU's stock key under `prefix` (for `SCAN`).
+pub fn stock_key_pattern(prefix: &str) -> String {
+    format!("{prefix}:{{*}}:stock")
+}
+
+/// The SKU named by a stock key under `prefix`, if it is one.
+pub fn sku_of_stock_key<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
+    key.strip_prefix(prefix)?
+        .strip_prefix(":{")?
+        .strip_suffix("}:stock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_sku_share_its_hash_tag() {
+        let k = SkuKeys::new("sl", "SKU-1");
+        assert_eq!(k.stock, "sl:{SKU-1}:stock");
+        assert_eq!(k.decisions, "sl:{SKU-1}:decisions");
+        assert_eq!(sku_of_stock_key("sl", &k.stock), Some("SKU-1"));
+        assert_eq!(sku_of_stock_key("other", &k.stock), None);
+        assert_eq!(stock_key_pattern("sl"), "sl:{*}:stock");
+    }
+}

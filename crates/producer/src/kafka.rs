@@ -1,0 +1,153 @@
+//! Connection settings shared by every Kafka client of stockledger.
+
+use std::fmt;
+
+use rdkafka::ClientConfig;
+
+/// Where the brokers are and any librdkafka settings to pass through
+/// (`-X key=value` on the command line, as kcat does).
+#[derive(Clone, Default)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    pub brokers: String,
+    /// Extra librdkafka properties, applied after stockledger's defaults.
+    pub properties: Vec<(String, String)>,
+}
+
+/// Fragments of property names whose values are secret and never printed.
+const SECRET_MARKERS: [&str; 6] = ["password", "secret", "token", "jaas", "pem", "key"];
+
+fn is_secret(name: &str) -> bool {
+    SECRET_MARKERS.iter().any(|m| name.contains(m))
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let properties: Vec<String> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                if is_secret(k) {
+                    format!("{k}=<redacted>")
+                } else {
+                    format!("{k}={v}")
+                }
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("properties", &properties)
+            .finish()
+    }
+}
+
+impl KafkaConfig {
+    pub fn new(brokers: impl Into<String>) -> Self {
+        Self {
+            brokers: brokers.into(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// A librdkafka configuration: `defaults` first, then the pass-through
+    /// properties (which win over defaults).
+    pub fn client_config(&self, defaults: &[(&str, &str)]) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (k, v) in defaults {
+            config.set(*k, *v);
+        }
+        for (k, v) in &self.properties {
+            config.set(k, v);
+        }
+        config
+    }
+
+    /// The pass-through value of `name`, if one was given.
+    pub fn property(&self, name: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses one `key=value` pass-through property.
+pub fn parse_property(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("expected key=value, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_secret_properties() {
+        let mut c = KafkaConfig::new("127.0.0.1:9092");
+        c.properties
+            .push(("sasl.password".into(), "hunter2".into()));
+        c.properties.push(("linger.ms".into(), "7".into()));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sasl.password=<redacted>"), "{shown}");
+        assert!(shown.contains("linger.ms=7"), "{shown}");
+    }
+
+    #[test]
+    fn properties_parse_as_key_equals_value() {
+        assert_eq!(
+            parse_property("a.b=c=d").unwrap(),
+            ("a.b".into(), "c=d".into())
+        );
+        assert!(parse_property("nokey").is_err());
+        assert!(parse_property("=v").is_err());
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and `Debug`
+/// (`redis://:secret@host` and `postgres://user:secret@host/db`).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{masked}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_in_urls_are_masked() {
+        assert_eq!(
+            redact_url("redis://:s3cret@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("postgres://app:pa@ss@db.local/ledger"),
+            "postgres://app:***@db.local/ledger"
+        );
+        assert_eq!(
+            redact_url("postgres://root@localhost/test"),
+            "postgres://root@localhost/test"
+        );
+        assert_eq!(redact_url("redis://127.0.0.1"), "redis://127.0.0.1");
+    }
+}

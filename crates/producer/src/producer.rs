@@ -1,0 +1,216 @@
+//! Appending commands to the ledger.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use stockledger_core::codec::{self, EncodeError};
+use stockledger_core::{
+    AdjustmentId, Command, CommandBody, CommandId, Deduct, LogPosition, OrderId, Quantity, Restock,
+    RestockMode, Rollback, Sku, ValidationError,
+};
+
+use crate::kafka::KafkaConfig;
+
+/// Settings the contract depends on: retries never reorder or duplicate
+/// (idempotent producer, all in-sync replicas), and every client, in any
+/// language, routes a SKU to the same partition (Java's murmur2 partitioner).
+pub const CONTRACT_SETTINGS: [(&str, &str); 3] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("partitioner", "murmur2_random"),
+];
+
+/// Defaults tuned for many small records; each may be overridden.
+const TUNABLE_DEFAULTS: [(&str, &str); 3] = [
+    ("linger.ms", "5"),
+    // A record not delivered within this bound is handed back as an error.
+    ("message.timeout.ms", "30000"),
+    ("compression.type", "none"),
+];
+
+/// The header naming the payload's encoding, for tools reading the topic.
+pub const CONTENT_TYPE_HEADER: &str = "content-type";
+pub const CONTENT_TYPE: &str = "application/vnd.apache.avro.single-object";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProducerError {
+    /// A command field was refused; nothing was sent.
+    #[error("invalid command: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("librdkafka setting {name}={value} would break the ledger's contract (it needs {name}={required})")]
+    ContractSetting {
+        name: String,
+        value: String,
+        required: &'static str,
+    },
+    #[error("cannot create the Kafka producer: {0}")]
+    Client(#[source] KafkaError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The brokers did not take the record. `payload` is the encoded command,
+    /// handed back so the caller can retry or record it; nothing is dropped.
+    #[error("command {command_id} for sku {sku} was not delivered to {topic}: {error}")]
+    Delivery {
+        topic: String,
+        sku: String,
+        command_id: String,
+        #[source]
+        error: KafkaError,
+        payload: Vec<u8>,
+    },
+}
+
+/// Where a command landed, returned once the brokers hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub command_id: CommandId,
+    pub sku: Sku,
+    pub position: LogPosition,
+}
+
+/// Sends commands to the command topic. Cheap to share: clone it or put it
+/// in an `Arc`; all clones use one librdkafka producer.
+#[derive(Clone)]
+pub struct LedgerProducer {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl std::fmt::Debug for LedgerProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerProducer")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LedgerProducer {
+    pub fn new(kafka: &KafkaConfig, topic: impl Into<String>) -> Result<Self, ProducerError> {
+        for (name, required) in CONTRACT_SETTINGS {
+            if let Some(value) = kafka.property(name) {
+                if value != required {
+                    return Err(ProducerError::ContractSetting {
+                        name: name.to_owned(),
+                        value: value.to_owned(),
+                        required,
+                    });
+                }
+            }
+        }
+        let defaults: Vec<(&str, &str)> = CONTRACT_SETTINGS
+            .iter()
+            .chain(TUNABLE_DEFAULTS.iter())
+            .copied()
+            .collect();
+        let producer = kafka
+            .client_config(&defaults)
+            .create()
+            .map_err(ProducerError::Client)?;
+        Ok(Self {
+            producer,
+            topic: topic.into(),
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Takes `quantity` units of `sku` for `order_id`.
+    pub async fn deduct(
+        &self,
+        sku: &str,
+        order_id: &str,
+        quantity: i64,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Deduct(Deduct {
+            order_id: OrderId::new(order_id)?,
+            quantity: Quantity::new(quantity)?,
+        });
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Gives back what `order_id` took of `sku`.
+    pub async fn rollback(
+        &self,
+        sku: &str,
+        order_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Rollback(Rollback::new(
+            OrderId::new(order_id)?,
+            reason.map(str::to_owned),
+        )?);
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Arranges the stock of `sku`; `adjustment_id` makes a resend harmless.
+    pub async fn restock(
+        &self,
+        sku: &str,
+        adjustment_id: &str,
+        mode: RestockMode,
+        quantity: i64,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Restock(Restock::new(
+            AdjustmentId::new(adjustment_id)?,
+            mode,
+            quantity,
+        )?);
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Sends an already validated command body with a fresh command id.
+    pub async fn send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
+        let command = Command {
+            command_id: CommandId::new(uuid::Uuid::new_v4().to_string())?,
+            sku,
+            occurred_at: now_millis(),
+            body,
+        };
+        self.send_command(&command).await
+    }
+
+    /// Sends `command` as it is, keyed by its SKU, and waits until the
+    /// brokers acknowledge it.
+    pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {
+        let payload = codec::encode_command(command)?;
+        let headers = OwnedHeaders::new().insert(Header {
+            key: CONTENT_TYPE_HEADER,
+            value: Some(CONTENT_TYPE),
+        });
+        let record = FutureRecord::to(&self.topic)
+            .key(command.sku.as_str())
+            .payload(&payload)
+            .headers(headers);
+        // The queue wait is bounded by message.timeout.ms; a full local queue
+        // waits rather than failing at once.
+        match self.producer.send(record, Duration::from_secs(60)).await {
+            Ok(delivery) => Ok(Receipt {
+                command_id: command.command_id.clone(),
+                sku: command.sku.clone(),
+                position: LogPosition {
+                    topic: self.topic.clone(),
+                    partition: delivery.partition,
+                    offset: delivery.offset,
+                },
+            }),
+            Err((error, _message)) => Err(ProducerError::Delivery {
+                topic: self.topic.clone(),
+                sku: command.sku.to_string(),
+                command_id: command.command_id.to_string(),
+                error,
+                payload,
+            }),
+        }
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
