@@ -1,1 +1,29 @@
-//! stub
+//! The CDC archiver: outcomes from Kafka into PostgreSQL, for analysts.
+//!
+//! - [`archiver`]: the consumer-group member that writes pages of outcomes,
+//!   each page and the archiver's progress in one transaction, with
+//!   `ON CONFLICT DO NOTHING` on the log position.
+//! - [`query`]: reading the archive back (history of a SKU or an order,
+//!   counts), for the CLI and the checks.
+//! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
+
+pub mod archiver;
+pub mod query;
+
+pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
+
+/// The archive's migrations; this crate is the only PostgreSQL writer.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Connects to PostgreSQL and brings the schema up to date.
+pub async fn connect(
+    database_url: &str,
+    max_connections: u32,
+) -> Result<sqlx::PgPool, sqlx::Error> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .connect(database_url)
+        .await?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}

@@ -1,0 +1,372 @@
+//! Outcomes to PostgreSQL, a page at a time.
+//!
+//! A page is at most `page_size` outcomes (so memory is bounded by it) or
+//! whatever arrived within `page_wait` of its first record. Each page is one
+//! transaction: a single multi-row `INSERT … SELECT FROM UNNEST(…)` with
+//! `ON CONFLICT DO NOTHING` on the log position, plus the archiver's
+//! per-partition progress. Kafka offsets are committed after the
+//! transaction; if that commit is lost, the redelivered page is skipped by
+//! the stored progress and, failing that, collapses on the primary key.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use sqlx::PgPool;
+use stockledger_core::codec;
+use stockledger_core::Outcome;
+use stockledger_producer::{redact_url, KafkaConfig};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+#[derive(Clone)]
+pub struct ArchiverConfig {
+    pub kafka: KafkaConfig,
+    pub database_url: String,
+    pub outcomes_topic: String,
+    pub group_id: String,
+    /// Most outcomes written in one transaction.
+    pub page_size: usize,
+    /// How long a page waits to fill once its first outcome is in.
+    pub page_wait: Duration,
+    pub stats_interval: Duration,
+}
+
+impl std::fmt::Debug for ArchiverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiverConfig")
+            .field("kafka", &self.kafka)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("outcomes_topic", &self.outcomes_topic)
+            .field("group_id", &self.group_id)
+            .field("page_size", &self.page_size)
+            .field("page_wait", &self.page_wait)
+            .field("stats_interval", &self.stats_interval)
+            .finish()
+    }
+}
+
+impl ArchiverConfig {
+    pub fn new(kafka: KafkaConfig, database_url: impl Into<String>) -> Self {
+        Self {
+            kafka,
+            database_url: database_url.into(),
+            outcomes_topic: "stock.ledger.outcomes".into(),
+            group_id: "stockledger-archiver".into(),
+            page_size: 1000,
+            page_wait: Duration::from_millis(100),
+            stats_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiverError {
+    #[error("cannot create the Kafka consumer: {0}")]
+    Client(#[source] KafkaError),
+    #[error("cannot subscribe to {topic}: {source}")]
+    Subscribe {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the archive schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArchiverStats {
+    /// Outcomes written (or found already written) by this run.
+    pub rows: u64,
+    pub pages: u64,
+    /// Outcome messages that could not be decoded (logged, not archived).
+    pub undecodable: u64,
+}
+
+/// Runs the archiver until `shutdown` completes; the page in flight is
+/// finished first.
+pub async fn run(
+    config: ArchiverConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ArchiverStats, ArchiverError> {
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    info!(config = ?config, "starting the archiver");
+    let pool = crate::connect(&config.database_url, 2)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Migrate(m) => ArchiverError::Migrate(*m),
+            other => ArchiverError::Database(other),
+        })?;
+    let mut progress = load_progress(&pool, &config).await?;
+    let consumer: StreamConsumer = config
+        .kafka
+        .client_config(&[
+            ("group.id", &config.group_id),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ])
+        .create()
+        .map_err(ArchiverError::Client)?;
+    consumer
+        .subscribe(&[&config.outcomes_topic])
+        .map_err(|source| ArchiverError::Subscribe {
+            topic: config.outcomes_topic.clone(),
+            source,
+        })?;
+
+    let mut stats = ArchiverStats::default();
+    let mut ticker = tokio::time::interval(config.stats_interval);
+    ticker.tick().await;
+    let mut last_report = (Instant::now(), 0u64);
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            _ = ticker.tick() => {
+                let (at, rows) = last_report;
+                let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
+                info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
+                last_report = (Instant::now(), stats.rows);
+                continue;
+            }
+            m = consumer.recv() => m,
+        };
+        let first = match first {
+            Ok(m) => m.detach(),
+            Err(e) => {
+                warn!(error = %e, "consumer error; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut page = vec![first];
+        let deadline = tokio::time::Instant::now() + config.page_wait;
+        while page.len() < config.page_size {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(Ok(m)) => page.push(m.detach()),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "consumer error while filling a page");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if !write_page_with_retry(&pool, &config, &page, &mut progress, &mut stats, &mut stop)
+            .await?
+        {
+            break;
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (&partition, &next) in &progress {
+            if let Err(e) = offsets.add_partition_offset(
+                &config.outcomes_topic,
+                partition,
+                Offset::Offset(next),
+            ) {
+                warn!(error = %e, partition, "cannot record an offset to commit");
+            }
+        }
+        if let Err(e) = consumer.commit(&offsets, CommitMode::Async) {
+            warn!(error = %e, "committing offsets failed; pages may be redelivered and skipped");
+        }
+    }
+    info!(rows = stats.rows, "archiver stopped");
+    Ok(stats)
+}
+
+async fn load_progress(
+    pool: &PgPool,
+    config: &ArchiverConfig,
+) -> Result<HashMap<i32, i64>, sqlx::Error> {
+    let rows: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT partition, next_offset FROM archiver_progress
+         WHERE consumer_group = $1 AND topic = $2",
+    )
+    .bind(&config.group_id)
+    .bind(&config.outcomes_topic)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Writes the page, retrying with backoff while PostgreSQL is unreachable.
+/// Returns `false` if asked to stop while waiting (nothing was written).
+async fn write_page_with_retry(
+    pool: &PgPool,
+    config: &ArchiverConfig,
+    page: &[OwnedMessage],
+    progress: &mut HashMap<i32, i64>,
+    stats: &mut ArchiverStats,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<bool, ArchiverError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match write_page(pool, config, page, progress).await {
+            Ok(written) => {
+                stats.rows += written.rows;
+                stats.undecodable += written.undecodable;
+                stats.pages += 1;
+                for (partition, next) in written.next_offsets {
+                    progress.insert(partition, next);
+                }
+                return Ok(true);
+            }
+            Err(e) if is_transient(&e) => {
+                warn!(error = %e, retry_in = ?backoff, "PostgreSQL unavailable; progress not advanced, retrying");
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return Ok(false),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn is_transient(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_)
+    ) || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03"))
+}
+
+struct Written {
+    rows: u64,
+    undecodable: u64,
+    next_offsets: HashMap<i32, i64>,
+}
+
+/// The page as columns, ready for `UNNEST`.
+#[derive(Default)]
+struct Columns {
+    topic: Vec<String>,
+    partition: Vec<i32>,
+    offset: Vec<i64>,
+    sku: Vec<String>,
+    command: Vec<Option<String>>,
+    command_id: Vec<Option<String>>,
+    order_id: Vec<Option<String>>,
+    adjustment_id: Vec<Option<String>>,
+    quantity: Vec<Option<i64>>,
+    result: Vec<String>,
+    delta: Vec<i64>,
+    available_after: Vec<i64>,
+    total_after: Vec<i64>,
+    reason: Vec<Option<String>>,
+    occurred_at_ms: Vec<i64>,
+}
+
+impl Columns {
+    fn push(&mut self, o: Outcome) {
+        self.topic.push(o.position.topic);
+        self.partition.push(o.position.partition);
+        self.offset.push(o.position.offset);
+        self.sku.push(o.sku);
+        self.command.push(o.kind.map(|k| k.as_str().to_owned()));
+        self.command_id.push(o.command_id);
+        self.order_id.push(o.order_id);
+        self.adjustment_id.push(o.adjustment_id);
+        self.quantity.push(o.quantity);
+        self.result.push(o.decision.result.as_str().to_owned());
+        self.delta.push(o.decision.delta);
+        self.available_after.push(o.decision.available);
+        self.total_after.push(o.decision.total);
+        self.reason.push(o.decision.reason);
+        self.occurred_at_ms.push(o.occurred_at);
+    }
+}
+
+async fn write_page(
+    pool: &PgPool,
+    config: &ArchiverConfig,
+    page: &[OwnedMessage],
+    progress: &HashMap<i32, i64>,
+) -> Result<Written, sqlx::Error> {
+    let mut columns = Columns::default();
+    let mut next_offsets: HashMap<i32, i64> = HashMap::new();
+    let mut undecodable = 0;
+    for message in page {
+        let (partition, offset) = (message.partition(), message.offset());
+        if progress.get(&partition).is_some_and(|&next| offset < next) {
+            continue; // archived by an earlier page
+        }
+        let next = next_offsets.entry(partition).or_insert(0);
+        *next = (*next).max(offset + 1);
+        match codec::decode_outcome(message.payload().unwrap_or_default()) {
+            Ok(outcome) => columns.push(outcome),
+            Err(e) => {
+                undecodable += 1;
+                error!(topic = message.topic(), partition, offset, error = %e, "undecodable outcome message; not archived");
+            }
+        }
+    }
+    let rows = columns.offset.len() as u64;
+    let mut tx = pool.begin().await?;
+    if rows > 0 {
+        sqlx::query(
+            "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
+                 order_id, adjustment_id, quantity, result, delta, available_after, total_after,
+                 reason, occurred_at)
+             SELECT topic, partition, log_offset, sku, command, command_id, order_id,
+                 adjustment_id, quantity, result, delta, available_after, total_after, reason,
+                 timestamptz 'epoch' + occurred_ms * interval '1 millisecond'
+             FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                 $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
+                 $13::bigint[], $14::text[], $15::bigint[])
+                 AS page(topic, partition, log_offset, sku, command, command_id, order_id,
+                     adjustment_id, quantity, result, delta, available_after, total_after, reason,
+                     occurred_ms)
+             ON CONFLICT (topic, partition, log_offset) DO NOTHING",
+        )
+        .bind(&columns.topic)
+        .bind(&columns.partition)
+        .bind(&columns.offset)
+        .bind(&columns.sku)
+        .bind(&columns.command)
+        .bind(&columns.command_id)
+        .bind(&columns.order_id)
+        .bind(&columns.adjustment_id)
+        .bind(&columns.quantity)
+        .bind(&columns.result)
+        .bind(&columns.delta)
+        .bind(&columns.available_after)
+        .bind(&columns.total_after)
+        .bind(&columns.reason)
+        .bind(&columns.occurred_at_ms)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let partitions: Vec<i32> = next_offsets.keys().copied().collect();
+    let nexts: Vec<i64> = partitions.iter().map(|p| next_offsets[p]).collect();
+    sqlx::query(
+        "INSERT INTO archiver_progress (consumer_group, topic, partition, next_offset)
+         SELECT $1, $2, partition, next_offset FROM UNNEST($3::int[], $4::bigint[])
+             AS p(partition, next_offset)
+         ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+         SET next_offset = GREATEST(archiver_progress.next_offset, EXCLUDED.next_offset),
+             updated_at = now()",
+    )
+    .bind(&config.group_id)
+    .bind(&config.outcomes_topic)
+    .bind(&partitions)
+    .bind(&nexts)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Written {
+        rows,
+        undecodable,
+        next_offsets,
+    })
+}
