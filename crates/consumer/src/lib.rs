@@ -5,11 +5,13 @@
 //!   published, offsets committed after, undecodable records dead-lettered.
 //! - [`projection`]: the Redis side: the apply script (`lua/apply.lua`) and
 //!   reading a SKU's state back.
+//! - [`check`]: comparing the projection with the reference fold of the log.
 //! - [`record`]: what a command-topic record means (command or refusal).
 //! - [`log`]: reading a topic to its end and folding the command log through
 //!   the reference state machine (for checks, demo and replay).
 
 pub mod applier;
+pub mod check;
 pub mod log;
 pub mod projection;
 pub mod record;

@@ -1,6 +1,7 @@
-//! Reading a whole topic up to the high watermarks seen at the start, and
+//! Reading a whole topic to its current end, and
 //! folding the command log through the reference state machine.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -34,8 +35,8 @@ pub enum LogError {
     Task(String),
 }
 
-/// Reads every record of `topic` from the beginning up to the high
-/// watermarks it finds when it starts, in offset order per partition.
+/// Reads every record of `topic` from the beginning to the end of each
+/// partition, sorted by partition and offset.
 pub async fn read_topic(
     kafka: &KafkaConfig,
     topic: &str,
@@ -53,11 +54,15 @@ fn read_topic_blocking(
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<LogRecord>, LogError> {
+    // The end of each partition is where the broker reports partition EOF
+    // (the high watermark of a fetch). ListOffsets is not used: some
+    // Kafka-compatible brokers answer it with the last batch's base offset.
     let consumer: BaseConsumer = kafka
         .client_config(&[
             ("group.id", "stockledger-log-reader"),
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", "true"),
         ])
         .create()?;
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
@@ -71,48 +76,33 @@ fn read_topic_blocking(
         return Err(LogError::NoSuchTopic(topic.to_owned()));
     }
     let mut assignment = TopicPartitionList::new();
-    let mut remaining = 0usize;
-    let mut ends = std::collections::HashMap::new();
     for &p in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
-        if high > low {
-            assignment.add_partition_offset(topic, p, Offset::Beginning)?;
-            ends.insert(p, high);
-            remaining += 1;
-        }
-    }
-    let mut records = Vec::new();
-    if remaining == 0 {
-        return Ok(records);
+        assignment.add_partition_offset(topic, p, Offset::Beginning)?;
     }
     consumer.assign(&assignment)?;
+    let mut pending: HashSet<i32> = partitions.into_iter().collect();
+    let mut records = Vec::new();
     let deadline = Instant::now() + timeout;
-    while remaining > 0 {
+    while !pending.is_empty() {
         if Instant::now() > deadline {
             return Err(LogError::Timeout {
                 topic: topic.to_owned(),
                 timeout,
             });
         }
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let message = message?;
-        let Some(&end) = ends.get(&message.partition()) else {
-            continue;
-        };
-        if message.offset() >= end {
-            continue;
-        }
-        records.push(LogRecord {
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            payload: message.payload().map(<[u8]>::to_vec),
-            timestamp: message.timestamp().to_millis(),
-        });
-        if message.offset() + 1 == end {
-            remaining -= 1;
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                pending.remove(&p);
+            }
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(message)) => records.push(LogRecord {
+                partition: message.partition(),
+                offset: message.offset(),
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec),
+                timestamp: message.timestamp().to_millis(),
+            }),
         }
     }
     records.sort_by_key(|r| (r.partition, r.offset));

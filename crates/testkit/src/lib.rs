@@ -1,1 +1,19 @@
-//! stub
+//! Test services for stockledger.
+//!
+//! - [`services`]: where Kafka, Redis and PostgreSQL are for this test
+//!   process: URLs from the environment (`KAFKA_BROKERS`, `REDIS_URL`,
+//!   `DATABASE_URL`) when set, else local binaries started on free loopback
+//!   ports (a Kafka-compatible `tansu` broker, `redis-server`) that stop
+//!   when the test process ends.
+//! - [`harness`]: a fresh namespace per test (topics, key prefix, consumer
+//!   groups) so tests run in parallel, with the applier and archiver run
+//!   in-process and stopped deterministically.
+//! - [`wait`]: awaiting a condition with a deadline, instead of sleeping.
+
+pub mod harness;
+pub mod services;
+pub mod wait;
+
+pub use harness::{reset_group_offsets, Component, Harness, Namespace};
+pub use services::{services, Services};
+pub use wait::wait_until;

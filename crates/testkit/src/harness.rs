@@ -1,0 +1,223 @@
+//! One test's namespace and the components running in it.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sqlx::PgPool;
+use stockledger_archiver::{ArchiverConfig, ArchiverStats};
+use stockledger_consumer::log::{self, LogRecord};
+use stockledger_consumer::{ApplierConfig, ApplierStats, Projection};
+use stockledger_producer::admin::{create_topics, TopicSpec};
+use stockledger_producer::LedgerProducer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::services::{services, Services};
+use crate::wait::wait_until;
+
+/// How long a test waits for the pipeline to catch up before failing.
+pub const CATCH_UP: Duration = Duration::from_secs(60);
+
+/// Names private to one test.
+#[derive(Debug, Clone)]
+pub struct Namespace {
+    pub id: String,
+    pub topic: String,
+    pub outcomes_topic: String,
+    pub dlq_topic: String,
+    pub prefix: String,
+    pub applier_group: String,
+    pub archiver_group: String,
+}
+
+impl Namespace {
+    pub fn new(test: &str) -> Self {
+        let id = format!("{test}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        Self {
+            topic: format!("{id}.ledger"),
+            outcomes_topic: format!("{id}.outcomes"),
+            dlq_topic: format!("{id}.dlq"),
+            prefix: format!("t:{id}"),
+            applier_group: format!("{id}-applier"),
+            archiver_group: format!("{id}-archiver"),
+            id,
+        }
+    }
+}
+
+/// A component running in a task, stopped on request.
+#[derive(Debug)]
+pub struct Component<T> {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<T>>,
+}
+
+impl<T: Send + 'static> Component<T> {
+    fn spawn<E, F>(start: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
+    where
+        F: std::future::Future<Output = Result<T, E>> + Send + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let (stop, stopped) = oneshot::channel();
+        let run = start(stopped);
+        let task = tokio::spawn(async move { run.await.map_err(anyhow::Error::from) });
+        Self { stop, task }
+    }
+
+    /// Asks the component to stop and returns what it reports.
+    pub async fn stop(self) -> anyhow::Result<T> {
+        let _ = self.stop.send(());
+        self.task.await.context("component task panicked")?
+    }
+}
+
+/// Everything one end-to-end test needs, in its own namespace.
+#[derive(Debug)]
+pub struct Harness {
+    pub services: &'static Services,
+    pub ns: Namespace,
+    pub producer: LedgerProducer,
+    pub projection: Projection,
+    pub pool: PgPool,
+}
+
+impl Harness {
+    /// Creates the namespace's topics (`partitions` each for commands and
+    /// outcomes) and connects the clients.
+    pub async fn new(test: &str, partitions: i32) -> anyhow::Result<Self> {
+        let services = services().await?;
+        let ns = Namespace::new(test);
+        let specs: Vec<TopicSpec> = [&ns.topic, &ns.outcomes_topic, &ns.dlq_topic]
+            .into_iter()
+            .map(|name| TopicSpec {
+                name: name.clone(),
+                partitions,
+                replication: 1,
+            })
+            .collect();
+        create_topics(&services.kafka, &specs).await?;
+        let pool = stockledger_archiver::connect(&services.database_url, 4)
+            .await
+            .with_context(|| format!("connecting to {}", services.database_url))?;
+        Ok(Self {
+            producer: LedgerProducer::new(&services.kafka, ns.topic.clone())?,
+            projection: Projection::connect(&services.redis_url, ns.prefix.clone()).await?,
+            pool,
+            services,
+            ns,
+        })
+    }
+
+    pub fn applier_config(&self) -> ApplierConfig {
+        let mut c =
+            ApplierConfig::new(self.services.kafka.clone(), self.services.redis_url.clone());
+        c.prefix = self.ns.prefix.clone();
+        c.topic = self.ns.topic.clone();
+        c.outcomes_topic = self.ns.outcomes_topic.clone();
+        c.dlq_topic = self.ns.dlq_topic.clone();
+        c.group_id = self.ns.applier_group.clone();
+        c
+    }
+
+    pub fn archiver_config(&self) -> ArchiverConfig {
+        let mut c = ArchiverConfig::new(
+            self.services.kafka.clone(),
+            self.services.database_url.clone(),
+        );
+        c.outcomes_topic = self.ns.outcomes_topic.clone();
+        c.group_id = self.ns.archiver_group.clone();
+        c.page_wait = Duration::from_millis(20);
+        c
+    }
+
+    pub fn start_applier_with(&self, config: ApplierConfig) -> Component<ApplierStats> {
+        Component::spawn(|stopped| {
+            stockledger_consumer::run(config, async {
+                let _ = stopped.await;
+            })
+        })
+    }
+
+    pub fn start_applier(&self) -> Component<ApplierStats> {
+        self.start_applier_with(self.applier_config())
+    }
+
+    pub fn start_archiver(&self) -> Component<ArchiverStats> {
+        let config = self.archiver_config();
+        Component::spawn(|stopped| {
+            stockledger_archiver::run(config, async {
+                let _ = stopped.await;
+            })
+        })
+    }
+
+    /// Rows archived for this test's command topic.
+    pub async fn archived_rows(&self) -> anyhow::Result<i64> {
+        Ok(stockledger_archiver::query::count_rows(&self.pool, &self.ns.topic).await?)
+    }
+
+    /// Waits until exactly `rows` rows are archived (fails on more).
+    pub async fn wait_for_archive(&self, rows: i64) -> anyhow::Result<()> {
+        wait_until(&format!("{rows} archived rows"), CATCH_UP, || async {
+            let n = self.archived_rows().await?;
+            anyhow::ensure!(n <= rows, "{n} rows archived, more than the {rows} records");
+            Ok((n == rows).then_some(()))
+        })
+        .await
+    }
+
+    /// Every record of a topic, read to its current end.
+    pub async fn read(&self, topic: &str) -> anyhow::Result<Vec<LogRecord>> {
+        Ok(log::read_topic(&self.services.kafka, topic, CATCH_UP).await?)
+    }
+
+    /// Appends raw bytes to the command topic (for garbage and hand-made records).
+    pub async fn send_raw(&self, key: &str, payload: &[u8]) -> anyhow::Result<(i32, i64)> {
+        let producer: FutureProducer = self.services.kafka.client_config(&[]).create()?;
+        let delivery = producer
+            .send(
+                FutureRecord::to(&self.ns.topic).key(key).payload(payload),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        Ok((delivery.partition, delivery.offset))
+    }
+
+    /// Fails unless Redis holds exactly the reference fold of the log.
+    pub async fn assert_projection_matches_log(&self) -> anyhow::Result<()> {
+        let records = self.read(&self.ns.topic).await?;
+        let reference = log::fold(&records);
+        let mismatches = stockledger_consumer::check::compare(&self.projection, &reference).await?;
+        anyhow::ensure!(
+            mismatches.is_empty(),
+            "Redis differs from the reference fold of the log: {mismatches:#?}"
+        );
+        Ok(())
+    }
+}
+
+/// Commits offset 0 for every partition of `topic` in `group`, as
+/// `kafka-consumer-groups --reset-offsets --to-earliest` does. The group
+/// must have no active member.
+pub async fn reset_group_offsets(
+    kafka: &stockledger_producer::KafkaConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = kafka
+        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
+        .create()?;
+    let mut offsets = TopicPartitionList::new();
+    for p in 0..partitions {
+        offsets.add_partition_offset(topic, p, Offset::Offset(0))?;
+    }
+    tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+        .await
+        .context("offset reset task")??;
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Finding or starting the services a test needs.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use stockledger_producer::KafkaConfig;
+use tokio::sync::OnceCell;
+
+/// Connection settings of the services shared by the tests of one process.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    pub database_url: String,
+}
+
+static SERVICES: OnceCell<Services> = OnceCell::const_new();
+
+/// The services for this test process, started on first use.
+pub async fn services() -> anyhow::Result<&'static Services> {
+    SERVICES
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(discover)
+                .await
+                .context("service discovery task")?
+        })
+        .await
+}
+
+fn discover() -> anyhow::Result<Services> {
+    let brokers = match std::env::var("KAFKA_BROKERS") {
+        Ok(b) if !b.is_empty() => b,
+        _ => start_broker()?,
+    };
+    let redis_url = match std::env::var("REDIS_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => start_redis()?,
+    };
+    let database_url = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    Ok(Services {
+        kafka: KafkaConfig::new(brokers),
+        redis_url,
+        database_url,
+    })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Starts `program args…` in the background, tied to this process: a small
+/// shell watchdog stops it once the test process is gone.
+fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::Result<()> {
+    let quoted: Vec<String> = std::iter::once(program.to_owned())
+        .chain(args.iter().cloned())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let script = format!(
+        "{cmd} >'{log}' 2>&1 & child=$!
+         while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.5; done
+         kill $child 2>/dev/null",
+        cmd = quoted.join(" "),
+        parent = std::process::id(),
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
+    Ok(())
+}
+
+fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<()> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("{what} did not listen on 127.0.0.1:{port} within 30 s; see {log}")
+}
+
+/// The tansu binary: `$STOCKLEDGER_TANSU`, the one the local stack scripts
+/// build under the home directory, or `tansu` on `PATH`.
+fn tansu_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("STOCKLEDGER_TANSU") {
+        return Ok(PathBuf::from(path));
+    }
+    if let Ok(home) = std::env::var("HOME") {
+        let built = PathBuf::from(home).join(".stockledger/tansu/bin/tansu");
+        if built.exists() {
+            return Ok(built);
+        }
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("tansu"))
+        .find(|p| p.exists());
+    on_path.context(
+        "no Kafka broker: set KAFKA_BROKERS, or build the local broker with deploy/local/stack.sh",
+    )
+}
+
+fn start_broker() -> anyhow::Result<String> {
+    let binary = tansu_binary()?;
+    let port = free_port()?;
+    let url = format!("tcp://127.0.0.1:{port}");
+    let log = std::env::temp_dir().join(format!("stockledger-tansu-{port}.log"));
+    let log = log.to_string_lossy().into_owned();
+    spawn_tied(
+        &binary.to_string_lossy(),
+        &[
+            "broker".into(),
+            "--listener-url".into(),
+            url.clone(),
+            "--advertised-listener-url".into(),
+            url,
+            "--storage-engine".into(),
+            "memory://tansu/".into(),
+        ],
+        &log,
+    )?;
+    wait_for_port(port, "the tansu broker", &log)?;
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+fn start_redis() -> anyhow::Result<String> {
+    let port = free_port()?;
+    let log = std::env::temp_dir().join(format!("stockledger-redis-{port}.log"));
+    let log = log.to_string_lossy().into_owned();
+    spawn_tied(
+        "redis-server",
+        &[
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            port.to_string(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+        ],
+        &log,
+    )?;
+    wait_for_port(port, "redis-server", &log)?;
+    Ok(format!("redis://127.0.0.1:{port}"))
+}

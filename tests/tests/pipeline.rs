@@ -1,0 +1,338 @@
+//! The walking skeleton end to end: producer -> Kafka -> applier (Redis Lua)
+//! -> outcomes -> archiver (PostgreSQL), against real services.
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use rdkafka::message::Headers;
+use stockledger_archiver::query::{self, HistoryOf};
+use stockledger_consumer::applier::DLQ_REASON_HEADER;
+use stockledger_core::{RestockMode, ResultCode};
+use stockledger_producer::producer::ProducerError;
+use stockledger_producer::OutcomeReader;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::{reset_group_offsets, wait_until, Harness};
+
+async fn results_of(h: &Harness, sku: &str) -> anyhow::Result<Vec<(Option<String>, String)>> {
+    let rows = query::history(&h.pool, &HistoryOf::Sku(sku.into()), 10_000).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.topic == h.ns.topic)
+        .map(|r| (r.command, r.result))
+        .collect())
+}
+
+fn count(results: &[(Option<String>, String)], command: &str, result: ResultCode) -> usize {
+    results
+        .iter()
+        .filter(|(c, r)| c.as_deref() == Some(command) && r == result.as_str())
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_buyers_share_twenty_units_without_oversell() -> anyhow::Result<()> {
+    let h = Harness::new("fifty-buyers", 4).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer
+        .restock("HOT", "initial", RestockMode::Set, 20)
+        .await?;
+    let buyers = (0..50).map(|i| {
+        let producer = h.producer.clone();
+        async move { producer.deduct("HOT", &format!("order-{i}"), 1).await }
+    });
+    try_join_all(buyers).await?;
+    h.wait_for_archive(51).await?;
+
+    let results = results_of(&h, "HOT").await?;
+    assert_eq!(count(&results, "DEDUCT", ResultCode::Applied), 20);
+    assert_eq!(
+        count(&results, "DEDUCT", ResultCode::RejectedInsufficient),
+        30
+    );
+    assert_eq!(
+        results
+            .iter()
+            .filter(|(c, _)| c.as_deref() == Some("DEDUCT"))
+            .count(),
+        50
+    );
+    let state = h.projection.read_sku("HOT").await?.expect("HOT has state");
+    assert_eq!((state.available, state.total), (0, 20));
+    assert_eq!(query::min_available(&h.pool, &h.ns.topic).await?, Some(0));
+    h.assert_projection_matches_log().await?;
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct(
+) -> anyhow::Result<()> {
+    let h = Harness::new("tombstone", 2).await?;
+    let applier = h.start_applier();
+    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let wait = Duration::from_secs(30);
+
+    let restock = h
+        .producer
+        .restock("SKU-T", "a1", RestockMode::Set, 10)
+        .await?;
+    assert_eq!(
+        reader.wait(&restock, wait).await?.result,
+        ResultCode::Applied
+    );
+    let early = h
+        .producer
+        .rollback("SKU-T", "o-1", Some("cancelled"))
+        .await?;
+    let late = h.producer.deduct("SKU-T", "o-1", 4).await?;
+    let again = h.producer.rollback("SKU-T", "o-1", None).await?;
+
+    assert_eq!(
+        reader.wait(&early, wait).await?.result,
+        ResultCode::IgnoredNoDeduction
+    );
+    let refused = reader.wait(&late, wait).await?;
+    assert_eq!(
+        (refused.result, refused.delta, refused.available),
+        (ResultCode::RejectedCancelled, 0, 10)
+    );
+    let second = reader.wait(&again, wait).await?;
+    assert_eq!(
+        (second.result, second.delta, second.available),
+        (ResultCode::Duplicate, 0, 10)
+    );
+    let state = h
+        .projection
+        .read_sku("SKU-T")
+        .await?
+        .expect("SKU-T has state");
+    assert_eq!((state.available, state.total), (10, 10));
+    assert_eq!(
+        state.orders["o-1"].status,
+        stockledger_core::OrderStatus::Cancelled
+    );
+
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> anyhow::Result<()> {
+    let partitions = 3;
+    let h = Harness::new("redelivery", partitions).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    for sku in ["A", "B", "C"] {
+        h.producer.restock(sku, "init", RestockMode::Set, 5).await?;
+    }
+    let sends = (0..30).map(|i| {
+        let producer = h.producer.clone();
+        async move {
+            let sku = ["A", "B", "C"][i % 3];
+            producer.deduct(sku, &format!("o{i}"), 1).await?;
+            if i % 4 == 0 {
+                producer.rollback(sku, &format!("o{i}"), None).await?;
+            }
+            Ok::<_, ProducerError>(())
+        }
+    });
+    try_join_all(sends).await?;
+    let records = h.read(&h.ns.topic).await?.len() as i64;
+    h.wait_for_archive(records).await?;
+    let before: Vec<_> = {
+        let mut states = Vec::new();
+        for sku in ["A", "B", "C"] {
+            states.push(h.projection.read_sku(sku).await?);
+        }
+        states
+    };
+    let rows_before = query::history(&h.pool, &HistoryOf::Sku("A".into()), 1000).await?;
+    applier.stop().await?;
+
+    reset_group_offsets(
+        &h.services.kafka,
+        &h.ns.applier_group,
+        &h.ns.topic,
+        partitions,
+    )
+    .await?;
+    let again = h.start_applier();
+    // Every record yields its outcome a second time; wait until all are out
+    // and the archiver has read them all.
+    wait_until("the redelivered outcomes", CATCH_UP, || async {
+        let outcomes = h.read(&h.ns.outcomes_topic).await?.len() as i64;
+        Ok((outcomes == 2 * records).then_some(()))
+    })
+    .await?;
+    wait_until("the archiver to read every outcome", CATCH_UP, || async {
+        let next: Option<i64> = sqlx::query_scalar(
+            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
+        )
+        .bind(&h.ns.archiver_group)
+        .fetch_one(&h.pool)
+        .await?;
+        Ok((next == Some(2 * records)).then_some(()))
+    })
+    .await?;
+
+    for (sku, state) in ["A", "B", "C"].into_iter().zip(&before) {
+        assert_eq!(
+            &h.projection.read_sku(sku).await?,
+            state,
+            "{sku} changed on redelivery"
+        );
+    }
+    assert_eq!(h.archived_rows().await?, records);
+    assert_eq!(
+        query::history(&h.pool, &HistoryOf::Sku("A".into()), 1000).await?,
+        rows_before
+    );
+    let stats = again.stop().await?;
+    assert_eq!(
+        stats.records, records as u64,
+        "the second applier saw the whole log"
+    );
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_record_is_dead_lettered_and_the_partition_goes_on() -> anyhow::Result<()> {
+    let h = Harness::new("dead-letter", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer
+        .restock("SKU-G", "a", RestockMode::Set, 3)
+        .await?;
+    let (_, garbage_offset) = h.send_raw("SKU-G", b"definitely not avro").await?;
+    h.producer.deduct("SKU-G", "after-garbage", 2).await?;
+    h.wait_for_archive(3).await?;
+
+    let dead = h.read(&h.ns.dlq_topic).await?;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].payload.as_deref(),
+        Some(&b"definitely not avro"[..])
+    );
+    let results = results_of(&h, "SKU-G").await?;
+    assert_eq!(results[1], (None, "INVALID".to_owned()));
+    assert_eq!(
+        results[2],
+        (Some("DEDUCT".to_owned()), "APPLIED".to_owned())
+    );
+    let state = h
+        .projection
+        .read_sku("SKU-G")
+        .await?
+        .expect("SKU-G has state");
+    assert_eq!(state.available, 1);
+    assert!(!state.decisions.contains_key(&garbage_offset));
+
+    // The reason travels in a header.
+    let consumer_records = dead_letter_reasons(&h).await?;
+    assert_eq!(consumer_records.len(), 1);
+    assert!(
+        consumer_records[0].contains("single-object"),
+        "{consumer_records:?}"
+    );
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+async fn dead_letter_reasons(h: &Harness) -> anyhow::Result<Vec<String>> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Message;
+    let consumer: StreamConsumer = h
+        .services
+        .kafka
+        .client_config(&[
+            ("group.id", &format!("{}-dlq-reader", h.ns.id)),
+            ("auto.offset.reset", "earliest"),
+        ])
+        .create()?;
+    consumer.subscribe(&[&h.ns.dlq_topic])?;
+    let message = tokio::time::timeout(CATCH_UP, consumer.recv()).await??;
+    let headers = message
+        .headers()
+        .ok_or_else(|| anyhow::anyhow!("no headers"))?;
+    Ok(headers
+        .iter()
+        .filter(|h| h.key == DLQ_REASON_HEADER)
+        .map(|h| String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restock_below_what_is_held_or_below_zero_is_refused_with_a_reason() -> anyhow::Result<()> {
+    let h = Harness::new("restock", 1).await?;
+    let applier = h.start_applier();
+    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let wait = Duration::from_secs(30);
+    let set = h
+        .producer
+        .restock("SKU-R", "a1", RestockMode::Set, 10)
+        .await?;
+    let sold = h.producer.deduct("SKU-R", "o1", 6).await?;
+    let below = h
+        .producer
+        .restock("SKU-R", "a2", RestockMode::Set, 5)
+        .await?;
+    let negative = h
+        .producer
+        .restock("SKU-R", "a3", RestockMode::Add, -5)
+        .await?;
+    assert_eq!(reader.wait(&set, wait).await?.result, ResultCode::Applied);
+    assert_eq!(reader.wait(&sold, wait).await?.result, ResultCode::Applied);
+
+    let below = reader.wait(&below, wait).await?;
+    assert_eq!(below.result, ResultCode::RejectedRestock);
+    assert_eq!(
+        below.reason.as_deref(),
+        Some("SET 5 is below the 6 units held by orders")
+    );
+    let negative = reader.wait(&negative, wait).await?;
+    assert_eq!(negative.result, ResultCode::RejectedRestock);
+    assert_eq!(
+        negative.reason.as_deref(),
+        Some("ADD -5 would leave available at -1")
+    );
+    let state = h
+        .projection
+        .read_sku("SKU-R")
+        .await?
+        .expect("SKU-R has state");
+    assert_eq!((state.available, state.total), (4, 10));
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_producer_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
+    let h = Harness::new("invalid-input", 1).await?;
+    let p = &h.producer;
+    let long = "o".repeat(10 * 1024);
+    let cases = [
+        (p.deduct("SKU", "o1", 0).await, "quantity"),
+        (p.deduct("SKU", "", 1).await, "order_id"),
+        (p.deduct("SKU\n2", "o1", 1).await, "sku"),
+        (p.deduct("SKU", &long, 1).await, "order_id"),
+        (p.rollback("SKU", "", None).await, "order_id"),
+        (p.restock("SKU", "a", RestockMode::Add, 0).await, "quantity"),
+    ];
+    for (result, field) in cases {
+        match result {
+            Err(ProducerError::Invalid(e)) => assert_eq!(e.field, field, "{e}"),
+            other => panic!("expected an invalid {field}, got {other:?}"),
+        }
+    }
+    assert!(
+        h.read(&h.ns.topic).await?.is_empty(),
+        "nothing may be published"
+    );
+    Ok(())
+}
