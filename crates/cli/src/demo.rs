@@ -1,0 +1,319 @@
+//! The flash-sale demo: the whole pipeline, in one process, against the
+//! configured services, ending with the contract's checks.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use futures::future::try_join_all;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use stockledger_archiver::query;
+use stockledger_consumer::log;
+use stockledger_core::{RestockMode, ResultCode};
+use stockledger_producer::admin::{create_topics, TopicSpec};
+use stockledger_producer::{LedgerProducer, OutcomeReader};
+use tokio::sync::oneshot;
+
+use crate::Global;
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Orders placed in total.
+    #[arg(long, default_value_t = 5000)]
+    pub orders: usize,
+    /// Concurrent buyers (tasks) placing them.
+    #[arg(long, default_value_t = 200)]
+    pub buyers: usize,
+    /// Units of the hot SKU put on sale.
+    #[arg(long, default_value_t = 1000)]
+    pub stock: i64,
+    /// Percent of orders cancelled after their deduct (rolled back).
+    #[arg(long, default_value_t = 10)]
+    pub cancel_percent: u32,
+    /// Percent of orders whose deduct is sent twice (a client retry).
+    #[arg(long, default_value_t = 5)]
+    pub duplicate_percent: u32,
+    /// Percent of orders whose rollback is sent before their deduct.
+    #[arg(long, default_value_t = 3)]
+    pub early_rollback_percent: u32,
+    /// Partitions of the demo's topics.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+    /// Seed of the workload's random choices.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Seconds to wait for the pipeline to catch up before failing.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+}
+
+const HOT_SKU: &str = "DEMO-HOT";
+
+/// What the buyers sent.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    records: u64,
+    cancelled: u64,
+    duplicated: u64,
+    early_rollbacks: u64,
+}
+
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, o: Self) {
+        self.records += o.records;
+        self.cancelled += o.cancelled;
+        self.duplicated += o.duplicated;
+        self.early_rollbacks += o.early_rollbacks;
+    }
+}
+
+pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
+    anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
+    let run_id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let topic = format!("{run_id}.{}", g.topic);
+    let outcomes_topic = format!("{run_id}.{}", g.outcomes_topic);
+    let dlq_topic = format!("{run_id}.{}", g.dlq_topic);
+    let prefix = format!("{}:{run_id}", g.prefix);
+    println!("stockledger demo {run_id}");
+    println!(
+        "  topics   {topic}, {outcomes_topic}, {dlq_topic} ({} partitions)",
+        args.partitions
+    );
+    println!("  redis    prefix {prefix}");
+
+    let kafka = g.kafka();
+    let specs = [&topic, &outcomes_topic, &dlq_topic].map(|name| TopicSpec {
+        name: name.clone(),
+        partitions: args.partitions,
+        replication: 1,
+    });
+    create_topics(&kafka, &specs)
+        .await
+        .with_context(|| format!("creating topics on {}", g.brokers))?;
+    let pool = stockledger_archiver::connect(&g.database_url, 2)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {}",
+                stockledger_producer::redact_url(&g.database_url)
+            )
+        })?;
+
+    let mut applier = crate::applier_config(g);
+    applier.topic = topic.clone();
+    applier.outcomes_topic = outcomes_topic.clone();
+    applier.dlq_topic = dlq_topic.clone();
+    applier.prefix = prefix.clone();
+    applier.group_id = format!("{run_id}-applier");
+    let mut archiver = crate::archiver_config(g);
+    archiver.outcomes_topic = outcomes_topic.clone();
+    archiver.group_id = format!("{run_id}-archiver");
+    archiver.page_wait = Duration::from_millis(20);
+    let (stop_applier, applier_stopped) = oneshot::channel::<()>();
+    let (stop_archiver, archiver_stopped) = oneshot::channel::<()>();
+    let applier_task = tokio::spawn(stockledger_consumer::run(applier, async {
+        let _ = applier_stopped.await;
+    }));
+    let archiver_task = tokio::spawn(stockledger_archiver::run(archiver, async {
+        let _ = archiver_stopped.await;
+    }));
+
+    let producer = LedgerProducer::new(&kafka, topic.clone())?;
+    let reader = OutcomeReader::connect(&g.redis_url, prefix.clone()).await?;
+    let timeout = Duration::from_secs(args.timeout);
+    let restock = producer
+        .restock(
+            HOT_SKU,
+            &format!("{run_id}-initial"),
+            RestockMode::Set,
+            args.stock,
+        )
+        .await?;
+    let decision = reader
+        .wait(&restock, timeout)
+        .await
+        .context("waiting for the applier to take the initial restock")?;
+    anyhow::ensure!(
+        decision.result == ResultCode::Applied,
+        "initial restock: {decision:?}"
+    );
+
+    let started = Instant::now();
+    let buyers = (0..args.buyers).map(|buyer| {
+        let producer = producer.clone();
+        let args = &args;
+        async move {
+            let mut rng = StdRng::seed_from_u64(args.seed.wrapping_add(buyer as u64));
+            let mut sent = Sent::default();
+            for order in (buyer..args.orders).step_by(args.buyers) {
+                let order_id = format!("order-{order}");
+                let roll: u32 = rng.gen_range(0..100);
+                if roll < args.early_rollback_percent {
+                    producer
+                        .rollback(HOT_SKU, &order_id, Some("cancelled before paying"))
+                        .await?;
+                    producer.deduct(HOT_SKU, &order_id, 1).await?;
+                    sent.early_rollbacks += 1;
+                    sent.records += 2;
+                } else if roll < args.early_rollback_percent + args.cancel_percent {
+                    producer.deduct(HOT_SKU, &order_id, 1).await?;
+                    producer
+                        .rollback(HOT_SKU, &order_id, Some("cancelled"))
+                        .await?;
+                    sent.cancelled += 1;
+                    sent.records += 2;
+                } else if roll
+                    < args.early_rollback_percent + args.cancel_percent + args.duplicate_percent
+                {
+                    producer.deduct(HOT_SKU, &order_id, 1).await?;
+                    producer.deduct(HOT_SKU, &order_id, 1).await?;
+                    sent.duplicated += 1;
+                    sent.records += 2;
+                } else {
+                    producer.deduct(HOT_SKU, &order_id, 1).await?;
+                    sent.records += 1;
+                }
+            }
+            Ok::<_, anyhow::Error>(sent)
+        }
+    });
+    let mut sent = Sent::default();
+    for s in try_join_all(buyers).await? {
+        sent += s;
+    }
+    let produced_in = started.elapsed();
+    let expected_rows = sent.records as i64 + 1; // + the initial restock
+
+    let deadline = Instant::now() + timeout;
+    let archived = loop {
+        let rows = query::count_rows(&pool, &topic).await?;
+        if rows >= expected_rows || Instant::now() >= deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let end_to_end = started.elapsed();
+    let _ = stop_applier.send(());
+    let _ = stop_archiver.send(());
+    applier_task.await.context("applier task")??;
+    archiver_task.await.context("archiver task")??;
+
+    println!(
+        "  workload {} orders from {} buyers on {HOT_SKU} ({} units): {} cancelled, {} duplicated, {} rolled back before their deduct",
+        args.orders, args.buyers, args.stock, sent.cancelled, sent.duplicated, sent.early_rollbacks
+    );
+    let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
+    println!(
+        "  log      {} records: produced in {:.2} s ({}/s), decided and archived in {:.2} s ({}/s)",
+        expected_rows,
+        produced_in.as_secs_f64(),
+        rate(sent.records, produced_in),
+        end_to_end.as_secs_f64(),
+        rate(sent.records, end_to_end),
+    );
+
+    let by_result = query::count_by_result(&pool, &topic).await?;
+    let history = query::history(&pool, &query::HistoryOf::Sku(HOT_SKU.into()), i64::MAX).await?;
+    let count = |command: &str, result: ResultCode| {
+        history
+            .iter()
+            .filter(|e| {
+                e.topic == topic
+                    && e.command.as_deref() == Some(command)
+                    && e.result == result.as_str()
+            })
+            .count()
+    };
+    println!();
+    println!(
+        "  orders applied (stock taken)          {:>6}",
+        count("DEDUCT", ResultCode::Applied)
+    );
+    println!(
+        "  orders refused: sold out              {:>6}",
+        count("DEDUCT", ResultCode::RejectedInsufficient)
+    );
+    println!(
+        "  orders refused: cancelled first       {:>6}",
+        count("DEDUCT", ResultCode::RejectedCancelled)
+    );
+    println!(
+        "  duplicate deducts ignored             {:>6}",
+        count("DEDUCT", ResultCode::Duplicate)
+    );
+    println!(
+        "  cancellations rolled back             {:>6}",
+        count("ROLLBACK", ResultCode::Applied)
+    );
+    println!(
+        "  rollbacks before deduct (tombstones)  {:>6}",
+        count("ROLLBACK", ResultCode::IgnoredNoDeduction)
+    );
+    println!(
+        "  rows by result: {}",
+        by_result
+            .iter()
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let projection =
+        stockledger_consumer::Projection::connect(&g.redis_url, prefix.clone()).await?;
+    let state = projection.read_sku(HOT_SKU).await?;
+    match &state {
+        Some(s) => println!(
+            "  stock left {} of {} ({} held by orders)",
+            s.available,
+            s.total,
+            s.held()
+        ),
+        None => println!("  stock left: no state in Redis"),
+    }
+    println!();
+
+    let mut all_pass = true;
+    let mut check = |ok: bool, what: String| {
+        all_pass &= ok;
+        println!("  {}  {what}", if ok { "PASS" } else { "FAIL" });
+    };
+    let lowest = query::min_available(&pool, &topic).await?;
+    let redis_available = state.as_ref().map_or(0, |s| s.available);
+    check(
+        lowest.is_some_and(|l| l >= 0) && redis_available >= 0,
+        format!(
+            "stock never below zero (lowest archived {}, Redis {redis_available})",
+            lowest.map_or("none".into(), |l| l.to_string())
+        ),
+    );
+    let records = log::read_topic(&kafka, &topic, timeout).await?;
+    let reference = log::fold(&records);
+    let mismatches = stockledger_consumer::check::compare(&projection, &reference).await?;
+    check(
+        mismatches.is_empty(),
+        format!(
+            "Redis equals the reference fold of the log ({} SKU, {} records){}",
+            reference.skus.len(),
+            records.len(),
+            mismatches
+                .iter()
+                .map(|m| format!("\n        {m}"))
+                .collect::<String>()
+        ),
+    );
+    check(
+        archived == records.len() as i64,
+        format!(
+            "archive rows equal log records ({archived} = {})",
+            records.len()
+        ),
+    );
+    Ok(if all_pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
