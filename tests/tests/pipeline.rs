@@ -14,12 +14,8 @@ use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{reset_group_offsets, wait_until, Harness};
 
 async fn results_of(h: &Harness, sku: &str) -> anyhow::Result<Vec<(Option<String>, String)>> {
-    let rows = query::history(&h.pool, &HistoryOf::Sku(sku.into()), 10_000).await?;
-    Ok(rows
-        .into_iter()
-        .filter(|r| r.topic == h.ns.topic)
-        .map(|r| (r.command, r.result))
-        .collect())
+    let rows = query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku(sku.into()), 10_000).await?;
+    Ok(rows.into_iter().map(|r| (r.command, r.result)).collect())
 }
 
 fn count(results: &[(Option<String>, String)], command: &str, result: ResultCode) -> usize {
@@ -149,7 +145,8 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
         }
         states
     };
-    let rows_before = query::history(&h.pool, &HistoryOf::Sku("A".into()), 1000).await?;
+    let rows_before =
+        query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku("A".into()), 1000).await?;
     applier.stop().await?;
 
     reset_group_offsets(
@@ -187,7 +184,7 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
     }
     assert_eq!(h.archived_rows().await?, records);
     assert_eq!(
-        query::history(&h.pool, &HistoryOf::Sku("A".into()), 1000).await?,
+        query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku("A".into()), 1000).await?,
         rows_before
     );
     let stats = again.stop().await?;

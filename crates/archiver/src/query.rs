@@ -37,14 +37,21 @@ const ENTRY_COLUMNS: &str = "topic, partition, log_offset, sku, command, order_i
     quantity, result, delta, available_after, total_after, reason,
     to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS occurred_at";
 
-/// Up to `limit` entries in log order (the oldest first).
-pub async fn history(pool: &PgPool, of: &HistoryOf, limit: i64) -> Result<Vec<Entry>, sqlx::Error> {
+/// Up to `limit` entries of the ledger on command topic `topic`, in log
+/// order (the oldest first).
+pub async fn history(
+    pool: &PgPool,
+    topic: &str,
+    of: &HistoryOf,
+    limit: i64,
+) -> Result<Vec<Entry>, sqlx::Error> {
     match of {
         HistoryOf::Sku(sku) => {
             sqlx::query_as(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE sku = $1
-                 ORDER BY topic, log_offset LIMIT $2"
+                "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1 AND sku = $2
+                 ORDER BY log_offset LIMIT $3"
             ))
+            .bind(topic)
             .bind(sku)
             .bind(limit)
             .fetch_all(pool)
@@ -53,9 +60,10 @@ pub async fn history(pool: &PgPool, of: &HistoryOf, limit: i64) -> Result<Vec<En
         HistoryOf::Order { order_id, sku } => {
             sqlx::query_as(&format!(
                 "SELECT {ENTRY_COLUMNS} FROM ledger_entries
-                 WHERE order_id = $1 AND ($2::text IS NULL OR sku = $2)
-                 ORDER BY sku, topic, log_offset LIMIT $3"
+                 WHERE topic = $1 AND order_id = $2 AND ($3::text IS NULL OR sku = $3)
+                 ORDER BY sku, log_offset LIMIT $4"
             ))
+            .bind(topic)
             .bind(order_id)
             .bind(sku)
             .bind(limit)

@@ -216,7 +216,13 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
 
     let by_result = query::count_by_result(&pool, &topic).await?;
-    let history = query::history(&pool, &query::HistoryOf::Sku(HOT_SKU.into()), i64::MAX).await?;
+    let history = query::history(
+        &pool,
+        &topic,
+        &query::HistoryOf::Sku(HOT_SKU.into()),
+        i64::MAX,
+    )
+    .await?;
     let count = |command: &str, result: ResultCode| {
         history
             .iter()

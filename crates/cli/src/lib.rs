@@ -175,7 +175,7 @@ pub enum Command {
         #[arg(value_parser = parse_order_id)]
         order_id: OrderId,
     },
-    /// Show archived decisions of a SKU or an order, oldest first.
+    /// Show archived decisions of a SKU or an order on the command topic, oldest first.
     History(HistoryArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(demo::DemoArgs),
@@ -489,7 +489,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         stockledger_producer::redact_url(&g.database_url)
                     )
                 })?;
-            let entries = query::history(&pool, &of, args.limit.max(1)).await?;
+            let entries = query::history(&pool, &g.topic, &of, args.limit.max(1)).await?;
             print_history(&entries, args.json);
         }
         Command::Demo(args) => return demo::run(g, args).await,

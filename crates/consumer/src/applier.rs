@@ -161,6 +161,16 @@ struct Item {
     command: Result<Command, String>,
 }
 
+/// A record to publish for one item of a batch.
+struct Outgoing<'a> {
+    what: &'static str,
+    topic: &'a str,
+    key: &'a str,
+    payload: Vec<u8>,
+    headers: Option<OwnedHeaders>,
+    position: &'a LogPosition,
+}
+
 /// Runs the applier until `shutdown` completes. The batch in flight when it
 /// does is finished and committed before returning.
 pub async fn run(
@@ -338,14 +348,7 @@ impl Applier {
         };
 
         // Encode everything first so the delivery futures can borrow it.
-        let mut messages: Vec<(
-            &'static str,
-            &str,
-            &str,
-            Vec<u8>,
-            Option<OwnedHeaders>,
-            &LogPosition,
-        )> = Vec::with_capacity(items.len() + 1);
+        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(items.len() + 1);
         for (item, slot) in items.iter().zip(&slots) {
             let outcome = match (slot, &item.command) {
                 (Some((r, k)), Ok(command)) => {
@@ -365,42 +368,40 @@ impl Applier {
                             key: DLQ_SOURCE_HEADER,
                             value: Some(source.as_bytes()),
                         });
-                    messages.push((
-                        "dead letter",
-                        &self.config.dlq_topic,
-                        &item.key,
-                        item.payload.clone().unwrap_or_default(),
-                        Some(headers),
-                        &item.position,
-                    ));
+                    messages.push(Outgoing {
+                        what: "dead letter",
+                        topic: &self.config.dlq_topic,
+                        key: &item.key,
+                        payload: item.payload.clone().unwrap_or_default(),
+                        headers: Some(headers),
+                        position: &item.position,
+                    });
                     self.stats.dead_lettered += 1;
                     Outcome::invalid(item.position.clone(), &item.key, reason, item.timestamp)
                 }
             };
-            messages.push((
-                "outcome",
-                &self.config.outcomes_topic,
-                &item.key,
-                codec::encode_outcome(&outcome)?,
-                None,
-                &item.position,
-            ));
+            messages.push(Outgoing {
+                what: "outcome",
+                topic: &self.config.outcomes_topic,
+                key: &item.key,
+                payload: codec::encode_outcome(&outcome)?,
+                headers: None,
+                position: &item.position,
+            });
         }
-        let deliveries = messages.iter().map(|(_, topic, key, payload, headers, _)| {
-            let mut record = FutureRecord::to(topic).key(*key).payload(payload);
-            if let Some(headers) = headers {
+        let deliveries = messages.iter().map(|m| {
+            let mut record = FutureRecord::to(m.topic).key(m.key).payload(&m.payload);
+            if let Some(headers) = &m.headers {
                 record = record.headers(headers.clone());
             }
             self.producer.send(record, Duration::from_secs(60))
         });
-        for (result, (what, topic, _, _, _, position)) in
-            join_all(deliveries).await.into_iter().zip(&messages)
-        {
+        for (result, m) in join_all(deliveries).await.into_iter().zip(&messages) {
             if let Err((source, _)) = result {
                 return Err(ApplierError::Publish {
-                    what,
-                    topic: (*topic).to_owned(),
-                    position: (*position).clone(),
+                    what: m.what,
+                    topic: m.topic.to_owned(),
+                    position: m.position.clone(),
                     source,
                 });
             }

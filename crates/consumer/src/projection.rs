@@ -147,12 +147,8 @@ impl Projection {
     pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
         let mut conn = self.redis.clone();
-        let (stock, orders, adjustments, decisions): (
-            BTreeMap<String, String>,
-            BTreeMap<String, String>,
-            BTreeMap<String, String>,
-            BTreeMap<String, String>,
-        ) = redis::pipe()
+        type Hash = BTreeMap<String, String>;
+        let (stock, orders, adjustments, decisions): (Hash, Hash, Hash, Hash) = redis::pipe()
             .hgetall(&keys.stock)
             .hgetall(&keys.orders)
             .hgetall(&keys.adjustments)

@@ -49,17 +49,23 @@ pub enum ProducerError {
     Client(#[source] KafkaError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
-    /// The brokers did not take the record. `payload` is the encoded command,
-    /// handed back so the caller can retry or record it; nothing is dropped.
-    #[error("command {command_id} for sku {sku} was not delivered to {topic}: {error}")]
-    Delivery {
-        topic: String,
-        sku: String,
-        command_id: String,
-        #[source]
-        error: KafkaError,
-        payload: Vec<u8>,
-    },
+    /// The brokers did not take the record; the failure hands back the
+    /// encoded command so nothing is dropped silently.
+    #[error(transparent)]
+    Delivery(Box<DeliveryFailure>),
+}
+
+/// A command the brokers did not take. `payload` is the encoded command,
+/// handed back so the caller can retry or record it.
+#[derive(Debug, thiserror::Error)]
+#[error("command {command_id} for sku {sku} was not delivered to {topic}: {error}")]
+pub struct DeliveryFailure {
+    pub topic: String,
+    pub sku: String,
+    pub command_id: String,
+    #[source]
+    pub error: KafkaError,
+    pub payload: Vec<u8>,
 }
 
 /// Where a command landed, returned once the brokers hold it.
@@ -197,13 +203,13 @@ impl LedgerProducer {
                     offset: delivery.offset,
                 },
             }),
-            Err((error, _message)) => Err(ProducerError::Delivery {
+            Err((error, _message)) => Err(ProducerError::Delivery(Box::new(DeliveryFailure {
                 topic: self.topic.clone(),
                 sku: command.sku.to_string(),
                 command_id: command.command_id.to_string(),
                 error,
                 payload,
-            }),
+            }))),
         }
     }
 }

@@ -1,0 +1,145 @@
+//! The `stockledger` binary against real services.
+
+use std::process::{Command, Output};
+
+use stockledger_testkit::Harness;
+
+fn stockledger(h: &Harness, args: &[&str]) -> std::io::Result<Output> {
+    Command::new(env!("CARGO_BIN_EXE_stockledger"))
+        .args(args)
+        .env("KAFKA_BROKERS", &h.services.kafka.brokers)
+        .env("REDIS_URL", &h.services.redis_url)
+        .env("DATABASE_URL", &h.services.database_url)
+        .env("STOCKLEDGER_TOPIC", &h.ns.topic)
+        .env("STOCKLEDGER_OUTCOMES_TOPIC", &h.ns.outcomes_topic)
+        .env("STOCKLEDGER_DLQ_TOPIC", &h.ns.dlq_topic)
+        .env("STOCKLEDGER_PREFIX", &h.ns.prefix)
+        .output()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
+    let h = Harness::new("cli-invalid", 1).await?;
+    let long = "o".repeat(10 * 1024);
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["deduct", "SKU", "o1", "0"],
+            "quantity: must be at least 1",
+        ),
+        (&["deduct", "SKU", "", "1"], "order_id: must not be empty"),
+        (
+            &["deduct", "SKU\n2", "o1", "1"],
+            "sku: must not contain control characters",
+        ),
+        (
+            &["deduct", "SKU", &long, "1"],
+            "order_id: is 10240 bytes long",
+        ),
+        (
+            &["restock", "SKU", "--add", "0"],
+            "quantity: ADD needs a non-zero amount",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = stockledger(&h, args)?;
+        assert!(!out.status.success(), "{args:?} must fail");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    assert!(
+        h.read(&h.ns.topic).await?.is_empty(),
+        "nothing may be published"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_sends_commands_waits_for_decisions_and_reads_state() -> anyhow::Result<()> {
+    let h = Harness::new("cli-flow", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+
+    let out = stockledger(
+        &h,
+        &[
+            "restock",
+            "SKU-C",
+            "--set",
+            "5",
+            "--adjustment-id",
+            "a1",
+            "--wait",
+            "30",
+        ],
+    )?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("APPLIED: delta 5, available 5, total 5"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = stockledger(&h, &["deduct", "SKU-C", "o1", "2", "--wait", "30"])?;
+    assert!(
+        text(&out.stdout).contains("APPLIED: delta -2, available 3"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = stockledger(
+        &h,
+        &[
+            "rollback",
+            "SKU-C",
+            "o1",
+            "--reason",
+            "changed mind",
+            "--wait",
+            "30",
+        ],
+    )?;
+    assert!(
+        text(&out.stdout).contains("APPLIED: delta 2, available 5"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = stockledger(&h, &["stock", "SKU-C"])?;
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "SKU-C: available 5, total 5, held 0, last offset 2"
+    );
+    let out = stockledger(&h, &["order", "SKU-C", "o1"])?;
+    assert!(
+        text(&out.stdout).contains("ROLLED_BACK, quantity 2"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = stockledger(&h, &["stock", "NEVER"])?;
+    assert_eq!(out.status.code(), Some(1));
+
+    h.wait_for_archive(3).await?;
+    let out = stockledger(&h, &["history", "--order", "o1", "--json"])?;
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let results: Vec<_> = lines
+        .iter()
+        .map(|l| (l["command"].as_str(), l["result"].as_str()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (Some("DEDUCT"), Some("APPLIED")),
+            (Some("ROLLBACK"), Some("APPLIED"))
+        ]
+    );
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
