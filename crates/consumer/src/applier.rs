@@ -30,7 +30,7 @@ use stockledger_producer::{redact_url, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::projection::{Projection, ProjectionError, Run};
+use crate::projection::{Batch, Projection, ProjectionError, Run};
 use crate::record::{interpret, key_text};
 
 /// Header of a dead-lettered record: why it was refused.
@@ -319,43 +319,28 @@ impl Applier {
             })
             .collect();
 
-        // Group valid commands by (partition, sku), keeping log order within
-        // each group: only per-SKU order matters, and a SKU lives in one
-        // partition.
-        let mut runs: Vec<Run<'_>> = Vec::new();
-        let mut run_of: HashMap<(i32, &str), usize> = HashMap::new();
-        let mut slots: Vec<Option<(usize, usize)>> = Vec::with_capacity(items.len());
-        for item in &items {
-            let Ok(command) = &item.command else {
-                slots.push(None);
-                continue;
-            };
-            let sku = command.sku.as_str();
-            let r = *run_of
-                .entry((item.position.partition, sku))
-                .or_insert_with(|| {
-                    runs.push(Run {
-                        sku,
-                        records: Vec::new(),
-                    });
-                    runs.len() - 1
-                });
-            slots.push(Some((r, runs[r].records.len())));
-            runs[r].records.push((item.position.offset, &command.body));
-        }
-        let Some(decisions) = self.apply_with_retry(&runs).await? else {
+        let batch = Batch::group(items.iter().filter_map(|item| {
+            let command = item.command.as_ref().ok()?;
+            Some((item.position.partition, item.position.offset, command))
+        }));
+        let Some(decisions) = self.apply_with_retry(&batch.runs).await? else {
             return Ok(()); // stopping: nothing published, nothing committed
         };
+        let mut decisions = batch.in_record_order(&decisions).into_iter();
 
         // Encode everything first so the delivery futures can borrow it.
         let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(items.len() + 1);
-        for (item, slot) in items.iter().zip(&slots) {
-            let outcome = match (slot, &item.command) {
-                (Some((r, k)), Ok(command)) => {
-                    Outcome::for_command(item.position.clone(), command, decisions[*r][*k].clone())
+        for item in &items {
+            let decision = match &item.command {
+                Ok(_) => decisions.next(),
+                Err(_) => None,
+            };
+            let outcome = match (&item.command, decision) {
+                (Ok(command), Some(decision)) => {
+                    Outcome::for_command(item.position.clone(), command, decision)
                 }
-                (_, command) => {
-                    // Every valid command has a slot, so this is a refusal.
+                (command, _) => {
+                    // Every valid command got a decision, so this is a refusal.
                     let reason = command.as_ref().err().cloned().unwrap_or_default();
                     debug!(position = %item.position, %reason, "dead-lettering a record");
                     let source = item.position.to_string();

@@ -1,13 +1,13 @@
 //! The Redis projection: applying runs of records with the Lua script and
 //! reading SKU state back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use redis::aio::ConnectionManager;
 use redis::{ErrorKind, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_core::{CommandBody, Decision, OrderEntry, SkuState};
+use stockledger_core::{Command, CommandBody, Decision, OrderEntry, SkuState};
 
 /// The script that applies records; see the file for its contract.
 pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");
@@ -52,6 +52,46 @@ pub struct Run<'a> {
     pub records: Vec<(i64, &'a CommandBody)>,
 }
 
+/// The runs of one batch: records grouped by (partition, SKU), log order
+/// kept within each group. Only per-SKU order matters and a SKU lives in one
+/// partition, so this is the fewest script calls that keep the contract.
+#[derive(Debug, Default)]
+pub struct Batch<'a> {
+    pub runs: Vec<Run<'a>>,
+    /// For each record given to [`Batch::group`], its (run, index in run).
+    pub slots: Vec<(usize, usize)>,
+}
+
+impl<'a> Batch<'a> {
+    /// Groups `(partition, offset, command)` records, in delivery order.
+    pub fn group(records: impl IntoIterator<Item = (i32, i64, &'a Command)>) -> Self {
+        let mut batch = Batch::default();
+        let mut run_of: HashMap<(i32, &'a str), usize> = HashMap::new();
+        for (partition, offset, command) in records {
+            let sku = command.sku.as_str();
+            let runs = &mut batch.runs;
+            let r = *run_of.entry((partition, sku)).or_insert_with(|| {
+                runs.push(Run {
+                    sku,
+                    records: Vec::new(),
+                });
+                runs.len() - 1
+            });
+            batch.slots.push((r, batch.runs[r].records.len()));
+            batch.runs[r].records.push((offset, &command.body));
+        }
+        batch
+    }
+
+    /// Arranges per-run decisions back into the order records were given.
+    pub fn in_record_order(&self, decisions: &[Vec<Decision>]) -> Vec<Decision> {
+        self.slots
+            .iter()
+            .map(|&(r, k)| decisions[r][k].clone())
+            .collect()
+    }
+}
+
 /// One prefix of the projection in one Redis.
 #[derive(Clone)]
 pub struct Projection {
@@ -75,11 +115,16 @@ impl Projection {
     ) -> Result<Self, ProjectionError> {
         let client = redis::Client::open(redis_url)?;
         let redis = ConnectionManager::new(client).await?;
-        Ok(Self {
+        Ok(Self::new(redis, prefix))
+    }
+
+    /// A projection under `prefix` sharing an existing connection.
+    pub fn new(redis: ConnectionManager, prefix: impl Into<String>) -> Self {
+        Self {
             redis,
             prefix: prefix.into(),
             script: redis::Script::new(APPLY_LUA),
-        })
+        }
     }
 
     pub fn prefix(&self) -> &str {

@@ -9,10 +9,14 @@
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
 //! - [`wait`]: awaiting a condition with a deadline, instead of sleeping.
+//! - [`workload`]: random command logs and delivery schedules (proptest).
+//! - [`redis_dump`]: every key of a prefix, dumped, for byte-level comparison.
 
 pub mod harness;
+pub mod redis_dump;
 pub mod services;
 pub mod wait;
+pub mod workload;
 
 pub use harness::{reset_group_offsets, Component, Harness, Namespace};
 pub use services::{services, Services};

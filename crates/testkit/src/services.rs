@@ -18,26 +18,40 @@ pub struct Services {
 }
 
 static SERVICES: OnceCell<Services> = OnceCell::const_new();
+static REDIS: OnceCell<String> = OnceCell::const_new();
+
+/// Redis alone, for tests that need nothing else: `REDIS_URL`, or a
+/// `redis-server` started for this process.
+pub async fn redis_url() -> anyhow::Result<&'static str> {
+    let url = REDIS
+        .get_or_try_init(|| async {
+            match std::env::var("REDIS_URL") {
+                Ok(u) if !u.is_empty() => Ok(u),
+                _ => tokio::task::spawn_blocking(start_redis)
+                    .await
+                    .context("redis start task")?,
+            }
+        })
+        .await?;
+    Ok(url)
+}
 
 /// The services for this test process, started on first use.
 pub async fn services() -> anyhow::Result<&'static Services> {
     SERVICES
         .get_or_try_init(|| async {
-            tokio::task::spawn_blocking(discover)
+            let redis_url = redis_url().await?.to_owned();
+            tokio::task::spawn_blocking(move || discover(redis_url))
                 .await
                 .context("service discovery task")?
         })
         .await
 }
 
-fn discover() -> anyhow::Result<Services> {
+fn discover(redis_url: String) -> anyhow::Result<Services> {
     let brokers = match std::env::var("KAFKA_BROKERS") {
         Ok(b) if !b.is_empty() => b,
         _ => start_broker()?,
-    };
-    let redis_url = match std::env::var("REDIS_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => start_redis()?,
     };
     let database_url = std::env::var("DATABASE_URL")
         .ok()

@@ -1,0 +1,52 @@
+//! Byte-level views of a Redis key prefix.
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+
+/// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
+/// name without the prefix, so two prefixes can be compared byte for byte.
+pub async fn dump_prefix(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let mut dumps = BTreeMap::new();
+    for key in keys(conn, prefix).await? {
+        let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query_async(conn).await?;
+        let name = key.strip_prefix(prefix).unwrap_or(&key).to_owned();
+        dumps.insert(name, dump);
+    }
+    Ok(dumps)
+}
+
+/// Deletes every key under `prefix:`.
+pub async fn delete_prefix(conn: &mut ConnectionManager, prefix: &str) -> anyhow::Result<()> {
+    for chunk in keys(conn, prefix).await?.chunks(500) {
+        let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
+    }
+    Ok(())
+}
+
+async fn keys(conn: &mut ConnectionManager, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let pattern = format!("{prefix}:*");
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(keys)
+}

@@ -1,0 +1,240 @@
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+//! Property tests: the Lua script against the reference state machine on
+//! random logs and delivery schedules, the reference machine's invariants,
+//! and byte-level determinism of the Redis state.
+//!
+//! `PROPTEST_CASES=20000 cargo test -p stockledger-e2e --test properties`
+//! runs a long local session; failing cases shrink to a minimal log, which
+//! proptest prints.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use redis::aio::ConnectionManager;
+use stockledger_consumer::projection::{Batch, Projection};
+use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode};
+use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
+use stockledger_testkit::services::redis_url;
+use stockledger_testkit::workload::{cases, scenario, Scenario, SKUS};
+
+fn runner(default_cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases: cases(default_cases),
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+fn fail(e: anyhow::Error) -> TestCaseError {
+    TestCaseError::fail(format!("{e:#}"))
+}
+
+/// Runs `property` on generated scenarios with a Redis connection.
+fn with_redis(
+    default_cases: u32,
+    max_steps: usize,
+    property: impl Fn(&tokio::runtime::Runtime, ConnectionManager, &Scenario) -> anyhow::Result<()>,
+) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let conn = rt
+        .block_on(async {
+            let client = redis::Client::open(redis_url().await?)?;
+            anyhow::Ok(ConnectionManager::new(client).await?)
+        })
+        .unwrap();
+    let result = runner(default_cases).run(&scenario(max_steps), |s| {
+        property(&rt, conn.clone(), &s).map_err(fail)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn unique_prefix(name: &str) -> String {
+    format!("prop:{name}:{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Applies the scenario's batches through the script, as the applier does.
+async fn apply_batches<'a>(
+    projection: &Projection,
+    s: &'a Scenario,
+    batches: impl IntoIterator<Item = &'a [usize]>,
+    mut per_batch: impl FnMut(&'a [usize], Vec<Decision>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for batch in batches {
+        let grouped = Batch::group(batch.iter().map(|&i| {
+            let r = &s.log[i];
+            (r.partition, r.offset, &r.command)
+        }));
+        let decisions = projection.apply(&grouped.runs).await?;
+        per_batch(batch, grouped.in_record_order(&decisions))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_lua_script_decides_exactly_what_the_reference_machine_decides() {
+    with_redis(600, 60, |rt, conn, s| {
+        rt.block_on(async {
+            let prefix = unique_prefix("differential");
+            let projection = Projection::new(conn.clone(), prefix.clone());
+            let mut reference = Ledger::default();
+            apply_batches(&projection, s, s.batches(), |batch, got| {
+                let expected: Vec<Decision> = batch
+                    .iter()
+                    .map(|&i| reference.apply(s.log[i].offset, &s.log[i].command))
+                    .collect();
+                anyhow::ensure!(
+                    got == expected,
+                    "batch {batch:?}: Lua decided {got:#?}\nreference decided {expected:#?}"
+                );
+                Ok(())
+            })
+            .await?;
+            for sku in SKUS {
+                let actual = projection.read_sku(sku).await?;
+                anyhow::ensure!(
+                    actual.as_ref() == reference.sku(sku),
+                    "final state of {sku}: Redis {actual:#?}\nreference {:#?}",
+                    reference.sku(sku)
+                );
+            }
+            delete_prefix(&mut conn.clone(), &prefix).await
+        })
+    });
+}
+
+#[test]
+fn replaying_into_two_prefixes_gives_byte_equal_redis_state() {
+    with_redis(200, 60, |rt, conn, s| {
+        rt.block_on(async {
+            let (a, b) = (unique_prefix("replay-a"), unique_prefix("replay-b"));
+            // The same deliveries, cut into batches differently.
+            apply_batches(
+                &Projection::new(conn.clone(), a.clone()),
+                s,
+                s.batches(),
+                |_, _| Ok(()),
+            )
+            .await?;
+            let singles: Vec<&[usize]> = s.deliveries.chunks(1).collect();
+            apply_batches(
+                &Projection::new(conn.clone(), b.clone()),
+                s,
+                singles,
+                |_, _| Ok(()),
+            )
+            .await?;
+            let mut conn = conn;
+            let (dump_a, dump_b) = (
+                dump_prefix(&mut conn, &a).await?,
+                dump_prefix(&mut conn, &b).await?,
+            );
+            anyhow::ensure!(!s.log.is_empty() || dump_a.is_empty());
+            anyhow::ensure!(
+                dump_a == dump_b,
+                "dumps differ: keys {:?} vs {:?}",
+                dump_a.keys().collect::<Vec<_>>(),
+                dump_b.keys().collect::<Vec<_>>()
+            );
+            delete_prefix(&mut conn, &a).await?;
+            delete_prefix(&mut conn, &b).await
+        })
+    });
+}
+
+#[test]
+fn the_reference_machine_keeps_the_ledger_invariants() {
+    let result = runner(5000).run(&scenario(80), |s| check_invariants(&s).map_err(fail));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
+    let mut ledger = Ledger::default();
+    // (sku, order) pairs whose rollback has been applied for the first time,
+    // and those a rollback has given stock back to.
+    let mut rolled_back: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut credited: BTreeSet<(String, String)> = BTreeSet::new();
+    for &i in &s.deliveries {
+        let record = &s.log[i];
+        let sku = record.command.sku.as_str().to_owned();
+        let before = ledger.sku(&sku).cloned().unwrap_or_default();
+        let first_time = before.last_offset.is_none_or(|last| record.offset > last);
+        let decision = ledger.apply(record.offset, &record.command);
+        let after = ledger.sku(&sku).cloned().unwrap_or_default();
+
+        anyhow::ensure!(
+            after.available >= 0,
+            "{sku}: available {} below zero",
+            after.available
+        );
+        let held: i64 = after
+            .orders
+            .values()
+            .filter(|o| o.status == OrderStatus::Deducted)
+            .map(|o| o.quantity)
+            .sum();
+        anyhow::ensure!(
+            after.available + held == after.total,
+            "{sku}: available {} + held {held} != total {}",
+            after.available,
+            after.total
+        );
+        if !first_time {
+            anyhow::ensure!(
+                before == after,
+                "{sku}: a redelivery at {} changed state",
+                record.offset
+            );
+            anyhow::ensure!(Some(&decision) == after.decisions.get(&record.offset));
+            continue;
+        }
+        match &record.command.body {
+            CommandBody::Rollback(r) => {
+                let key = (sku.clone(), r.order_id.as_str().to_owned());
+                if decision.result == ResultCode::Applied {
+                    let taken = before.orders.get(key.1.as_str()).map(|o| o.quantity);
+                    anyhow::ensure!(
+                        Some(decision.delta) == taken,
+                        "rollback credited {} for a deduct of {taken:?}",
+                        decision.delta
+                    );
+                    anyhow::ensure!(credited.insert(key.clone()), "{key:?} credited twice");
+                } else {
+                    anyhow::ensure!(decision.delta == 0, "an unapplied rollback changed stock");
+                }
+                rolled_back.insert(key);
+            }
+            CommandBody::Deduct(d) => {
+                let key = (sku.clone(), d.order_id.as_str().to_owned());
+                if rolled_back.contains(&key) {
+                    anyhow::ensure!(
+                        decision.result != ResultCode::Applied && decision.delta == 0,
+                        "a deduct after its rollback took stock: {decision:?}"
+                    );
+                }
+            }
+            CommandBody::Restock(_) => {}
+        }
+    }
+    // Replaying the whole log again changes nothing and repeats every decision.
+    let folded = ledger.clone();
+    let mut first: BTreeMap<(String, i64), Decision> = BTreeMap::new();
+    for (sku, state) in &folded.skus {
+        for (offset, d) in &state.decisions {
+            first.insert((sku.clone(), *offset), d.clone());
+        }
+    }
+    for record in &s.log {
+        let again = ledger.apply(record.offset, &record.command);
+        let key = (record.command.sku.as_str().to_owned(), record.offset);
+        anyhow::ensure!(
+            first.get(&key) == Some(&again),
+            "replay of {key:?} decided {again:?}"
+        );
+    }
+    anyhow::ensure!(ledger == folded, "replaying the log changed the state");
+    Ok(())
+}
