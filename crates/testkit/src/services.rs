@@ -1,4 +1,9 @@
-//! Finding or starting the services a test needs.
+//! Finding or starting the services a test needs, in this order:
+//! the URL from the environment; else a container when a Docker engine
+//! answers (`redis:7`, `apache/kafka` in KRaft mode, `postgres:15`); else a
+//! local binary on a free loopback port (`redis-server`, the `tansu`
+//! broker) or, for PostgreSQL, the server on 127.0.0.1:5432. Whatever is
+//! started is stopped by a watchdog once the test process is gone.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -25,9 +30,9 @@ static REDIS: OnceCell<String> = OnceCell::const_new();
 pub async fn redis_url() -> anyhow::Result<&'static str> {
     let url = REDIS
         .get_or_try_init(|| async {
-            match std::env::var("REDIS_URL") {
-                Ok(u) if !u.is_empty() => Ok(u),
-                _ => tokio::task::spawn_blocking(start_redis)
+            match env_url("REDIS_URL") {
+                Some(u) => Ok(u),
+                None => tokio::task::spawn_blocking(start_redis)
                     .await
                     .context("redis start task")?,
             }
@@ -49,19 +54,114 @@ pub async fn services() -> anyhow::Result<&'static Services> {
 }
 
 fn discover(redis_url: String) -> anyhow::Result<Services> {
-    let brokers = match std::env::var("KAFKA_BROKERS") {
-        Ok(b) if !b.is_empty() => b,
-        _ => start_broker()?,
+    let brokers = match env_url("KAFKA_BROKERS") {
+        Some(b) => b,
+        None => start_broker()?,
     };
-    let database_url = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let database_url = match env_url("DATABASE_URL") {
+        Some(u) => u,
+        None if docker_engine() => start_postgres_container()?,
+        None => "postgres://postgres@127.0.0.1:5432/postgres".to_owned(),
+    };
     Ok(Services {
         kafka: KafkaConfig::new(brokers),
         redis_url,
         database_url,
     })
+}
+
+fn env_url(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Whether a Docker engine answers (checked once per process).
+fn docker_engine() -> bool {
+    static ANSWERS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWERS.get_or_init(|| {
+        Command::new("docker")
+            .args(["info", "--format", "{{.ServerVersion}}"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Runs `image` with `container_port` published on loopback `port`; returns
+/// the container id. The container is removed once this process is gone.
+fn start_container(
+    port: u16,
+    image: &str,
+    container_port: u16,
+    env: &[(&str, String)],
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let mut cmd = Command::new("docker");
+    cmd.args(["run", "-d", "--rm", "-p"])
+        .arg(format!("127.0.0.1:{port}:{container_port}"));
+    for (k, v) in env {
+        cmd.arg("-e").arg(format!("{k}={v}"));
+    }
+    let out = cmd
+        .arg(image)
+        .args(args)
+        .output()
+        .with_context(|| format!("docker run {image}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "docker run {image} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let watchdog = format!(
+        "while kill -0 {parent} 2>/dev/null; do sleep 1; done; docker rm -f {id} >/dev/null 2>&1",
+        parent = std::process::id()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(watchdog)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the container watchdog")?;
+    wait_for_port(port, image, &format!("`docker logs {id}`"))?;
+    Ok(id)
+}
+
+fn start_postgres_container() -> anyhow::Result<String> {
+    let port = free_port()?;
+    let id = start_container(
+        port,
+        "postgres:15",
+        5432,
+        &[("POSTGRES_PASSWORD", "stockledger".into())],
+        &[],
+    )?;
+    // The port opens before initdb's restart; wait until the server accepts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let ready = Command::new("docker")
+            .args([
+                "exec",
+                &id,
+                "pg_isready",
+                "-U",
+                "postgres",
+                "-h",
+                "127.0.0.1",
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ready {
+            return Ok(format!(
+                "postgres://postgres:stockledger@127.0.0.1:{port}/postgres"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bail!("PostgreSQL in container {id} was not ready within 60 s")
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -129,6 +229,39 @@ fn tansu_binary() -> anyhow::Result<PathBuf> {
 }
 
 fn start_broker() -> anyhow::Result<String> {
+    if docker_engine() {
+        let port = free_port()?;
+        let env = [
+            ("KAFKA_NODE_ID", "1".to_owned()),
+            ("KAFKA_PROCESS_ROLES", "broker,controller".to_owned()),
+            (
+                "KAFKA_CONTROLLER_QUORUM_VOTERS",
+                "1@localhost:9093".to_owned(),
+            ),
+            (
+                "KAFKA_LISTENERS",
+                "PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093".to_owned(),
+            ),
+            (
+                "KAFKA_ADVERTISED_LISTENERS",
+                format!("PLAINTEXT://127.0.0.1:{port}"),
+            ),
+            (
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_owned(),
+            ),
+            ("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER".to_owned()),
+            ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1".to_owned()),
+            (
+                "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+                "1".to_owned(),
+            ),
+            ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1".to_owned()),
+        ];
+        // The broker advertises the published loopback port to clients.
+        start_container(port, "apache/kafka:3.9.1", 9092, &env, &[])?;
+        return Ok(format!("127.0.0.1:{port}"));
+    }
     let binary = tansu_binary()?;
     let port = free_port()?;
     let url = format!("tcp://127.0.0.1:{port}");
@@ -152,6 +285,17 @@ fn start_broker() -> anyhow::Result<String> {
 }
 
 fn start_redis() -> anyhow::Result<String> {
+    if docker_engine() {
+        let port = free_port()?;
+        start_container(
+            port,
+            "redis:7",
+            6379,
+            &[],
+            &["--save", "", "--appendonly", "no"],
+        )?;
+        return Ok(format!("redis://127.0.0.1:{port}"));
+    }
     let port = free_port()?;
     let log = std::env::temp_dir().join(format!("stockledger-redis-{port}.log"));
     let log = log.to_string_lossy().into_owned();
