@@ -93,14 +93,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     create_topics(&kafka, &specs)
         .await
         .with_context(|| format!("creating topics on {}", g.brokers))?;
-    let pool = stockledger_archiver::connect(&g.database_url, 2)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to {}",
-                stockledger_producer::redact_url(&g.database_url)
-            )
-        })?;
+    let pool = crate::connect_archive(g, 2).await?;
 
     let mut applier = crate::applier_config(g);
     applier.topic = topic.clone();
@@ -234,30 +227,33 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             .count()
     };
     println!();
-    println!(
-        "  orders applied (stock taken)          {:>6}",
-        count("DEDUCT", ResultCode::Applied)
-    );
-    println!(
-        "  orders refused: sold out              {:>6}",
-        count("DEDUCT", ResultCode::RejectedInsufficient)
-    );
-    println!(
-        "  orders refused: cancelled first       {:>6}",
-        count("DEDUCT", ResultCode::RejectedCancelled)
-    );
-    println!(
-        "  duplicate deducts ignored             {:>6}",
-        count("DEDUCT", ResultCode::Duplicate)
-    );
-    println!(
-        "  cancellations rolled back             {:>6}",
-        count("ROLLBACK", ResultCode::Applied)
-    );
-    println!(
-        "  rollbacks before deduct (tombstones)  {:>6}",
-        count("ROLLBACK", ResultCode::IgnoredNoDeduction)
-    );
+    let lines = [
+        (
+            "orders applied (stock taken)",
+            "DEDUCT",
+            ResultCode::Applied,
+        ),
+        (
+            "orders refused: sold out",
+            "DEDUCT",
+            ResultCode::RejectedInsufficient,
+        ),
+        (
+            "orders refused: cancelled first",
+            "DEDUCT",
+            ResultCode::RejectedCancelled,
+        ),
+        ("duplicate deducts ignored", "DEDUCT", ResultCode::Duplicate),
+        ("cancellations rolled back", "ROLLBACK", ResultCode::Applied),
+        (
+            "rollbacks before deduct (tombstones)",
+            "ROLLBACK",
+            ResultCode::IgnoredNoDeduction,
+        ),
+    ];
+    for (label, command, result) in lines {
+        println!("  {label:<37} {:>6}", count(command, result));
+    }
     println!(
         "  rows by result: {}",
         by_result

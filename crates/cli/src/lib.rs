@@ -481,20 +481,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, Some(sku)) => HistoryOf::Sku(sku.into_string()),
                 (None, None) => anyhow::bail!("history needs --sku or --order"),
             };
-            let pool = stockledger_archiver::connect(&g.database_url, 1)
-                .await
-                .with_context(|| {
-                    format!(
-                        "connecting to {}",
-                        stockledger_producer::redact_url(&g.database_url)
-                    )
-                })?;
+            let pool = connect_archive(g, 1).await?;
             let entries = query::history(&pool, &g.topic, &of, args.limit.max(1)).await?;
             print_history(&entries, args.json);
         }
         Command::Demo(args) => return demo::run(g, args).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The archive database, migrated, with the (redacted) URL in any error.
+pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
+    stockledger_archiver::connect(&g.database_url, max_connections)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {}",
+                stockledger_producer::redact_url(&g.database_url)
+            )
+        })
 }
 
 pub fn applier_config(g: &Global) -> ApplierConfig {

@@ -243,33 +243,41 @@ impl Projection {
     /// blocked).
     pub async fn skus(&self) -> Result<Vec<String>, ProjectionError> {
         let mut conn = self.redis.clone();
-        let pattern = keys::stock_key_pattern(&self.prefix);
-        let mut cursor: u64 = 0;
-        let mut skus = Vec::new();
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            skus.extend(
-                batch
-                    .iter()
-                    .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
-                    .map(str::to_owned),
-            );
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        skus.sort();
-        skus.dedup();
-        Ok(skus)
+        let keys = scan_keys(&mut conn, &keys::stock_key_pattern(&self.prefix)).await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
+            .map(str::to_owned)
+            .collect())
     }
+}
+
+/// Every key matching `pattern`, sorted, found with `SCAN` so Redis is
+/// never blocked.
+pub async fn scan_keys(
+    conn: &mut ConnectionManager,
+    pattern: &str,
+) -> Result<Vec<String>, redis::RedisError> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(keys)
 }
 
 /// The script's per-record arguments: kind, id, quantity, mode.

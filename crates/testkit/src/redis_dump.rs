@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use redis::aio::ConnectionManager;
+use stockledger_consumer::projection::scan_keys;
 
 /// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
 /// name without the prefix, so two prefixes can be compared byte for byte.
@@ -28,25 +29,5 @@ pub async fn delete_prefix(conn: &mut ConnectionManager, prefix: &str) -> anyhow
 }
 
 async fn keys(conn: &mut ConnectionManager, prefix: &str) -> anyhow::Result<Vec<String>> {
-    let pattern = format!("{prefix}:*");
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort();
-    keys.dedup();
-    Ok(keys)
+    Ok(scan_keys(conn, &format!("{prefix}:*")).await?)
 }
