@@ -177,6 +177,8 @@ pub enum Command {
     },
     /// Show archived decisions of a SKU or an order on the command topic, oldest first.
     History(HistoryArgs),
+    /// Rebuild the projection from the log into a fresh prefix (and swap it in).
+    Replay(ReplayArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(demo::DemoArgs),
 }
@@ -212,6 +214,35 @@ pub struct ApplyArgs {
     /// Seconds between progress logs (throughput, lag).
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
     pub stats_interval_s: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The prefix to rebuild into; it must be empty [default: <prefix>:rebuild].
+    #[arg(long, value_name = "PREFIX")]
+    pub into: Option<String>,
+    /// Keep applying new records after reaching the end of the log.
+    #[arg(long, conflicts_with = "swap")]
+    pub follow: bool,
+    /// Once caught up, swap the rebuilt state in for the live prefix, SKU by
+    /// SKU and atomically; SKUs the live applier has moved past are caught
+    /// up first.
+    #[arg(long)]
+    pub swap: bool,
+    /// With --swap: where the replaced live keys are kept [default: <prefix>:replaced].
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        requires = "swap",
+        conflicts_with = "drop_old"
+    )]
+    pub old_prefix: Option<String>,
+    /// With --swap: delete the replaced live keys instead of keeping them.
+    #[arg(long, requires = "swap")]
+    pub drop_old: bool,
+    /// Records applied per script round trip.
+    #[arg(long, default_value_t = 5000)]
+    pub batch_size: usize,
 }
 
 #[derive(Debug, Args)]
@@ -485,7 +516,76 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let entries = query::history(&pool, &g.topic, &of, args.limit.max(1)).await?;
             print_history(&entries, args.json);
         }
+        Command::Replay(args) => return replay(g, args).await,
         Command::Demo(args) => return demo::run(g, args).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn replay(g: &Global, args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    use stockledger_consumer::replay::{ReplayConfig, SwapConfig};
+
+    let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
+    let mut config = ReplayConfig::new(
+        g.kafka(),
+        g.redis_url.clone(),
+        g.topic.clone(),
+        target.clone(),
+    );
+    config.follow = args.follow;
+    config.batch_size = args.batch_size.max(1);
+    if args.swap {
+        config.swap = Some(SwapConfig {
+            live_prefix: g.prefix.clone(),
+            old_prefix: (!args.drop_old).then(|| {
+                args.old_prefix
+                    .unwrap_or_else(|| format!("{}:replaced", g.prefix))
+            }),
+        });
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let mut last_line = std::time::Instant::now();
+    let report = stockledger_consumer::replay::replay(config, shutdown_signal(), |p| {
+        let line = format!(
+            "replay {target}: {} records, {:.0}/s, lag {}{}",
+            p.records,
+            p.rate(),
+            p.lag,
+            if p.caught_up { " (caught up)" } else { "" }
+        );
+        if terminal {
+            eprint!("\r{line}\x1b[K");
+            let _ = std::io::stderr().flush();
+        } else if last_line.elapsed() >= Duration::from_secs(2) {
+            eprintln!("{line}");
+            last_line = std::time::Instant::now();
+        }
+    })
+    .await?;
+    if terminal {
+        eprintln!();
+    }
+    println!(
+        "replayed {} records into {target}: {} SKUs{}",
+        report.records,
+        report.skus,
+        if args.swap {
+            format!(", {} swapped into {}", report.swapped, g.prefix)
+        } else {
+            String::new()
+        }
+    );
+    if !report.live_only.is_empty() {
+        println!(
+            "{} live SKUs have no record in the log and were left as they are: {}",
+            report.live_only.len(),
+            report.live_only.join(", ")
+        );
+    }
+    if report.interrupted {
+        println!("interrupted before the end; {target} is incomplete");
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }

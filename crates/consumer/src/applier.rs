@@ -16,12 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome};
@@ -30,6 +28,7 @@ use stockledger_producer::{redact_url, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::lag::LagContext;
 use crate::projection::{Batch, Projection, ProjectionError, Run};
 use crate::record::{interpret, key_text};
 
@@ -130,28 +129,6 @@ pub struct ApplierStats {
     pub batches: u64,
 }
 
-/// Keeps the consumer lag librdkafka reports in its statistics.
-struct LagContext {
-    topic: String,
-    lag: Arc<AtomicI64>,
-}
-
-impl ClientContext for LagContext {
-    fn stats(&self, statistics: Statistics) {
-        if let Some(topic) = statistics.topics.get(&self.topic) {
-            let lag: i64 = topic
-                .partitions
-                .values()
-                .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
-                .map(|p| p.consumer_lag)
-                .sum();
-            self.lag.store(lag, Ordering::Relaxed);
-        }
-    }
-}
-
-impl ConsumerContext for LagContext {}
-
 /// One record of a batch, decoded or refused.
 struct Item {
     position: LogPosition,
@@ -202,10 +179,7 @@ impl Applier {
     ) -> Result<Self, ApplierError> {
         info!(config = ?config, "starting the applier");
         let lag = Arc::new(AtomicI64::new(0));
-        let context = LagContext {
-            topic: config.topic.clone(),
-            lag: lag.clone(),
-        };
+        let context = LagContext::new(&config.topic, lag.clone());
         let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
         let consumer: StreamConsumer<LagContext> = config
             .kafka

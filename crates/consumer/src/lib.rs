@@ -7,14 +7,17 @@
 //!   reading a SKU's state back.
 //! - [`check`]: comparing the projection with the reference fold of the log.
 //! - [`record`]: what a command-topic record means (command or refusal).
+//! - [`replay`]: rebuilding a prefix from the log and swapping it in.
 //! - [`log`]: reading a topic to its end and folding the command log through
 //!   the reference state machine (for checks, demo and replay).
 
 pub mod applier;
 pub mod check;
+mod lag;
 pub mod log;
 pub mod projection;
 pub mod record;
+pub mod replay;
 
 pub use applier::{run, ApplierConfig, ApplierError, ApplierStats};
 pub use projection::{Projection, ProjectionError};

@@ -4,15 +4,14 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::Ledger;
 use stockledger_producer::KafkaConfig;
 
+use crate::lag::LagContext;
 use crate::record::interpret;
 
 /// One record as read from the log.
@@ -37,24 +36,6 @@ pub enum LogError {
     Task(String),
 }
 
-/// Reaching the end of a partition is how the reader knows it is done;
-/// librdkafka's default context would log each one as an error.
-struct EndOfPartitionIsNormal;
-
-impl ClientContext for EndOfPartitionIsNormal {
-    fn error(&self, error: KafkaError, reason: &str) {
-        let end_of_partition = matches!(
-            error,
-            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
-        );
-        if !end_of_partition {
-            tracing::error!(%error, reason, "librdkafka error");
-        }
-    }
-}
-
-impl ConsumerContext for EndOfPartitionIsNormal {}
-
 /// Reads every record of `topic` from the beginning to the end of each
 /// partition, sorted by partition and offset.
 pub async fn read_topic(
@@ -77,14 +58,14 @@ fn read_topic_blocking(
     // The end of each partition is where the broker reports partition EOF
     // (the high watermark of a fetch). ListOffsets is not used: some
     // Kafka-compatible brokers answer it with the last batch's base offset.
-    let consumer: BaseConsumer<EndOfPartitionIsNormal> = kafka
+    let consumer: BaseConsumer<LagContext> = kafka
         .client_config(&[
             ("group.id", "stockledger-log-reader"),
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("enable.partition.eof", "true"),
         ])
-        .create_with_context(EndOfPartitionIsNormal)?;
+        .create_with_context(LagContext::new(topic, Default::default()))?;
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let partitions: Vec<i32> = metadata
         .topics()

@@ -1,0 +1,320 @@
+//! Rebuilding the projection from the log into a fresh prefix, and swapping
+//! it in for the live one while the applier keeps running.
+//!
+//! The replay reads the command topic from the beginning (or from given
+//! offsets), applies it with the applier's own script and batching into the
+//! target prefix, and stops once every partition has reached its end (unless
+//! it follows). A swap then replaces, SKU by SKU and atomically, the live
+//! state with the rebuilt one, but only where the rebuilt state is at least
+//! as far along the log as the live one; a SKU the live applier has moved
+//! past is caught up first, so no applied record is lost.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use stockledger_core::keys::SkuKeys;
+use stockledger_producer::KafkaConfig;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::lag::LagContext;
+use crate::projection::{Batch, Projection, ProjectionError};
+use crate::record::interpret;
+
+/// The script that swaps one SKU's rebuilt keys in; see the file.
+pub const SWAP_LUA: &str = include_str!("../lua/swap.lua");
+
+#[derive(Debug, Clone)]
+pub struct SwapConfig {
+    /// The prefix the applier serves from.
+    pub live_prefix: String,
+    /// Where replaced live keys go; `None` deletes them.
+    pub old_prefix: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    pub topic: String,
+    /// The prefix the replay writes; it must be empty.
+    pub target_prefix: String,
+    /// Where each partition starts; partitions not named start at the beginning.
+    pub start: HashMap<i32, i64>,
+    /// Keep applying new records after reaching the end (no swap then).
+    pub follow: bool,
+    pub swap: Option<SwapConfig>,
+    pub batch_size: usize,
+}
+
+impl ReplayConfig {
+    pub fn new(
+        kafka: KafkaConfig,
+        redis_url: impl Into<String>,
+        topic: impl Into<String>,
+        target_prefix: impl Into<String>,
+    ) -> Self {
+        Self {
+            kafka,
+            redis_url: redis_url.into(),
+            topic: topic.into(),
+            target_prefix: target_prefix.into(),
+            start: HashMap::new(),
+            follow: false,
+            swap: None,
+            batch_size: 5000,
+        }
+    }
+}
+
+/// Where a replay is, reported a few times a second.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayProgress {
+    pub records: u64,
+    /// Records left before the end of the log, as last fetched.
+    pub lag: i64,
+    pub elapsed: Duration,
+    /// Every partition has reached its end at least once.
+    pub caught_up: bool,
+}
+
+impl ReplayProgress {
+    pub fn rate(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplayReport {
+    pub records: u64,
+    /// SKUs in the rebuilt prefix (before any swap moved them).
+    pub skus: usize,
+    /// SKUs swapped into the live prefix.
+    pub swapped: usize,
+    /// Live SKUs with no record in the log; the swap leaves them as they are.
+    pub live_only: Vec<String>,
+    /// The replay was stopped before it finished.
+    pub interrupted: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("topic {0} does not exist")]
+    NoSuchTopic(String),
+    #[error("prefix {prefix} already holds {skus} SKUs; replay into an empty prefix (delete it, or choose another)")]
+    TargetNotEmpty { prefix: String, skus: usize },
+    #[error("Redis: {0}")]
+    Projection(#[from] ProjectionError),
+}
+
+impl From<redis::RedisError> for ReplayError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Projection(e.into())
+    }
+}
+
+/// Replays the log into `config.target_prefix`, swapping it in at the end
+/// when asked. `on_progress` is called about four times a second.
+pub async fn replay(
+    config: ReplayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    mut on_progress: impl FnMut(&ReplayProgress) + Send,
+) -> Result<ReplayReport, ReplayError> {
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
+    let existing = target.skus().await?.len();
+    if existing > 0 && config.start.is_empty() {
+        return Err(ReplayError::TargetNotEmpty {
+            prefix: config.target_prefix.clone(),
+            skus: existing,
+        });
+    }
+    let lag = Arc::new(AtomicI64::new(0));
+    let consumer: StreamConsumer<LagContext> = config
+        .kafka
+        .client_config(&[
+            (
+                "group.id",
+                &format!("stockledger-replay-{}", config.target_prefix),
+            ),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "true"),
+            ("statistics.interval.ms", "500"),
+        ])
+        .create_with_context(LagContext::new(&config.topic, lag.clone()))?;
+    let metadata = consumer.fetch_metadata(Some(&config.topic), Duration::from_secs(10))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == config.topic)
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(ReplayError::NoSuchTopic(config.topic.clone()));
+    }
+    let mut assignment = TopicPartitionList::new();
+    for &p in &partitions {
+        let offset = config
+            .start
+            .get(&p)
+            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+        assignment.add_partition_offset(&config.topic, p, offset)?;
+    }
+    consumer.assign(&assignment)?;
+    info!(topic = %config.topic, target = %config.target_prefix, partitions = partitions.len(), "replay started");
+
+    let started = Instant::now();
+    let mut progress = ReplayProgress::default();
+    let mut at_end: HashSet<i32> = HashSet::new();
+    let mut swapped: HashSet<String> = HashSet::new();
+    let mut report = ReplayReport::default();
+    let mut last_report = Instant::now();
+    let mut new_end = false;
+    loop {
+        if *stop.borrow() {
+            report.interrupted = true;
+            break;
+        }
+        let mut batch: Vec<OwnedMessage> = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(250);
+        while batch.len() < config.batch_size {
+            let next = tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                r = tokio::time::timeout_at(deadline, consumer.recv()) => r,
+            };
+            match next {
+                Err(_) => break, // the deadline: apply what we have
+                Ok(Ok(m)) => {
+                    at_end.remove(&m.partition());
+                    batch.push(m.detach());
+                }
+                Ok(Err(KafkaError::PartitionEOF(p))) => {
+                    new_end |= at_end.insert(p);
+                    if at_end.len() == partitions.len() {
+                        break;
+                    }
+                }
+                Ok(Err(e)) => return Err(e.into()),
+            }
+        }
+        apply(&target, &batch, &swapped).await?;
+        progress.records += batch.len() as u64;
+        progress.lag = lag.load(Ordering::Relaxed);
+        progress.elapsed = started.elapsed();
+        progress.caught_up |= at_end.len() == partitions.len();
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            on_progress(&progress);
+            last_report = Instant::now();
+        }
+        if at_end.len() < partitions.len() || config.follow || !new_end {
+            continue;
+        }
+        new_end = false;
+        let Some(swap) = &config.swap else { break };
+        // Swap what is at least as far along as the live state; keep reading
+        // for the SKUs the applier has moved past.
+        let behind = swap_pass(&config, swap, &target, &mut swapped).await?;
+        if behind == 0 {
+            break;
+        }
+        info!(
+            behind,
+            "some live SKUs are ahead of the replay; catching up"
+        );
+    }
+    progress.elapsed = started.elapsed();
+    progress.lag = lag.load(Ordering::Relaxed);
+    on_progress(&progress);
+    report.records = progress.records;
+    report.swapped = swapped.len();
+    report.skus = swapped.len() + target.skus().await?.len();
+    if let Some(swap) = &config.swap {
+        if !report.interrupted {
+            let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
+            let rebuilt: HashSet<String> = swapped.iter().cloned().collect();
+            report.live_only = live
+                .skus()
+                .await?
+                .into_iter()
+                .filter(|s| !rebuilt.contains(s))
+                .collect();
+        }
+    }
+    info!(
+        records = report.records,
+        skus = report.skus,
+        swapped = report.swapped,
+        "replay finished"
+    );
+    Ok(report)
+}
+
+/// Applies the valid commands of `batch`, except for SKUs already swapped
+/// into the live prefix (the live applier owns them now).
+async fn apply(
+    target: &Projection,
+    batch: &[OwnedMessage],
+    swapped: &HashSet<String>,
+) -> Result<(), ProjectionError> {
+    let commands: Vec<(i32, i64, stockledger_core::Command)> = batch
+        .iter()
+        .filter_map(|m| {
+            let command = interpret(m.key(), m.payload()).ok()?;
+            (!swapped.contains(command.sku.as_str())).then(|| (m.partition(), m.offset(), command))
+        })
+        .collect();
+    let grouped = Batch::group(commands.iter().map(|(p, o, c)| (*p, *o, c)));
+    target.apply(&grouped.runs).await?;
+    Ok(())
+}
+
+/// Swaps every rebuilt SKU that is not behind its live state; returns how
+/// many are behind.
+async fn swap_pass(
+    config: &ReplayConfig,
+    swap: &SwapConfig,
+    target: &Projection,
+    swapped: &mut HashSet<String>,
+) -> Result<usize, ReplayError> {
+    let script = redis::Script::new(SWAP_LUA);
+    let mut conn = target.connection();
+    let mut behind = 0;
+    for sku in target.skus().await? {
+        let live = SkuKeys::new(&swap.live_prefix, &sku);
+        let rebuilt = SkuKeys::new(&config.target_prefix, &sku);
+        let old = SkuKeys::new(
+            swap.old_prefix.as_deref().unwrap_or(&config.target_prefix),
+            &sku,
+        );
+        let mut invocation = script.prepare_invoke();
+        for key in live
+            .as_array()
+            .into_iter()
+            .chain(rebuilt.as_array())
+            .chain(old.as_array())
+        {
+            invocation.key(key);
+        }
+        invocation.arg(if swap.old_prefix.is_none() { "1" } else { "0" });
+        let done: i64 = invocation.invoke_async(&mut conn).await?;
+        if done == 1 {
+            swapped.insert(sku);
+        } else {
+            behind += 1;
+        }
+    }
+    Ok(behind)
+}

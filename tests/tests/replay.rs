@@ -1,0 +1,132 @@
+//! Rebuilding the projection from the log, against real services.
+
+use std::future::pending;
+
+use stockledger_consumer::replay::{replay, ReplayConfig, SwapConfig};
+use stockledger_core::RestockMode;
+use stockledger_producer::LedgerProducer;
+use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
+use stockledger_testkit::{wait_until, Harness};
+
+const SKUS: [&str; 4] = ["R0", "R1", "R2", "R3"];
+
+/// Restocks every SKU, then sends `orders` deducts (every fifth rolled back,
+/// every seventh rolled back first). Returns the records sent.
+async fn workload(producer: &LedgerProducer, first: usize, orders: usize) -> anyhow::Result<u64> {
+    let mut sent = 0;
+    for i in first..first + orders {
+        let sku = SKUS[i % SKUS.len()];
+        let order = format!("o{i}");
+        if i % 7 == 0 {
+            producer.rollback(sku, &order, None).await?;
+            sent += 1;
+        }
+        producer.deduct(sku, &order, 1 + (i % 3) as i64).await?;
+        sent += 1;
+        if i % 5 == 0 {
+            producer.rollback(sku, &order, Some("cancelled")).await?;
+            sent += 1;
+        }
+    }
+    Ok(sent)
+}
+
+async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
+    for sku in SKUS {
+        producer
+            .restock(sku, "initial", RestockMode::Set, 150)
+            .await?;
+    }
+    Ok(SKUS.len() as u64)
+}
+
+fn replay_config(h: &Harness, drop_old: bool) -> ReplayConfig {
+    let mut config = ReplayConfig::new(
+        h.services.kafka.clone(),
+        h.services.redis_url.clone(),
+        h.ns.topic.clone(),
+        format!("{}:rebuild", h.ns.prefix),
+    );
+    config.swap = Some(SwapConfig {
+        live_prefix: h.ns.prefix.clone(),
+        old_prefix: (!drop_old).then(|| format!("{}:replaced", h.ns.prefix)),
+    });
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Result<()> {
+    let h = Harness::new("replay-wipe", 3).await?;
+    let applier = h.start_applier();
+    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 120).await?;
+    let mut redis = h.projection.connection();
+    wait_until(
+        "the applier to apply every record",
+        stockledger_testkit::harness::CATCH_UP,
+        || async {
+            let mut last = 0;
+            for sku in SKUS {
+                last += h
+                    .projection
+                    .read_sku(sku)
+                    .await?
+                    .map_or(0, |s| s.decisions.len() as u64);
+            }
+            Ok((last == records).then_some(()))
+        },
+    )
+    .await?;
+    applier.stop().await?;
+    let before = dump_prefix(&mut redis, &h.ns.prefix).await?;
+    assert_eq!(
+        before.len(),
+        SKUS.len() * 4,
+        "stock, orders, adjustments, decisions per SKU"
+    );
+
+    delete_prefix(&mut redis, &h.ns.prefix).await?;
+    assert!(dump_prefix(&mut redis, &h.ns.prefix).await?.is_empty());
+    let mut reports = 0;
+    let report = replay(replay_config(&h, true), pending(), |_| reports += 1).await?;
+
+    assert!(reports > 0, "progress is reported");
+    assert_eq!(report.records, records);
+    assert_eq!(report.swapped, SKUS.len());
+    assert!(report.live_only.is_empty());
+    assert_eq!(dump_prefix(&mut redis, &h.ns.prefix).await?, before);
+    assert!(dump_prefix(&mut redis, &format!("{}:rebuild", h.ns.prefix))
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Result<()> {
+    let h = Harness::new("replay-live", 3).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let initial = restock_all(&h.producer).await? + workload(&h.producer, 0, 60).await?;
+    h.wait_for_archive(initial as i64).await?;
+
+    // Keep producing while the replay runs and swaps.
+    let producer = h.producer.clone();
+    let traffic = tokio::spawn(async move { workload(&producer, 60, 300).await });
+    let report = replay(replay_config(&h, false), pending(), |_| {}).await?;
+    let later = traffic.await??;
+
+    assert_eq!(report.swapped, SKUS.len());
+    assert!(report.records >= initial);
+    h.wait_for_archive((initial + later) as i64).await?;
+    h.assert_projection_matches_log().await?;
+    // The replaced live state is kept for inspection.
+    let mut redis = h.projection.connection();
+    assert!(
+        !dump_prefix(&mut redis, &format!("{}:replaced", h.ns.prefix))
+            .await?
+            .is_empty()
+    );
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
