@@ -130,3 +130,47 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     archiver.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
+    use stockledger_archiver::reconcile::reconcile;
+    use stockledger_core::keys::SkuKeys;
+
+    let h = Harness::new("reconcile", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 80).await?;
+    h.wait_for_archive(records as i64).await?;
+    let mut redis = h.projection.connection();
+
+    let clean = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    assert_eq!(clean.skus_checked, SKUS.len() as u64);
+    assert!(clean.differences.is_empty(), "{:?}", clean.differences);
+
+    let state = h.projection.read_sku("R2").await?.expect("R2 has state");
+    let _: () = redis::cmd("HSET")
+        .arg(SkuKeys::new(&h.ns.prefix, "R2").stock)
+        .arg("available")
+        .arg(state.available + 7)
+        .query_async(&mut redis)
+        .await?;
+    let _: () = redis::cmd("DEL")
+        .arg(SkuKeys::new(&h.ns.prefix, "R3").stock)
+        .query_async(&mut redis)
+        .await?;
+    let dirty = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let named: Vec<(&str, &str)> = dirty
+        .differences
+        .iter()
+        .map(|d| (d.sku.as_str(), d.field))
+        .collect();
+    assert_eq!(named, [("R2", "available"), ("R3", "presence")]);
+    let d = &dirty.differences[0];
+    assert_eq!(d.redis, (state.available + 7).to_string());
+    assert_eq!(d.archive, state.available.to_string());
+    assert_eq!(d.offset, state.last_offset);
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}

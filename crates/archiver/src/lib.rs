@@ -5,10 +5,12 @@
 //!   `ON CONFLICT DO NOTHING` on the log position.
 //! - [`query`]: reading the archive back (history of a SKU or an order,
 //!   counts), for the CLI and the checks.
+//! - [`reconcile`]: checking Redis against the archive, SKU by SKU.
 //! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
 
 pub mod archiver;
 pub mod query;
+pub mod reconcile;
 
 pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
 

@@ -179,6 +179,8 @@ pub enum Command {
     History(HistoryArgs),
     /// Rebuild the projection from the log into a fresh prefix (and swap it in).
     Replay(ReplayArgs),
+    /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
+    Reconcile(ReconcileArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(demo::DemoArgs),
 }
@@ -243,6 +245,16 @@ pub struct ReplayArgs {
     /// Records applied per script round trip.
     #[arg(long, default_value_t = 5000)]
     pub batch_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// SKUs read per page (bounds memory).
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+    /// One JSON object per difference, then a summary object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -517,6 +529,55 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_history(&entries, args.json);
         }
         Command::Replay(args) => return replay(g, args).await,
+        Command::Reconcile(args) => {
+            let pool = connect_archive(g, 2).await?;
+            let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+            let report = stockledger_archiver::reconcile::reconcile(
+                &mut projection.connection(),
+                &g.prefix,
+                &pool,
+                &g.topic,
+                args.page_size.max(1),
+            )
+            .await?;
+            for d in &report.differences {
+                if args.json {
+                    let line = serde_json::json!({
+                        "sku": d.sku, "field": d.field, "redis": d.redis,
+                        "archive": d.archive, "offset": d.offset,
+                    });
+                    println!("{line}");
+                } else {
+                    let at = d
+                        .offset
+                        .map(|o| format!(" (offset {o})"))
+                        .unwrap_or_default();
+                    println!(
+                        "{}: {}: Redis {}, archive {}{at}",
+                        d.sku, d.field, d.redis, d.archive
+                    );
+                }
+            }
+            if args.json {
+                let summary = serde_json::json!({
+                    "skus_checked": report.skus_checked,
+                    "differences": report.differences.len(),
+                });
+                println!("{summary}");
+            } else {
+                println!(
+                    "checked {} SKUs: {}",
+                    report.skus_checked,
+                    match report.differences.len() {
+                        0 => "Redis and the archive agree".to_owned(),
+                        n => format!("{n} differences"),
+                    }
+                );
+            }
+            if !report.differences.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+        }
         Command::Demo(args) => return demo::run(g, args).await,
     }
     Ok(ExitCode::SUCCESS)

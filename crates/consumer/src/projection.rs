@@ -252,6 +252,24 @@ impl Projection {
     }
 }
 
+/// One `SCAN` step: the next cursor (0 when done) and up to about `count`
+/// keys matching `pattern` (a key may appear in more than one step).
+pub async fn scan_page(
+    conn: &mut ConnectionManager,
+    cursor: u64,
+    pattern: &str,
+    count: usize,
+) -> Result<(u64, Vec<String>), redis::RedisError> {
+    redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(count)
+        .query_async(conn)
+        .await
+}
+
 /// Every key matching `pattern`, sorted, found with `SCAN` so Redis is
 /// never blocked.
 pub async fn scan_keys(
@@ -261,14 +279,7 @@ pub async fn scan_keys(
     let mut cursor: u64 = 0;
     let mut keys = Vec::new();
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
+        let (next, batch) = scan_page(conn, cursor, pattern, 1000).await?;
         keys.extend(batch);
         if next == 0 {
             break;

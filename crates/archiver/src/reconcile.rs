@@ -1,0 +1,176 @@
+//! Checking that Redis and the archive agree, SKU by SKU.
+//!
+//! For each SKU in Redis, the archived outcome of the record at the SKU's
+//! last-applied offset must exist and show the same available and total
+//! stock; each SKU with archived decisions must exist in Redis. Both sides
+//! are read in pages, so memory stays bounded whatever the number of SKUs.
+
+use std::collections::HashMap;
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use stockledger_consumer::projection::scan_page;
+use stockledger_core::keys::{self, SkuKeys};
+
+/// One disagreement between Redis and the archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    pub sku: String,
+    pub field: &'static str,
+    pub redis: String,
+    pub archive: String,
+    /// The SKU's last-applied offset in Redis, when known.
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// SKUs read from Redis.
+    pub skus_checked: u64,
+    pub differences: Vec<Difference>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Compares the projection under `prefix` with the archive of command
+/// topic `topic`, `page_size` SKUs at a time.
+pub async fn reconcile(
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    pool: &PgPool,
+    topic: &str,
+    page_size: usize,
+) -> Result<ReconcileReport, ReconcileError> {
+    let mut report = ReconcileReport::default();
+    let pattern = keys::stock_key_pattern(prefix);
+    let mut cursor = 0;
+    loop {
+        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+        let skus: Vec<&str> = page
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
+            .collect();
+        check_page(redis, prefix, pool, topic, &skus, &mut report).await?;
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    check_archived_skus_exist(redis, prefix, pool, topic, page_size, &mut report).await?;
+    Ok(report)
+}
+
+async fn check_page(
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    pool: &PgPool,
+    topic: &str,
+    skus: &[&str],
+    report: &mut ReconcileReport,
+) -> Result<(), ReconcileError> {
+    if skus.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for sku in skus {
+        pipe.cmd("HMGET")
+            .arg(SkuKeys::new(prefix, sku).stock)
+            .arg("available")
+            .arg("total")
+            .arg("offset");
+    }
+    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = pipe.query_async(redis).await?;
+    report.skus_checked += skus.len() as u64;
+    let offsets: Vec<i64> = states.iter().map(|s| s.2.unwrap_or(-1)).collect();
+    let names: Vec<String> = skus.iter().map(|s| (*s).to_owned()).collect();
+    let rows: Vec<(String, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "SELECT p.sku, e.available_after, e.total_after
+         FROM UNNEST($2::text[], $3::bigint[]) AS p(sku, log_offset)
+         LEFT JOIN ledger_entries e
+           ON e.topic = $1 AND e.sku = p.sku AND e.log_offset = p.log_offset",
+    )
+    .bind(topic)
+    .bind(&names)
+    .bind(&offsets)
+    .fetch_all(pool)
+    .await?;
+    let archived: HashMap<String, (Option<i64>, Option<i64>)> =
+        rows.into_iter().map(|(sku, a, t)| (sku, (a, t))).collect();
+    for (sku, (available, total, offset)) in skus.iter().zip(states) {
+        let show = |v: Option<i64>| v.map_or("missing".to_owned(), |v| v.to_string());
+        let mut differ = |field, redis: String, archive: String| {
+            report.differences.push(Difference {
+                sku: (*sku).to_owned(),
+                field,
+                redis,
+                archive,
+                offset,
+            })
+        };
+        match archived.get(*sku) {
+            Some((Some(a), Some(t))) => {
+                if available != Some(*a) {
+                    differ("available", show(available), a.to_string());
+                }
+                if total != Some(*t) {
+                    differ("total", show(total), t.to_string());
+                }
+            }
+            _ => differ(
+                "archived outcome",
+                format!("last applied offset {}", show(offset)),
+                "no row at that offset".to_owned(),
+            ),
+        }
+    }
+    Ok(())
+}
+
+async fn check_archived_skus_exist(
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    pool: &PgPool,
+    topic: &str,
+    page_size: usize,
+    report: &mut ReconcileReport,
+) -> Result<(), ReconcileError> {
+    let mut after = String::new();
+    loop {
+        let skus: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sku, count(*) FROM ledger_entries
+             WHERE topic = $1 AND result <> 'INVALID' AND sku > $2
+             GROUP BY sku ORDER BY sku LIMIT $3",
+        )
+        .bind(topic)
+        .bind(&after)
+        .bind(page_size as i64)
+        .fetch_all(pool)
+        .await?;
+        let Some((last, _)) = skus.last() else {
+            return Ok(());
+        };
+        after = last.clone();
+        let mut pipe = redis::pipe();
+        for (sku, _) in &skus {
+            pipe.exists(SkuKeys::new(prefix, sku).stock);
+        }
+        let exists: Vec<bool> = pipe.query_async(redis).await?;
+        for ((sku, rows), exists) in skus.into_iter().zip(exists) {
+            if !exists {
+                report.differences.push(Difference {
+                    sku,
+                    field: "presence",
+                    redis: "missing".to_owned(),
+                    archive: format!("{rows} archived decisions"),
+                    offset: None,
+                });
+            }
+        }
+    }
+}
