@@ -174,3 +174,86 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
     archiver.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::Result<()> {
+    use stockledger_archiver::snapshot;
+
+    let h = Harness::new("snapshot", 3).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let before = restock_all(&h.producer).await? + workload(&h.producer, 0, 90).await?;
+    h.wait_for_archive(before as i64).await?;
+    let start = wait_until(
+        "the applier to commit its offsets",
+        stockledger_testkit::harness::CATCH_UP,
+        || async {
+            let committed =
+                snapshot::committed_offsets(&h.services.kafka, &h.ns.applier_group, &h.ns.topic)
+                    .await?;
+            Ok((committed.values().sum::<i64>() == before as i64).then_some(committed))
+        },
+    )
+    .await?;
+    let mut redis = h.projection.connection();
+    let snap = snapshot::take(&h.pool, &mut redis, &h.ns.prefix, &h.ns.topic, &start, 2).await?;
+    assert_eq!(snap.skus, SKUS.len() as i64);
+    let after = workload(&h.producer, 90, 60).await?;
+    h.wait_for_archive((before + after) as i64).await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+
+    let full_prefix = format!("{}:full", h.ns.prefix);
+    let mut full = ReplayConfig::new(
+        h.services.kafka.clone(),
+        h.services.redis_url.clone(),
+        h.ns.topic.clone(),
+        full_prefix.clone(),
+    );
+    full.batch_size = 7;
+    let full_report = replay(full, pending(), |_| {}).await?;
+
+    let tail_prefix = format!("{}:tail", h.ns.prefix);
+    let latest = snapshot::latest(&h.pool, &h.ns.topic)
+        .await?
+        .expect("the snapshot is complete");
+    assert_eq!(latest, snap);
+    snapshot::restore(&h.pool, &latest, &mut redis, &tail_prefix, 3).await?;
+    let mut tail = ReplayConfig::new(
+        h.services.kafka.clone(),
+        h.services.redis_url.clone(),
+        h.ns.topic.clone(),
+        tail_prefix.clone(),
+    );
+    tail.start = latest.start.clone();
+    tail.require_empty_target = false;
+    let tail_report = replay(tail, pending(), |_| {}).await?;
+
+    assert_eq!(full_report.records, before + after);
+    assert_eq!(tail_report.records, after, "only the tail is read");
+    let full = stockledger_consumer::Projection::new(redis.clone(), full_prefix);
+    let tail = stockledger_consumer::Projection::new(redis.clone(), tail_prefix);
+    for sku in SKUS {
+        let mut f = full.read_sku(sku).await?.expect("full replay has the sku");
+        let mut t = tail
+            .read_sku(sku)
+            .await?
+            .expect("snapshot replay has the sku");
+        // Decisions before the snapshot live in the archive, not the snapshot.
+        assert!(t
+            .decisions
+            .iter()
+            .all(|(o, d)| f.decisions.get(o) == Some(d)));
+        f.decisions.clear();
+        t.decisions.clear();
+        assert_eq!(f, t, "{sku}");
+        assert_eq!(
+            Some(f.clone()),
+            h.projection.read_sku(sku).await?.map(|mut live| {
+                live.decisions.clear();
+                live
+            })
+        );
+    }
+    Ok(())
+}

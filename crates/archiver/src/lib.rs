@@ -6,11 +6,13 @@
 //! - [`query`]: reading the archive back (history of a SKU or an order,
 //!   counts), for the CLI and the checks.
 //! - [`reconcile`]: checking Redis against the archive, SKU by SKU.
+//! - [`snapshot`]: snapshots of the projection, and restoring one.
 //! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
 
 pub mod archiver;
 pub mod query;
 pub mod reconcile;
+pub mod snapshot;
 
 pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
 

@@ -179,6 +179,8 @@ pub enum Command {
     History(HistoryArgs),
     /// Rebuild the projection from the log into a fresh prefix (and swap it in).
     Replay(ReplayArgs),
+    /// Write every SKU's state and last-applied offset to PostgreSQL.
+    Snapshot(SnapshotArgs),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(ReconcileArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
@@ -242,9 +244,28 @@ pub struct ReplayArgs {
     /// With --swap: delete the replaced live keys instead of keeping them.
     #[arg(long, requires = "swap")]
     pub drop_old: bool,
+    /// Start from the newest snapshot (see `stockledger snapshot`) and
+    /// replay only the records after it.
+    #[arg(long)]
+    pub from_snapshot: bool,
     /// Records applied per script round trip.
     #[arg(long, default_value_t = 5000)]
     pub batch_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The applier group whose committed offsets say where a replay from
+    /// this snapshot starts.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_APPLIER_GROUP",
+        default_value = "stockledger-applier"
+    )]
+    pub applier_group: String,
+    /// SKUs read and written per page (bounds memory).
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
 }
 
 #[derive(Debug, Args)]
@@ -529,6 +550,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_history(&entries, args.json);
         }
         Command::Replay(args) => return replay(g, args).await,
+        Command::Snapshot(args) => {
+            use stockledger_archiver::snapshot;
+            let pool = connect_archive(g, 2).await?;
+            let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+            let start =
+                snapshot::committed_offsets(&g.kafka(), &args.applier_group, &g.topic).await?;
+            let taken = snapshot::take(
+                &pool,
+                &mut projection.connection(),
+                &g.prefix,
+                &g.topic,
+                &start,
+                args.page_size.max(1),
+            )
+            .await?;
+            let mut starts: Vec<_> = taken.start.iter().collect();
+            starts.sort();
+            println!(
+                "snapshot {} of {}: {} SKUs; a replay from it starts at {}",
+                taken.id,
+                g.prefix,
+                taken.skus,
+                if starts.is_empty() {
+                    "the beginning of every partition".to_owned()
+                } else {
+                    starts
+                        .iter()
+                        .map(|(p, o)| format!("{p}@{o}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
         Command::Reconcile(args) => {
             let pool = connect_archive(g, 2).await?;
             let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
@@ -604,6 +658,36 @@ async fn replay(g: &Global, args: ReplayArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or_else(|| format!("{}:replaced", g.prefix))
             }),
         });
+    }
+    if args.from_snapshot {
+        use stockledger_archiver::snapshot;
+        let target_projection = Projection::connect(&g.redis_url, target.clone()).await?;
+        let existing = target_projection.skus().await?.len();
+        anyhow::ensure!(
+            existing == 0,
+            "prefix {target} already holds {existing} SKUs; replay into an empty prefix"
+        );
+        let pool = connect_archive(g, 2).await?;
+        let Some(snap) = snapshot::latest(&pool, &g.topic).await? else {
+            anyhow::bail!(
+                "no complete snapshot of {}; take one with `stockledger snapshot`",
+                g.topic
+            );
+        };
+        let restored = snapshot::restore(
+            &pool,
+            &snap,
+            &mut target_projection.connection(),
+            &target,
+            1000,
+        )
+        .await?;
+        eprintln!(
+            "restored snapshot {} ({restored} SKUs) into {target}",
+            snap.id
+        );
+        config.start = snap.start;
+        config.require_empty_target = false;
     }
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = std::time::Instant::now();

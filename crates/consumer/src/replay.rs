@@ -44,7 +44,7 @@ pub struct ReplayConfig {
     pub kafka: KafkaConfig,
     pub redis_url: String,
     pub topic: String,
-    /// The prefix the replay writes; it must be empty.
+    /// The prefix the replay writes.
     pub target_prefix: String,
     /// Where each partition starts; partitions not named start at the beginning.
     pub start: HashMap<i32, i64>,
@@ -52,6 +52,9 @@ pub struct ReplayConfig {
     pub follow: bool,
     pub swap: Option<SwapConfig>,
     pub batch_size: usize,
+    /// Refuse to start unless the target prefix is empty. Off only when the
+    /// target was just seeded from a snapshot.
+    pub require_empty_target: bool,
 }
 
 impl ReplayConfig {
@@ -70,6 +73,7 @@ impl ReplayConfig {
             follow: false,
             swap: None,
             batch_size: 5000,
+            require_empty_target: true,
         }
     }
 }
@@ -136,7 +140,7 @@ pub async fn replay(
     });
     let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
     let existing = target.skus().await?.len();
-    if existing > 0 && config.start.is_empty() {
+    if existing > 0 && config.require_empty_target {
         return Err(ReplayError::TargetNotEmpty {
             prefix: config.target_prefix.clone(),
             skus: existing,

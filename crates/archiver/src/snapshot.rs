@@ -1,0 +1,287 @@
+//! Snapshots of the Redis projection in PostgreSQL.
+//!
+//! A snapshot records, for every SKU, its stock, last applied offset,
+//! orders and adjustments, plus where a replay must start in each partition:
+//! the applier group's committed offsets when the snapshot began. Every
+//! record before those offsets was applied, so every SKU it touched is in
+//! the snapshot; from there the apply script skips, per SKU, what the
+//! snapshot already holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use stockledger_consumer::projection::scan_page;
+use stockledger_core::keys::{self, SkuKeys};
+use stockledger_producer::KafkaConfig;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: i64,
+    pub skus: i64,
+    /// Partition -> first offset a replay from this snapshot reads.
+    pub start: HashMap<i32, i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("unreadable state of sku {sku} in snapshot {snapshot}: {problem}")]
+    Corrupt {
+        snapshot: i64,
+        sku: String,
+        problem: String,
+    },
+    #[error("the offset lookup task failed: {0}")]
+    Task(String),
+}
+
+/// The offsets `group` has committed on `topic`, by partition (partitions
+/// without a commit are left out).
+pub async fn committed_offsets(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+) -> Result<HashMap<i32, i64>, SnapshotError> {
+    let consumer: BaseConsumer = kafka
+        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
+        .create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut wanted = TopicPartitionList::new();
+        for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+            for p in t.partitions() {
+                wanted.add_partition(&topic, p.id());
+            }
+        }
+        let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
+        Ok(committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect())
+    })
+    .await
+    .map_err(|e| SnapshotError::Task(e.to_string()))?
+}
+
+/// Writes a snapshot of `prefix`, `page_size` SKUs at a time; `start` is
+/// where a replay from it begins (see [`committed_offsets`]).
+pub async fn take(
+    pool: &PgPool,
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    topic: &str,
+    start: &HashMap<i32, i64>,
+    page_size: usize,
+) -> Result<Snapshot, SnapshotError> {
+    let id: i64 =
+        sqlx::query_scalar("INSERT INTO snapshots (topic, prefix) VALUES ($1, $2) RETURNING id")
+            .bind(topic)
+            .bind(prefix)
+            .fetch_one(pool)
+            .await?;
+    let (partitions, offsets): (Vec<i32>, Vec<i64>) = start.iter().map(|(p, o)| (*p, *o)).unzip();
+    sqlx::query(
+        "INSERT INTO snapshot_partitions (snapshot_id, partition, start_offset)
+         SELECT $1, * FROM UNNEST($2::int[], $3::bigint[])",
+    )
+    .bind(id)
+    .bind(&partitions)
+    .bind(&offsets)
+    .execute(pool)
+    .await?;
+
+    let pattern = keys::stock_key_pattern(prefix);
+    let mut cursor = 0;
+    let mut total = 0i64;
+    loop {
+        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+        let mut skus: Vec<&str> = page
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
+            .collect();
+        skus.sort_unstable();
+        skus.dedup();
+        total += write_page(pool, redis, prefix, id, &skus).await?;
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    sqlx::query("UPDATE snapshots SET skus = $2, complete = true WHERE id = $1")
+        .bind(id)
+        .bind(total)
+        .execute(pool)
+        .await?;
+    Ok(Snapshot {
+        id,
+        skus: total,
+        start: start.clone(),
+    })
+}
+
+type Hash = BTreeMap<String, String>;
+
+async fn write_page(
+    pool: &PgPool,
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    id: i64,
+    skus: &[&str],
+) -> Result<i64, SnapshotError> {
+    if skus.is_empty() {
+        return Ok(0);
+    }
+    // One MULTI per page: each SKU's three hashes are read together.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for sku in skus {
+        let k = SkuKeys::new(prefix, sku);
+        pipe.hgetall(k.stock)
+            .hgetall(k.orders)
+            .hgetall(k.adjustments);
+    }
+    let hashes: Vec<Hash> = pipe.query_async(redis).await?;
+    let mut columns: (
+        Vec<String>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<String>,
+        Vec<String>,
+    ) = Default::default();
+    for (sku, chunk) in skus.iter().zip(hashes.chunks(3)) {
+        let [stock, orders, adjustments] = chunk else {
+            continue;
+        };
+        let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
+        let (Some(available), Some(total), Some(offset)) =
+            (number("available"), number("total"), number("offset"))
+        else {
+            continue; // gone since the scan saw it
+        };
+        columns.0.push((*sku).to_owned());
+        columns.1.push(offset);
+        columns.2.push(available);
+        columns.3.push(total);
+        columns
+            .4
+            .push(serde_json::to_string(orders).unwrap_or_default());
+        columns
+            .5
+            .push(serde_json::to_string(adjustments).unwrap_or_default());
+    }
+    sqlx::query(
+        "INSERT INTO snapshot_skus (snapshot_id, sku, last_offset, available, total, orders, adjustments)
+         SELECT $1, sku, last_offset, available, total, orders::jsonb, adjustments::jsonb
+         FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[])
+             AS s(sku, last_offset, available, total, orders, adjustments)",
+    )
+    .bind(id)
+    .bind(&columns.0)
+    .bind(&columns.1)
+    .bind(&columns.2)
+    .bind(&columns.3)
+    .bind(&columns.4)
+    .bind(&columns.5)
+    .execute(pool)
+    .await?;
+    Ok(columns.0.len() as i64)
+}
+
+/// The newest complete snapshot of the projection of `topic`.
+pub async fn latest(pool: &PgPool, topic: &str) -> Result<Option<Snapshot>, SnapshotError> {
+    let Some((id, skus)): Option<(i64, i64)> = sqlx::query_as(
+        "SELECT id, skus FROM snapshots WHERE topic = $1 AND complete ORDER BY id DESC LIMIT 1",
+    )
+    .bind(topic)
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let start: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT partition, start_offset FROM snapshot_partitions WHERE snapshot_id = $1",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(Snapshot {
+        id,
+        skus,
+        start: start.into_iter().collect(),
+    }))
+}
+
+/// Writes the SKU states of `snapshot` under `prefix`, `page_size` at a
+/// time; returns how many SKUs were written.
+pub async fn restore(
+    pool: &PgPool,
+    snapshot: &Snapshot,
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    page_size: usize,
+) -> Result<u64, SnapshotError> {
+    let mut after = String::new();
+    let mut written = 0;
+    loop {
+        let rows: Vec<(String, i64, i64, i64, String, String)> = sqlx::query_as(
+            "SELECT sku, last_offset, available, total, orders::text, adjustments::text
+             FROM snapshot_skus WHERE snapshot_id = $1 AND sku > $2 ORDER BY sku LIMIT $3",
+        )
+        .bind(snapshot.id)
+        .bind(&after)
+        .bind(page_size as i64)
+        .fetch_all(pool)
+        .await?;
+        let Some(last) = rows.last() else {
+            return Ok(written);
+        };
+        after = last.0.clone();
+        let mut pipe = redis::pipe();
+        for (sku, offset, available, total, orders, adjustments) in &rows {
+            let corrupt = |problem: String| SnapshotError::Corrupt {
+                snapshot: snapshot.id,
+                sku: sku.clone(),
+                problem,
+            };
+            let orders: Hash = serde_json::from_str(orders).map_err(|e| corrupt(e.to_string()))?;
+            let adjustments: Hash =
+                serde_json::from_str(adjustments).map_err(|e| corrupt(e.to_string()))?;
+            let k = SkuKeys::new(prefix, sku);
+            pipe.hset_multiple(
+                &k.stock,
+                &[
+                    ("available", *available),
+                    ("total", *total),
+                    ("offset", *offset),
+                ],
+            )
+            .ignore();
+            if !orders.is_empty() {
+                pipe.hset_multiple(&k.orders, &orders.into_iter().collect::<Vec<_>>())
+                    .ignore();
+            }
+            if !adjustments.is_empty() {
+                pipe.hset_multiple(&k.adjustments, &adjustments.into_iter().collect::<Vec<_>>())
+                    .ignore();
+            }
+            written += 1;
+        }
+        let _: () = pipe.query_async(redis).await?;
+    }
+}
