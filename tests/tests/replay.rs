@@ -257,3 +257,81 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_order(
+) -> anyhow::Result<()> {
+    use std::time::Duration;
+    use stockledger_archiver::compact::compact;
+    use stockledger_archiver::reconcile::reconcile;
+    use stockledger_core::ResultCode;
+    use stockledger_producer::OutcomeReader;
+
+    let h = Harness::new("compact", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let p = &h.producer;
+    p.restock("C1", "a", RestockMode::Set, 10).await?;
+    p.rollback("C1", "gone", None).await?; // tombstone
+    p.deduct("C1", "kept", 2).await?;
+    p.deduct("C1", "cancel", 1).await?;
+    p.rollback("C1", "cancel", None).await?;
+    h.wait_for_archive(5).await?;
+    let mut redis = h.projection.connection();
+
+    // A long window prunes nothing.
+    let none = compact(
+        &mut redis,
+        &h.ns.prefix,
+        &h.pool,
+        &h.ns.topic,
+        Duration::from_secs(86_400),
+        10,
+    )
+    .await?;
+    assert_eq!(
+        (
+            none.skus_checked,
+            none.orders_removed,
+            none.decisions_removed
+        ),
+        (1, 0, 0)
+    );
+
+    let report = compact(
+        &mut redis,
+        &h.ns.prefix,
+        &h.pool,
+        &h.ns.topic,
+        Duration::ZERO,
+        10,
+    )
+    .await?;
+    assert_eq!((report.orders_removed, report.decisions_removed), (2, 5));
+    let state = h.projection.read_sku("C1").await?.expect("C1 has state");
+    assert_eq!(state.orders.keys().collect::<Vec<_>>(), ["kept"]);
+    assert!(state.decisions.is_empty());
+    assert_eq!(
+        (state.available, state.total, state.last_offset),
+        (8, 10, Some(4))
+    );
+    let agree = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
+    assert!(agree.differences.is_empty(), "{:?}", agree.differences);
+
+    // Documented: the tombstone is gone, so a late deduct is a new order;
+    // the kept deduction can still be rolled back.
+    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let wait = Duration::from_secs(30);
+    let late = p.deduct("C1", "gone", 1).await?;
+    assert_eq!(reader.wait(&late, wait).await?.result, ResultCode::Applied);
+    let undo = p.rollback("C1", "kept", None).await?;
+    let undone = reader.wait(&undo, wait).await?;
+    assert_eq!(
+        (undone.result, undone.delta, undone.available),
+        (ResultCode::Applied, 2, 9)
+    );
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}

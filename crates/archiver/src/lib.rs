@@ -3,6 +3,8 @@
 //! - [`archiver`]: the consumer-group member that writes pages of outcomes,
 //!   each page and the archiver's progress in one transaction, with
 //!   `ON CONFLICT DO NOTHING` on the log position.
+//! - [`compact`]: pruning archived history older than a retention window
+//!   from Redis.
 //! - [`query`]: reading the archive back (history of a SKU or an order,
 //!   counts), for the CLI and the checks.
 //! - [`reconcile`]: checking Redis against the archive, SKU by SKU.
@@ -10,6 +12,7 @@
 //! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
 
 pub mod archiver;
+pub mod compact;
 pub mod query;
 pub mod reconcile;
 pub mod snapshot;

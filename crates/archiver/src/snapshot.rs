@@ -136,6 +136,17 @@ pub async fn take(
 
 type Hash = BTreeMap<String, String>;
 
+/// A page of SKU states as columns, for `UNNEST`.
+#[derive(Default)]
+struct Columns {
+    sku: Vec<String>,
+    last_offset: Vec<i64>,
+    available: Vec<i64>,
+    total: Vec<i64>,
+    orders: Vec<String>,
+    adjustments: Vec<String>,
+}
+
 async fn write_page(
     pool: &PgPool,
     redis: &mut ConnectionManager,
@@ -156,14 +167,7 @@ async fn write_page(
             .hgetall(k.adjustments);
     }
     let hashes: Vec<Hash> = pipe.query_async(redis).await?;
-    let mut columns: (
-        Vec<String>,
-        Vec<i64>,
-        Vec<i64>,
-        Vec<i64>,
-        Vec<String>,
-        Vec<String>,
-    ) = Default::default();
+    let mut columns = Columns::default();
     for (sku, chunk) in skus.iter().zip(hashes.chunks(3)) {
         let [stock, orders, adjustments] = chunk else {
             continue;
@@ -174,15 +178,16 @@ async fn write_page(
         else {
             continue; // gone since the scan saw it
         };
-        columns.0.push((*sku).to_owned());
-        columns.1.push(offset);
-        columns.2.push(available);
-        columns.3.push(total);
+        columns.sku.push((*sku).to_owned());
+        columns.last_offset.push(offset);
+        columns.available.push(available);
+        columns.total.push(total);
+        // Maps of strings always serialize.
         columns
-            .4
+            .orders
             .push(serde_json::to_string(orders).unwrap_or_default());
         columns
-            .5
+            .adjustments
             .push(serde_json::to_string(adjustments).unwrap_or_default());
     }
     sqlx::query(
@@ -192,15 +197,15 @@ async fn write_page(
              AS s(sku, last_offset, available, total, orders, adjustments)",
     )
     .bind(id)
-    .bind(&columns.0)
-    .bind(&columns.1)
-    .bind(&columns.2)
-    .bind(&columns.3)
-    .bind(&columns.4)
-    .bind(&columns.5)
+    .bind(&columns.sku)
+    .bind(&columns.last_offset)
+    .bind(&columns.available)
+    .bind(&columns.total)
+    .bind(&columns.orders)
+    .bind(&columns.adjustments)
     .execute(pool)
     .await?;
-    Ok(columns.0.len() as i64)
+    Ok(columns.sku.len() as i64)
 }
 
 /// The newest complete snapshot of the projection of `topic`.

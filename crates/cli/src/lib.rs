@@ -181,6 +181,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Write every SKU's state and last-applied offset to PostgreSQL.
     Snapshot(SnapshotArgs),
+    /// Prune archived history older than the retention window from Redis.
+    Compact(CompactArgs),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(ReconcileArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
@@ -264,6 +266,16 @@ pub struct SnapshotArgs {
     )]
     pub applier_group: String,
     /// SKUs read and written per page (bounds memory).
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Keep history whose records occurred within this many days.
+    #[arg(long, env = "STOCKLEDGER_RETENTION_DAYS", default_value_t = 7.0)]
+    pub retention_days: f64,
+    /// SKUs handled per page (bounds memory).
     #[arg(long, default_value_t = 1000)]
     pub page_size: usize,
 }
@@ -581,6 +593,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 }
+            );
+        }
+        Command::Compact(args) => {
+            anyhow::ensure!(
+                args.retention_days.is_finite() && args.retention_days >= 0.0,
+                "--retention-days must be a number of days, 0 or more"
+            );
+            let pool = connect_archive(g, 2).await?;
+            let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+            let retention = Duration::from_secs_f64(args.retention_days * 86_400.0);
+            let report = stockledger_archiver::compact::compact(
+                &mut projection.connection(),
+                &g.prefix,
+                &pool,
+                &g.topic,
+                retention,
+                args.page_size.max(1),
+            )
+            .await?;
+            println!(
+                "checked {} SKUs: removed {} finished orders and {} decisions older than {} days",
+                report.skus_checked,
+                report.orders_removed,
+                report.decisions_removed,
+                args.retention_days
             );
         }
         Command::Reconcile(args) => {

@@ -12,6 +12,9 @@ use stockledger_core::{Command, CommandBody, Decision, OrderEntry, SkuState};
 /// The script that applies records; see the file for its contract.
 pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");
 
+/// The script that prunes archived history of one SKU; see the file.
+pub const COMPACT_LUA: &str = include_str!("../lua/compact.lua");
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
     #[error("Redis: {0}")]

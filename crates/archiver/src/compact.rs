@@ -1,0 +1,86 @@
+//! Keeping Redis memory bounded: pruning history that is archived and older
+//! than a retention window.
+//!
+//! Per SKU, the cutoff is the newest archived record whose `occurred_at` is
+//! older than the window (the archive holds every earlier record of the
+//! partition too). Decisions at or below it are removed, and so are orders
+//! whose final state (rolled back, or a tombstone) was set at or below it.
+//! Deducted orders are kept so a later rollback still gives stock back.
+//!
+//! After pruning, a deduct for a pruned order id is decided as for a new
+//! order (its tombstone is gone), and a redelivered pruned record is
+//! answered `DUPLICATE` instead of its first decision (the archive keeps
+//! the first decision: its row is never overwritten).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use stockledger_consumer::projection::{scan_page, COMPACT_LUA};
+use stockledger_core::keys::{self, SkuKeys};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    pub skus_checked: u64,
+    pub orders_removed: u64,
+    pub decisions_removed: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Prunes the projection under `prefix` of history older than `retention`
+/// (by the records' `occurred_at`) that is archived for `topic`.
+pub async fn compact(
+    redis: &mut ConnectionManager,
+    prefix: &str,
+    pool: &PgPool,
+    topic: &str,
+    retention: Duration,
+    page_size: usize,
+) -> Result<CompactReport, CompactError> {
+    let script = redis::Script::new(COMPACT_LUA);
+    let mut report = CompactReport::default();
+    let pattern = keys::stock_key_pattern(prefix);
+    let mut cursor = 0;
+    loop {
+        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+        let skus: Vec<String> = page
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
+            .map(str::to_owned)
+            .collect();
+        report.skus_checked += skus.len() as u64;
+        let cutoffs: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sku, max(log_offset) FROM ledger_entries
+             WHERE topic = $1 AND sku = ANY($2)
+               AND occurred_at < now() - make_interval(secs => $3)
+             GROUP BY sku",
+        )
+        .bind(topic)
+        .bind(&skus)
+        .bind(retention.as_secs_f64())
+        .fetch_all(pool)
+        .await?;
+        for (sku, cutoff) in cutoffs {
+            let k = SkuKeys::new(prefix, &sku);
+            let (orders, decisions): (u64, u64) = script
+                .key(k.orders)
+                .key(k.decisions)
+                .arg(cutoff)
+                .invoke_async(redis)
+                .await?;
+            report.orders_removed += orders;
+            report.decisions_removed += decisions;
+        }
+        if next == 0 {
+            return Ok(report);
+        }
+        cursor = next;
+    }
+}

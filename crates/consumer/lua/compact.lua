@@ -1,0 +1,28 @@
+-- Prunes one SKU's archived history older than the retention window.
+--
+-- KEYS[1] orders hash, KEYS[2] decisions hash (see apply.lua)
+-- ARGV[1] the newest offset whose record is both archived and older than
+--         the retention window
+-- Removes the decisions at or below that offset, and the orders whose final
+-- state (rolled back, or cancelled by a tombstone) was set at or below it.
+-- Deducted orders stay: a later rollback must still give their stock back.
+-- Returns { orders removed, decisions removed }.
+
+local cutoff = tonumber(ARGV[1])
+local orders, decisions = 0, 0
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local status, offset = string.match(entries[i + 1], '^([RC])|%d+|(%d+)$')
+  if status and tonumber(offset) <= cutoff then
+    redis.call('HDEL', KEYS[1], entries[i])
+    orders = orders + 1
+  end
+end
+local offsets = redis.call('HKEYS', KEYS[2])
+for _, offset in ipairs(offsets) do
+  if tonumber(offset) <= cutoff then
+    redis.call('HDEL', KEYS[2], offset)
+    decisions = decisions + 1
+  end
+end
+return { orders, decisions }
