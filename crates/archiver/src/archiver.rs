@@ -95,11 +95,7 @@ pub async fn run(
     config: ArchiverConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ArchiverStats, ArchiverError> {
-    let (stop_tx, mut stop) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
+    let mut stop = stockledger_consumer::stop::stop_flag(shutdown);
     info!(config = ?config, "starting the archiver");
     let pool = crate::connect(&config.database_url, 2)
         .await

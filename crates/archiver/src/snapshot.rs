@@ -15,6 +15,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
+use stockledger_consumer::log::partitions_of;
 use stockledger_consumer::projection::scan_page;
 use stockledger_core::keys::{self, SkuKeys};
 use stockledger_producer::KafkaConfig;
@@ -57,12 +58,9 @@ pub async fn committed_offsets(
         .create()?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
         let mut wanted = TopicPartitionList::new();
-        for t in metadata.topics().iter().filter(|t| t.name() == topic) {
-            for p in t.partitions() {
-                wanted.add_partition(&topic, p.id());
-            }
+        for p in partitions_of(&consumer, &topic)? {
+            wanted.add_partition(&topic, p);
         }
         let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
         Ok(committed

@@ -154,11 +154,7 @@ pub async fn run(
     config: ApplierConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ApplierStats, ApplierError> {
-    let (stop_tx, stop) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
+    let stop = crate::stop::stop_flag(shutdown);
     Applier::start(config, stop).await?.run().await
 }
 

@@ -8,6 +8,7 @@
 //! - [`check`]: comparing the projection with the reference fold of the log.
 //! - [`record`]: what a command-topic record means (command or refusal).
 //! - [`replay`]: rebuilding a prefix from the log and swapping it in.
+//! - [`stop`]: a shutdown future as a flag loops can check.
 //! - [`log`]: reading a topic to its end and folding the command log through
 //!   the reference state machine (for checks, demo and replay).
 
@@ -18,6 +19,7 @@ pub mod log;
 pub mod projection;
 pub mod record;
 pub mod replay;
+pub mod stop;
 
 pub use applier::{run, ApplierConfig, ApplierError, ApplierStats};
 pub use projection::{Projection, ProjectionError};

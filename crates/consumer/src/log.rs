@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -34,6 +34,20 @@ pub enum LogError {
     Timeout { topic: String, timeout: Duration },
     #[error("the log reader task failed: {0}")]
     Task(String),
+}
+
+/// The partition ids of `topic` (empty if it does not exist).
+pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
+    consumer: &T,
+    topic: &str,
+) -> Result<Vec<i32>, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect())
 }
 
 /// Reads every record of `topic` from the beginning to the end of each
@@ -66,13 +80,7 @@ fn read_topic_blocking(
             ("enable.partition.eof", "true"),
         ])
         .create_with_context(LagContext::new(topic, Default::default()))?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
+    let partitions = partitions_of(&consumer, topic)?;
     if partitions.is_empty() {
         return Err(LogError::NoSuchTopic(topic.to_owned()));
     }

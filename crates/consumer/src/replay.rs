@@ -21,10 +21,10 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::keys::SkuKeys;
 use stockledger_producer::KafkaConfig;
-use tokio::sync::watch;
 use tracing::info;
 
 use crate::lag::LagContext;
+use crate::log::partitions_of;
 use crate::projection::{Batch, Projection, ProjectionError};
 use crate::record::interpret;
 
@@ -133,11 +133,7 @@ pub async fn replay(
     shutdown: impl Future<Output = ()> + Send + 'static,
     mut on_progress: impl FnMut(&ReplayProgress) + Send,
 ) -> Result<ReplayReport, ReplayError> {
-    let (stop_tx, mut stop) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
+    let mut stop = crate::stop::stop_flag(shutdown);
     let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
     let existing = target.skus().await?.len();
     if existing > 0 && config.require_empty_target {
@@ -159,13 +155,7 @@ pub async fn replay(
             ("statistics.interval.ms", "500"),
         ])
         .create_with_context(LagContext::new(&config.topic, lag.clone()))?;
-    let metadata = consumer.fetch_metadata(Some(&config.topic), Duration::from_secs(10))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == config.topic)
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
+    let partitions = partitions_of(&consumer, &config.topic)?;
     if partitions.is_empty() {
         return Err(ReplayError::NoSuchTopic(config.topic.clone()));
     }
