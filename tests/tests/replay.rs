@@ -80,8 +80,8 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     let before = dump_prefix(&mut redis, &h.ns.prefix).await?;
     assert_eq!(
         before.len(),
-        SKUS.len() * 4,
-        "stock, orders, adjustments, decisions per SKU"
+        SKUS.len() * 4 + 1,
+        "four hashes per SKU and the marker"
     );
 
     delete_prefix(&mut redis, &h.ns.prefix).await?;
@@ -333,5 +333,70 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
 
     applier.stop().await?;
     archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_it(
+) -> anyhow::Result<()> {
+    use stockledger_testkit::harness::CATCH_UP;
+
+    let h = Harness::new("state-lost", 2).await?;
+    let applier = h.start_applier();
+    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 20).await?;
+    wait_until("every record applied", CATCH_UP, || async {
+        let mut applied = 0;
+        for sku in SKUS {
+            applied += h
+                .projection
+                .read_sku(sku)
+                .await?
+                .map_or(0, |s| s.decisions.len() as u64);
+        }
+        Ok((applied == records).then_some(()))
+    })
+    .await?;
+    let mut redis = h.projection.connection();
+    // Redis "restarts empty": every key of the projection is gone.
+    delete_prefix(&mut redis, &h.ns.prefix).await?;
+    h.producer.deduct("R1", "after-the-loss", 1).await?;
+    wait_until("the applier to stop by itself", CATCH_UP, || async {
+        Ok(applier.is_finished().then_some(()))
+    })
+    .await?;
+    let error = applier
+        .stop()
+        .await
+        .expect_err("the applier must refuse to apply onto nothing");
+    assert!(format!("{error:#}").contains("lost its state"), "{error:#}");
+    assert!(
+        dump_prefix(&mut redis, &h.ns.prefix).await?.is_empty(),
+        "nothing was applied onto nothing"
+    );
+
+    // Restarting does not help: the group has progress, the projection has none.
+    let restarted = h.start_applier();
+    wait_until("the restarted applier to refuse", CATCH_UP, || async {
+        Ok(restarted.is_finished().then_some(()))
+    })
+    .await?;
+    let error = restarted
+        .stop()
+        .await
+        .expect_err("a restarted applier refuses too");
+    assert!(format!("{error:#}").contains("lost its state"), "{error:#}");
+
+    // A replay rebuilds and re-marks it; the applier then resumes where it was.
+    replay(replay_config(&h, true), pending(), |_| {}).await?;
+    let resumed = h.start_applier();
+    wait_until("the pending deduct to be applied", CATCH_UP, || async {
+        let state = h.projection.read_sku("R1").await?;
+        Ok(state
+            .filter(|s| s.orders.contains_key("after-the-loss"))
+            .map(|_| ()))
+    })
+    .await?;
+    h.assert_projection_matches_log().await?;
+    resumed.stop().await?;
     Ok(())
 }

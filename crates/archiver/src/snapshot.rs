@@ -8,14 +8,11 @@
 //! snapshot already holds.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::{Offset, TopicPartitionList};
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
-use stockledger_consumer::log::partitions_of;
+use stockledger_consumer::log::{self, LogError};
 use stockledger_consumer::projection::scan_page;
 use stockledger_core::keys::{self, SkuKeys};
 use stockledger_producer::KafkaConfig;
@@ -46,34 +43,18 @@ pub enum SnapshotError {
     Task(String),
 }
 
-/// The offsets `group` has committed on `topic`, by partition (partitions
-/// without a commit are left out).
+/// The offsets `group` has committed on `topic`, by partition.
 pub async fn committed_offsets(
     kafka: &KafkaConfig,
     group: &str,
     topic: &str,
 ) -> Result<HashMap<i32, i64>, SnapshotError> {
-    let consumer: BaseConsumer = kafka
-        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
-        .create()?;
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut wanted = TopicPartitionList::new();
-        for p in partitions_of(&consumer, &topic)? {
-            wanted.add_partition(&topic, p);
-        }
-        let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
-        Ok(committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect())
-    })
-    .await
-    .map_err(|e| SnapshotError::Task(e.to_string()))?
+    log::committed_offsets(kafka, group, topic)
+        .await
+        .map_err(|e| match e {
+            LogError::Kafka(k) => SnapshotError::Kafka(k),
+            other => SnapshotError::Task(other.to_string()),
+        })
 }
 
 /// Writes a snapshot of `prefix`, `page_size` SKUs at a time; `start` is

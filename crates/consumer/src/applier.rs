@@ -107,6 +107,18 @@ pub enum ApplierError {
     },
     #[error("Redis projection: {0}")]
     Projection(#[from] ProjectionError),
+    #[error("reading the group's committed offsets: {0}")]
+    Offsets(#[from] crate::log::LogError),
+    /// The prefix holds the fold of another topic; applying this one onto it
+    /// would mix two ledgers.
+    #[error(
+        "prefix {prefix} is the projection of topic {marked}, not {topic}; choose another prefix"
+    )]
+    OtherLog {
+        prefix: String,
+        marked: String,
+        topic: String,
+    },
     #[error(transparent)]
     Encode(#[from] EncodeError),
     /// An outcome or dead letter was not delivered; offsets were not
@@ -136,6 +148,35 @@ struct Item {
     payload: Option<Vec<u8>>,
     timestamp: i64,
     command: Result<Command, String>,
+}
+
+/// Refuses a projection that is the fold of another topic, or that lost its
+/// state while the group has already committed progress (a Redis restarted
+/// empty would otherwise be taken for "no stock" and the rest of the log
+/// applied onto nothing). A new projection of a new group is marked.
+async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result<(), ApplierError> {
+    match projection.marked_topic().await? {
+        Some(marked) if marked == config.topic => Ok(()),
+        Some(marked) => Err(ApplierError::OtherLog {
+            prefix: config.prefix.clone(),
+            marked,
+            topic: config.topic.clone(),
+        }),
+        None => {
+            let committed =
+                crate::log::committed_offsets(&config.kafka, &config.group_id, &config.topic)
+                    .await?;
+            if committed.values().any(|&offset| offset > 0) {
+                return Err(ProjectionError::StateLost {
+                    prefix: config.prefix.clone(),
+                    key: projection.marker_key(),
+                }
+                .into());
+            }
+            projection.mark(&config.topic).await?;
+            Ok(())
+        }
+    }
 }
 
 /// A record to publish for one item of a batch.
@@ -206,7 +247,10 @@ impl Applier {
                 what: "producer",
                 source,
             })?;
-        let projection = Projection::connect(&config.redis_url, config.prefix.clone()).await?;
+        let projection = Projection::connect(&config.redis_url, config.prefix.clone())
+            .await?
+            .guarded();
+        check_marker(&config, &projection).await?;
         Ok(Self {
             config,
             consumer,

@@ -1,7 +1,7 @@
 //! Reading a whole topic to its current end, and
 //! folding the command log through the reference state machine.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -48,6 +48,36 @@ pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
         .filter(|t| t.name() == topic)
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect())
+}
+
+/// The offsets `group` has committed on `topic`, by partition (partitions
+/// without a commit are left out).
+pub async fn committed_offsets(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+) -> Result<HashMap<i32, i64>, LogError> {
+    let consumer: BaseConsumer = kafka
+        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
+        .create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut wanted = TopicPartitionList::new();
+        for p in partitions_of(&consumer, &topic)? {
+            wanted.add_partition(&topic, p);
+        }
+        let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
+        Ok(committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect())
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
 }
 
 /// Reads every record of `topic` from the beginning to the end of each

@@ -27,6 +27,11 @@ pub enum ProjectionError {
     },
     #[error("unreadable value in Redis key {key}: {value:?}")]
     Corrupt { key: String, value: String },
+    /// The marker written when the projection was created is gone: Redis
+    /// restarted empty or was flushed. Applying on would fold the rest of
+    /// the log onto nothing; rebuild with `stockledger replay --swap`.
+    #[error("the projection under {prefix} has lost its state (its marker {key} is gone); rebuild it with `stockledger replay --swap`")]
+    StateLost { prefix: String, key: String },
 }
 
 impl ProjectionError {
@@ -101,6 +106,8 @@ pub struct Projection {
     redis: ConnectionManager,
     prefix: String,
     script: redis::Script,
+    /// Check the marker before every apply (the live applier does).
+    guarded: bool,
 }
 
 impl std::fmt::Debug for Projection {
@@ -127,7 +134,41 @@ impl Projection {
             redis,
             prefix: prefix.into(),
             script: redis::Script::new(APPLY_LUA),
+            guarded: false,
         }
+    }
+
+    /// This projection, refusing to apply once its marker is gone.
+    pub fn guarded(mut self) -> Self {
+        self.guarded = true;
+        self
+    }
+
+    /// The key marking that this prefix holds a fold of a log: a hash with
+    /// the command topic's name.
+    pub fn marker_key(&self) -> String {
+        format!("{}:meta", self.prefix)
+    }
+
+    /// The topic this prefix is a fold of, if it is marked.
+    pub async fn marked_topic(&self) -> Result<Option<String>, ProjectionError> {
+        let topic: Option<String> = redis::cmd("HGET")
+            .arg(self.marker_key())
+            .arg("topic")
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(topic)
+    }
+
+    /// Marks this prefix as the fold of `topic`.
+    pub async fn mark(&self, topic: &str) -> Result<(), ProjectionError> {
+        let _: () = redis::cmd("HSET")
+            .arg(self.marker_key())
+            .arg("topic")
+            .arg(topic)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
     }
 
     pub fn prefix(&self) -> &str {
@@ -145,6 +186,22 @@ impl Projection {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
+        let mut conn = self.redis.clone();
+        if self.guarded {
+            // A round trip of its own: a pipeline would run the scripts even
+            // when the marker is gone. (A flush in the instant between the
+            // two is not caught here; reconcile would show it.)
+            let marked: bool = redis::cmd("EXISTS")
+                .arg(self.marker_key())
+                .query_async(&mut conn)
+                .await?;
+            if !marked {
+                return Err(ProjectionError::StateLost {
+                    prefix: self.prefix.clone(),
+                    key: self.marker_key(),
+                });
+            }
+        }
         let mut pipe = redis::pipe();
         for run in runs {
             let keys = SkuKeys::new(&self.prefix, run.sku);
@@ -158,7 +215,6 @@ impl Projection {
                 cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
             }
         }
-        let mut conn = self.redis.clone();
         let replies: Vec<Vec<String>> = match pipe.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A restarted or flushed Redis forgot the script: load it and

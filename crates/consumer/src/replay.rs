@@ -142,6 +142,7 @@ pub async fn replay(
             skus: existing,
         });
     }
+    target.mark(&config.topic).await?;
     let lag = Arc::new(AtomicI64::new(0));
     let consumer: StreamConsumer<LagContext> = config
         .kafka
@@ -222,6 +223,14 @@ pub async fn replay(
         // for the SKUs the applier has moved past.
         let behind = swap_pass(&config, swap, &target, &mut swapped).await?;
         if behind == 0 {
+            // Every SKU is in: the live prefix is a whole fold of the log
+            // again (this re-marks a Redis that had lost its state).
+            let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
+            live.mark(&config.topic).await?;
+            let _: () = redis::cmd("DEL")
+                .arg(target.marker_key())
+                .query_async(&mut target.connection())
+                .await?;
             break;
         }
         info!(

@@ -65,6 +65,11 @@ impl<T: Send + 'static> Component<T> {
         Self { stop, task }
     }
 
+    /// Whether the component has ended by itself (or was stopped).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Asks the component to stop and returns what it reports.
     pub async fn stop(self) -> anyhow::Result<T> {
         let _ = self.stop.send(());
