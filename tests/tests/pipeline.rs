@@ -149,13 +149,7 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
         query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku("A".into()), 1000).await?;
     applier.stop().await?;
 
-    reset_group_offsets(
-        &h.services.kafka,
-        &h.ns.applier_group,
-        &h.ns.topic,
-        partitions,
-    )
-    .await?;
+    reset_group_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic, partitions).await?;
     let again = h.start_applier();
     // Every record yields its outcome a second time; wait until all are out
     // and the archiver has read them all.

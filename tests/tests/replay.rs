@@ -42,7 +42,7 @@ async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
 
 fn replay_config(h: &Harness, drop_old: bool) -> ReplayConfig {
     let mut config = ReplayConfig::new(
-        h.services.kafka.clone(),
+        h.kafka.clone(),
         h.services.redis_url.clone(),
         h.ns.topic.clone(),
         format!("{}:rebuild", h.ns.prefix),
@@ -189,8 +189,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
         stockledger_testkit::harness::CATCH_UP,
         || async {
             let committed =
-                snapshot::committed_offsets(&h.services.kafka, &h.ns.applier_group, &h.ns.topic)
-                    .await?;
+                snapshot::committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
             Ok((committed.values().sum::<i64>() == before as i64).then_some(committed))
         },
     )
@@ -205,7 +204,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
 
     let full_prefix = format!("{}:full", h.ns.prefix);
     let mut full = ReplayConfig::new(
-        h.services.kafka.clone(),
+        h.kafka.clone(),
         h.services.redis_url.clone(),
         h.ns.topic.clone(),
         full_prefix.clone(),
@@ -220,7 +219,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     assert_eq!(latest, snap);
     snapshot::restore(&h.pool, &latest, &mut redis, &tail_prefix, 3).await?;
     let mut tail = ReplayConfig::new(
-        h.services.kafka.clone(),
+        h.kafka.clone(),
         h.services.redis_url.clone(),
         h.ns.topic.clone(),
         tail_prefix.clone(),

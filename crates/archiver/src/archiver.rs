@@ -162,22 +162,33 @@ pub async fn run(
         {
             break;
         }
-        let mut offsets = TopicPartitionList::new();
-        for (&partition, &next) in &progress {
-            if let Err(e) = offsets.add_partition_offset(
-                &config.outcomes_topic,
-                partition,
-                Offset::Offset(next),
-            ) {
-                warn!(error = %e, partition, "cannot record an offset to commit");
-            }
-        }
+        let offsets = offsets_of(&config.outcomes_topic, &progress);
         if let Err(e) = consumer.commit(&offsets, CommitMode::Async) {
             warn!(error = %e, "committing offsets failed; pages may be redelivered and skipped");
         }
     }
+    if !progress.is_empty() {
+        // The progress table is the truth; this keeps a restart from
+        // re-reading pages it would only skip.
+        if let Err(e) = consumer.commit(
+            &offsets_of(&config.outcomes_topic, &progress),
+            CommitMode::Sync,
+        ) {
+            warn!(error = %e, "final offset commit failed");
+        }
+    }
     info!(rows = stats.rows, "archiver stopped");
     Ok(stats)
+}
+
+fn offsets_of(topic: &str, progress: &HashMap<i32, i64>) -> TopicPartitionList {
+    let mut offsets = TopicPartitionList::new();
+    for (&partition, &next) in progress {
+        if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(next)) {
+            warn!(error = %e, partition, "cannot record an offset to commit");
+        }
+    }
+    offsets
 }
 
 async fn load_progress(

@@ -1,20 +1,13 @@
 //! The `stockledger` binary against real services.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use stockledger_testkit::Harness;
 
 fn stockledger(h: &Harness, args: &[&str]) -> std::io::Result<Output> {
-    Command::new(env!("CARGO_BIN_EXE_stockledger"))
-        .args(args)
-        .env("KAFKA_BROKERS", &h.services.kafka.brokers)
-        .env("REDIS_URL", &h.services.redis_url)
-        .env("DATABASE_URL", &h.services.database_url)
-        .env("STOCKLEDGER_TOPIC", &h.ns.topic)
-        .env("STOCKLEDGER_OUTCOMES_TOPIC", &h.ns.outcomes_topic)
-        .env("STOCKLEDGER_DLQ_TOPIC", &h.ns.dlq_topic)
-        .env("STOCKLEDGER_PREFIX", &h.ns.prefix)
-        .output()
+    common::stockledger(h).args(args).output()
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -207,6 +207,9 @@ struct Applier {
     lag: Arc<AtomicI64>,
     stop: watch::Receiver<bool>,
     stats: ApplierStats,
+    /// The offsets committed last (asynchronously); committed again,
+    /// synchronously, when the applier stops.
+    committed: TopicPartitionList,
 }
 
 impl Applier {
@@ -259,6 +262,7 @@ impl Applier {
             lag,
             stop,
             stats: ApplierStats::default(),
+            committed: TopicPartitionList::new(),
         })
     }
 
@@ -296,6 +300,13 @@ impl Applier {
             };
             let batch = self.fill_batch(first).await;
             self.process(&batch).await?;
+        }
+        if self.committed.count() > 0 {
+            // Make the last commit durable before exiting, so a restart does
+            // not redeliver what this run finished.
+            if let Err(e) = self.consumer.commit(&self.committed, CommitMode::Sync) {
+                warn!(error = %e, "final offset commit failed; records may be redelivered");
+            }
         }
         info!(records = self.stats.records, "applier stopped");
         Ok(self.stats)
@@ -425,6 +436,21 @@ impl Applier {
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             // Not fatal: the records are applied; a redelivery is harmless.
             warn!(error = %e, "committing offsets failed; records may be redelivered");
+        }
+        for element in offsets.elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            match self.committed.find_partition(topic, partition) {
+                Some(_) => {
+                    let _ = self
+                        .committed
+                        .set_partition_offset(topic, partition, element.offset());
+                }
+                None => {
+                    let _ = self
+                        .committed
+                        .add_partition_offset(topic, partition, element.offset());
+                }
+            }
         }
         self.stats.records += items.len() as u64;
         self.stats.batches += 1;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::Ledger;
 use stockledger_producer::KafkaConfig;
@@ -22,6 +22,7 @@ pub struct LogRecord {
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub timestamp: Option<i64>,
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +142,14 @@ fn read_topic_blocking(
                 key: message.key().map(<[u8]>::to_vec),
                 payload: message.payload().map(<[u8]>::to_vec),
                 timestamp: message.timestamp().to_millis(),
+                headers: message
+                    .headers()
+                    .map(|hs| {
+                        hs.iter()
+                            .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             }),
         }
     }

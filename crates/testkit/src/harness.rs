@@ -9,7 +9,7 @@ use stockledger_archiver::{ArchiverConfig, ArchiverStats};
 use stockledger_consumer::log::{self, LogRecord};
 use stockledger_consumer::{ApplierConfig, ApplierStats, Projection};
 use stockledger_producer::admin::{create_topics, TopicSpec};
-use stockledger_producer::LedgerProducer;
+use stockledger_producer::{KafkaConfig, LedgerProducer};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -54,7 +54,8 @@ pub struct Component<T> {
 }
 
 impl<T: Send + 'static> Component<T> {
-    fn spawn<E, F>(start: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
+    /// Runs `start(stopped)` in a task; `stopped` resolves on [`Component::stop`].
+    pub fn spawn<E, F>(start: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
     where
         F: std::future::Future<Output = Result<T, E>> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,
@@ -81,6 +82,8 @@ impl<T: Send + 'static> Component<T> {
 #[derive(Debug)]
 pub struct Harness {
     pub services: &'static Services,
+    /// The brokers of this test (the shared ones unless [`Harness::with_kafka`]).
+    pub kafka: KafkaConfig,
     pub ns: Namespace,
     pub producer: LedgerProducer,
     pub projection: Projection,
@@ -92,6 +95,16 @@ impl Harness {
     /// outcomes) and connects the clients.
     pub async fn new(test: &str, partitions: i32) -> anyhow::Result<Self> {
         let services = services().await?;
+        Self::with_kafka(test, partitions, services.kafka.clone()).await
+    }
+
+    /// Like [`Harness::new`], on brokers of the test's own.
+    pub async fn with_kafka(
+        test: &str,
+        partitions: i32,
+        kafka: KafkaConfig,
+    ) -> anyhow::Result<Self> {
+        let services = services().await?;
         let ns = Namespace::new(test);
         let specs: Vec<TopicSpec> = [&ns.topic, &ns.outcomes_topic, &ns.dlq_topic]
             .into_iter()
@@ -101,22 +114,22 @@ impl Harness {
                 replication: 1,
             })
             .collect();
-        create_topics(&services.kafka, &specs).await?;
+        create_topics(&kafka, &specs).await?;
         let pool = stockledger_archiver::connect(&services.database_url, 4)
             .await
             .with_context(|| format!("connecting to {}", services.database_url))?;
         Ok(Self {
-            producer: LedgerProducer::new(&services.kafka, ns.topic.clone())?,
+            producer: LedgerProducer::new(&kafka, ns.topic.clone())?,
             projection: Projection::connect(&services.redis_url, ns.prefix.clone()).await?,
             pool,
             services,
+            kafka,
             ns,
         })
     }
 
     pub fn applier_config(&self) -> ApplierConfig {
-        let mut c =
-            ApplierConfig::new(self.services.kafka.clone(), self.services.redis_url.clone());
+        let mut c = ApplierConfig::new(self.kafka.clone(), self.services.redis_url.clone());
         c.prefix = self.ns.prefix.clone();
         c.topic = self.ns.topic.clone();
         c.outcomes_topic = self.ns.outcomes_topic.clone();
@@ -126,10 +139,7 @@ impl Harness {
     }
 
     pub fn archiver_config(&self) -> ArchiverConfig {
-        let mut c = ArchiverConfig::new(
-            self.services.kafka.clone(),
-            self.services.database_url.clone(),
-        );
+        let mut c = ArchiverConfig::new(self.kafka.clone(), self.services.database_url.clone());
         c.outcomes_topic = self.ns.outcomes_topic.clone();
         c.group_id = self.ns.archiver_group.clone();
         c.page_wait = Duration::from_millis(20);
@@ -174,12 +184,12 @@ impl Harness {
 
     /// Every record of a topic, read to its current end.
     pub async fn read(&self, topic: &str) -> anyhow::Result<Vec<LogRecord>> {
-        Ok(log::read_topic(&self.services.kafka, topic, CATCH_UP).await?)
+        Ok(log::read_topic(&self.kafka, topic, CATCH_UP).await?)
     }
 
     /// Appends raw bytes to the command topic (for garbage and hand-made records).
     pub async fn send_raw(&self, key: &str, payload: &[u8]) -> anyhow::Result<(i32, i64)> {
-        let producer: FutureProducer = self.services.kafka.client_config(&[]).create()?;
+        let producer: FutureProducer = self.kafka.client_config(&[]).create()?;
         let delivery = producer
             .send(
                 FutureRecord::to(&self.ns.topic).key(key).payload(payload),
@@ -198,6 +208,43 @@ impl Harness {
         anyhow::ensure!(
             mismatches.is_empty(),
             "Redis differs from the reference fold of the log: {mismatches:#?}"
+        );
+        Ok(())
+    }
+}
+
+impl Harness {
+    /// The contract, checked against the reference fold of the log once the
+    /// pipeline has caught up: Redis equals the fold; stock never went below
+    /// zero; every record has exactly one archived row; every record has an
+    /// outcome on the outcomes topic (duplicates allowed, none missing).
+    pub async fn assert_contract(&self) -> anyhow::Result<()> {
+        let log = self.read(&self.ns.topic).await?;
+        self.wait_for_archive(log.len() as i64).await?;
+        self.assert_projection_matches_log().await?;
+        let lowest = stockledger_archiver::query::min_available(&self.pool, &self.ns.topic).await?;
+        anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
+        let expected: std::collections::BTreeSet<(i32, i64)> =
+            log.iter().map(|r| (r.partition, r.offset)).collect();
+        let mut published = std::collections::BTreeSet::new();
+        for record in self.read(&self.ns.outcomes_topic).await? {
+            let outcome = stockledger_core::codec::decode_outcome(
+                record.payload.as_deref().unwrap_or_default(),
+            )?;
+            anyhow::ensure!(
+                outcome.position.topic == self.ns.topic,
+                "outcome of another topic: {outcome:?}"
+            );
+            published.insert((outcome.position.partition, outcome.position.offset));
+        }
+        let missing: Vec<_> = expected.difference(&published).collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "records without an outcome: {missing:?}"
+        );
+        anyhow::ensure!(
+            published == expected,
+            "outcomes for positions not in the log"
         );
         Ok(())
     }

@@ -8,11 +8,15 @@
 //! - [`harness`]: a fresh namespace per test (topics, key prefix, consumer
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
+//! - [`fault`]: a loopback TCP proxy that cuts a service off and lets it back.
+//! - [`poison`]: records that are not valid commands.
 //! - [`wait`]: awaiting a condition with a deadline, instead of sleeping.
 //! - [`workload`]: random command logs and delivery schedules (proptest).
 //! - [`redis_dump`]: every key of a prefix, dumped, for byte-level comparison.
 
+pub mod fault;
 pub mod harness;
+pub mod poison;
 pub mod redis_dump;
 pub mod services;
 pub mod wait;

@@ -179,7 +179,7 @@ fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::Result<()> {
     let script = format!(
         "{cmd} >'{log}' 2>&1 & child=$!
          while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.5; done
-         kill $child 2>/dev/null",
+         kill $child 2>/dev/null; kill -CONT $child 2>/dev/null",
         cmd = quoted.join(" "),
         parent = std::process::id(),
     );
@@ -228,6 +228,33 @@ fn tansu_binary() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// A tansu broker of the caller's own on a free loopback port, whatever
+/// the environment says (for tests that pause it); returns its port.
+pub async fn start_own_broker() -> anyhow::Result<u16> {
+    let started = tokio::task::spawn_blocking(start_tansu)
+        .await
+        .context("broker start task")??;
+    Ok(started)
+}
+
+/// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the tansu broker on `port`, as
+/// an outage that keeps its in-memory log.
+pub fn signal_broker(port: u16, signal: &str) -> anyhow::Result<()> {
+    let status = Command::new("pkill")
+        .arg(format!("-{signal}"))
+        .arg("-f")
+        .arg(format!(
+            "tansu broker --listener-url tcp://127.0.0.1:{port}"
+        ))
+        .status()
+        .context("running pkill")?;
+    anyhow::ensure!(
+        status.success(),
+        "no tansu broker on port {port} to {signal}"
+    );
+    Ok(())
+}
+
 fn start_broker() -> anyhow::Result<String> {
     if docker_engine() {
         let port = free_port()?;
@@ -262,6 +289,10 @@ fn start_broker() -> anyhow::Result<String> {
         start_container(port, "apache/kafka:3.9.1", 9092, &env, &[])?;
         return Ok(format!("127.0.0.1:{port}"));
     }
+    Ok(format!("127.0.0.1:{}", start_tansu()?))
+}
+
+fn start_tansu() -> anyhow::Result<u16> {
     let binary = tansu_binary()?;
     let port = free_port()?;
     let url = format!("tcp://127.0.0.1:{port}");
@@ -281,7 +312,7 @@ fn start_broker() -> anyhow::Result<String> {
         &log,
     )?;
     wait_for_port(port, "the tansu broker", &log)?;
-    Ok(format!("127.0.0.1:{port}"))
+    Ok(port)
 }
 
 fn start_redis() -> anyhow::Result<String> {
