@@ -3,7 +3,9 @@
 //! - [`Cli`]: flags (each with an environment variable) and subcommands.
 //! - [`run`]: wires the library crates for one subcommand.
 //! - [`demo`]: the end-to-end flash-sale demonstration with its checks.
+//! - [`bench`]: throughput scenarios next to same-run baselines.
 
+pub mod bench;
 pub mod demo;
 
 use std::process::ExitCode;
@@ -185,6 +187,8 @@ pub enum Command {
     Compact(CompactArgs),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(ReconcileArgs),
+    /// Measure throughput scenarios next to baselines, writing JSON and Markdown.
+    Bench(bench::BenchArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(demo::DemoArgs),
 }
@@ -670,6 +674,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Demo(args) => return demo::run(g, args).await,
+        Command::Bench(args) => return bench::run(g, args).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,575 @@
+//! `stockledger bench`: named scenarios against the configured services,
+//! each reported next to baselines measured in the same run on the same
+//! machine, since absolute figures drift on shared machines.
+//!
+//! Scenarios:
+//! - `e2e-uniform` / `e2e-hot`: deducts produced as fast as the producer
+//!   library takes them over many SKUs / one SKU, timed from the first
+//!   produce to the last record applied and committed by an in-process
+//!   applier.
+//! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
+//! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL.
+//! - Baselines: `redis-lua-direct` (seed 001: one script call per request
+//!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
+//!   plus a flow-record insert per request) and `pg-buckets` (the same over
+//!   8 bucket rows, seed 000).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use futures::stream::{self, StreamExt};
+use stockledger_consumer::log::committed_offsets;
+use stockledger_consumer::replay::ReplayConfig;
+use stockledger_core::RestockMode;
+use stockledger_producer::admin::{create_topics, TopicSpec};
+use stockledger_producer::LedgerProducer;
+use tokio::sync::oneshot;
+
+use crate::Global;
+
+/// The seed-001 script used by the `redis-lua-direct` baseline.
+const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Directory to write results.json and results.md into.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Small counts (for CI: the figures are printed, never asserted).
+    #[arg(long)]
+    pub quick: bool,
+    /// Scenarios to run, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub scenarios: Vec<Scenario>,
+    /// Concurrent clients of the baselines.
+    #[arg(long, default_value_t = 50)]
+    pub concurrency: usize,
+    /// Commands the producer library keeps in flight in the e2e scenarios.
+    #[arg(long, default_value_t = 10_000)]
+    pub in_flight: usize,
+    /// Partitions of the e2e topics.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    E2eUniform,
+    E2eHot,
+    Replay,
+    Archive,
+    RedisLuaDirect,
+    PgRow,
+    PgBuckets,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 7] = [
+        Self::RedisLuaDirect,
+        Self::PgRow,
+        Self::PgBuckets,
+        Self::E2eUniform,
+        Self::E2eHot,
+        Self::Replay,
+        Self::Archive,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::E2eUniform => "e2e-uniform",
+            Self::E2eHot => "e2e-hot",
+            Self::Replay => "replay",
+            Self::Archive => "archive",
+            Self::RedisLuaDirect => "redis-lua-direct",
+            Self::PgRow => "pg-row",
+            Self::PgBuckets => "pg-buckets",
+        }
+    }
+}
+
+/// One scenario's figure.
+#[derive(Debug, Clone)]
+struct Measurement {
+    scenario: &'static str,
+    records: u64,
+    seconds: f64,
+    setup: String,
+}
+
+impl Measurement {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Counts per scenario.
+struct Counts {
+    e2e: u64,
+    baseline: u64,
+    skus: usize,
+}
+
+/// What e2e-uniform leaves for the replay and archive scenarios.
+struct Ledger {
+    topic: String,
+    outcomes_topic: String,
+    records: u64,
+}
+
+pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let counts = if args.quick {
+        Counts {
+            e2e: 2_000,
+            baseline: 2_000,
+            skus: 200,
+        }
+    } else {
+        Counts {
+            e2e: 200_000,
+            baseline: 50_000,
+            skus: 10_000,
+        }
+    };
+    let run_id = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let selected = if args.scenarios.is_empty() {
+        Scenario::ALL.to_vec()
+    } else {
+        args.scenarios.clone()
+    };
+    println!(
+        "stockledger bench {run_id} ({} mode)",
+        if args.quick { "quick" } else { "full" }
+    );
+    let pool = crate::connect_archive(g, args.concurrency.min(50) as u32 + 2).await?;
+    let mut results: Vec<Measurement> = Vec::new();
+    let mut uniform: Option<Ledger> = None;
+    for scenario in selected {
+        let m = match scenario {
+            Scenario::RedisLuaDirect => {
+                redis_lua_direct(g, &run_id, &counts, args.concurrency).await?
+            }
+            Scenario::PgRow => {
+                pg_rows(
+                    &pool,
+                    &run_id,
+                    scenario.name(),
+                    1,
+                    counts.baseline,
+                    args.concurrency,
+                )
+                .await?
+            }
+            Scenario::PgBuckets => {
+                pg_rows(
+                    &pool,
+                    &run_id,
+                    scenario.name(),
+                    8,
+                    counts.baseline,
+                    args.concurrency,
+                )
+                .await?
+            }
+            Scenario::E2eUniform => {
+                let (m, ledger) =
+                    e2e(g, &args, &run_id, scenario.name(), counts.skus, counts.e2e).await?;
+                uniform = Some(ledger);
+                m
+            }
+            Scenario::E2eHot => {
+                e2e(g, &args, &run_id, scenario.name(), 1, counts.e2e)
+                    .await?
+                    .0
+            }
+            Scenario::Replay | Scenario::Archive => {
+                let ledger = match &uniform {
+                    Some(l) => l,
+                    None => {
+                        let (_, ledger) =
+                            e2e(g, &args, &run_id, "e2e-uniform", counts.skus, counts.e2e).await?;
+                        uniform.insert(ledger)
+                    }
+                };
+                if scenario == Scenario::Replay {
+                    replay(g, &run_id, ledger).await?
+                } else {
+                    archive(g, &pool, &run_id, ledger).await?
+                }
+            }
+        };
+        println!(
+            "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s   ({})",
+            m.scenario,
+            m.records,
+            m.seconds,
+            m.rate(),
+            m.setup
+        );
+        results.push(m);
+    }
+    write_results(&args.out, &run_id, args.quick, &results)?;
+    println!("results in {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Deducts over `skus` SKUs through Kafka, the applier and Redis.
+async fn e2e(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<(Measurement, Ledger)> {
+    let topic = format!("{run_id}.{name}.ledger");
+    let outcomes_topic = format!("{run_id}.{name}.outcomes");
+    let dlq_topic = format!("{run_id}.{name}.dlq");
+    let kafka = g.kafka();
+    let specs = [&topic, &outcomes_topic, &dlq_topic].map(|t| TopicSpec {
+        name: t.clone(),
+        partitions: args.partitions,
+        replication: 1,
+    });
+    create_topics(&kafka, &specs).await?;
+    let mut config = crate::applier_config(g);
+    config.topic = topic.clone();
+    config.outcomes_topic = outcomes_topic.clone();
+    config.dlq_topic = dlq_topic;
+    config.prefix = format!("{}:{run_id}:{name}", g.prefix);
+    config.group_id = format!("{run_id}-{name}-applier");
+    let group = config.group_id.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let applier = tokio::spawn(stockledger_consumer::run(config, async {
+        let _ = stopped.await;
+    }));
+
+    let producer = LedgerProducer::new(&kafka, topic.clone())?;
+    let sku = |i: u64| format!("SKU-{:05}", i % skus as u64);
+    let per_sku = (records / skus as u64 + 1) as i64;
+    stream::iter(0..skus as u64)
+        .map(|i| {
+            let producer = &producer;
+            async move {
+                producer
+                    .restock(&sku(i), "initial", RestockMode::Set, per_sku)
+                    .await
+            }
+        })
+        .buffer_unordered(args.in_flight)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let restocks = skus as i64;
+    wait_committed(&kafka, &group, &topic, restocks).await?;
+
+    let started = Instant::now();
+    stream::iter(0..records)
+        .map(|i| {
+            let producer = &producer;
+            async move { producer.deduct(&sku(i), &format!("order-{i}"), 1).await }
+        })
+        .buffer_unordered(args.in_flight)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    wait_committed(&kafka, &group, &topic, restocks + records as i64).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    applier.await.context("applier task")??;
+    let measurement = Measurement {
+        scenario: if skus == 1 { "e2e-hot" } else { "e2e-uniform" },
+        records,
+        seconds,
+        setup: format!(
+            "{skus} SKUs, {} partitions, {} in flight",
+            args.partitions, args.in_flight
+        ),
+    };
+    let ledger = Ledger {
+        topic,
+        outcomes_topic,
+        records: records + skus as u64,
+    };
+    Ok((measurement, ledger))
+}
+
+/// Waits until `group` has committed `records` offsets on `topic` in all.
+async fn wait_committed(
+    kafka: &stockledger_producer::KafkaConfig,
+    group: &str,
+    topic: &str,
+    records: i64,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done: i64 = committed_offsets(kafka, group, topic).await?.values().sum();
+        if done >= records {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{group} committed {done} of {records} records in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
+    let target = format!("{}:{run_id}:replay", g.prefix);
+    let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
+    let started = Instant::now();
+    let report =
+        stockledger_consumer::replay::replay(config, std::future::pending(), |_| {}).await?;
+    Ok(Measurement {
+        scenario: "replay",
+        records: report.records,
+        seconds: started.elapsed().as_secs_f64(),
+        setup: format!("the e2e-uniform log, {} SKUs", report.skus),
+    })
+}
+
+async fn archive(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    run_id: &str,
+    ledger: &Ledger,
+) -> anyhow::Result<Measurement> {
+    let mut config = crate::archiver_config(g);
+    config.outcomes_topic = ledger.outcomes_topic.clone();
+    config.group_id = format!("{run_id}-archiver");
+    let page_size = config.page_size;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let started = Instant::now();
+    let archiver = tokio::spawn(stockledger_archiver::run(config, async {
+        let _ = stopped.await;
+    }));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let rows = stockledger_archiver::query::count_rows(pool, &ledger.topic).await?;
+        if rows as u64 >= ledger.records {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "archived {rows} of {} rows in 10 minutes",
+            ledger.records
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    archiver.await.context("archiver task")??;
+    Ok(Measurement {
+        scenario: "archive",
+        records: ledger.records,
+        seconds,
+        setup: format!("the e2e-uniform outcomes, pages of {page_size}"),
+    })
+}
+
+/// Seed 001: every request one script call straight to Redis.
+async fn redis_lua_direct(
+    g: &Global,
+    run_id: &str,
+    counts: &Counts,
+    clients: usize,
+) -> anyhow::Result<Measurement> {
+    let client = redis::Client::open(g.redis_url.as_str())?;
+    let script = redis::Script::new(SEED_DEDUCT_LUA);
+    let key = |sku: u64| format!("{run_id}:{{SKU-{sku:05}}}");
+    let mut setup = client.get_multiplexed_async_connection().await?;
+    let per_sku = counts.baseline / counts.skus as u64 + 1;
+    for chunk in (0..counts.skus as u64).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for &sku in chunk {
+            pipe.set(format!("{}:stock", key(sku)), per_sku).ignore();
+        }
+        let _: () = pipe.query_async(&mut setup).await?;
+    }
+    let started = Instant::now();
+    let tasks = (0..clients.max(1)).map(|c| {
+        let client = client.clone();
+        let script = script.clone();
+        let (n, skus) = (counts.baseline, counts.skus as u64);
+        async move {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            for i in (c as u64..n).step_by(clients.max(1)) {
+                let k = key(i % skus);
+                let _: i64 = script
+                    .key(format!("{k}:stock"))
+                    .key(format!("{k}:history"))
+                    .arg(format!("order-{i}"))
+                    .arg(1)
+                    .invoke_async(&mut conn)
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(tasks).await?;
+    Ok(Measurement {
+        scenario: "redis-lua-direct",
+        records: counts.baseline,
+        seconds: started.elapsed().as_secs_f64(),
+        setup: format!(
+            "{} SKUs, {clients} clients, one connection each",
+            counts.skus
+        ),
+    })
+}
+
+/// Seeds 000/002/004: stock rows in PostgreSQL, a flow record and an
+/// optimistic `UPDATE … WHERE available >= $1` per request, over `buckets`
+/// rows of one item (a request tries its own bucket, then the others).
+async fn pg_rows(
+    pool: &sqlx::PgPool,
+    run_id: &str,
+    name: &'static str,
+    buckets: i32,
+    records: u64,
+    clients: usize,
+) -> anyhow::Result<Measurement> {
+    let stock_table = format!("bench_stock_{}", run_id.replace('-', "_"));
+    let flow_table = format!("bench_flow_{}", run_id.replace('-', "_"));
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {stock_table} (bucket int PRIMARY KEY, available bigint NOT NULL)"
+    ))
+    .execute(pool)
+    .await?;
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {flow_table} (id bigserial PRIMARY KEY, bucket int, order_id text, quantity bigint)"
+    ))
+    .execute(pool)
+    .await?;
+    sqlx::query(&format!("TRUNCATE {stock_table}, {flow_table}"))
+        .execute(pool)
+        .await?;
+    let per_bucket = records as i64 / buckets as i64 + 1;
+    sqlx::query(&format!(
+        "INSERT INTO {stock_table} SELECT b, $1 FROM generate_series(0, $2 - 1) AS b"
+    ))
+    .bind(per_bucket)
+    .bind(buckets)
+    .execute(pool)
+    .await?;
+    let insert =
+        format!("INSERT INTO {flow_table} (bucket, order_id, quantity) VALUES ($1, $2, 1)");
+    let update = format!(
+        "UPDATE {stock_table} SET available = available - 1 WHERE bucket = $1 AND available >= 1"
+    );
+    let started = Instant::now();
+    let tasks = (0..clients.max(1)).map(|c| {
+        let (insert, update) = (&insert, &update);
+        async move {
+            for i in (c as u64..records).step_by(clients.max(1)) {
+                let home = (i % buckets as u64) as i32;
+                for attempt in 0..buckets {
+                    let bucket = (home + attempt) % buckets;
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(insert)
+                        .bind(bucket)
+                        .bind(format!("order-{i}"))
+                        .execute(&mut *tx)
+                        .await?;
+                    let updated = sqlx::query(update)
+                        .bind(bucket)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if updated == 1 {
+                        tx.commit().await?;
+                        break;
+                    }
+                    tx.rollback().await?;
+                }
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(tasks).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    sqlx::query(&format!("DROP TABLE {stock_table}, {flow_table}"))
+        .execute(pool)
+        .await?;
+    Ok(Measurement {
+        scenario: name,
+        records,
+        seconds,
+        setup: format!("{buckets} row(s), {clients} clients"),
+    })
+}
+
+fn write_results(
+    dir: &std::path::Path,
+    run_id: &str,
+    quick: bool,
+    results: &[Measurement],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let rate_of = |name: &str| {
+        results
+            .iter()
+            .find(|m| m.scenario == name)
+            .map(Measurement::rate)
+    };
+    let (lua, row) = (rate_of("redis-lua-direct"), rate_of("pg-row"));
+    let ratio = |rate: f64, base: Option<f64>| base.map(|b| rate / b.max(1e-9));
+    let json = serde_json::json!({
+        "run": run_id,
+        "mode": if quick { "quick" } else { "full" },
+        "machine": machine(),
+        "results": results.iter().map(|m| serde_json::json!({
+            "scenario": m.scenario,
+            "records": m.records,
+            "seconds": m.seconds,
+            "per_second": m.rate(),
+            "vs_redis_lua_direct": ratio(m.rate(), lua),
+            "vs_pg_row": ratio(m.rate(), row),
+            "setup": m.setup,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    let mut md = format!(
+        "Run `{run_id}` ({} mode) on {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | setup |\n|---|---:|---:|---:|---:|---:|---|\n",
+        if quick { "quick" } else { "full" },
+        machine()
+    );
+    let show = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
+    for m in results {
+        md.push_str(&format!(
+            "| {} | {} | {:.2} | {:.0} | {} | {} | {} |\n",
+            m.scenario,
+            m.records,
+            m.seconds,
+            m.rate(),
+            show(ratio(m.rate(), lua)),
+            show(ratio(m.rate(), row)),
+            m.setup
+        ));
+    }
+    std::fs::write(dir.join("results.md"), md)?;
+    Ok(())
+}
+
+/// A one-line description of this machine, from /proc where available.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    format!("{cores} cores, {cpu}")
+}
