@@ -6,6 +6,7 @@
 #   deploy/local/stack.sh up      start what is missing (builds the broker once)
 #   deploy/local/stack.sh down    stop the broker started here
 #   deploy/local/stack.sh env     print the environment the stack serves
+#                                 (Redis database STOCKLEDGER_REDIS_DB, default 0)
 set -euo pipefail
 
 STATE=${STOCKLEDGER_HOME:-$HOME/.stockledger}
@@ -95,7 +96,7 @@ ensure_postgres() {
 
 print_env() {
   echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
-  echo "export REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+  echo "export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/${STOCKLEDGER_REDIS_DB:-0}"
   echo "export DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/$DATABASE"
 }
 

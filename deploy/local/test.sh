@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/stack.sh up
+# The tests get a Redis database of their own, emptied first, so what the
+# demo, the bench or earlier runs left in Redis never slows their SCANs.
+export STOCKLEDGER_REDIS_DB=${STOCKLEDGER_REDIS_DB:-15}
+redis-cli -h 127.0.0.1 -p 6379 -n "$STOCKLEDGER_REDIS_DB" FLUSHDB >/dev/null
 eval "$(deploy/local/stack.sh env)"
 if [ $# -eq 0 ]; then
   set -- --workspace

@@ -53,6 +53,13 @@ pub struct BenchArgs {
     /// Partitions of the e2e topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// Keep the Redis keys the run wrote (by default they are removed at the
+    /// end, so later runs and tests do not scan past them).
+    #[arg(long)]
+    pub keep: bool,
+    /// Records per applier batch in the e2e scenarios (as `apply --batch-size`).
+    #[arg(long, default_value_t = 10_000)]
+    pub batch_size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -211,6 +218,10 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
         results.push(m);
     }
     write_results(&args.out, &run_id, args.quick, &results)?;
+    if !args.keep {
+        let removed = clean_up(g, &run_id).await?;
+        println!("removed the run's {removed} Redis keys (--keep keeps them)");
+    }
     println!("results in {}", args.out.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -240,6 +251,7 @@ async fn e2e(
     config.dlq_topic = dlq_topic;
     config.prefix = format!("{}:{run_id}:{name}", g.prefix);
     config.group_id = format!("{run_id}-{name}-applier");
+    config.batch_size = args.batch_size.max(1);
     let group = config.group_id.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let applier = tokio::spawn(stockledger_consumer::run(config, async {
@@ -277,6 +289,7 @@ async fn e2e(
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
+    let produced = started.elapsed().as_secs_f64();
     wait_committed(&kafka, &group, &topic, restocks + records as i64).await?;
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(());
@@ -286,8 +299,8 @@ async fn e2e(
         records,
         seconds,
         setup: format!(
-            "{skus} SKUs, {} partitions, {} in flight",
-            args.partitions, args.in_flight
+            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s",
+            args.partitions, args.in_flight, args.batch_size
         ),
     };
     let ledger = Ledger {
@@ -502,6 +515,25 @@ async fn pg_rows(
         seconds,
         setup: format!("{buckets} row(s), {clients} clients"),
     })
+}
+
+/// Removes every Redis key the run wrote: projections under
+/// `<prefix>:<run>:…` and the baseline's `<run>:…` keys.
+async fn clean_up(g: &Global, run_id: &str) -> anyhow::Result<usize> {
+    let client = redis::Client::open(g.redis_url.as_str())?;
+    let mut conn = redis::aio::ConnectionManager::new(client).await?;
+    let mut removed = 0;
+    for pattern in [format!("{}:{run_id}:*", g.prefix), format!("{run_id}:*")] {
+        let keys = stockledger_consumer::projection::scan_keys(&mut conn, &pattern).await?;
+        for chunk in keys.chunks(1000) {
+            let _: () = redis::cmd("UNLINK")
+                .arg(chunk)
+                .query_async(&mut conn)
+                .await?;
+            removed += chunk.len();
+        }
+    }
+    Ok(removed)
 }
 
 fn write_results(

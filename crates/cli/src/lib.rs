@@ -216,7 +216,7 @@ pub struct ApplyArgs {
     )]
     pub group: String,
     /// Most records applied in one batch.
-    #[arg(long, env = "STOCKLEDGER_BATCH_SIZE", default_value_t = 2000)]
+    #[arg(long, env = "STOCKLEDGER_BATCH_SIZE", default_value_t = 10_000)]
     pub batch_size: usize,
     /// Milliseconds a batch waits to fill after its first record.
     #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 5)]

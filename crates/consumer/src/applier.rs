@@ -84,7 +84,7 @@ impl ApplierConfig {
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
             group_id: "stockledger-applier".into(),
-            batch_size: 2000,
+            batch_size: 10_000,
             batch_wait: Duration::from_millis(5),
             stats_interval: Duration::from_secs(10),
         }
