@@ -7,6 +7,9 @@
 //!   library takes them over many SKUs / one SKU, timed from the first
 //!   produce to the last record applied and committed by an in-process
 //!   applier.
+//! - `latency-5k` / `latency-20k`: commands offered at a fixed rate, each
+//!   timed from the produce call until its decision is visible to the order
+//!   service; p50, p99 and p999.
 //! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
 //! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL.
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
@@ -66,6 +69,10 @@ pub struct BenchArgs {
 pub enum Scenario {
     E2eUniform,
     E2eHot,
+    #[value(name = "latency-5k")]
+    Latency5k,
+    #[value(name = "latency-20k")]
+    Latency20k,
     Replay,
     Archive,
     RedisLuaDirect,
@@ -74,12 +81,14 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 7] = [
+    const ALL: [Scenario; 9] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
         Self::E2eUniform,
         Self::E2eHot,
+        Self::Latency5k,
+        Self::Latency20k,
         Self::Replay,
         Self::Archive,
     ];
@@ -88,6 +97,8 @@ impl Scenario {
         match self {
             Self::E2eUniform => "e2e-uniform",
             Self::E2eHot => "e2e-hot",
+            Self::Latency5k => "latency-5k",
+            Self::Latency20k => "latency-20k",
             Self::Replay => "replay",
             Self::Archive => "archive",
             Self::RedisLuaDirect => "redis-lua-direct",
@@ -104,6 +115,8 @@ struct Measurement {
     records: u64,
     seconds: f64,
     setup: String,
+    /// p50, p99 and p999 in milliseconds, for latency scenarios.
+    latency_ms: Option<[f64; 3]>,
 }
 
 impl Measurement {
@@ -115,6 +128,8 @@ impl Measurement {
 /// Counts per scenario.
 struct Counts {
     e2e: u64,
+    /// Records of the 5k/s latency scenario (4× that at 20k/s).
+    latency: u64,
     baseline: u64,
     skus: usize,
 }
@@ -130,12 +145,14 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let counts = if args.quick {
         Counts {
             e2e: 2_000,
+            latency: 500,
             baseline: 2_000,
             skus: 200,
         }
     } else {
         Counts {
             e2e: 200_000,
+            latency: 20_000,
             baseline: 50_000,
             skus: 10_000,
         }
@@ -191,6 +208,20 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                     .await?
                     .0
             }
+            Scenario::Latency5k => {
+                latency(g, &args, &run_id, scenario.name(), 5_000, counts.latency).await?
+            }
+            Scenario::Latency20k => {
+                latency(
+                    g,
+                    &args,
+                    &run_id,
+                    scenario.name(),
+                    20_000,
+                    4 * counts.latency,
+                )
+                .await?
+            }
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match &uniform {
                     Some(l) => l,
@@ -227,6 +258,109 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Deducts over `skus` SKUs through Kafka, the applier and Redis.
+/// Topics, an in-process applier and a producer for one scenario, with
+/// every SKU restocked and the restocks applied.
+struct Pipeline {
+    kafka: stockledger_producer::KafkaConfig,
+    topic: String,
+    outcomes_topic: String,
+    group: String,
+    prefix: String,
+    skus: usize,
+    producer: LedgerProducer,
+    restocks: i64,
+    stop: oneshot::Sender<()>,
+    applier: tokio::task::JoinHandle<
+        Result<stockledger_consumer::ApplierStats, stockledger_consumer::ApplierError>,
+    >,
+}
+
+impl Pipeline {
+    async fn start(
+        g: &Global,
+        args: &BenchArgs,
+        run_id: &str,
+        name: &str,
+        skus: usize,
+        per_sku: i64,
+    ) -> anyhow::Result<Self> {
+        let topic = format!("{run_id}.{name}.ledger");
+        let outcomes_topic = format!("{run_id}.{name}.outcomes");
+        let dlq_topic = format!("{run_id}.{name}.dlq");
+        let kafka = g.kafka();
+        let specs = [&topic, &outcomes_topic, &dlq_topic].map(|t| TopicSpec {
+            name: t.clone(),
+            partitions: args.partitions,
+            replication: 1,
+        });
+        create_topics(&kafka, &specs).await?;
+        let mut config = crate::applier_config(g);
+        config.topic = topic.clone();
+        config.outcomes_topic = outcomes_topic.clone();
+        config.dlq_topic = dlq_topic;
+        config.prefix = format!("{}:{run_id}:{name}", g.prefix);
+        config.group_id = format!("{run_id}-{name}-applier");
+        config.batch_size = args.batch_size.max(1);
+        let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let applier = tokio::spawn(stockledger_consumer::run(config, async {
+            let _ = stopped.await;
+        }));
+        let producer = LedgerProducer::new(&kafka, topic.clone())?;
+        let pipeline = Self {
+            kafka,
+            topic,
+            outcomes_topic,
+            group,
+            prefix,
+            skus,
+            producer,
+            restocks: skus as i64,
+            stop,
+            applier,
+        };
+        stream::iter(0..skus as u64)
+            .map(|i| {
+                let p = &pipeline;
+                async move {
+                    p.producer
+                        .restock(&p.sku(i), "initial", RestockMode::Set, per_sku)
+                        .await
+                }
+            })
+            .buffer_unordered(args.in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        pipeline.wait_applied(0).await?;
+        Ok(pipeline)
+    }
+
+    /// The SKU of the `i`-th command.
+    fn sku(&self, i: u64) -> String {
+        format!("SKU-{:05}", i % self.skus as u64)
+    }
+
+    /// Waits until the restocks and `records` more are applied and committed.
+    async fn wait_applied(&self, records: u64) -> anyhow::Result<()> {
+        wait_committed(
+            &self.kafka,
+            &self.group,
+            &self.topic,
+            self.restocks + records as i64,
+        )
+        .await
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.applier.await.context("applier task")??;
+        Ok(())
+    }
+}
+
+/// Deducts over `skus` SKUs through Kafka, the applier and Redis.
 async fn e2e(
     g: &Global,
     args: &BenchArgs,
@@ -235,54 +369,13 @@ async fn e2e(
     skus: usize,
     records: u64,
 ) -> anyhow::Result<(Measurement, Ledger)> {
-    let topic = format!("{run_id}.{name}.ledger");
-    let outcomes_topic = format!("{run_id}.{name}.outcomes");
-    let dlq_topic = format!("{run_id}.{name}.dlq");
-    let kafka = g.kafka();
-    let specs = [&topic, &outcomes_topic, &dlq_topic].map(|t| TopicSpec {
-        name: t.clone(),
-        partitions: args.partitions,
-        replication: 1,
-    });
-    create_topics(&kafka, &specs).await?;
-    let mut config = crate::applier_config(g);
-    config.topic = topic.clone();
-    config.outcomes_topic = outcomes_topic.clone();
-    config.dlq_topic = dlq_topic;
-    config.prefix = format!("{}:{run_id}:{name}", g.prefix);
-    config.group_id = format!("{run_id}-{name}-applier");
-    config.batch_size = args.batch_size.max(1);
-    let group = config.group_id.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let applier = tokio::spawn(stockledger_consumer::run(config, async {
-        let _ = stopped.await;
-    }));
-
-    let producer = LedgerProducer::new(&kafka, topic.clone())?;
-    let sku = |i: u64| format!("SKU-{:05}", i % skus as u64);
     let per_sku = (records / skus as u64 + 1) as i64;
-    stream::iter(0..skus as u64)
-        .map(|i| {
-            let producer = &producer;
-            async move {
-                producer
-                    .restock(&sku(i), "initial", RestockMode::Set, per_sku)
-                    .await
-            }
-        })
-        .buffer_unordered(args.in_flight)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    let restocks = skus as i64;
-    wait_committed(&kafka, &group, &topic, restocks).await?;
-
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku).await?;
     let started = Instant::now();
     stream::iter(0..records)
         .map(|i| {
-            let producer = &producer;
-            async move { producer.deduct(&sku(i), &format!("order-{i}"), 1).await }
+            let p = &pipeline;
+            async move { p.producer.deduct(&p.sku(i), &format!("order-{i}"), 1).await }
         })
         .buffer_unordered(args.in_flight)
         .collect::<Vec<_>>()
@@ -290,10 +383,14 @@ async fn e2e(
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     let produced = started.elapsed().as_secs_f64();
-    wait_committed(&kafka, &group, &topic, restocks + records as i64).await?;
+    pipeline.wait_applied(records).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let _ = stop.send(());
-    applier.await.context("applier task")??;
+    let ledger = Ledger {
+        topic: pipeline.topic.clone(),
+        outcomes_topic: pipeline.outcomes_topic.clone(),
+        records: records + skus as u64,
+    };
+    pipeline.stop().await?;
     let measurement = Measurement {
         scenario: if skus == 1 { "e2e-hot" } else { "e2e-uniform" },
         records,
@@ -302,13 +399,55 @@ async fn e2e(
             "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s",
             args.partitions, args.in_flight, args.batch_size
         ),
-    };
-    let ledger = Ledger {
-        topic,
-        outcomes_topic,
-        records: records + skus as u64,
+        latency_ms: None,
     };
     Ok((measurement, ledger))
+}
+
+/// Commands offered at a fixed rate; each one timed from the produce call
+/// until its decision is visible to the order service (`OutcomeReader`).
+async fn latency(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    scenario: &'static str,
+    rate: u64,
+    records: u64,
+) -> anyhow::Result<Measurement> {
+    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64).await?;
+    let reader =
+        stockledger_producer::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    let mut timings = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..records {
+        ticker.tick().await;
+        let (producer, reader, sku) = (pipeline.producer.clone(), reader.clone(), pipeline.sku(i));
+        timings.spawn(async move {
+            let sent = Instant::now();
+            let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
+            reader.wait(&receipt, Duration::from_secs(60)).await?;
+            anyhow::Ok(sent.elapsed())
+        });
+    }
+    let mut latencies = Vec::with_capacity(records as usize);
+    while let Some(timing) = timings.join_next().await {
+        latencies.push(timing.context("latency task")??.as_secs_f64() * 1000.0);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    pipeline.stop().await?;
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let (p50, p99, p999) = (at(0.50), at(0.99), at(0.999));
+    Ok(Measurement {
+        scenario,
+        records,
+        seconds,
+        setup: format!(
+            "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms"
+        ),
+        latency_ms: Some([p50, p99, p999]),
+    })
 }
 
 /// Waits until `group` has committed `records` offsets on `topic` in all.
@@ -343,6 +482,7 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
         records: report.records,
         seconds: started.elapsed().as_secs_f64(),
         setup: format!("the e2e-uniform log, {} SKUs", report.skus),
+        latency_ms: None,
     })
 }
 
@@ -382,6 +522,7 @@ async fn archive(
         records: ledger.records,
         seconds,
         setup: format!("the e2e-uniform outcomes, pages of {page_size}"),
+        latency_ms: None,
     })
 }
 
@@ -433,6 +574,7 @@ async fn redis_lua_direct(
             "{} SKUs, {clients} clients, one connection each",
             counts.skus
         ),
+        latency_ms: None,
     })
 }
 
@@ -514,6 +656,7 @@ async fn pg_rows(
         records,
         seconds,
         setup: format!("{buckets} row(s), {clients} clients"),
+        latency_ms: None,
     })
 }
 
@@ -562,6 +705,7 @@ fn write_results(
             "per_second": m.rate(),
             "vs_redis_lua_direct": ratio(m.rate(), lua),
             "vs_pg_row": ratio(m.rate(), row),
+            "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
             "setup": m.setup,
         })).collect::<Vec<_>>(),
     });

@@ -73,7 +73,8 @@ impl OutcomeReader {
 
     /// Waits up to `timeout` for the decision on `receipt`. Polls with a
     /// short, growing interval (1 ms up to 50 ms) so a quick applier answers
-    /// quickly and a slow one is not hammered.
+    /// quickly and a slow one is not hammered; a Redis timeout or dropped
+    /// connection is retried until the deadline.
     pub async fn wait(
         &self,
         receipt: &Receipt,
@@ -82,8 +83,13 @@ impl OutcomeReader {
         let start = Instant::now();
         let mut interval = Duration::from_millis(1);
         loop {
-            if let Some(decision) = self.decision(receipt).await? {
-                return Ok(decision);
+            match self.decision(receipt).await {
+                Ok(Some(decision)) => return Ok(decision),
+                Ok(None) => {}
+                // A slow or dropped connection is retried until the deadline.
+                Err(OutcomeError::Redis(e))
+                    if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {}
+                Err(e) => return Err(e),
             }
             let waited = start.elapsed();
             if waited >= timeout {
