@@ -228,6 +228,9 @@ impl Applier {
                 ("enable.auto.commit", "false"),
                 ("auto.offset.reset", "earliest"),
                 ("statistics.interval.ms", &stats_ms),
+                // Some brokers (tansu 0.6) hold a fetch for its whole wait even
+                // when records are there; a short wait bounds the pickup delay.
+                ("fetch.wait.max.ms", "10"),
             ])
             .create_with_context(context)
             .map_err(|source| ApplierError::Client {
