@@ -6,38 +6,16 @@ use stockledger_consumer::replay::{replay, ReplayConfig, SwapConfig};
 use stockledger_core::RestockMode;
 use stockledger_producer::LedgerProducer;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
-use stockledger_testkit::{wait_until, Harness};
+use stockledger_testkit::{traffic, wait_until, Harness};
 
 const SKUS: [&str; 4] = ["R0", "R1", "R2", "R3"];
 
-/// Restocks every SKU, then sends `orders` deducts (every fifth rolled back,
-/// every seventh rolled back first). Returns the records sent.
 async fn workload(producer: &LedgerProducer, first: usize, orders: usize) -> anyhow::Result<u64> {
-    let mut sent = 0;
-    for i in first..first + orders {
-        let sku = SKUS[i % SKUS.len()];
-        let order = format!("o{i}");
-        if i % 7 == 0 {
-            producer.rollback(sku, &order, None).await?;
-            sent += 1;
-        }
-        producer.deduct(sku, &order, 1 + (i % 3) as i64).await?;
-        sent += 1;
-        if i % 5 == 0 {
-            producer.rollback(sku, &order, Some("cancelled")).await?;
-            sent += 1;
-        }
-    }
-    Ok(sent)
+    traffic::orders(producer, &SKUS, first, orders).await
 }
 
 async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
-    for sku in SKUS {
-        producer
-            .restock(sku, "initial", RestockMode::Set, 150)
-            .await?;
-    }
-    Ok(SKUS.len() as u64)
+    traffic::restock_all(producer, &SKUS, 150).await
 }
 
 fn replay_config(h: &Harness, drop_old: bool) -> ReplayConfig {

@@ -13,7 +13,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_consumer::log::committed_offsets;
 use stockledger_core::keys::SkuKeys;
-use stockledger_core::RestockMode;
 use stockledger_producer::producer::ProducerError;
 use stockledger_producer::{KafkaConfig, LedgerProducer};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
@@ -74,33 +73,11 @@ impl Drop for Running {
 }
 
 async fn restock(producer: &LedgerProducer) -> anyhow::Result<u64> {
-    for sku in SKUS {
-        producer
-            .restock(sku, "initial", RestockMode::Set, 200)
-            .await?;
-    }
-    Ok(SKUS.len() as u64)
+    stockledger_testkit::traffic::restock_all(producer, &SKUS, 200).await
 }
 
-/// Sends `orders` orders (deducts, every fourth rolled back, every ninth
-/// rolled back first); returns the records sent.
 async fn traffic(producer: &LedgerProducer, first: usize, orders: usize) -> anyhow::Result<u64> {
-    let mut sent = 0;
-    for i in first..first + orders {
-        let sku = SKUS[i % SKUS.len()];
-        let order = format!("o{i}");
-        if i % 9 == 0 {
-            producer.rollback(sku, &order, None).await?;
-            sent += 1;
-        }
-        producer.deduct(sku, &order, 1 + (i % 3) as i64).await?;
-        sent += 1;
-        if i % 4 == 0 {
-            producer.rollback(sku, &order, Some("cancelled")).await?;
-            sent += 1;
-        }
-    }
-    Ok(sent)
+    stockledger_testkit::traffic::orders(producer, &SKUS, first, orders).await
 }
 
 /// Records applied so far (decisions stored in Redis).

@@ -10,6 +10,7 @@
 //!   in-process and stopped deterministically.
 //! - [`fault`]: a loopback TCP proxy that cuts a service off and lets it back.
 //! - [`poison`]: records that are not valid commands.
+//! - [`traffic`]: order traffic for end-to-end and fault tests.
 //! - [`wait`]: awaiting a condition with a deadline, instead of sleeping.
 //! - [`workload`]: random command logs and delivery schedules (proptest).
 //! - [`redis_dump`]: every key of a prefix, dumped, for byte-level comparison.
@@ -19,6 +20,7 @@ pub mod harness;
 pub mod poison;
 pub mod redis_dump;
 pub mod services;
+pub mod traffic;
 pub mod wait;
 pub mod workload;
 
