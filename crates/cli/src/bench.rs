@@ -38,7 +38,7 @@ const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Directory to write results.json and results.md into.
+    /// Directory to write results.json, results.md and results.svg into.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
     /// Small counts (for CI: the figures are printed, never asserted).
@@ -732,7 +732,57 @@ fn write_results(
         ));
     }
     std::fs::write(dir.join("results.md"), md)?;
+    std::fs::write(dir.join("results.svg"), chart(run_id, results))?;
     Ok(())
+}
+
+/// A horizontal bar chart of records/s per scenario (log scale, as the
+/// baselines span three orders of magnitude), with latency percentiles
+/// written beside the latency scenarios.
+fn chart(run_id: &str, results: &[Measurement]) -> String {
+    let (left, width, bar, gap) = (170.0, 520.0, 22.0, 10.0);
+    let height = 60.0 + results.len() as f64 * (bar + gap);
+    let max = results
+        .iter()
+        .map(Measurement::rate)
+        .fold(10.0, f64::max)
+        .log10()
+        .ceil();
+    let x = |rate: f64| width * rate.max(1.0).log10() / max;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <text x=\"10\" y=\"20\" font-size=\"14\">stockledger bench {run_id}: records/s (log scale)</text>\n",
+        w = left + width + 180.0
+    );
+    for decade in 0..=max as u32 {
+        let gx = left + x(10f64.powi(decade as i32));
+        svg.push_str(&format!(
+            "<line x1=\"{gx:.1}\" y1=\"35\" x2=\"{gx:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{gx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#666\">1e{decade}</text>\n",
+            height - 15.0,
+            height - 3.0
+        ));
+    }
+    for (i, m) in results.iter().enumerate() {
+        let y = 40.0 + i as f64 * (bar + gap);
+        let baseline = matches!(m.scenario, "redis-lua-direct" | "pg-row" | "pg-buckets");
+        let colour = if baseline { "#999" } else { "#2a6fdb" };
+        let mut label = format!("{:.0}/s", m.rate());
+        if let Some([p50, p99, p999]) = m.latency_ms {
+            label.push_str(&format!("  p50 {p50:.0} p99 {p99:.0} p999 {p999:.0} ms"));
+        }
+        svg.push_str(&format!(
+            "<text x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"end\">{name}</text>\
+             <rect x=\"{left}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bar}\" fill=\"{colour}\"/>\
+             <text x=\"{lx:.1}\" y=\"{ty:.1}\">{label}</text>\n",
+            tx = left - 8.0,
+            ty = y + bar * 0.7,
+            name = m.scenario,
+            bw = x(m.rate()),
+            lx = left + x(m.rate()) + 6.0,
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
 }
 
 /// A one-line description of this machine, from /proc where available.
