@@ -8,13 +8,15 @@
 //! self-contained and its fingerprint matches what other Avro libraries
 //! compute.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::LazyLock;
+use std::thread::LocalKey;
 
 use apache_avro::headers::{HeaderBuilder, RabinFingerprintHeader};
 use apache_avro::types::Value;
-use apache_avro::Schema;
+use apache_avro::{GenericSingleObjectReader, GenericSingleObjectWriter, Schema};
 
 use crate::command::{Command, CommandBody, CommandKind, Deduct, Restock, RestockMode, Rollback};
 use crate::ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, ValidationError};
@@ -89,6 +91,9 @@ pub struct EncodeError {
 struct Framed {
     schema: Schema,
     header: Vec<u8>,
+    /// Decodes against the schema resolved once (named types indexed), not
+    /// on every call as `from_avro_datum` would.
+    reader: GenericSingleObjectReader,
 }
 
 impl Framed {
@@ -102,22 +107,45 @@ impl Framed {
         #[allow(clippy::expect_used)]
         let schema = Schema::parse(&json).expect("schemas/ is parsed by a unit test; it is valid");
         let header = RabinFingerprintHeader::from_schema(&schema).build_header();
-        Self { schema, header }
+        #[allow(clippy::expect_used)]
+        let reader = GenericSingleObjectReader::new(schema.clone())
+            .expect("a schema that parsed resolves: it has no references left");
+        Self {
+            schema,
+            header,
+            reader,
+        }
     }
 
     fn fingerprint(&self) -> u64 {
         fingerprint_of(&self.header).unwrap_or_default()
     }
 
-    fn encode(&self, what: &'static str, value: Value) -> Result<Vec<u8>, EncodeError> {
-        let datum = apache_avro::to_avro_datum(&self.schema, value).map_err(|e| EncodeError {
+    /// Encodes with this thread's writer for the schema, which holds the
+    /// schema resolved once (`to_avro_datum` resolves it on every call).
+    fn encode(
+        &self,
+        writers: &'static LocalKey<RefCell<Option<GenericSingleObjectWriter>>>,
+        what: &'static str,
+        value: Value,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let failed = |e: apache_avro::Error| EncodeError {
             what,
             message: e.to_string(),
-        })?;
-        let mut out = Vec::with_capacity(self.header.len() + datum.len());
-        out.extend_from_slice(&self.header);
-        out.extend_from_slice(&datum);
-        Ok(out)
+        };
+        writers.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let writer = match slot.as_mut() {
+                Some(writer) => writer,
+                None => slot.insert(
+                    GenericSingleObjectWriter::new_with_capacity(&self.schema, 256)
+                        .map_err(failed)?,
+                ),
+            };
+            let mut out = Vec::with_capacity(256);
+            writer.write_value_ref(&value, &mut out).map_err(failed)?;
+            Ok(out)
+        })
     }
 
     fn decode(&self, payload: &[u8]) -> Result<Value, DecodeError> {
@@ -128,10 +156,12 @@ impl Framed {
         if payload[..self.header.len()] != self.header[..] {
             return Err(DecodeError::UnknownSchema(fingerprint));
         }
-        let mut cursor = Cursor::new(&payload[self.header.len()..]);
-        let value = apache_avro::from_avro_datum(&self.schema, &mut cursor, None)
+        let mut cursor = Cursor::new(payload);
+        let value = self
+            .reader
+            .read_value(&mut cursor)
             .map_err(|e| DecodeError::Malformed(e.to_string()))?;
-        let rest = cursor.get_ref().len() - cursor.position() as usize;
+        let rest = payload.len() - cursor.position() as usize;
         if rest != 0 {
             return Err(DecodeError::TrailingBytes(rest));
         }
@@ -193,6 +223,11 @@ fn inline(
 struct Schemas {
     command: Framed,
     outcome: Framed,
+}
+
+thread_local! {
+    static COMMAND_WRITER: RefCell<Option<GenericSingleObjectWriter>> = const { RefCell::new(None) };
+    static OUTCOME_WRITER: RefCell<Option<GenericSingleObjectWriter>> = const { RefCell::new(None) };
 }
 
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
@@ -274,7 +309,7 @@ pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
         ),
         ("body".into(), body),
     ]);
-    SCHEMAS.command.encode("command", value)
+    SCHEMAS.command.encode(&COMMAND_WRITER, "command", value)
 }
 
 /// Decodes and validates a command; every failure is a typed error.
@@ -388,7 +423,7 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
             Value::TimestampMillis(outcome.occurred_at),
         ),
     ]);
-    SCHEMAS.outcome.encode("outcome", value)
+    SCHEMAS.outcome.encode(&OUTCOME_WRITER, "outcome", value)
 }
 
 pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
@@ -631,7 +666,10 @@ mod tests {
                 ),
             ),
         ]);
-        let bytes = SCHEMAS.command.encode("command", value).unwrap();
+        let bytes = SCHEMAS
+            .command
+            .encode(&COMMAND_WRITER, "command", value)
+            .unwrap();
         match decode_command(&bytes) {
             Err(DecodeError::Invalid(e)) => assert_eq!(e.field, "sku"),
             other => panic!("expected an invalid sku, got {other:?}"),
