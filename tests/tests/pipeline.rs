@@ -159,13 +159,7 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
     })
     .await?;
     wait_until("the archiver to read every outcome", CATCH_UP, || async {
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
-        )
-        .bind(&h.ns.archiver_group)
-        .fetch_one(&h.pool)
-        .await?;
-        Ok((next == Some(2 * records)).then_some(()))
+        Ok((h.archiver_progress().await? == 2 * records).then_some(()))
     })
     .await?;
 

@@ -41,17 +41,7 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     wait_until(
         "the applier to apply every record",
         stockledger_testkit::harness::CATCH_UP,
-        || async {
-            let mut last = 0;
-            for sku in SKUS {
-                last += h
-                    .projection
-                    .read_sku(sku)
-                    .await?
-                    .map_or(0, |s| s.decisions.len() as u64);
-            }
-            Ok((last == records).then_some(()))
-        },
+        || async { Ok((h.applied(&SKUS).await? == records).then_some(())) },
     )
     .await?;
     applier.stop().await?;
@@ -322,15 +312,7 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
     let applier = h.start_applier();
     let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 20).await?;
     wait_until("every record applied", CATCH_UP, || async {
-        let mut applied = 0;
-        for sku in SKUS {
-            applied += h
-                .projection
-                .read_sku(sku)
-                .await?
-                .map_or(0, |s| s.decisions.len() as u64);
-        }
-        Ok((applied == records).then_some(()))
+        Ok((h.applied(&SKUS).await? == records).then_some(()))
     })
     .await?;
     let mut redis = h.projection.connection();

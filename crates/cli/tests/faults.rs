@@ -12,7 +12,6 @@ use common::{spawn, terminate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_consumer::log::committed_offsets;
-use stockledger_core::keys::SkuKeys;
 use stockledger_producer::producer::ProducerError;
 use stockledger_producer::{KafkaConfig, LedgerProducer};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
@@ -80,19 +79,9 @@ async fn traffic(producer: &LedgerProducer, first: usize, orders: usize) -> anyh
     stockledger_testkit::traffic::orders(producer, &SKUS, first, orders).await
 }
 
-/// Records applied so far (decisions stored in Redis).
-async fn applied(h: &Harness) -> anyhow::Result<u64> {
-    let mut pipe = redis::pipe();
-    for sku in SKUS {
-        pipe.hlen(SkuKeys::new(&h.ns.prefix, sku).decisions);
-    }
-    let counts: Vec<u64> = pipe.query_async(&mut h.projection.connection()).await?;
-    Ok(counts.iter().sum())
-}
-
 async fn wait_applied(h: &Harness, records: u64) -> anyhow::Result<()> {
     wait_until(&format!("{records} records applied"), CATCH_UP, || async {
-        Ok((applied(h).await? >= records).then_some(()))
+        Ok((h.applied(&SKUS).await? >= records).then_some(()))
     })
     .await
 }
@@ -136,7 +125,7 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
     for cycle in 0..10 {
         let mut child = Running(spawn(&h, &APPLY)?);
         last = wait_until(&format!("progress in cycle {cycle}"), CATCH_UP, || async {
-            let now = applied(&h).await?;
+            let now = h.applied(&SKUS).await?;
             Ok((now > last || traffic.is_finished()).then_some(now))
         })
         .await?;
@@ -265,24 +254,11 @@ async fn postgres_away_for_a_while_the_archiver_retries_without_gap_or_duplicate
     let proxy = Proxy::start(address_of(&h.services.database_url)?).await?;
     let mut config = h.archiver_config();
     config.database_url = via_port(&h.services.database_url, proxy.port());
-    let archiver = stockledger_testkit::Component::spawn(|stopped| {
-        stockledger_archiver::run(config, async {
-            let _ = stopped.await;
-        })
-    });
+    let archiver = h.start_archiver_with(config);
     let applier = h.start_applier();
     let first = restock(&h.producer).await? + traffic(&h.producer, 0, 60).await?;
     h.wait_for_archive(first as i64).await?;
-    let progress = || async {
-        let sum: Option<i64> = sqlx::query_scalar(
-            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
-        )
-        .bind(&h.ns.archiver_group)
-        .fetch_one(&h.pool)
-        .await?;
-        anyhow::Ok(sum.unwrap_or(0))
-    };
-    let before = progress().await?;
+    let before = h.archiver_progress().await?;
 
     proxy.pause();
     let second = traffic(&h.producer, 60, 60).await?;
@@ -290,7 +266,7 @@ async fn postgres_away_for_a_while_the_archiver_retries_without_gap_or_duplicate
     tokio::time::sleep(OUTAGE).await;
     assert_eq!(h.archived_rows().await?, first as i64);
     assert_eq!(
-        progress().await?,
+        h.archiver_progress().await?,
         before,
         "progress does not advance while PostgreSQL is away"
     );

@@ -159,12 +159,38 @@ impl Harness {
     }
 
     pub fn start_archiver(&self) -> Component<ArchiverStats> {
-        let config = self.archiver_config();
+        self.start_archiver_with(self.archiver_config())
+    }
+
+    pub fn start_archiver_with(&self, config: ArchiverConfig) -> Component<ArchiverStats> {
         Component::spawn(|stopped| {
             stockledger_archiver::run(config, async {
                 let _ = stopped.await;
             })
         })
+    }
+
+    /// Records applied to `skus` so far: the decisions stored in Redis, one
+    /// per applied offset.
+    pub async fn applied(&self, skus: &[&str]) -> anyhow::Result<u64> {
+        let mut pipe = redis::pipe();
+        for sku in skus {
+            pipe.hlen(stockledger_core::keys::SkuKeys::new(&self.ns.prefix, sku).decisions);
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.projection.connection()).await?;
+        Ok(counts.iter().sum())
+    }
+
+    /// The archiver's stored progress: next offsets summed over partitions
+    /// (0 before its first page).
+    pub async fn archiver_progress(&self) -> anyhow::Result<i64> {
+        let sum: Option<i64> = sqlx::query_scalar(
+            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
+        )
+        .bind(&self.ns.archiver_group)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(sum.unwrap_or(0))
     }
 
     /// Rows archived for this test's command topic.
