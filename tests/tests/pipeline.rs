@@ -68,7 +68,7 @@ async fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct(
 ) -> anyhow::Result<()> {
     let h = Harness::new("tombstone", 2).await?;
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
 
     let restock = h
@@ -256,7 +256,7 @@ async fn dead_letter_reasons(h: &Harness) -> anyhow::Result<Vec<String>> {
 async fn restock_below_what_is_held_or_below_zero_is_refused_with_a_reason() -> anyhow::Result<()> {
     let h = Harness::new("restock", 1).await?;
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
     let set = h
         .producer

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use redis::aio::ConnectionManager;
 use stockledger_consumer::projection::{Batch, Projection};
 use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode};
+use stockledger_producer::RedisConn;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::services::redis_url;
 use stockledger_testkit::workload::{cases, scenario, Scenario, SKUS};
@@ -33,14 +33,11 @@ fn fail(e: anyhow::Error) -> TestCaseError {
 fn with_redis(
     default_cases: u32,
     max_steps: usize,
-    property: impl Fn(&tokio::runtime::Runtime, ConnectionManager, &Scenario) -> anyhow::Result<()>,
+    property: impl Fn(&tokio::runtime::Runtime, RedisConn, &Scenario) -> anyhow::Result<()>,
 ) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let conn = rt
-        .block_on(async {
-            let client = redis::Client::open(redis_url().await?)?;
-            anyhow::Ok(ConnectionManager::new(client).await?)
-        })
+        .block_on(async { anyhow::Ok(RedisConn::connect(redis_url().await?).await?) })
         .unwrap();
     let result = runner(default_cases).run(&scenario(max_steps), |s| {
         property(&rt, conn.clone(), &s).map_err(fail)
@@ -99,7 +96,7 @@ fn the_lua_script_decides_exactly_what_the_reference_machine_decides() {
                     reference.sku(sku)
                 );
             }
-            delete_prefix(&mut conn.clone(), &prefix).await
+            delete_prefix(&conn, &prefix).await
         })
     });
 }
@@ -125,11 +122,7 @@ fn replaying_into_two_prefixes_gives_byte_equal_redis_state() {
                 |_, _| Ok(()),
             )
             .await?;
-            let mut conn = conn;
-            let (dump_a, dump_b) = (
-                dump_prefix(&mut conn, &a).await?,
-                dump_prefix(&mut conn, &b).await?,
-            );
+            let (dump_a, dump_b) = (dump_prefix(&conn, &a).await?, dump_prefix(&conn, &b).await?);
             anyhow::ensure!(!s.log.is_empty() || dump_a.is_empty());
             anyhow::ensure!(
                 dump_a == dump_b,
@@ -137,8 +130,8 @@ fn replaying_into_two_prefixes_gives_byte_equal_redis_state() {
                 dump_a.keys().collect::<Vec<_>>(),
                 dump_b.keys().collect::<Vec<_>>()
             );
-            delete_prefix(&mut conn, &a).await?;
-            delete_prefix(&mut conn, &b).await
+            delete_prefix(&conn, &a).await?;
+            delete_prefix(&conn, &b).await
         })
     });
 }

@@ -21,7 +21,7 @@ async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
 fn replay_config(h: &Harness, drop_old: bool) -> ReplayConfig {
     let mut config = ReplayConfig::new(
         h.kafka.clone(),
-        h.services.redis_url.clone(),
+        h.redis_url.clone(),
         h.ns.topic.clone(),
         format!("{}:rebuild", h.ns.prefix),
     );
@@ -37,7 +37,7 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     let h = Harness::new("replay-wipe", 3).await?;
     let applier = h.start_applier();
     let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 120).await?;
-    let mut redis = h.projection.connection();
+    let redis = h.projection.connection();
     wait_until(
         "the applier to apply every record",
         stockledger_testkit::harness::CATCH_UP,
@@ -45,15 +45,15 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     )
     .await?;
     applier.stop().await?;
-    let before = dump_prefix(&mut redis, &h.ns.prefix).await?;
+    let before = dump_prefix(&redis, &h.ns.prefix).await?;
     assert_eq!(
         before.len(),
         SKUS.len() * 4 + 1,
         "four hashes per SKU and the marker"
     );
 
-    delete_prefix(&mut redis, &h.ns.prefix).await?;
-    assert!(dump_prefix(&mut redis, &h.ns.prefix).await?.is_empty());
+    delete_prefix(&redis, &h.ns.prefix).await?;
+    assert!(dump_prefix(&redis, &h.ns.prefix).await?.is_empty());
     let mut reports = 0;
     let report = replay(replay_config(&h, true), pending(), |_| reports += 1).await?;
 
@@ -61,8 +61,8 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     assert_eq!(report.records, records);
     assert_eq!(report.swapped, SKUS.len());
     assert!(report.live_only.is_empty());
-    assert_eq!(dump_prefix(&mut redis, &h.ns.prefix).await?, before);
-    assert!(dump_prefix(&mut redis, &format!("{}:rebuild", h.ns.prefix))
+    assert_eq!(dump_prefix(&redis, &h.ns.prefix).await?, before);
+    assert!(dump_prefix(&redis, &format!("{}:rebuild", h.ns.prefix))
         .await?
         .is_empty());
     Ok(())
@@ -87,12 +87,10 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     h.wait_for_archive((initial + later) as i64).await?;
     h.assert_projection_matches_log().await?;
     // The replaced live state is kept for inspection.
-    let mut redis = h.projection.connection();
-    assert!(
-        !dump_prefix(&mut redis, &format!("{}:replaced", h.ns.prefix))
-            .await?
-            .is_empty()
-    );
+    let redis = h.projection.connection();
+    assert!(!dump_prefix(&redis, &format!("{}:replaced", h.ns.prefix))
+        .await?
+        .is_empty());
 
     applier.stop().await?;
     archiver.stop().await?;
@@ -111,7 +109,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
     h.wait_for_archive(records as i64).await?;
     let mut redis = h.projection.connection();
 
-    let clean = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
     assert_eq!(clean.skus_checked, SKUS.len() as u64);
     assert!(clean.differences.is_empty(), "{:?}", clean.differences);
 
@@ -126,7 +124,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
         .arg(SkuKeys::new(&h.ns.prefix, "R3").stock)
         .query_async(&mut redis)
         .await?;
-    let dirty = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
     let named: Vec<(&str, &str)> = dirty
         .differences
         .iter()
@@ -162,8 +160,8 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
         },
     )
     .await?;
-    let mut redis = h.projection.connection();
-    let snap = snapshot::take(&h.pool, &mut redis, &h.ns.prefix, &h.ns.topic, &start, 2).await?;
+    let redis = h.projection.connection();
+    let snap = snapshot::take(&h.pool, &redis, &h.ns.prefix, &h.ns.topic, &start, 2).await?;
     assert_eq!(snap.skus, SKUS.len() as i64);
     let after = workload(&h.producer, 90, 60).await?;
     h.wait_for_archive((before + after) as i64).await?;
@@ -173,7 +171,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     let full_prefix = format!("{}:full", h.ns.prefix);
     let mut full = ReplayConfig::new(
         h.kafka.clone(),
-        h.services.redis_url.clone(),
+        h.redis_url.clone(),
         h.ns.topic.clone(),
         full_prefix.clone(),
     );
@@ -185,10 +183,10 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
         .await?
         .expect("the snapshot is complete");
     assert_eq!(latest, snap);
-    snapshot::restore(&h.pool, &latest, &mut redis, &tail_prefix, 3).await?;
+    snapshot::restore(&h.pool, &latest, &redis, &tail_prefix, 3).await?;
     let mut tail = ReplayConfig::new(
         h.kafka.clone(),
-        h.services.redis_url.clone(),
+        h.redis_url.clone(),
         h.ns.topic.clone(),
         tail_prefix.clone(),
     );
@@ -244,11 +242,11 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     p.deduct("C1", "cancel", 1).await?;
     p.rollback("C1", "cancel", None).await?;
     h.wait_for_archive(5).await?;
-    let mut redis = h.projection.connection();
+    let redis = h.projection.connection();
 
     // A long window prunes nothing.
     let none = compact(
-        &mut redis,
+        &redis,
         &h.ns.prefix,
         &h.pool,
         &h.ns.topic,
@@ -266,7 +264,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     );
 
     let report = compact(
-        &mut redis,
+        &redis,
         &h.ns.prefix,
         &h.pool,
         &h.ns.topic,
@@ -282,12 +280,12 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
         (state.available, state.total, state.last_offset),
         (8, 10, Some(4))
     );
-    let agree = reconcile(&mut redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
+    let agree = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
     assert!(agree.differences.is_empty(), "{:?}", agree.differences);
 
     // Documented: the tombstone is gone, so a late deduct is a new order;
     // the kept deduction can still be rolled back.
-    let reader = OutcomeReader::connect(&h.services.redis_url, h.ns.prefix.clone()).await?;
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
     let late = p.deduct("C1", "gone", 1).await?;
     assert_eq!(reader.wait(&late, wait).await?.result, ResultCode::Applied);
@@ -315,9 +313,9 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
         Ok((h.applied(&SKUS).await? == records).then_some(()))
     })
     .await?;
-    let mut redis = h.projection.connection();
+    let redis = h.projection.connection();
     // Redis "restarts empty": every key of the projection is gone.
-    delete_prefix(&mut redis, &h.ns.prefix).await?;
+    delete_prefix(&redis, &h.ns.prefix).await?;
     h.producer.deduct("R1", "after-the-loss", 1).await?;
     wait_until("the applier to stop by itself", CATCH_UP, || async {
         Ok(applier.is_finished().then_some(()))
@@ -329,7 +327,7 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
         .expect_err("the applier must refuse to apply onto nothing");
     assert!(format!("{error:#}").contains("lost its state"), "{error:#}");
     assert!(
-        dump_prefix(&mut redis, &h.ns.prefix).await?.is_empty(),
+        dump_prefix(&redis, &h.ns.prefix).await?.is_empty(),
         "nothing was applied onto nothing"
     );
 

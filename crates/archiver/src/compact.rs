@@ -14,10 +14,10 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
-use stockledger_consumer::projection::{scan_page, COMPACT_LUA};
+use stockledger_consumer::projection::COMPACT_LUA;
 use stockledger_core::keys::{self, SkuKeys};
+use stockledger_producer::RedisConn;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompactReport {
@@ -37,7 +37,7 @@ pub enum CompactError {
 /// Prunes the projection under `prefix` of history older than `retention`
 /// (by the records' `occurred_at`) that is archived for `topic`.
 pub async fn compact(
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     pool: &PgPool,
     topic: &str,
@@ -46,10 +46,10 @@ pub async fn compact(
 ) -> Result<CompactReport, CompactError> {
     let script = redis::Script::new(COMPACT_LUA);
     let mut report = CompactReport::default();
-    let pattern = keys::stock_key_pattern(prefix);
-    let mut cursor = 0;
-    loop {
-        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+    let mut scan = redis
+        .scan(&keys::stock_key_pattern(prefix), page_size)
+        .await?;
+    while let Some(page) = scan.next_page().await? {
         let skus: Vec<String> = page
             .iter()
             .filter_map(|k| keys::sku_of_stock_key(prefix, k))
@@ -73,14 +73,11 @@ pub async fn compact(
                 .key(k.orders)
                 .key(k.decisions)
                 .arg(cutoff)
-                .invoke_async(redis)
+                .invoke_async(&mut redis.clone())
                 .await?;
             report.orders_removed += orders;
             report.decisions_removed += decisions;
         }
-        if next == 0 {
-            return Ok(report);
-        }
-        cursor = next;
     }
+    Ok(report)
 }

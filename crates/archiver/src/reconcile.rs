@@ -7,10 +7,9 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
-use stockledger_consumer::projection::scan_page;
 use stockledger_core::keys::{self, SkuKeys};
+use stockledger_producer::RedisConn;
 
 /// One disagreement between Redis and the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,33 +40,29 @@ pub enum ReconcileError {
 /// Compares the projection under `prefix` with the archive of command
 /// topic `topic`, `page_size` SKUs at a time.
 pub async fn reconcile(
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     pool: &PgPool,
     topic: &str,
     page_size: usize,
 ) -> Result<ReconcileReport, ReconcileError> {
     let mut report = ReconcileReport::default();
-    let pattern = keys::stock_key_pattern(prefix);
-    let mut cursor = 0;
-    loop {
-        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+    let mut scan = redis
+        .scan(&keys::stock_key_pattern(prefix), page_size)
+        .await?;
+    while let Some(page) = scan.next_page().await? {
         let skus: Vec<&str> = page
             .iter()
             .filter_map(|k| keys::sku_of_stock_key(prefix, k))
             .collect();
         check_page(redis, prefix, pool, topic, &skus, &mut report).await?;
-        if next == 0 {
-            break;
-        }
-        cursor = next;
     }
     check_archived_skus_exist(redis, prefix, pool, topic, page_size, &mut report).await?;
     Ok(report)
 }
 
 async fn check_page(
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     pool: &PgPool,
     topic: &str,
@@ -77,15 +72,18 @@ async fn check_page(
     if skus.is_empty() {
         return Ok(());
     }
-    let mut pipe = redis::pipe();
-    for sku in skus {
-        pipe.cmd("HMGET")
-            .arg(SkuKeys::new(prefix, sku).stock)
-            .arg("available")
-            .arg("total")
-            .arg("offset");
-    }
-    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = pipe.query_async(redis).await?;
+    let reads: Vec<redis::Cmd> = skus
+        .iter()
+        .map(|sku| {
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(SkuKeys::new(prefix, sku).stock)
+                .arg("available")
+                .arg("total")
+                .arg("offset");
+            cmd
+        })
+        .collect();
+    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = redis.query_each(&reads).await?;
     report.skus_checked += skus.len() as u64;
     let offsets: Vec<i64> = states.iter().map(|s| s.2.unwrap_or(-1)).collect();
     let names: Vec<String> = skus.iter().map(|s| (*s).to_owned()).collect();
@@ -133,7 +131,7 @@ async fn check_page(
 }
 
 async fn check_archived_skus_exist(
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     pool: &PgPool,
     topic: &str,
@@ -156,11 +154,11 @@ async fn check_archived_skus_exist(
             return Ok(());
         };
         after = last.clone();
-        let mut pipe = redis::pipe();
-        for (sku, _) in &skus {
-            pipe.exists(SkuKeys::new(prefix, sku).stock);
-        }
-        let exists: Vec<bool> = pipe.query_async(redis).await?;
+        let probes: Vec<redis::Cmd> = skus
+            .iter()
+            .map(|(sku, _)| redis::Cmd::exists(SkuKeys::new(prefix, sku).stock))
+            .collect();
+        let exists: Vec<bool> = redis.query_each(&probes).await?;
         for ((sku, rows), exists) in skus.into_iter().zip(exists) {
             if !exists {
                 report.differences.push(Difference {

@@ -10,12 +10,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rdkafka::error::KafkaError;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use stockledger_consumer::log::{self, LogError};
-use stockledger_consumer::projection::scan_page;
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_producer::KafkaConfig;
+use stockledger_producer::{KafkaConfig, RedisConn};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -61,7 +59,7 @@ pub async fn committed_offsets(
 /// where a replay from it begins (see [`committed_offsets`]).
 pub async fn take(
     pool: &PgPool,
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     topic: &str,
     start: &HashMap<i32, i64>,
@@ -84,11 +82,11 @@ pub async fn take(
     .execute(pool)
     .await?;
 
-    let pattern = keys::stock_key_pattern(prefix);
-    let mut cursor = 0;
+    let mut scan = redis
+        .scan(&keys::stock_key_pattern(prefix), page_size)
+        .await?;
     let mut total = 0i64;
-    loop {
-        let (next, page) = scan_page(redis, cursor, &pattern, page_size).await?;
+    while let Some(page) = scan.next_page().await? {
         let mut skus: Vec<&str> = page
             .iter()
             .filter_map(|k| keys::sku_of_stock_key(prefix, k))
@@ -96,10 +94,6 @@ pub async fn take(
         skus.sort_unstable();
         skus.dedup();
         total += write_page(pool, redis, prefix, id, &skus).await?;
-        if next == 0 {
-            break;
-        }
-        cursor = next;
     }
     sqlx::query("UPDATE snapshots SET skus = $2, complete = true WHERE id = $1")
         .bind(id)
@@ -128,7 +122,7 @@ struct Columns {
 
 async fn write_page(
     pool: &PgPool,
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     id: i64,
     skus: &[&str],
@@ -136,21 +130,21 @@ async fn write_page(
     if skus.is_empty() {
         return Ok(0);
     }
-    // One MULTI per page: each SKU's three hashes are read together.
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for sku in skus {
-        let k = SkuKeys::new(prefix, sku);
-        pipe.hgetall(k.stock)
-            .hgetall(k.orders)
-            .hgetall(k.adjustments);
-    }
-    let hashes: Vec<Hash> = pipe.query_async(redis).await?;
+    // Each SKU's three hashes are read together, in one MULTI.
+    let reads: Vec<Vec<redis::Cmd>> = skus
+        .iter()
+        .map(|sku| {
+            let k = SkuKeys::new(prefix, sku);
+            vec![
+                redis::Cmd::hgetall(k.stock),
+                redis::Cmd::hgetall(k.orders),
+                redis::Cmd::hgetall(k.adjustments),
+            ]
+        })
+        .collect();
+    let hashes: Vec<(Hash, Hash, Hash)> = redis.transact_each(&reads).await?;
     let mut columns = Columns::default();
-    for (sku, chunk) in skus.iter().zip(hashes.chunks(3)) {
-        let [stock, orders, adjustments] = chunk else {
-            continue;
-        };
+    for (sku, (stock, orders, adjustments)) in skus.iter().zip(&hashes) {
         let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
         let (Some(available), Some(total), Some(offset)) =
             (number("available"), number("total"), number("offset"))
@@ -216,7 +210,7 @@ pub async fn latest(pool: &PgPool, topic: &str) -> Result<Option<Snapshot>, Snap
 pub async fn restore(
     pool: &PgPool,
     snapshot: &Snapshot,
-    redis: &mut ConnectionManager,
+    redis: &RedisConn,
     prefix: &str,
     page_size: usize,
 ) -> Result<u64, SnapshotError> {
@@ -236,7 +230,7 @@ pub async fn restore(
             return Ok(written);
         };
         after = last.0.clone();
-        let mut pipe = redis::pipe();
+        let mut writes: Vec<redis::Cmd> = Vec::new();
         for (sku, offset, available, total, orders, adjustments) in &rows {
             let corrupt = |problem: String| SnapshotError::Corrupt {
                 snapshot: snapshot.id,
@@ -247,25 +241,24 @@ pub async fn restore(
             let adjustments: Hash =
                 serde_json::from_str(adjustments).map_err(|e| corrupt(e.to_string()))?;
             let k = SkuKeys::new(prefix, sku);
-            pipe.hset_multiple(
+            writes.push(redis::Cmd::hset_multiple(
                 &k.stock,
                 &[
                     ("available", *available),
                     ("total", *total),
                     ("offset", *offset),
                 ],
-            )
-            .ignore();
+            ));
             if !orders.is_empty() {
-                pipe.hset_multiple(&k.orders, &orders.into_iter().collect::<Vec<_>>())
-                    .ignore();
+                let orders: Vec<_> = orders.into_iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.orders, &orders));
             }
             if !adjustments.is_empty() {
-                pipe.hset_multiple(&k.adjustments, &adjustments.into_iter().collect::<Vec<_>>())
-                    .ignore();
+                let adjustments: Vec<_> = adjustments.into_iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.adjustments, &adjustments));
             }
             written += 1;
         }
-        let _: () = pipe.query_async(redis).await?;
+        let _: Vec<redis::Value> = redis.query_each(&writes).await?;
     }
 }

@@ -663,16 +663,13 @@ async fn pg_rows(
 /// Removes every Redis key the run wrote: projections under
 /// `<prefix>:<run>:…` and the baseline's `<run>:…` keys.
 async fn clean_up(g: &Global, run_id: &str) -> anyhow::Result<usize> {
-    let client = redis::Client::open(g.redis_url.as_str())?;
-    let mut conn = redis::aio::ConnectionManager::new(client).await?;
+    let conn = stockledger_producer::RedisConn::connect(&g.redis_url).await?;
     let mut removed = 0;
     for pattern in [format!("{}:{run_id}:*", g.prefix), format!("{run_id}:*")] {
-        let keys = stockledger_consumer::projection::scan_keys(&mut conn, &pattern).await?;
+        let keys = conn.scan_all(&pattern).await?;
         for chunk in keys.chunks(1000) {
-            let _: () = redis::cmd("UNLINK")
-                .arg(chunk)
-                .query_async(&mut conn)
-                .await?;
+            let unlinks: Vec<redis::Cmd> = chunk.iter().map(redis::Cmd::unlink).collect();
+            let _: Vec<u64> = conn.query_each(&unlinks).await?;
             removed += chunk.len();
         }
     }

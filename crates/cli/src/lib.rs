@@ -68,7 +68,8 @@ pub struct Global {
     )]
     pub kafka_properties: Vec<(String, String)>,
 
-    /// Redis holding the projection.
+    /// Redis holding the projection: one URL, or the seed nodes of a Redis
+    /// Cluster separated by commas (a single URL of a cluster node works too).
     #[arg(
         long,
         global = true,
@@ -574,7 +575,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 snapshot::committed_offsets(&g.kafka(), &args.applier_group, &g.topic).await?;
             let taken = snapshot::take(
                 &pool,
-                &mut projection.connection(),
+                &projection.connection(),
                 &g.prefix,
                 &g.topic,
                 &start,
@@ -608,7 +609,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
             let retention = Duration::from_secs_f64(args.retention_days * 86_400.0);
             let report = stockledger_archiver::compact::compact(
-                &mut projection.connection(),
+                &projection.connection(),
                 &g.prefix,
                 &pool,
                 &g.topic,
@@ -628,7 +629,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = connect_archive(g, 2).await?;
             let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
             let report = stockledger_archiver::reconcile::reconcile(
-                &mut projection.connection(),
+                &projection.connection(),
                 &g.prefix,
                 &pool,
                 &g.topic,
@@ -716,14 +717,8 @@ async fn replay(g: &Global, args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 g.topic
             );
         };
-        let restored = snapshot::restore(
-            &pool,
-            &snap,
-            &mut target_projection.connection(),
-            &target,
-            1000,
-        )
-        .await?;
+        let restored =
+            snapshot::restore(&pool, &snap, &target_projection.connection(), &target, 1000).await?;
         eprintln!(
             "restored snapshot {} ({restored} SKUs) into {target}",
             snap.id

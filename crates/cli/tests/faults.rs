@@ -216,9 +216,9 @@ async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebal
 async fn redis_away_for_a_while_the_applier_retries_and_commits_nothing_meanwhile(
 ) -> anyhow::Result<()> {
     let h = Harness::new("redis-outage", 2).await?;
-    let proxy = Proxy::start(address_of(&h.services.redis_url)?).await?;
+    let proxy = Proxy::start(address_of(&h.redis_url)?).await?;
     let mut config = h.applier_config();
-    config.redis_url = via_port(&h.services.redis_url, proxy.port());
+    config.redis_url = via_port(&h.redis_url, proxy.port());
     let applier = h.start_applier_with(config);
     let archiver = h.start_archiver();
     let first = restock(&h.producer).await? + traffic(&h.producer, 0, 60).await?;

@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redis::aio::ConnectionManager;
 use redis::{ErrorKind, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::keys::{self, SkuKeys};
 use stockledger_core::{Command, CommandBody, Decision, OrderEntry, SkuState};
+use stockledger_producer::RedisConn;
 
 /// The script that applies records; see the file for its contract.
 pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");
@@ -35,7 +35,8 @@ pub enum ProjectionError {
 }
 
 impl ProjectionError {
-    /// Whether trying again later may succeed (Redis unreachable or busy).
+    /// Whether trying again later may succeed (Redis unreachable, busy, or
+    /// a cluster in the middle of a failover).
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Redis(e) => {
@@ -45,7 +46,12 @@ impl ProjectionError {
                     || e.is_timeout()
                     || matches!(
                         e.kind(),
-                        ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+                        ErrorKind::Server(
+                            ServerErrorKind::BusyLoading
+                                | ServerErrorKind::TryAgain
+                                | ServerErrorKind::ClusterDown
+                                | ServerErrorKind::MasterDown
+                        )
                     )
             }
             _ => false,
@@ -100,10 +106,10 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// One prefix of the projection in one Redis.
+/// One prefix of the projection in one Redis or Redis Cluster.
 #[derive(Clone)]
 pub struct Projection {
-    redis: ConnectionManager,
+    redis: RedisConn,
     prefix: String,
     script: redis::Script,
     /// Check the marker before every apply (the live applier does).
@@ -123,13 +129,12 @@ impl Projection {
         redis_url: &str,
         prefix: impl Into<String>,
     ) -> Result<Self, ProjectionError> {
-        let client = redis::Client::open(redis_url)?;
-        let redis = ConnectionManager::new(client).await?;
+        let redis = RedisConn::connect(redis_url).await?;
         Ok(Self::new(redis, prefix))
     }
 
     /// A projection under `prefix` sharing an existing connection.
-    pub fn new(redis: ConnectionManager, prefix: impl Into<String>) -> Self {
+    pub fn new(redis: RedisConn, prefix: impl Into<String>) -> Self {
         Self {
             redis,
             prefix: prefix.into(),
@@ -175,12 +180,12 @@ impl Projection {
         &self.prefix
     }
 
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConn {
         self.redis.clone()
     }
 
-    /// Applies every run in one pipelined round trip, one script call per
-    /// run; returns each run's decisions in record order. Safe to repeat:
+    /// Applies every run, one script call per run, in one pipelined round
+    /// trip on a single Redis (all in flight together on a cluster); returns each run's decisions in record order. Safe to repeat:
     /// records already applied are answered from the stored decisions.
     pub async fn apply(&self, runs: &[Run<'_>]) -> Result<Vec<Vec<Decision>>, ProjectionError> {
         if runs.is_empty() {
@@ -202,25 +207,29 @@ impl Projection {
                 });
             }
         }
-        let mut pipe = redis::pipe();
-        for run in runs {
-            let keys = SkuKeys::new(&self.prefix, run.sku);
-            let cmd = pipe.cmd("EVALSHA").arg(self.script.get_hash()).arg(4);
-            for key in keys.as_array() {
-                cmd.arg(key);
-            }
-            cmd.arg(MAX_STOCK);
-            for (offset, body) in &run.records {
-                let (kind, id, quantity, mode) = script_args(body);
-                cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
-            }
-        }
-        let replies: Vec<Vec<String>> = match pipe.query_async(&mut conn).await {
+        let calls: Vec<redis::Cmd> = runs
+            .iter()
+            .map(|run| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(self.script.get_hash()).arg(4);
+                for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
+                    cmd.arg(key);
+                }
+                cmd.arg(MAX_STOCK);
+                for (offset, body) in &run.records {
+                    let (kind, id, quantity, mode) = script_args(body);
+                    cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
+                }
+                cmd
+            })
+            .collect();
+        let replies: Vec<Vec<String>> = match self.redis.query_each(&calls).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // A restarted or flushed Redis forgot the script: load it and
-                // run the (idempotent) pipeline again.
+                // A restarted or flushed Redis (or a cluster node) forgot the
+                // script: load it (on every node) and run the idempotent
+                // calls again.
                 self.script.prepare_invoke().load_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await?
+                self.redis.query_each(&calls).await?
             }
             other => other?,
         };
@@ -301,53 +310,16 @@ impl Projection {
     /// Every SKU with state under this prefix (by `SCAN`, so Redis is never
     /// blocked).
     pub async fn skus(&self) -> Result<Vec<String>, ProjectionError> {
-        let mut conn = self.redis.clone();
-        let keys = scan_keys(&mut conn, &keys::stock_key_pattern(&self.prefix)).await?;
+        let keys = self
+            .redis
+            .scan_all(&keys::stock_key_pattern(&self.prefix))
+            .await?;
         Ok(keys
             .iter()
             .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
             .map(str::to_owned)
             .collect())
     }
-}
-
-/// One `SCAN` step: the next cursor (0 when done) and up to about `count`
-/// keys matching `pattern` (a key may appear in more than one step).
-pub async fn scan_page(
-    conn: &mut ConnectionManager,
-    cursor: u64,
-    pattern: &str,
-    count: usize,
-) -> Result<(u64, Vec<String>), redis::RedisError> {
-    redis::cmd("SCAN")
-        .arg(cursor)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(count)
-        .query_async(conn)
-        .await
-}
-
-/// Every key matching `pattern`, sorted, found with `SCAN` so Redis is
-/// never blocked.
-pub async fn scan_keys(
-    conn: &mut ConnectionManager,
-    pattern: &str,
-) -> Result<Vec<String>, redis::RedisError> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch) = scan_page(conn, cursor, pattern, 1000).await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort();
-    keys.dedup();
-    Ok(keys)
 }
 
 /// The script's per-record arguments: kind, id, quantity, mode.

@@ -109,8 +109,16 @@ mod tests {
 }
 
 /// `url` with any password replaced by `***`, for logs and `Debug`
-/// (`redis://:secret@host` and `postgres://user:secret@host/db`).
+/// (`redis://:secret@host` and `postgres://user:secret@host/db`), in each
+/// URL of a comma-separated list (the seed nodes of a Redis Cluster).
 pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(redact_one_url)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn redact_one_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -149,5 +157,9 @@ mod redact_tests {
             "postgres://root@localhost/test"
         );
         assert_eq!(redact_url("redis://127.0.0.1"), "redis://127.0.0.1");
+        assert_eq!(
+            redact_url("redis://:a@10.0.0.1:7000,redis://u:b@10.0.0.2:7000"),
+            "redis://:***@10.0.0.1:7000,redis://u:***@10.0.0.2:7000"
+        );
     }
 }

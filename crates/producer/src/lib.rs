@@ -8,12 +8,16 @@
 //!   its log position once the brokers hold it.
 //! - [`outcome`]: [`OutcomeReader`] waits, with a deadline, for the decision
 //!   the applier took for a sent command.
+//! - [`redis_conn`]: [`RedisConn`], a connection to a single Redis or a
+//!   Redis Cluster, shared by every component that reads the projection.
 
 pub mod admin;
 pub mod kafka;
 pub mod outcome;
 pub mod producer;
+pub mod redis_conn;
 
 pub use kafka::{redact_url, KafkaConfig};
 pub use outcome::OutcomeReader;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
+pub use redis_conn::{KeyScan, RedisConn};

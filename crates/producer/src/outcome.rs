@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use stockledger_core::keys::SkuKeys;
 use stockledger_core::{Decision, LogPosition};
 use tokio::time::Instant;
 
 use crate::producer::Receipt;
+use crate::redis_conn::RedisConn;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutcomeError {
@@ -31,7 +31,7 @@ pub enum OutcomeError {
 /// Reads decisions from the Redis projection. Cheap to clone.
 #[derive(Clone)]
 pub struct OutcomeReader {
-    redis: ConnectionManager,
+    redis: RedisConn,
     prefix: String,
 }
 
@@ -45,8 +45,7 @@ impl std::fmt::Debug for OutcomeReader {
 
 impl OutcomeReader {
     pub async fn connect(redis_url: &str, prefix: impl Into<String>) -> Result<Self, OutcomeError> {
-        let client = redis::Client::open(redis_url)?;
-        let redis = ConnectionManager::new(client).await?;
+        let redis = RedisConn::connect(redis_url).await?;
         Ok(Self {
             redis,
             prefix: prefix.into(),

@@ -84,6 +84,8 @@ pub struct Harness {
     pub services: &'static Services,
     /// The brokers of this test (the shared ones unless [`Harness::with_kafka`]).
     pub kafka: KafkaConfig,
+    /// The Redis of this test (the shared one unless [`Harness::with_redis`]).
+    pub redis_url: String,
     pub ns: Namespace,
     pub producer: LedgerProducer,
     pub projection: Projection,
@@ -105,6 +107,26 @@ impl Harness {
         kafka: KafkaConfig,
     ) -> anyhow::Result<Self> {
         let services = services().await?;
+        Self::build(test, partitions, kafka, services.redis_url.clone()).await
+    }
+
+    /// Like [`Harness::new`], on a Redis (or Redis Cluster) of the test's own.
+    pub async fn with_redis(
+        test: &str,
+        partitions: i32,
+        redis_url: String,
+    ) -> anyhow::Result<Self> {
+        let services = services().await?;
+        Self::build(test, partitions, services.kafka.clone(), redis_url).await
+    }
+
+    async fn build(
+        test: &str,
+        partitions: i32,
+        kafka: KafkaConfig,
+        redis_url: String,
+    ) -> anyhow::Result<Self> {
+        let services = services().await?;
         let ns = Namespace::new(test);
         let specs: Vec<TopicSpec> = [&ns.topic, &ns.outcomes_topic, &ns.dlq_topic]
             .into_iter()
@@ -120,16 +142,24 @@ impl Harness {
             .with_context(|| format!("connecting to {}", services.database_url))?;
         Ok(Self {
             producer: LedgerProducer::new(&kafka, ns.topic.clone())?,
-            projection: Projection::connect(&services.redis_url, ns.prefix.clone()).await?,
+            projection: Projection::connect(&redis_url, ns.prefix.clone())
+                .await
+                .with_context(|| {
+                    format!(
+                        "connecting to Redis at {}",
+                        stockledger_producer::redact_url(&redis_url)
+                    )
+                })?,
             pool,
             services,
             kafka,
+            redis_url,
             ns,
         })
     }
 
     pub fn applier_config(&self) -> ApplierConfig {
-        let mut c = ApplierConfig::new(self.kafka.clone(), self.services.redis_url.clone());
+        let mut c = ApplierConfig::new(self.kafka.clone(), self.redis_url.clone());
         c.prefix = self.ns.prefix.clone();
         c.topic = self.ns.topic.clone();
         c.outcomes_topic = self.ns.outcomes_topic.clone();
@@ -173,11 +203,15 @@ impl Harness {
     /// Records applied to `skus` so far: the decisions stored in Redis, one
     /// per applied offset.
     pub async fn applied(&self, skus: &[&str]) -> anyhow::Result<u64> {
-        let mut pipe = redis::pipe();
-        for sku in skus {
-            pipe.hlen(stockledger_core::keys::SkuKeys::new(&self.ns.prefix, sku).decisions);
-        }
-        let counts: Vec<u64> = pipe.query_async(&mut self.projection.connection()).await?;
+        let lengths: Vec<redis::Cmd> = skus
+            .iter()
+            .map(|sku| {
+                redis::Cmd::hlen(
+                    stockledger_core::keys::SkuKeys::new(&self.ns.prefix, sku).decisions,
+                )
+            })
+            .collect();
+        let counts: Vec<u64> = self.projection.connection().query_each(&lengths).await?;
         Ok(counts.iter().sum())
     }
 

@@ -8,6 +8,7 @@
 //! - [`harness`]: a fresh namespace per test (topics, key prefix, consumer
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
+//! - [`cluster`]: a local Redis Cluster of the test's own.
 //! - [`fault`]: a loopback TCP proxy that cuts a service off and lets it back.
 //! - [`poison`]: records that are not valid commands.
 //! - [`traffic`]: order traffic for end-to-end and fault tests.
@@ -15,6 +16,7 @@
 //! - [`workload`]: random command logs and delivery schedules (proptest).
 //! - [`redis_dump`]: every key of a prefix, dumped, for byte-level comparison.
 
+pub mod cluster;
 pub mod fault;
 pub mod harness;
 pub mod poison;

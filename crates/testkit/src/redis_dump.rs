@@ -2,32 +2,55 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionManager;
-use stockledger_consumer::projection::scan_keys;
+use stockledger_producer::RedisConn;
 
 /// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
 /// name without the prefix, so two prefixes can be compared byte for byte.
 pub async fn dump_prefix(
-    conn: &mut ConnectionManager,
+    conn: &RedisConn,
     prefix: &str,
 ) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
-    let mut dumps = BTreeMap::new();
-    for key in keys(conn, prefix).await? {
-        let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query_async(conn).await?;
-        let name = key.strip_prefix(prefix).unwrap_or(&key).to_owned();
-        dumps.insert(name, dump);
-    }
-    Ok(dumps)
+    let keys = keys(conn, prefix).await?;
+    let dumps: Vec<redis::Cmd> = keys
+        .iter()
+        .map(|key| redis::cmd("DUMP").arg(key).clone())
+        .collect();
+    let dumps: Vec<Vec<u8>> = conn.query_each(&dumps).await?;
+    Ok(keys
+        .iter()
+        .map(|key| key.strip_prefix(prefix).unwrap_or(key).to_owned())
+        .zip(dumps)
+        .collect())
+}
+
+/// Every hash under `prefix:` with its fields, keyed by the key name without
+/// the prefix: the contents, free of how each server chose to encode them
+/// (two servers may lay out the same large hash differently in a `DUMP`).
+pub async fn hashes_under(
+    conn: &RedisConn,
+    prefix: &str,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let keys = keys(conn, prefix).await?;
+    let reads: Vec<redis::Cmd> = keys.iter().map(redis::Cmd::hgetall).collect();
+    let hashes: Vec<BTreeMap<String, String>> = conn.query_each(&reads).await?;
+    Ok(keys
+        .iter()
+        .map(|key| key.strip_prefix(prefix).unwrap_or(key).to_owned())
+        .zip(hashes)
+        .collect())
 }
 
 /// Deletes every key under `prefix:`.
-pub async fn delete_prefix(conn: &mut ConnectionManager, prefix: &str) -> anyhow::Result<()> {
-    for chunk in keys(conn, prefix).await?.chunks(500) {
-        let _: () = redis::cmd("DEL").arg(chunk).query_async(conn).await?;
-    }
+pub async fn delete_prefix(conn: &RedisConn, prefix: &str) -> anyhow::Result<()> {
+    let deletes: Vec<redis::Cmd> = keys(conn, prefix)
+        .await?
+        .iter()
+        .map(redis::Cmd::del)
+        .collect();
+    let _: Vec<u64> = conn.query_each(&deletes).await?;
     Ok(())
 }
 
-async fn keys(conn: &mut ConnectionManager, prefix: &str) -> anyhow::Result<Vec<String>> {
-    Ok(scan_keys(conn, &format!("{prefix}:*")).await?)
+async fn keys(conn: &RedisConn, prefix: &str) -> anyhow::Result<Vec<String>> {
+    Ok(conn.scan_all(&format!("{prefix}:*")).await?)
 }

@@ -164,14 +164,14 @@ fn start_postgres_container() -> anyhow::Result<String> {
     bail!("PostgreSQL in container {id} was not ready within 60 s")
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Starts `program args…` in the background, tied to this process: a small
 /// shell watchdog stops it once the test process is gone.
-fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::Result<()> {
+pub(crate) fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::Result<()> {
     let quoted: Vec<String> = std::iter::once(program.to_owned())
         .chain(args.iter().cloned())
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
@@ -194,7 +194,7 @@ fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<()> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {

@@ -10,7 +10,7 @@ use stockledger_testkit::Harness;
 pub fn stockledger(h: &Harness) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockledger"));
     cmd.env("KAFKA_BROKERS", &h.kafka.brokers)
-        .env("REDIS_URL", &h.services.redis_url)
+        .env("REDIS_URL", &h.redis_url)
         .env("DATABASE_URL", &h.services.database_url)
         .env("STOCKLEDGER_TOPIC", &h.ns.topic)
         .env("STOCKLEDGER_OUTCOMES_TOPIC", &h.ns.outcomes_topic)

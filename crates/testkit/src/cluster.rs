@@ -1,0 +1,134 @@
+//! A Redis Cluster of the test's own: `redis-server` processes in cluster
+//! mode on free loopback ports, the slots split evenly over them, no
+//! replicas. The nodes stop once the test process is gone.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::services::{free_port, spawn_tied, wait_for_port};
+use crate::wait::wait_until;
+
+/// Hash slots in a Redis Cluster.
+const SLOTS: u16 = 16_384;
+
+/// A running cluster.
+#[derive(Debug, Clone)]
+pub struct RedisCluster {
+    /// Each master's client port, in slot order.
+    pub ports: Vec<u16>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes and waits until every one of them sees the
+    /// whole cluster serving every slot.
+    pub async fn start(masters: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(masters > 0, "a cluster needs at least one master");
+        let nodes = tokio::task::spawn_blocking(move || {
+            (0..masters)
+                .map(|_| start_node())
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .await
+        .context("cluster start task")??;
+        let per_node = SLOTS as usize / masters;
+        for (i, (port, _)) in nodes.iter().enumerate() {
+            let first = i * per_node;
+            let last = if i + 1 == masters {
+                SLOTS as usize - 1
+            } else {
+                first + per_node - 1
+            };
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query_async(&mut node(*port).await?)
+                .await
+                .with_context(|| format!("assigning slots {first}-{last} to node {port}"))?;
+        }
+        let mut first = node(nodes[0].0).await?;
+        for (port, bus) in &nodes[1..] {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(port)
+                .arg(bus)
+                .query_async(&mut first)
+                .await
+                .with_context(|| format!("introducing node {port}"))?;
+        }
+        let ports: Vec<u16> = nodes.iter().map(|(port, _)| *port).collect();
+        for &port in &ports {
+            let conn = node(port).await?;
+            wait_until(
+                &format!("cluster node {port} to see the whole cluster"),
+                Duration::from_secs(30),
+                || {
+                    let mut conn = conn.clone();
+                    async move {
+                        let info: String = redis::cmd("CLUSTER")
+                            .arg("INFO")
+                            .query_async(&mut conn)
+                            .await?;
+                        let ok = info.lines().any(|l| l.trim() == "cluster_state:ok")
+                            && info
+                                .lines()
+                                .any(|l| l.trim() == format!("cluster_known_nodes:{masters}"));
+                        Ok(ok.then_some(()))
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(Self { ports })
+    }
+
+    /// The seed URLs of every node, comma-separated, as `REDIS_URL` takes
+    /// them.
+    pub fn url(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+async fn node(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// Starts one empty cluster-mode node; returns its client and bus ports.
+fn start_node() -> anyhow::Result<(u16, u16)> {
+    let (port, bus) = (free_port()?, free_port()?);
+    let dir = std::env::temp_dir().join(format!("stockledger-cluster-{port}"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = dir.join("redis.log").to_string_lossy().into_owned();
+    let arg = |s: &str| s.to_owned();
+    spawn_tied(
+        "redis-server",
+        &[
+            arg("--bind"),
+            arg("127.0.0.1"),
+            arg("--port"),
+            port.to_string(),
+            arg("--cluster-enabled"),
+            arg("yes"),
+            arg("--cluster-port"),
+            bus.to_string(),
+            arg("--cluster-config-file"),
+            dir.join("nodes.conf").to_string_lossy().into_owned(),
+            arg("--dir"),
+            dir.to_string_lossy().into_owned(),
+            arg("--save"),
+            String::new(),
+            arg("--appendonly"),
+            arg("no"),
+        ],
+        &log,
+    )?;
+    wait_for_port(port, "a redis-server cluster node", &log)?;
+    Ok((port, bus))
+}

@@ -1,0 +1,137 @@
+//! The applier, replay, snapshot and reconcile against a Redis Cluster of
+//! three masters started on loopback ports, checked against the same log
+//! applied to a single Redis.
+
+use std::future::pending;
+
+use stockledger_archiver::reconcile::reconcile;
+use stockledger_archiver::snapshot;
+use stockledger_consumer::replay::{replay, ReplayConfig, SwapConfig};
+use stockledger_consumer::Projection;
+use stockledger_core::keys::SkuKeys;
+use stockledger_producer::admin::{create_topics, TopicSpec};
+use stockledger_producer::RedisConn;
+use stockledger_testkit::cluster::RedisCluster;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::redis_dump::{delete_prefix, hashes_under};
+use stockledger_testkit::{traffic, wait_until, Harness};
+
+/// Enough SKUs that every master serves some of them.
+const SKU_COUNT: usize = 24;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_reconcile(
+) -> anyhow::Result<()> {
+    let cluster = RedisCluster::start(3).await?;
+    let h = Harness::with_redis("cluster", 4, cluster.url()).await?;
+    let redis = h.projection.connection();
+    assert!(redis.is_cluster(), "the seed list gives a cluster client");
+    let names: Vec<String> = (0..SKU_COUNT).map(|i| format!("C{i}")).collect();
+    let skus: Vec<&str> = names.iter().map(String::as_str).collect();
+
+    // The applier on the cluster, with traffic that makes it refuse orders
+    // (sold out), cancel before deduct and roll back.
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let records = traffic::restock_all(&h.producer, &skus, 12).await?
+        + traffic::orders(&h.producer, &skus, 0, 400).await?;
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    assert_eq!(h.applied(&skus).await?, records);
+    let on_cluster = hashes_under(&redis, &h.ns.prefix).await?;
+    assert_eq!(
+        on_cluster.len(),
+        SKU_COUNT * 4 + 1,
+        "four hashes per SKU and the marker"
+    );
+    for port in &cluster.ports {
+        let node = RedisConn::connect(&format!("redis://127.0.0.1:{port}")).await;
+        // Each node alone is a cluster node: the client must see it as one.
+        assert!(node?.is_cluster());
+        let mut single = redis::Client::open(format!("redis://127.0.0.1:{port}"))?
+            .get_multiplexed_async_connection()
+            .await?;
+        let keys: u64 = redis::cmd("DBSIZE").query_async(&mut single).await?;
+        assert!(keys > 0, "node {port} holds none of the SKUs");
+    }
+
+    // The same log applied to the single Redis, by a second group with its
+    // own prefix and outcome topics: the same hashes, field for field.
+    let single_prefix = format!("t:{}-single", h.ns.id);
+    let mut config = h.applier_config();
+    config.redis_url = h.services.redis_url.clone();
+    config.prefix = single_prefix.clone();
+    config.group_id = format!("{}-single", h.ns.applier_group);
+    config.outcomes_topic = format!("{}-single", h.ns.outcomes_topic);
+    config.dlq_topic = format!("{}-single", h.ns.dlq_topic);
+    create_topics(
+        &h.kafka,
+        &[&config.outcomes_topic, &config.dlq_topic].map(|name| TopicSpec {
+            name: name.clone(),
+            partitions: 4,
+            replication: 1,
+        }),
+    )
+    .await?;
+    let single = Projection::connect(&h.services.redis_url, single_prefix.clone()).await?;
+    let single_applier = h.start_applier_with(config);
+    wait_until("the single-Redis applier to catch up", CATCH_UP, || async {
+        let mut applied = 0;
+        for sku in &skus {
+            applied += single.read_sku(sku).await?.map_or(0, |s| s.decisions.len());
+        }
+        Ok((applied as u64 == records).then_some(()))
+    })
+    .await?;
+    single_applier.stop().await?;
+    let on_single = hashes_under(&single.connection(), &single_prefix).await?;
+    assert_eq!(on_single, on_cluster, "cluster and single Redis differ");
+    delete_prefix(&single.connection(), &single_prefix).await?;
+
+    // Snapshot reads each SKU in one MULTI on its own node.
+    let start = snapshot::committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
+    let snap = snapshot::take(&h.pool, &redis, &h.ns.prefix, &h.ns.topic, &start, 5).await?;
+    assert_eq!(snap.skus, SKU_COUNT as i64);
+
+    // Replay after a wipe: every key comes back as it was, on every node.
+    delete_prefix(&redis, &h.ns.prefix).await?;
+    assert!(hashes_under(&redis, &h.ns.prefix).await?.is_empty());
+    let mut replay_config = ReplayConfig::new(
+        h.kafka.clone(),
+        h.redis_url.clone(),
+        h.ns.topic.clone(),
+        format!("{}:rebuild", h.ns.prefix),
+    );
+    replay_config.swap = Some(SwapConfig {
+        live_prefix: h.ns.prefix.clone(),
+        old_prefix: None,
+    });
+    let report = replay(replay_config, pending(), |_| {}).await?;
+    assert_eq!(report.records, records);
+    assert_eq!(report.swapped, SKU_COUNT);
+    assert_eq!(hashes_under(&redis, &h.ns.prefix).await?, on_cluster);
+
+    // Reconcile agrees, then names exactly the SKUs corrupted on the cluster.
+    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7).await?;
+    assert_eq!(clean.skus_checked, SKU_COUNT as u64);
+    assert!(clean.differences.is_empty(), "{:?}", clean.differences);
+    let _: () = redis::cmd("HINCRBY")
+        .arg(SkuKeys::new(&h.ns.prefix, "C5").stock)
+        .arg("available")
+        .arg(3)
+        .query_async(&mut redis.clone())
+        .await?;
+    let _: () = redis::cmd("DEL")
+        .arg(SkuKeys::new(&h.ns.prefix, "C17").stock)
+        .query_async(&mut redis.clone())
+        .await?;
+    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7).await?;
+    let named: Vec<(&str, &str)> = dirty
+        .differences
+        .iter()
+        .map(|d| (d.sku.as_str(), d.field))
+        .collect();
+    assert_eq!(named, [("C5", "available"), ("C17", "presence")]);
+    Ok(())
+}
