@@ -12,6 +12,9 @@
 //!   service; p50, p99 and p999.
 //! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
 //! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL.
+//! - `memory`: e2e-uniform at a tenth of its records and at all of them,
+//!   applied and archived by `stockledger apply` and `stockledger archive`
+//!   processes, with each one's peak resident set (Linux `VmHWM`).
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -78,10 +81,11 @@ pub enum Scenario {
     RedisLuaDirect,
     PgRow,
     PgBuckets,
+    Memory,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 9] = [
+    const ALL: [Scenario; 10] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -91,6 +95,7 @@ impl Scenario {
         Self::Latency20k,
         Self::Replay,
         Self::Archive,
+        Self::Memory,
     ];
 
     fn name(self) -> &'static str {
@@ -104,6 +109,7 @@ impl Scenario {
             Self::RedisLuaDirect => "redis-lua-direct",
             Self::PgRow => "pg-row",
             Self::PgBuckets => "pg-buckets",
+            Self::Memory => "memory",
         }
     }
 }
@@ -117,6 +123,9 @@ struct Measurement {
     setup: String,
     /// p50, p99 and p999 in milliseconds, for latency scenarios.
     latency_ms: Option<[f64; 3]>,
+    /// Peak resident set of the applier and the archiver processes, in MiB,
+    /// for the memory scenario.
+    peak_rss_mib: Option<[f64; 2]>,
 }
 
 impl Measurement {
@@ -171,6 +180,14 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut results: Vec<Measurement> = Vec::new();
     let mut uniform: Option<Ledger> = None;
     for scenario in selected {
+        if scenario == Scenario::Memory {
+            for records in [counts.e2e / 10, counts.e2e] {
+                let m = memory(g, &args, &run_id, counts.skus, records).await?;
+                print_measurement(&m);
+                results.push(m);
+            }
+            continue;
+        }
         let m = match scenario {
             Scenario::RedisLuaDirect => {
                 redis_lua_direct(g, &run_id, &counts, args.concurrency).await?
@@ -222,6 +239,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                 )
                 .await?
             }
+            Scenario::Memory => unreachable!("measured above"),
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match &uniform {
                     Some(l) => l,
@@ -238,16 +256,10 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        println!(
-            "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s   ({})",
-            m.scenario,
-            m.records,
-            m.seconds,
-            m.rate(),
-            m.setup
-        );
+        print_measurement(&m);
         results.push(m);
     }
+    print!("{}", memory_growth(&results));
     write_results(&args.out, &run_id, args.quick, &results)?;
     if !args.keep {
         let removed = clean_up(g, &run_id).await?;
@@ -257,9 +269,92 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Deducts over `skus` SKUs through Kafka, the applier and Redis.
-/// Topics, an in-process applier and a producer for one scenario, with
-/// every SKU restocked and the restocks applied.
+fn print_measurement(m: &Measurement) {
+    println!(
+        "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s   ({})",
+        m.scenario,
+        m.records,
+        m.seconds,
+        m.rate(),
+        m.setup
+    );
+}
+
+/// e2e-uniform with the applier and the archiver as processes of their
+/// own, reporting each one's peak resident set once every record is
+/// applied and archived.
+async fn memory(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<Measurement> {
+    let name = format!("memory-{records}");
+    let per_sku = (records / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, &name, skus, per_sku, false).await?;
+    let archiver = Component::start(
+        g,
+        &[
+            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
+            (
+                "STOCKLEDGER_ARCHIVER_GROUP",
+                &format!("{run_id}-{name}-archiver"),
+            ),
+        ],
+        "archive",
+    )?;
+    let started = Instant::now();
+    pipeline.deduct(records, args.in_flight).await?;
+    pipeline.wait_applied(records).await?;
+    let pool = crate::connect_archive(g, 1).await?;
+    let rows = records + skus as u64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while (stockledger_archiver::query::count_rows(&pool, &pipeline.topic).await? as u64) < rows {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{name}: not archived in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let applier_rss = match &pipeline.applier {
+        Applier::Process(p) => p.peak_rss_mib(),
+        Applier::Task { .. } => None,
+    };
+    let archiver_rss = archiver.peak_rss_mib();
+    archiver.stop().await?;
+    pipeline.stop().await?;
+    let (Some(applier_rss), Some(archiver_rss)) = (applier_rss, archiver_rss) else {
+        anyhow::bail!("no peak RSS in /proc (the memory scenario needs Linux)");
+    };
+    Ok(Measurement {
+        scenario: "memory",
+        records,
+        seconds,
+        setup: format!(
+            "e2e-uniform over {skus} SKUs, applied and archived by separate processes: peak RSS applier {applier_rss:.1} MiB, archiver {archiver_rss:.1} MiB"
+        ),
+        latency_ms: None,
+        peak_rss_mib: Some([applier_rss, archiver_rss]),
+    })
+}
+
+/// Where a scenario's applier runs.
+enum Applier {
+    /// A task of the bench process.
+    Task {
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<
+            Result<stockledger_consumer::ApplierStats, stockledger_consumer::ApplierError>,
+        >,
+    },
+    /// A `stockledger apply` process, so its memory can be read alone.
+    Process(Component),
+}
+
+/// Topics, an applier and a producer for one scenario, with every SKU
+/// restocked and the restocks applied.
 struct Pipeline {
     kafka: stockledger_producer::KafkaConfig,
     topic: String,
@@ -269,10 +364,7 @@ struct Pipeline {
     skus: usize,
     producer: LedgerProducer,
     restocks: i64,
-    stop: oneshot::Sender<()>,
-    applier: tokio::task::JoinHandle<
-        Result<stockledger_consumer::ApplierStats, stockledger_consumer::ApplierError>,
-    >,
+    applier: Applier,
 }
 
 impl Pipeline {
@@ -283,6 +375,7 @@ impl Pipeline {
         name: &str,
         skus: usize,
         per_sku: i64,
+        in_process: bool,
     ) -> anyhow::Result<Self> {
         let topic = format!("{run_id}.{name}.ledger");
         let outcomes_topic = format!("{run_id}.{name}.outcomes");
@@ -302,10 +395,26 @@ impl Pipeline {
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let applier = tokio::spawn(stockledger_consumer::run(config, async {
-            let _ = stopped.await;
-        }));
+        let applier = if in_process {
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(stockledger_consumer::run(config, async {
+                let _ = stopped.await;
+            }));
+            Applier::Task { stop, task }
+        } else {
+            Applier::Process(Component::start(
+                g,
+                &[
+                    ("STOCKLEDGER_TOPIC", &config.topic),
+                    ("STOCKLEDGER_OUTCOMES_TOPIC", &config.outcomes_topic),
+                    ("STOCKLEDGER_DLQ_TOPIC", &config.dlq_topic),
+                    ("STOCKLEDGER_PREFIX", &config.prefix),
+                    ("STOCKLEDGER_APPLIER_GROUP", &config.group_id),
+                    ("STOCKLEDGER_BATCH_SIZE", &config.batch_size.to_string()),
+                ],
+                "apply",
+            )?)
+        };
         let producer = LedgerProducer::new(&kafka, topic.clone())?;
         let pipeline = Self {
             kafka,
@@ -316,7 +425,6 @@ impl Pipeline {
             skus,
             producer,
             restocks: skus as i64,
-            stop,
             applier,
         };
         stream::iter(0..skus as u64)
@@ -344,18 +452,144 @@ impl Pipeline {
 
     /// Waits until the restocks and `records` more are applied and committed.
     async fn wait_applied(&self, records: u64) -> anyhow::Result<()> {
-        wait_committed(
-            &self.kafka,
-            &self.group,
-            &self.topic,
-            self.restocks + records as i64,
-        )
-        .await
+        let records = self.restocks + records as i64;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let done: i64 = committed_offsets(&self.kafka, &self.group, &self.topic)
+                .await?
+                .values()
+                .sum();
+            if done >= records {
+                return Ok(());
+            }
+            if let Applier::Process(p) = &self.applier {
+                p.check_running()?;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} committed {done} of {records} records in 10 minutes",
+                self.group
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends `records` deducts, `in_flight` at a time; returns when the
+    /// broker holds them all.
+    async fn deduct(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
+        stream::iter(0..records)
+            .map(|i| async move {
+                self.producer
+                    .deduct(&self.sku(i), &format!("order-{i}"), 1)
+                    .await
+            })
+            .buffer_unordered(in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(())
     }
 
     async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        self.applier.await.context("applier task")??;
+        match self.applier {
+            Applier::Task { stop, task } => {
+                let _ = stop.send(());
+                task.await.context("applier task")??;
+            }
+            Applier::Process(process) => process.stop().await?,
+        }
+        Ok(())
+    }
+}
+
+/// A `stockledger` subcommand run as a child process with the bench's
+/// settings, stopped with SIGTERM as an orchestrator would.
+struct Component {
+    name: &'static str,
+    child: std::sync::Mutex<tokio::process::Child>,
+}
+
+impl Component {
+    /// Runs `stockledger <subcommand>` with the bench's connection settings
+    /// and `env` on top (names and groups).
+    fn start(g: &Global, env: &[(&str, &str)], subcommand: &'static str) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("finding the stockledger binary")?;
+        let properties: Vec<String> = g
+            .kafka_properties
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let mut command = tokio::process::Command::new(exe);
+        if !properties.is_empty() {
+            command.env("KAFKA_PROPERTIES", properties.join(";"));
+        }
+        let child = command
+            .arg(subcommand)
+            .env("KAFKA_BROKERS", &g.brokers)
+            .env("REDIS_URL", &g.redis_url)
+            .env("DATABASE_URL", &g.database_url)
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting `stockledger {subcommand}`"))?;
+        Ok(Self {
+            name: subcommand,
+            child: std::sync::Mutex::new(child),
+        })
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, tokio::process::Child> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails if the process has exited (it should run until stopped).
+    fn check_running(&self) -> anyhow::Result<()> {
+        match self.child().try_wait()? {
+            None => Ok(()),
+            Some(status) => anyhow::bail!("`stockledger {}` exited early with {status}", self.name),
+        }
+    }
+
+    /// The process's peak resident set so far, in MiB (Linux `VmHWM`).
+    fn peak_rss_mib(&self) -> Option<f64> {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child().id()?)).ok()?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
+    }
+
+    /// SIGTERM, then waits (up to a minute) for a clean exit.
+    async fn stop(self) -> anyhow::Result<()> {
+        let name = self.name;
+        let mut child = self.child.into_inner().unwrap_or_else(|e| e.into_inner());
+        let pid = child.id().context("the process has already exited")?;
+        let sent = tokio::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .await?;
+        anyhow::ensure!(sent.success(), "could not signal `stockledger {}`", name);
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .with_context(|| {
+                format!("`stockledger {}` did not exit within 60 s of SIGTERM", name)
+            })??;
+        anyhow::ensure!(
+            status.success(),
+            "`stockledger {}` exited with {status}",
+            name
+        );
         Ok(())
     }
 }
@@ -370,18 +604,9 @@ async fn e2e(
     records: u64,
 ) -> anyhow::Result<(Measurement, Ledger)> {
     let per_sku = (records / skus as u64 + 1) as i64;
-    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku).await?;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
     let started = Instant::now();
-    stream::iter(0..records)
-        .map(|i| {
-            let p = &pipeline;
-            async move { p.producer.deduct(&p.sku(i), &format!("order-{i}"), 1).await }
-        })
-        .buffer_unordered(args.in_flight)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+    pipeline.deduct(records, args.in_flight).await?;
     let produced = started.elapsed().as_secs_f64();
     pipeline.wait_applied(records).await?;
     let seconds = started.elapsed().as_secs_f64();
@@ -400,6 +625,7 @@ async fn e2e(
             args.partitions, args.in_flight, args.batch_size
         ),
         latency_ms: None,
+        peak_rss_mib: None,
     };
     Ok((measurement, ledger))
 }
@@ -414,7 +640,7 @@ async fn latency(
     rate: u64,
     records: u64,
 ) -> anyhow::Result<Measurement> {
-    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64).await?;
+    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64, true).await?;
     let reader =
         stockledger_producer::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
@@ -447,28 +673,8 @@ async fn latency(
             "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms"
         ),
         latency_ms: Some([p50, p99, p999]),
+        peak_rss_mib: None,
     })
-}
-
-/// Waits until `group` has committed `records` offsets on `topic` in all.
-async fn wait_committed(
-    kafka: &stockledger_producer::KafkaConfig,
-    group: &str,
-    topic: &str,
-    records: i64,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let done: i64 = committed_offsets(kafka, group, topic).await?.values().sum();
-        if done >= records {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{group} committed {done} of {records} records in 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
@@ -483,6 +689,7 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
         seconds: started.elapsed().as_secs_f64(),
         setup: format!("the e2e-uniform log, {} SKUs", report.skus),
         latency_ms: None,
+        peak_rss_mib: None,
     })
 }
 
@@ -523,6 +730,7 @@ async fn archive(
         seconds,
         setup: format!("the e2e-uniform outcomes, pages of {page_size}"),
         latency_ms: None,
+        peak_rss_mib: None,
     })
 }
 
@@ -575,6 +783,7 @@ async fn redis_lua_direct(
             counts.skus
         ),
         latency_ms: None,
+        peak_rss_mib: None,
     })
 }
 
@@ -657,6 +866,7 @@ async fn pg_rows(
         seconds,
         setup: format!("{buckets} row(s), {clients} clients"),
         latency_ms: None,
+        peak_rss_mib: None,
     })
 }
 
@@ -703,6 +913,7 @@ fn write_results(
             "vs_redis_lua_direct": ratio(m.rate(), lua),
             "vs_pg_row": ratio(m.rate(), row),
             "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
+            "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
             "setup": m.setup,
         })).collect::<Vec<_>>(),
     });
@@ -728,9 +939,40 @@ fn write_results(
             m.setup
         ));
     }
+    md.push_str(&memory_growth(results));
     std::fs::write(dir.join("results.md"), md)?;
     std::fs::write(dir.join("results.svg"), chart(run_id, results))?;
     Ok(())
+}
+
+/// How the applier's and archiver's peak RSS grew from the smallest to the
+/// largest memory run, as a Markdown paragraph (empty without two runs).
+fn memory_growth(results: &[Measurement]) -> String {
+    let runs: Vec<(u64, [f64; 2])> = results
+        .iter()
+        .filter_map(|m| Some((m.records, m.peak_rss_mib?)))
+        .collect();
+    let (Some(small), Some(large)) = (
+        runs.iter().min_by_key(|r| r.0),
+        runs.iter().max_by_key(|r| r.0),
+    ) else {
+        return String::new();
+    };
+    if small.0 == large.0 {
+        return String::new();
+    }
+    format!(
+        "\nPeak RSS from {} to {} records ({:.0}×): applier {:.1} → {:.1} MiB (×{:.2}), archiver {:.1} → {:.1} MiB (×{:.2}).\n",
+        small.0,
+        large.0,
+        large.0 as f64 / small.0.max(1) as f64,
+        small.1[0],
+        large.1[0],
+        large.1[0] / small.1[0].max(1e-9),
+        small.1[1],
+        large.1[1],
+        large.1[1] / small.1[1].max(1e-9),
+    )
 }
 
 /// A horizontal bar chart of records/s per scenario (log scale, as the
