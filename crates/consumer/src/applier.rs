@@ -4,10 +4,13 @@
 //! For each batch it (1) decodes the records, dead-lettering those that are
 //! not valid commands, (2) applies the valid ones in one pipelined round
 //! trip, one Lua call per SKU and partition, (3) publishes one outcome per
-//! record and waits until the brokers hold them all, and only then (4)
-//! commits the consumer offsets. A crash anywhere in between redelivers the
-//! batch; the script recognises applied offsets and answers with the stored
-//! decisions, so the outcomes published again are identical.
+//! record, and once the brokers hold them all, (4) commits the consumer
+//! offsets. While one batch's outcomes are on their way to the brokers the
+//! next batch is read and applied (at most one batch waits for its
+//! deliveries; the producer keeps each partition's outcomes in order). A
+//! crash anywhere in between redelivers the uncommitted batches; the script
+//! recognises applied offsets and answers with the stored decisions, so the
+//! outcomes published again are identical.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,11 +18,14 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::channel::oneshot::Canceled;
+use futures::future::{join_all, JoinAll};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome};
@@ -179,14 +185,55 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
     }
 }
 
+/// What the applier publishes for a record.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Outcome,
+    DeadLetter,
+}
+
+impl Kind {
+    fn what(self) -> &'static str {
+        match self {
+            Self::Outcome => "outcome",
+            Self::DeadLetter => "dead letter",
+        }
+    }
+
+    fn topic(self, config: &ApplierConfig) -> &str {
+        match self {
+            Self::Outcome => &config.outcomes_topic,
+            Self::DeadLetter => &config.dlq_topic,
+        }
+    }
+}
+
 /// A record to publish for one item of a batch.
 struct Outgoing<'a> {
-    what: &'static str,
+    kind: Kind,
     topic: &'a str,
     key: &'a str,
     payload: Vec<u8>,
     headers: Option<OwnedHeaders>,
     position: &'a LogPosition,
+}
+
+/// A batch applied to Redis whose outcomes are on their way to the brokers.
+struct InFlight {
+    deliveries: JoinAll<DeliveryFuture>,
+    /// What each delivery carries and for which record, in the same order.
+    sent: Vec<(Kind, LogPosition)>,
+    /// The next offset of each partition the batch read.
+    offsets: TopicPartitionList,
+    records: usize,
+}
+
+/// The delivery results of the batch in flight; never ready without one.
+async fn delivered(in_flight: &mut Option<InFlight>) -> Vec<Result<OwnedDeliveryResult, Canceled>> {
+    match in_flight {
+        Some(batch) => (&mut batch.deliveries).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the applier until `shutdown` completes. The batch in flight when it
@@ -274,6 +321,7 @@ impl Applier {
         ticker.tick().await;
         let mut last_report = (Instant::now(), 0u64);
         let mut stop = self.stop.clone();
+        let mut in_flight: Option<InFlight> = None;
         loop {
             let first = tokio::select! {
                 biased;
@@ -291,6 +339,13 @@ impl Applier {
                     last_report = (Instant::now(), self.stats.records);
                     continue;
                 }
+                // Idle: finish the batch in flight rather than wait for more.
+                results = delivered(&mut in_flight) => {
+                    if let Some(done) = in_flight.take() {
+                        self.commit(done, results)?;
+                    }
+                    continue;
+                }
                 m = self.consumer.recv() => m,
             };
             let first = match first {
@@ -302,7 +357,16 @@ impl Applier {
                 }
             };
             let batch = self.fill_batch(first).await;
-            self.process(&batch).await?;
+            let next = self.process(&batch).await?;
+            if let Some(mut previous) = in_flight.take() {
+                let results = (&mut previous.deliveries).await;
+                self.commit(previous, results)?;
+            }
+            in_flight = next;
+        }
+        if let Some(mut last) = in_flight.take() {
+            let results = (&mut last.deliveries).await;
+            self.commit(last, results)?;
         }
         if self.committed.count() > 0 {
             // Make the last commit durable before exiting, so a restart does
@@ -331,7 +395,9 @@ impl Applier {
         batch
     }
 
-    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<(), ApplierError> {
+    /// Applies `batch` and sends its outcomes (and dead letters); `None`
+    /// when asked to stop while Redis was unavailable (nothing sent).
+    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<Option<InFlight>, ApplierError> {
         let items: Vec<Item> = batch
             .iter()
             .map(|m| Item {
@@ -352,7 +418,7 @@ impl Applier {
             Some((item.position.partition, item.position.offset, command))
         }));
         let Some(decisions) = self.apply_with_retry(&batch.runs).await? else {
-            return Ok(()); // stopping: nothing published, nothing committed
+            return Ok(None); // stopping: nothing published, nothing committed
         };
         let mut decisions = batch.in_record_order(&decisions).into_iter();
 
@@ -382,7 +448,7 @@ impl Applier {
                             value: Some(source.as_bytes()),
                         });
                     messages.push(Outgoing {
-                        what: "dead letter",
+                        kind: Kind::DeadLetter,
                         topic: &self.config.dlq_topic,
                         key: &item.key,
                         payload: item.payload.clone().unwrap_or_default(),
@@ -394,7 +460,7 @@ impl Applier {
                 }
             };
             messages.push(Outgoing {
-                what: "outcome",
+                kind: Kind::Outcome,
                 topic: &self.config.outcomes_topic,
                 key: &item.key,
                 payload: codec::encode_outcome(&outcome)?,
@@ -402,25 +468,17 @@ impl Applier {
                 position: &item.position,
             });
         }
-        let deliveries = messages.iter().map(|m| {
+        let mut deliveries = Vec::with_capacity(messages.len());
+        let mut sent = Vec::with_capacity(messages.len());
+        for m in &messages {
             let mut record = FutureRecord::to(m.topic).key(m.key).payload(&m.payload);
             if let Some(headers) = &m.headers {
                 record = record.headers(headers.clone());
             }
-            self.producer.send(record, Duration::from_secs(60))
-        });
-        for (result, m) in join_all(deliveries).await.into_iter().zip(&messages) {
-            if let Err((source, _)) = result {
-                return Err(ApplierError::Publish {
-                    what: m.what,
-                    topic: m.topic.to_owned(),
-                    position: m.position.clone(),
-                    source,
-                });
-            }
+            deliveries.push(self.enqueue(record, m).await?);
+            sent.push((m.kind, m.position.clone()));
         }
 
-        // Everything is applied and published: commit the next offsets.
         let mut next: HashMap<(&str, i32), i64> = HashMap::new();
         for item in &items {
             let entry = next
@@ -436,6 +494,61 @@ impl Applier {
                 warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
             }
         }
+        Ok(Some(InFlight {
+            deliveries: join_all(deliveries),
+            sent,
+            offsets,
+            records: items.len(),
+        }))
+    }
+
+    /// Hands one record to the producer, waiting while its queue is full.
+    async fn enqueue(
+        &self,
+        mut record: FutureRecord<'_, str, Vec<u8>>,
+        m: &Outgoing<'_>,
+    ) -> Result<DeliveryFuture, ApplierError> {
+        loop {
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err((source, _)) => {
+                    return Err(ApplierError::Publish {
+                        what: m.kind.what(),
+                        topic: m.topic.to_owned(),
+                        position: m.position.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Once every outcome of `done` is delivered (`results`), commits its
+    /// offsets; fails on the first record the brokers did not take.
+    #[allow(clippy::result_large_err)] // the applier's one error type; it ends the run
+    fn commit(
+        &mut self,
+        done: InFlight,
+        results: Vec<Result<OwnedDeliveryResult, Canceled>>,
+    ) -> Result<(), ApplierError> {
+        for (result, (kind, position)) in results.into_iter().zip(done.sent) {
+            let source = match result {
+                Ok(Ok(_)) => continue,
+                Ok(Err((source, _))) => source,
+                Err(_) => KafkaError::Canceled,
+            };
+            return Err(ApplierError::Publish {
+                what: kind.what(),
+                topic: kind.topic(&self.config).to_owned(),
+                position,
+                source,
+            });
+        }
+        let offsets = done.offsets;
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             // Not fatal: the records are applied; a redelivery is harmless.
             warn!(error = %e, "committing offsets failed; records may be redelivered");
@@ -455,7 +568,7 @@ impl Applier {
                 }
             }
         }
-        self.stats.records += items.len() as u64;
+        self.stats.records += done.records as u64;
         self.stats.batches += 1;
         Ok(())
     }
