@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// end, so later runs and tests do not scan past them).
     #[arg(long)]
     pub keep: bool,
+    /// Records of the e2e scenarios (the memory scenario runs a tenth of
+    /// them, then all) [default: 200000, or 2000 with --quick].
+    #[arg(long)]
+    pub records: Option<u64>,
     /// Records per applier batch in the e2e scenarios (as `apply --batch-size`).
     #[arg(long, default_value_t = 10_000)]
     pub batch_size: usize,
@@ -165,6 +169,10 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             baseline: 50_000,
             skus: 10_000,
         }
+    };
+    let counts = Counts {
+        e2e: args.records.unwrap_or(counts.e2e).max(10),
+        ..counts
     };
     let run_id = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let selected = if args.scenarios.is_empty() {

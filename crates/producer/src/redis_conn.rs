@@ -10,9 +10,10 @@
 //! group) in flight together on a cluster. [`KeyScan`] walks every master.
 
 use std::fmt;
+use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -21,6 +22,12 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 /// Requests a cluster connection keeps in flight for one
 /// [`RedisConn::query_each`] call.
 const CLUSTER_IN_FLIGHT: usize = 256;
+
+/// How long a request (a whole pipeline on a single Redis) may take. The
+/// client's default, 500 ms, is shorter than a 10,000-script batch takes on
+/// a busy Redis; a batch that times out is applied again (harmlessly) but
+/// the time is lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to a single Redis or to a Redis Cluster. Cheap to clone;
 /// clones share the underlying connections. Both kinds reconnect by
@@ -53,7 +60,9 @@ impl RedisConn {
             .collect();
         if let [single] = urls.as_slice() {
             let client = redis::Client::open(*single)?;
-            let mut conn = ConnectionManager::new(client).await?;
+            let config =
+                ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+            let mut conn = ConnectionManager::new_with_config(client, config).await?;
             let info: String = redis::cmd("INFO")
                 .arg("cluster")
                 .query_async(&mut conn)
@@ -62,7 +71,9 @@ impl RedisConn {
                 return Ok(Self::Single(conn));
             }
         }
-        let client = ClusterClient::new(urls)?;
+        let client = ClusterClient::builder(urls)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .build()?;
         Ok(Self::Cluster(client.get_async_connection().await?))
     }
 
