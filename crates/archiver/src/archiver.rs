@@ -110,8 +110,6 @@ pub async fn run(
             ("group.id", &config.group_id),
             ("enable.auto.commit", "false"),
             ("auto.offset.reset", "earliest"),
-            // Bounds what librdkafka prefetches (64 MiB by default), so memory does not grow with the backlog.
-            ("queued.max.messages.kbytes", "16384"),
         ])
         .create()
         .map_err(ArchiverError::Client)?;

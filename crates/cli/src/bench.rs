@@ -59,8 +59,9 @@ pub struct BenchArgs {
     /// Partitions of the e2e topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
-    /// Keep the Redis keys the run wrote (by default they are removed at the
-    /// end, so later runs and tests do not scan past them).
+    /// Keep the Redis keys and archived rows the run wrote (by default they
+    /// are removed at the end, so later runs and tests do not scan past
+    /// them, nor insert into ever larger indexes).
     #[arg(long)]
     pub keep: bool,
     /// Records of the e2e scenarios (the memory scenario runs a tenth of
@@ -270,8 +271,10 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     print!("{}", memory_growth(&results));
     write_results(&args.out, &run_id, args.quick, &results)?;
     if !args.keep {
-        let removed = clean_up(g, &run_id).await?;
-        println!("removed the run's {removed} Redis keys (--keep keeps them)");
+        let (keys, rows) = clean_up(g, &pool, &run_id).await?;
+        println!(
+            "removed the run's {keys} Redis keys and {rows} archived rows (--keep keeps them)"
+        );
     }
     println!("results in {}", args.out.display());
     Ok(ExitCode::SUCCESS)
@@ -878,9 +881,10 @@ async fn pg_rows(
     })
 }
 
-/// Removes every Redis key the run wrote: projections under
-/// `<prefix>:<run>:…` and the baseline's `<run>:…` keys.
-async fn clean_up(g: &Global, run_id: &str) -> anyhow::Result<usize> {
+/// Removes what the run wrote: Redis projections under `<prefix>:<run>:…`,
+/// the baseline's `<run>:…` keys, and the archive's rows and progress for
+/// the run's `<run>.…` topics. Returns the keys and rows removed.
+async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Result<(usize, u64)> {
     let conn = stockledger_producer::RedisConn::connect(&g.redis_url).await?;
     let mut removed = 0;
     for pattern in [format!("{}:{run_id}:*", g.prefix), format!("{run_id}:*")] {
@@ -891,7 +895,19 @@ async fn clean_up(g: &Global, run_id: &str) -> anyhow::Result<usize> {
             removed += chunk.len();
         }
     }
-    Ok(removed)
+    // The run's topic names start with `<run>.`; `_` and `%` do not occur
+    // in a run id, so the pattern matches those topics only.
+    let topics = format!("{run_id}.%");
+    let rows = sqlx::query("DELETE FROM ledger_entries WHERE topic LIKE $1")
+        .bind(&topics)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    sqlx::query("DELETE FROM archiver_progress WHERE topic LIKE $1")
+        .bind(&topics)
+        .execute(pool)
+        .await?;
+    Ok((removed, rows))
 }
 
 fn write_results(

@@ -278,9 +278,6 @@ impl Applier {
                 // Some brokers (tansu 0.6) hold a fetch for its whole wait even
                 // when records are there; a short wait bounds the pickup delay.
                 ("fetch.wait.max.ms", "10"),
-                // Bounds what librdkafka prefetches (64 MiB by default), so memory does not grow with the
-                // backlog; 16 MiB is still many batches ahead.
-                ("queued.max.messages.kbytes", "16384"),
             ])
             .create_with_context(context)
             .map_err(|source| ApplierError::Client {
