@@ -6,7 +6,7 @@ use std::future::pending;
 
 use stockledger_archiver::reconcile::reconcile;
 use stockledger_archiver::snapshot;
-use stockledger_consumer::replay::{replay, ReplayConfig, SwapConfig};
+use stockledger_consumer::replay::replay;
 use stockledger_consumer::Projection;
 use stockledger_core::keys::SkuKeys;
 use stockledger_producer::admin::{create_topics, TopicSpec};
@@ -97,17 +97,7 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     // Replay after a wipe: every key comes back as it was, on every node.
     delete_prefix(&redis, &h.ns.prefix).await?;
     assert!(hashes_under(&redis, &h.ns.prefix).await?.is_empty());
-    let mut replay_config = ReplayConfig::new(
-        h.kafka.clone(),
-        h.redis_url.clone(),
-        h.ns.topic.clone(),
-        format!("{}:rebuild", h.ns.prefix),
-    );
-    replay_config.swap = Some(SwapConfig {
-        live_prefix: h.ns.prefix.clone(),
-        old_prefix: None,
-    });
-    let report = replay(replay_config, pending(), |_| {}).await?;
+    let report = replay(h.replay_swap_config(true), pending(), |_| {}).await?;
     assert_eq!(report.records, records);
     assert_eq!(report.swapped, SKU_COUNT);
     assert_eq!(hashes_under(&redis, &h.ns.prefix).await?, on_cluster);

@@ -2,7 +2,7 @@
 
 use std::future::pending;
 
-use stockledger_consumer::replay::{replay, ReplayConfig, SwapConfig};
+use stockledger_consumer::replay::{replay, ReplayConfig};
 use stockledger_core::RestockMode;
 use stockledger_producer::LedgerProducer;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
@@ -16,20 +16,6 @@ async fn workload(producer: &LedgerProducer, first: usize, orders: usize) -> any
 
 async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
     traffic::restock_all(producer, &SKUS, 150).await
-}
-
-fn replay_config(h: &Harness, drop_old: bool) -> ReplayConfig {
-    let mut config = ReplayConfig::new(
-        h.kafka.clone(),
-        h.redis_url.clone(),
-        h.ns.topic.clone(),
-        format!("{}:rebuild", h.ns.prefix),
-    );
-    config.swap = Some(SwapConfig {
-        live_prefix: h.ns.prefix.clone(),
-        old_prefix: (!drop_old).then(|| format!("{}:replaced", h.ns.prefix)),
-    });
-    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +41,7 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     delete_prefix(&redis, &h.ns.prefix).await?;
     assert!(dump_prefix(&redis, &h.ns.prefix).await?.is_empty());
     let mut reports = 0;
-    let report = replay(replay_config(&h, true), pending(), |_| reports += 1).await?;
+    let report = replay(h.replay_swap_config(true), pending(), |_| reports += 1).await?;
 
     assert!(reports > 0, "progress is reported");
     assert_eq!(report.records, records);
@@ -79,7 +65,7 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     // Keep producing while the replay runs and swaps.
     let producer = h.producer.clone();
     let traffic = tokio::spawn(async move { workload(&producer, 60, 300).await });
-    let report = replay(replay_config(&h, false), pending(), |_| {}).await?;
+    let report = replay(h.replay_swap_config(false), pending(), |_| {}).await?;
     let later = traffic.await??;
 
     assert_eq!(report.swapped, SKUS.len());
@@ -344,7 +330,7 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
     assert!(format!("{error:#}").contains("lost its state"), "{error:#}");
 
     // A replay rebuilds and re-marks it; the applier then resumes where it was.
-    replay(replay_config(&h, true), pending(), |_| {}).await?;
+    replay(h.replay_swap_config(true), pending(), |_| {}).await?;
     let resumed = h.start_applier();
     wait_until("the pending deduct to be applied", CATCH_UP, || async {
         let state = h.projection.read_sku("R1").await?;

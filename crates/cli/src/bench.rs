@@ -895,15 +895,16 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
             removed += chunk.len();
         }
     }
-    // The run's topic names start with `<run>.`; `_` and `%` do not occur
-    // in a run id, so the pattern matches those topics only.
-    let topics = format!("{run_id}.%");
-    let rows = sqlx::query("DELETE FROM ledger_entries WHERE topic LIKE $1")
+    // The run's topics are named `<run>.…`; the broker lists them, and
+    // deleting by exact topic uses the archive's primary key.
+    let topics =
+        stockledger_consumer::log::topics_starting_with(&g.kafka(), &format!("{run_id}.")).await?;
+    let rows = sqlx::query("DELETE FROM ledger_entries WHERE topic = ANY($1)")
         .bind(&topics)
         .execute(pool)
         .await?
         .rows_affected();
-    sqlx::query("DELETE FROM archiver_progress WHERE topic LIKE $1")
+    sqlx::query("DELETE FROM archiver_progress WHERE topic = ANY($1)")
         .bind(&topics)
         .execute(pool)
         .await?;

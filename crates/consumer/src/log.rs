@@ -51,6 +51,26 @@ pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
         .collect())
 }
 
+/// The names of the topics on the brokers that start with `prefix`.
+pub async fn topics_starting_with(
+    kafka: &KafkaConfig,
+    prefix: &str,
+) -> Result<Vec<String>, LogError> {
+    let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
+    let prefix = prefix.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .filter(|name| name.starts_with(&prefix))
+            .collect())
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
+}
+
 /// The offsets `group` has committed on `topic`, by partition (partitions
 /// without a commit are left out).
 pub async fn committed_offsets(

@@ -107,10 +107,7 @@ impl RedisConn {
                         async move { cmd.query_async::<T>(&mut conn).await }
                     })
                     .collect();
-                stream::iter(calls)
-                    .buffered(CLUSTER_IN_FLIGHT)
-                    .try_collect()
-                    .await
+                in_order(calls).await
             }
         }
     }
@@ -151,10 +148,7 @@ impl RedisConn {
                         async move { pipe.query_async::<T>(&mut conn).await }
                     })
                     .collect();
-                stream::iter(transactions)
-                    .buffered(CLUSTER_IN_FLIGHT)
-                    .try_collect()
-                    .await
+                in_order(transactions).await
             }
         }
     }
@@ -226,6 +220,17 @@ impl ConnectionLike for RedisConn {
             Self::Cluster(c) => c.get_db(),
         }
     }
+}
+
+/// Runs `requests` with up to [`CLUSTER_IN_FLIGHT`] in flight at once;
+/// their replies in the order given, or the first error.
+async fn in_order<T>(
+    requests: Vec<impl std::future::Future<Output = RedisResult<T>>>,
+) -> RedisResult<Vec<T>> {
+    stream::iter(requests)
+        .buffered(CLUSTER_IN_FLIGHT)
+        .try_collect()
+        .await
 }
 
 /// A `SCAN` in progress over one Redis or every master of a cluster. A key

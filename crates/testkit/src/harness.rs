@@ -7,6 +7,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
 use stockledger_consumer::log::{self, LogRecord};
+use stockledger_consumer::replay::{ReplayConfig, SwapConfig};
 use stockledger_consumer::{ApplierConfig, ApplierStats, Projection};
 use stockledger_producer::admin::{create_topics, TopicSpec};
 use stockledger_producer::{KafkaConfig, LedgerProducer};
@@ -166,6 +167,23 @@ impl Harness {
         c.dlq_topic = self.ns.dlq_topic.clone();
         c.group_id = self.ns.applier_group.clone();
         c
+    }
+
+    /// A replay of the command topic into `<prefix>:rebuild`, swapped into
+    /// the live prefix at the end; the replaced live keys are dropped, or
+    /// kept under `<prefix>:replaced`.
+    pub fn replay_swap_config(&self, drop_replaced: bool) -> ReplayConfig {
+        let mut config = ReplayConfig::new(
+            self.kafka.clone(),
+            self.redis_url.clone(),
+            self.ns.topic.clone(),
+            format!("{}:rebuild", self.ns.prefix),
+        );
+        config.swap = Some(SwapConfig {
+            live_prefix: self.ns.prefix.clone(),
+            old_prefix: (!drop_replaced).then(|| format!("{}:replaced", self.ns.prefix)),
+        });
+        config
     }
 
     pub fn archiver_config(&self) -> ArchiverConfig {
