@@ -110,6 +110,11 @@ pub async fn run(
             ("group.id", &config.group_id),
             ("enable.auto.commit", "false"),
             ("auto.offset.reset", "earliest"),
+            // librdkafka prefetches up to 100,000 messages per partition by
+            // default: with a long backlog that, not the page, set the
+            // archiver's memory (29 MiB at 200k records, 78 MiB at 2M);
+            // with 20,000 it was 31 and 39 MiB, at the same archive rate.
+            ("queued.min.messages", "20000"),
         ])
         .create()
         .map_err(ArchiverError::Client)?;
