@@ -83,7 +83,7 @@ async fn check_page(
             cmd
         })
         .collect();
-    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = redis.query_each(&reads).await?;
+    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = redis.query_each(reads).await?;
     report.skus_checked += skus.len() as u64;
     let offsets: Vec<i64> = states.iter().map(|s| s.2.unwrap_or(-1)).collect();
     let names: Vec<String> = skus.iter().map(|s| (*s).to_owned()).collect();
@@ -158,7 +158,7 @@ async fn check_archived_skus_exist(
             .iter()
             .map(|(sku, _)| redis::Cmd::exists(SkuKeys::new(prefix, sku).stock))
             .collect();
-        let exists: Vec<bool> = redis.query_each(&probes).await?;
+        let exists: Vec<bool> = redis.query_each(probes).await?;
         for ((sku, rows), exists) in skus.into_iter().zip(exists) {
             if !exists {
                 report.differences.push(Difference {

@@ -142,7 +142,7 @@ async fn write_page(
             ]
         })
         .collect();
-    let hashes: Vec<(Hash, Hash, Hash)> = redis.transact_each(&reads).await?;
+    let hashes: Vec<(Hash, Hash, Hash)> = redis.transact_each(reads).await?;
     let mut columns = Columns::default();
     for (sku, (stock, orders, adjustments)) in skus.iter().zip(&hashes) {
         let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
@@ -259,6 +259,6 @@ pub async fn restore(
             }
             written += 1;
         }
-        let _: Vec<redis::Value> = redis.query_each(&writes).await?;
+        let _: Vec<redis::Value> = redis.query_each(writes).await?;
     }
 }

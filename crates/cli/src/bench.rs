@@ -191,7 +191,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     for scenario in selected {
         if scenario == Scenario::Memory {
             for records in [counts.e2e / 10, counts.e2e] {
-                let m = memory(g, &args, &run_id, counts.skus, records).await?;
+                let m = memory(g, &pool, &args, &run_id, counts.skus, records).await?;
                 print_measurement(&m);
                 results.push(m);
             }
@@ -201,23 +201,13 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             Scenario::RedisLuaDirect => {
                 redis_lua_direct(g, &run_id, &counts, args.concurrency).await?
             }
-            Scenario::PgRow => {
+            Scenario::PgRow | Scenario::PgBuckets => {
+                let rows = if scenario == Scenario::PgRow { 1 } else { 8 };
                 pg_rows(
                     &pool,
                     &run_id,
                     scenario.name(),
-                    1,
-                    counts.baseline,
-                    args.concurrency,
-                )
-                .await?
-            }
-            Scenario::PgBuckets => {
-                pg_rows(
-                    &pool,
-                    &run_id,
-                    scenario.name(),
-                    8,
+                    rows,
                     counts.baseline,
                     args.concurrency,
                 )
@@ -296,6 +286,7 @@ fn print_measurement(m: &Measurement) {
 /// applied and archived.
 async fn memory(
     g: &Global,
+    pool: &sqlx::PgPool,
     args: &BenchArgs,
     run_id: &str,
     skus: usize,
@@ -318,16 +309,10 @@ async fn memory(
     let started = Instant::now();
     pipeline.deduct(records, args.in_flight).await?;
     pipeline.wait_applied(records).await?;
-    let pool = crate::connect_archive(g, 1).await?;
-    let rows = records + skus as u64;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while (stockledger_archiver::query::count_rows(&pool, &pipeline.topic).await? as u64) < rows {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{name}: not archived in 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_archived(pool, &pipeline.topic, records + skus as u64, || {
+        archiver.check_running()
+    })
+    .await?;
     let seconds = started.elapsed().as_secs_f64();
     let applier_rss = match &pipeline.applier {
         Applier::Process(p) => p.peak_rss_mib(),
@@ -704,6 +689,29 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
     })
 }
 
+/// Waits until `rows` rows of command topic `topic` are archived; fails
+/// after 10 minutes, or as soon as `running` says the archiver is gone.
+async fn wait_archived(
+    pool: &sqlx::PgPool,
+    topic: &str,
+    rows: u64,
+    running: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let archived = stockledger_archiver::query::count_rows(pool, topic).await?;
+        if archived as u64 >= rows {
+            return Ok(());
+        }
+        running()?;
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "archived {archived} of {rows} rows of {topic} in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn archive(
     g: &Global,
     pool: &sqlx::PgPool,
@@ -719,19 +727,11 @@ async fn archive(
     let archiver = tokio::spawn(stockledger_archiver::run(config, async {
         let _ = stopped.await;
     }));
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let rows = stockledger_archiver::query::count_rows(pool, &ledger.topic).await?;
-        if rows as u64 >= ledger.records {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "archived {rows} of {} rows in 10 minutes",
-            ledger.records
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_archived(pool, &ledger.topic, ledger.records, || {
+        anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
+        Ok(())
+    })
+    .await?;
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(());
     archiver.await.context("archiver task")??;
@@ -891,7 +891,7 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
         let keys = conn.scan_all(&pattern).await?;
         for chunk in keys.chunks(1000) {
             let unlinks: Vec<redis::Cmd> = chunk.iter().map(redis::Cmd::unlink).collect();
-            let _: Vec<u64> = conn.query_each(&unlinks).await?;
+            let _: Vec<u64> = conn.query_each(unlinks).await?;
             removed += chunk.len();
         }
     }

@@ -211,7 +211,6 @@ impl Kind {
 /// A record to publish for one item of a batch.
 struct Outgoing<'a> {
     kind: Kind,
-    topic: &'a str,
     key: &'a str,
     payload: Vec<u8>,
     headers: Option<OwnedHeaders>,
@@ -358,15 +357,13 @@ impl Applier {
             };
             let batch = self.fill_batch(first).await;
             let next = self.process(&batch).await?;
-            if let Some(mut previous) = in_flight.take() {
-                let results = (&mut previous.deliveries).await;
-                self.commit(previous, results)?;
+            if let Some(previous) = in_flight.take() {
+                self.finish(previous).await?;
             }
             in_flight = next;
         }
-        if let Some(mut last) = in_flight.take() {
-            let results = (&mut last.deliveries).await;
-            self.commit(last, results)?;
+        if let Some(last) = in_flight.take() {
+            self.finish(last).await?;
         }
         if self.committed.count() > 0 {
             // Make the last commit durable before exiting, so a restart does
@@ -449,7 +446,6 @@ impl Applier {
                         });
                     messages.push(Outgoing {
                         kind: Kind::DeadLetter,
-                        topic: &self.config.dlq_topic,
                         key: &item.key,
                         payload: item.payload.clone().unwrap_or_default(),
                         headers: Some(headers),
@@ -461,7 +457,6 @@ impl Applier {
             };
             messages.push(Outgoing {
                 kind: Kind::Outcome,
-                topic: &self.config.outcomes_topic,
                 key: &item.key,
                 payload: codec::encode_outcome(&outcome)?,
                 headers: None,
@@ -471,7 +466,9 @@ impl Applier {
         let mut deliveries = Vec::with_capacity(messages.len());
         let mut sent = Vec::with_capacity(messages.len());
         for m in &messages {
-            let mut record = FutureRecord::to(m.topic).key(m.key).payload(&m.payload);
+            let mut record = FutureRecord::to(m.kind.topic(&self.config))
+                .key(m.key)
+                .payload(&m.payload);
             if let Some(headers) = &m.headers {
                 record = record.headers(headers.clone());
             }
@@ -518,13 +515,19 @@ impl Applier {
                 Err((source, _)) => {
                     return Err(ApplierError::Publish {
                         what: m.kind.what(),
-                        topic: m.topic.to_owned(),
+                        topic: m.kind.topic(&self.config).to_owned(),
                         position: m.position.clone(),
                         source,
                     })
                 }
             }
         }
+    }
+
+    /// Waits for every outcome of `batch` to be delivered, then commits it.
+    async fn finish(&mut self, mut batch: InFlight) -> Result<(), ApplierError> {
+        let results = (&mut batch.deliveries).await;
+        self.commit(batch, results)
     }
 
     /// Once every outcome of `done` is delivered (`results`), commits its

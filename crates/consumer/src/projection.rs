@@ -185,7 +185,8 @@ impl Projection {
     }
 
     /// Applies every run, one script call per run, in one pipelined round
-    /// trip on a single Redis (all in flight together on a cluster); returns each run's decisions in record order. Safe to repeat:
+    /// trip on a single Redis (all in flight together on a cluster);
+    /// returns each run's decisions in record order. Safe to repeat:
     /// records already applied are answered from the stored decisions.
     pub async fn apply(&self, runs: &[Run<'_>]) -> Result<Vec<Vec<Decision>>, ProjectionError> {
         if runs.is_empty() {
@@ -207,29 +208,30 @@ impl Projection {
                 });
             }
         }
-        let calls: Vec<redis::Cmd> = runs
-            .iter()
-            .map(|run| {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(self.script.get_hash()).arg(4);
-                for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
-                    cmd.arg(key);
-                }
-                cmd.arg(MAX_STOCK);
-                for (offset, body) in &run.records {
-                    let (kind, id, quantity, mode) = script_args(body);
-                    cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
-                }
-                cmd
-            })
-            .collect();
-        let replies: Vec<Vec<String>> = match self.redis.query_each(&calls).await {
+        let calls = || -> Vec<redis::Cmd> {
+            runs.iter()
+                .map(|run| {
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(self.script.get_hash()).arg(4);
+                    for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
+                        cmd.arg(key);
+                    }
+                    cmd.arg(MAX_STOCK);
+                    for (offset, body) in &run.records {
+                        let (kind, id, quantity, mode) = script_args(body);
+                        cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
+                    }
+                    cmd
+                })
+                .collect()
+        };
+        let replies: Vec<Vec<String>> = match self.redis.query_each(calls()).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A restarted or flushed Redis (or a cluster node) forgot the
                 // script: load it (on every node) and run the idempotent
                 // calls again.
                 self.script.prepare_invoke().load_async(&mut conn).await?;
-                self.redis.query_each(&calls).await?
+                self.redis.query_each(calls()).await?
             }
             other => other?,
         };

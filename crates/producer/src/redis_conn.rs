@@ -85,7 +85,7 @@ impl RedisConn {
     /// Redis gets them as one pipeline; a cluster gets one request per
     /// command, many in flight at once, each routed by its key. Each
     /// command on its own must keep to one hash slot.
-    pub async fn query_each<T: FromRedisValue>(&self, cmds: &[Cmd]) -> RedisResult<Vec<T>> {
+    pub async fn query_each<T: FromRedisValue>(&self, cmds: Vec<Cmd>) -> RedisResult<Vec<T>> {
         match self {
             Self::Single(conn) => {
                 if cmds.is_empty() {
@@ -93,7 +93,7 @@ impl RedisConn {
                 }
                 let mut pipe = redis::pipe();
                 for cmd in cmds {
-                    pipe.add_command(cmd.clone());
+                    pipe.add_command(cmd);
                 }
                 pipe.query_async(&mut conn.clone()).await
             }
@@ -101,7 +101,7 @@ impl RedisConn {
                 // Futures made up front, not in a stream combinator's
                 // closure, so the whole stays `Send` for spawned tasks.
                 let calls: Vec<_> = cmds
-                    .iter()
+                    .into_iter()
                     .map(|cmd| {
                         let mut conn = conn.clone();
                         async move { cmd.query_async::<T>(&mut conn).await }
@@ -118,7 +118,7 @@ impl RedisConn {
     /// single Redis gets all groups in one pipeline.
     pub async fn transact_each<T: FromRedisValue>(
         &self,
-        groups: &[Vec<Cmd>],
+        groups: Vec<Vec<Cmd>>,
     ) -> RedisResult<Vec<T>> {
         match self {
             Self::Single(conn) => {
@@ -129,7 +129,7 @@ impl RedisConn {
                 for group in groups {
                     pipe.cmd("MULTI").ignore();
                     for cmd in group {
-                        pipe.add_command(cmd.clone()).ignore();
+                        pipe.add_command(cmd).ignore();
                     }
                     pipe.cmd("EXEC");
                 }
@@ -137,13 +137,13 @@ impl RedisConn {
             }
             Self::Cluster(conn) => {
                 let transactions: Vec<_> = groups
-                    .iter()
+                    .into_iter()
                     .map(|group| {
                         let mut conn = conn.clone();
                         let mut pipe = redis::pipe();
                         pipe.atomic();
                         for cmd in group {
-                            pipe.add_command(cmd.clone());
+                            pipe.add_command(cmd);
                         }
                         async move { pipe.query_async::<T>(&mut conn).await }
                     })

@@ -229,7 +229,7 @@ impl Harness {
                 )
             })
             .collect();
-        let counts: Vec<u64> = self.projection.connection().query_each(&lengths).await?;
+        let counts: Vec<u64> = self.projection.connection().query_each(lengths).await?;
         Ok(counts.iter().sum())
     }
 

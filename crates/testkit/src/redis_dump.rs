@@ -15,7 +15,7 @@ pub async fn dump_prefix(
         .iter()
         .map(|key| redis::cmd("DUMP").arg(key).clone())
         .collect();
-    let dumps: Vec<Vec<u8>> = conn.query_each(&dumps).await?;
+    let dumps: Vec<Vec<u8>> = conn.query_each(dumps).await?;
     Ok(keys
         .iter()
         .map(|key| key.strip_prefix(prefix).unwrap_or(key).to_owned())
@@ -32,7 +32,7 @@ pub async fn hashes_under(
 ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
     let keys = keys(conn, prefix).await?;
     let reads: Vec<redis::Cmd> = keys.iter().map(redis::Cmd::hgetall).collect();
-    let hashes: Vec<BTreeMap<String, String>> = conn.query_each(&reads).await?;
+    let hashes: Vec<BTreeMap<String, String>> = conn.query_each(reads).await?;
     Ok(keys
         .iter()
         .map(|key| key.strip_prefix(prefix).unwrap_or(key).to_owned())
@@ -47,7 +47,7 @@ pub async fn delete_prefix(conn: &RedisConn, prefix: &str) -> anyhow::Result<()>
         .iter()
         .map(redis::Cmd::del)
         .collect();
-    let _: Vec<u64> = conn.query_each(&deletes).await?;
+    let _: Vec<u64> = conn.query_each(deletes).await?;
     Ok(())
 }
 
