@@ -3,10 +3,10 @@
 //! machine, since absolute figures drift on shared machines.
 //!
 //! Scenarios:
-//! - `e2e-uniform` / `e2e-hot`: deducts produced as fast as the producer
-//!   library takes them over many SKUs / one SKU, timed from the first
-//!   produce to the last record applied and committed by an in-process
-//!   applier.
+//! - `e2e-uniform` / `e2e-hot`: deducts, and one rollback in ten, produced
+//!   as fast as the producer library takes them over many SKUs / one SKU,
+//!   timed from the first produce to the last record applied and committed
+//!   by an in-process applier.
 //! - `latency-5k` / `latency-20k`: commands offered at a fixed rate, each
 //!   timed from the produce call until its decision is visible to the order
 //!   service; p50, p99 and p999.
@@ -36,6 +36,9 @@ use tokio::sync::oneshot;
 
 use crate::Global;
 
+/// One command in this many of the e2e scenarios is a rollback.
+const ROLLBACK_EVERY: u64 = 10;
+
 /// The seed-001 script used by the `redis-lua-direct` baseline.
 const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
 
@@ -64,8 +67,9 @@ pub struct BenchArgs {
     /// them, nor insert into ever larger indexes).
     #[arg(long)]
     pub keep: bool,
-    /// Records of the e2e scenarios (the memory scenario runs a tenth of
-    /// them, then all) [default: 200000, or 2000 with --quick].
+    /// Records of the e2e scenarios and of the baselines (the memory
+    /// scenario runs a tenth of them, then all) [default: 200000, or 2000
+    /// with --quick].
     #[arg(long)]
     pub records: Option<u64>,
     /// Records per applier batch in the e2e scenarios (as `apply --batch-size`).
@@ -141,10 +145,11 @@ impl Measurement {
 
 /// Counts per scenario.
 struct Counts {
-    e2e: u64,
+    /// Records of the e2e scenarios and of the baselines, the same count so
+    /// that their rates compare.
+    records: u64,
     /// Records of the 5k/s latency scenario (4× that at 20k/s).
     latency: u64,
-    baseline: u64,
     skus: usize,
 }
 
@@ -158,21 +163,19 @@ struct Ledger {
 pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let counts = if args.quick {
         Counts {
-            e2e: 2_000,
+            records: 2_000,
             latency: 500,
-            baseline: 2_000,
             skus: 200,
         }
     } else {
         Counts {
-            e2e: 200_000,
+            records: 200_000,
             latency: 20_000,
-            baseline: 50_000,
             skus: 10_000,
         }
     };
     let counts = Counts {
-        e2e: args.records.unwrap_or(counts.e2e).max(10),
+        records: args.records.unwrap_or(counts.records).max(10),
         ..counts
     };
     let run_id = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -190,7 +193,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut uniform: Option<Ledger> = None;
     for scenario in selected {
         if scenario == Scenario::Memory {
-            for records in [counts.e2e / 10, counts.e2e] {
+            for records in [counts.records / 10, counts.records] {
                 let m = memory(g, &pool, &args, &run_id, counts.skus, records).await?;
                 print_measurement(&m);
                 results.push(m);
@@ -208,19 +211,26 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                     &run_id,
                     scenario.name(),
                     rows,
-                    counts.baseline,
+                    counts.records,
                     args.concurrency,
                 )
                 .await?
             }
             Scenario::E2eUniform => {
-                let (m, ledger) =
-                    e2e(g, &args, &run_id, scenario.name(), counts.skus, counts.e2e).await?;
+                let (m, ledger) = e2e(
+                    g,
+                    &args,
+                    &run_id,
+                    scenario.name(),
+                    counts.skus,
+                    counts.records,
+                )
+                .await?;
                 uniform = Some(ledger);
                 m
             }
             Scenario::E2eHot => {
-                e2e(g, &args, &run_id, scenario.name(), 1, counts.e2e)
+                e2e(g, &args, &run_id, scenario.name(), 1, counts.records)
                     .await?
                     .0
             }
@@ -243,8 +253,15 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                 let ledger = match &uniform {
                     Some(l) => l,
                     None => {
-                        let (_, ledger) =
-                            e2e(g, &args, &run_id, "e2e-uniform", counts.skus, counts.e2e).await?;
+                        let (_, ledger) = e2e(
+                            g,
+                            &args,
+                            &run_id,
+                            "e2e-uniform",
+                            counts.skus,
+                            counts.records,
+                        )
+                        .await?;
                         uniform.insert(ledger)
                     }
                 };
@@ -307,7 +324,7 @@ async fn memory(
         "archive",
     )?;
     let started = Instant::now();
-    pipeline.deduct(records, args.in_flight).await?;
+    pipeline.publish(records, args.in_flight).await?;
     pipeline.wait_applied(records).await?;
     wait_archived(pool, &pipeline.topic, records + skus as u64, || {
         archiver.check_running()
@@ -470,14 +487,26 @@ impl Pipeline {
         }
     }
 
-    /// Sends `records` deducts, `in_flight` at a time; returns when the
-    /// broker holds them all.
-    async fn deduct(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
+    /// Sends `records` commands, `in_flight` at a time, and returns when the
+    /// broker holds them all. Nine in ten are deducts of one unit; every
+    /// tenth is the rollback of an order deducted at least `in_flight`
+    /// commands earlier (a cancelled or unpaid order), so by the time it is
+    /// sent its deduct is already queued ahead of it on the SKU's partition.
+    async fn publish(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
+        let lag =
+            (in_flight as u64).min(records / 2) / ROLLBACK_EVERY * ROLLBACK_EVERY + ROLLBACK_EVERY;
         stream::iter(0..records)
             .map(|i| async move {
-                self.producer
-                    .deduct(&self.sku(i), &format!("order-{i}"), 1)
-                    .await
+                if i % ROLLBACK_EVERY == 0 && i >= lag {
+                    let order = i - lag + 1;
+                    self.producer
+                        .rollback(&self.sku(order), &format!("order-{order}"), None)
+                        .await
+                } else {
+                    self.producer
+                        .deduct(&self.sku(i), &format!("order-{i}"), 1)
+                        .await
+                }
             })
             .buffer_unordered(in_flight)
             .collect::<Vec<_>>()
@@ -590,7 +619,8 @@ impl Component {
     }
 }
 
-/// Deducts over `skus` SKUs through Kafka, the applier and Redis.
+/// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
+/// Redis.
 async fn e2e(
     g: &Global,
     args: &BenchArgs,
@@ -602,7 +632,7 @@ async fn e2e(
     let per_sku = (records / skus as u64 + 1) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
     let started = Instant::now();
-    pipeline.deduct(records, args.in_flight).await?;
+    pipeline.publish(records, args.in_flight).await?;
     let produced = started.elapsed().as_secs_f64();
     pipeline.wait_applied(records).await?;
     let seconds = started.elapsed().as_secs_f64();
@@ -648,29 +678,42 @@ async fn latency(
         timings.spawn(async move {
             let sent = Instant::now();
             let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
+            let acknowledged = sent.elapsed();
             reader.wait(&receipt, Duration::from_secs(60)).await?;
-            anyhow::Ok(sent.elapsed())
+            anyhow::Ok((acknowledged, sent.elapsed()))
         });
     }
+    let mut acks = Vec::with_capacity(records as usize);
     let mut latencies = Vec::with_capacity(records as usize);
     while let Some(timing) = timings.join_next().await {
-        latencies.push(timing.context("latency task")??.as_secs_f64() * 1000.0);
+        let (ack, total) = timing.context("latency task")??;
+        acks.push(ack.as_secs_f64() * 1000.0);
+        latencies.push(total.as_secs_f64() * 1000.0);
     }
     let seconds = started.elapsed().as_secs_f64();
     pipeline.stop().await?;
-    latencies.sort_by(f64::total_cmp);
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    let (p50, p99, p999) = (at(0.50), at(0.99), at(0.999));
+    let (p50, p99, p999) = {
+        let at = percentiles(&mut latencies);
+        (at(0.50), at(0.99), at(0.999))
+    };
+    let ack_p50 = percentiles(&mut acks)(0.50);
     Ok(Measurement {
         scenario,
         records,
         seconds,
         setup: format!(
-            "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms"
+            "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms (broker ack p50 {ack_p50:.1} ms)"
         ),
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
     })
+}
+
+/// Sorts `samples` and returns the quantile function over them.
+fn percentiles(samples: &mut [f64]) -> impl Fn(f64) -> f64 + '_ {
+    samples.sort_by(f64::total_cmp);
+    let samples = &*samples;
+    move |q| samples[((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1))]
 }
 
 async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
@@ -756,7 +799,7 @@ async fn redis_lua_direct(
     let script = redis::Script::new(SEED_DEDUCT_LUA);
     let key = |sku: u64| format!("{run_id}:{{SKU-{sku:05}}}");
     let mut setup = client.get_multiplexed_async_connection().await?;
-    let per_sku = counts.baseline / counts.skus as u64 + 1;
+    let per_sku = counts.records / counts.skus as u64 + 1;
     for chunk in (0..counts.skus as u64).collect::<Vec<_>>().chunks(1000) {
         let mut pipe = redis::pipe();
         for &sku in chunk {
@@ -768,7 +811,7 @@ async fn redis_lua_direct(
     let tasks = (0..clients.max(1)).map(|c| {
         let client = client.clone();
         let script = script.clone();
-        let (n, skus) = (counts.baseline, counts.skus as u64);
+        let (n, skus) = (counts.records, counts.skus as u64);
         async move {
             let mut conn = client.get_multiplexed_async_connection().await?;
             for i in (c as u64..n).step_by(clients.max(1)) {
@@ -787,7 +830,7 @@ async fn redis_lua_direct(
     futures::future::try_join_all(tasks).await?;
     Ok(Measurement {
         scenario: "redis-lua-direct",
-        records: counts.baseline,
+        records: counts.records,
         seconds: started.elapsed().as_secs_f64(),
         setup: format!(
             "{} SKUs, {clients} clients, one connection each",
