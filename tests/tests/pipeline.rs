@@ -116,6 +116,71 @@ async fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applier_announces_offsets_only_once_their_decisions_are_readable() -> anyhow::Result<()>
+{
+    let h = Harness::new("announce", 2).await?;
+    let mut announcements = redis::Client::open(h.redis_url.as_str())?
+        .get_async_pubsub()
+        .await?;
+    announcements
+        .subscribe(stockledger_core::keys::applied_channel(&h.ns.prefix))
+        .await?;
+    let mut announcements = announcements.into_on_message();
+    let applier = h.start_applier();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+
+    let mut receipts = Vec::new();
+    for sku in ["SKU-A", "SKU-B"] {
+        receipts.push(h.producer.restock(sku, "r1", RestockMode::Set, 5).await?);
+    }
+    let deducts = (0..20).map(|i| {
+        let producer = h.producer.clone();
+        let sku = if i % 2 == 0 { "SKU-A" } else { "SKU-B" };
+        async move { producer.deduct(sku, &format!("o-{i}"), 1).await }
+    });
+    receipts.extend(try_join_all(deducts).await?);
+
+    // Every command is announced, and whatever an announcement covers is
+    // already readable when it arrives.
+    let mut marks = std::collections::HashMap::new();
+    let mut uncovered = receipts.len();
+    while uncovered > 0 {
+        let message = tokio::time::timeout(CATCH_UP, futures::StreamExt::next(&mut announcements))
+            .await
+            .map_err(|_| anyhow::anyhow!("{uncovered} commands not announced in {CATCH_UP:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("the subscription ended"))?;
+        let payload: String = message.get_payload()?;
+        let (topic, announced) = stockledger_core::keys::decode_applied(&payload)
+            .ok_or_else(|| anyhow::anyhow!("unreadable announcement {payload:?}"))?;
+        assert_eq!(topic, h.ns.topic);
+        for (partition, offset) in announced {
+            let mark = marks.entry(partition).or_insert(-1);
+            *mark = offset.max(*mark);
+        }
+        uncovered = 0;
+        for receipt in &receipts {
+            let position = &receipt.position;
+            if marks
+                .get(&position.partition)
+                .is_some_and(|&m| m >= position.offset)
+            {
+                assert!(
+                    reader.decision(receipt).await?.is_some(),
+                    "{position} announced before its decision was readable"
+                );
+            } else {
+                uncovered += 1;
+            }
+        }
+    }
+    for receipt in &receipts {
+        reader.wait(receipt, Duration::from_secs(5)).await?;
+    }
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> anyhow::Result<()> {
     let partitions = 3;
     let h = Harness::new("redelivery", partitions).await?;

@@ -75,6 +75,10 @@ pub struct BenchArgs {
     /// Records per applier batch in the e2e scenarios (as `apply --batch-size`).
     #[arg(long, default_value_t = 10_000)]
     pub batch_size: usize,
+    /// Milliseconds an applier batch waits to fill after its first record
+    /// in the e2e scenarios (as `apply --batch-wait-ms`).
+    #[arg(long, default_value_t = 0)]
+    pub batch_wait_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -407,6 +411,7 @@ impl Pipeline {
         config.prefix = format!("{}:{run_id}:{name}", g.prefix);
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);
+        config.batch_wait = Duration::from_millis(args.batch_wait_ms);
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
         let applier = if in_process {
             let (stop, stopped) = oneshot::channel::<()>();
@@ -424,6 +429,7 @@ impl Pipeline {
                     ("STOCKLEDGER_PREFIX", &config.prefix),
                     ("STOCKLEDGER_APPLIER_GROUP", &config.group_id),
                     ("STOCKLEDGER_BATCH_SIZE", &config.batch_size.to_string()),
+                    ("STOCKLEDGER_BATCH_WAIT_MS", &args.batch_wait_ms.to_string()),
                 ],
                 "apply",
             )?)

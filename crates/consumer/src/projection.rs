@@ -258,6 +258,21 @@ impl Projection {
             .collect()
     }
 
+    /// Publishes on the prefix's [`keys::applied_channel`] that `marks`
+    /// (partition, last offset applied) of `topic` are decided.
+    pub async fn announce_applied(
+        &self,
+        topic: &str,
+        marks: Vec<(i32, i64)>,
+    ) -> Result<(), ProjectionError> {
+        let publish = redis::cmd("PUBLISH")
+            .arg(keys::applied_channel(&self.prefix))
+            .arg(keys::encode_applied(topic, marks))
+            .take();
+        let _: Vec<i64> = self.redis.query_each(vec![publish]).await?;
+        Ok(())
+    }
+
     /// The state of `sku`, or `None` if nothing was ever applied to it.
     pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);

@@ -51,6 +51,39 @@ pub fn sku_of_stock_key<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
         .strip_suffix("}:stock")
 }
 
+/// The pub/sub channel on which the applier announces, after each batch is
+/// in Redis, the last offset it applied on each partition, so an order
+/// service waiting for a decision wakes when it lands instead of polling.
+/// Announcements are best effort (pub/sub keeps nothing for a subscriber
+/// that is away); readers still poll, less often, as a fallback.
+pub fn applied_channel(prefix: &str) -> String {
+    format!("{prefix}:applied")
+}
+
+/// An announcement on [`applied_channel`]: `<topic> <partition>:<offset> …`
+/// (topic names hold no spaces or colons).
+pub fn encode_applied(topic: &str, marks: impl IntoIterator<Item = (i32, i64)>) -> String {
+    let mut payload = topic.to_owned();
+    for (partition, offset) in marks {
+        payload.push_str(&format!(" {partition}:{offset}"));
+    }
+    payload
+}
+
+/// The topic and `(partition, last applied offset)` pairs of an
+/// announcement, or `None` if it is not one.
+pub fn decode_applied(payload: &str) -> Option<(&str, Vec<(i32, i64)>)> {
+    let mut parts = payload.split(' ');
+    let topic = parts.next().filter(|t| !t.is_empty())?;
+    let marks = parts
+        .map(|mark| {
+            let (partition, offset) = mark.split_once(':')?;
+            Some((partition.parse().ok()?, offset.parse().ok()?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((topic, marks))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +96,19 @@ mod tests {
         assert_eq!(sku_of_stock_key("sl", &k.stock), Some("SKU-1"));
         assert_eq!(sku_of_stock_key("other", &k.stock), None);
         assert_eq!(stock_key_pattern("sl"), "sl:{*}:stock");
+    }
+
+    #[test]
+    fn applied_announcements_round_trip() {
+        let payload = encode_applied("orders.commands", [(0, 41), (7, 1_000_000)]);
+        assert_eq!(payload, "orders.commands 0:41 7:1000000");
+        assert_eq!(
+            decode_applied(&payload),
+            Some(("orders.commands", vec![(0, 41), (7, 1_000_000)]))
+        );
+        assert_eq!(applied_channel("sl"), "sl:applied");
+        for bad in ["", " 0:1", "t 0", "t x:1", "t 0:y", "t 0:1 "] {
+            assert_eq!(decode_applied(bad), None, "{bad:?}");
+        }
     }
 }

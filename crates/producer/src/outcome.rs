@@ -1,10 +1,16 @@
 //! Learning what the applier decided for a command that was sent.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use stockledger_core::keys::SkuKeys;
+use futures::StreamExt;
+use stockledger_core::keys::{self, SkuKeys};
 use stockledger_core::{Decision, LogPosition};
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::debug;
 
 use crate::producer::Receipt;
 use crate::redis_conn::RedisConn;
@@ -28,11 +34,17 @@ pub enum OutcomeError {
     },
 }
 
+/// How often a waiter looks again when the applier's announcements are
+/// being received and none has covered its command yet: only a lost
+/// announcement makes this the path to the decision.
+const ANNOUNCED_FALLBACK: Duration = Duration::from_millis(50);
+
 /// Reads decisions from the Redis projection. Cheap to clone.
 #[derive(Clone)]
 pub struct OutcomeReader {
     redis: RedisConn,
     prefix: String,
+    applied: Arc<Applied>,
 }
 
 impl std::fmt::Debug for OutcomeReader {
@@ -44,11 +56,17 @@ impl std::fmt::Debug for OutcomeReader {
 }
 
 impl OutcomeReader {
+    /// Connects to the projection's Redis and listens, in a background task
+    /// that ends when the last clone is dropped, for the applier's
+    /// announcements of what it has decided.
     pub async fn connect(redis_url: &str, prefix: impl Into<String>) -> Result<Self, OutcomeError> {
         let redis = RedisConn::connect(redis_url).await?;
+        let prefix = prefix.into();
+        let applied = Applied::listen(redis_url, &prefix);
         Ok(Self {
             redis,
-            prefix: prefix.into(),
+            prefix,
+            applied,
         })
     }
 
@@ -70,18 +88,24 @@ impl OutcomeReader {
             .transpose()
     }
 
-    /// Waits up to `timeout` for the decision on `receipt`. Polls with a
-    /// short, growing interval (1 ms up to 50 ms) so a quick applier answers
-    /// quickly and a slow one is not hammered; a Redis timeout or dropped
-    /// connection is retried until the deadline.
+    /// Waits up to `timeout` for the decision on `receipt`. Wakes when the
+    /// applier announces it has decided the command's offset; without
+    /// announcements (none received yet, or the subscription is down) polls
+    /// with a short, growing interval (1 ms up to 50 ms), so a quick applier
+    /// answers quickly and a slow one is not hammered. A Redis timeout or
+    /// dropped connection is retried until the deadline.
     pub async fn wait(
         &self,
         receipt: &Receipt,
         timeout: Duration,
     ) -> Result<Decision, OutcomeError> {
         let start = Instant::now();
+        let position = &receipt.position;
         let mut interval = Duration::from_millis(1);
         loop {
+            // Looked at before reading: an announcement that comes after the
+            // read is then still a reason to read again at once.
+            let announced = self.applied.covers(position);
             match self.decision(receipt).await {
                 Ok(Some(decision)) => return Ok(decision),
                 Ok(None) => {}
@@ -94,12 +118,143 @@ impl OutcomeReader {
             if waited >= timeout {
                 return Err(OutcomeError::Timeout {
                     sku: receipt.sku.to_string(),
-                    position: receipt.position.clone(),
+                    position: position.clone(),
                     waited,
                 });
             }
-            tokio::time::sleep(interval.min(timeout - waited)).await;
-            interval = (interval * 2).min(Duration::from_millis(50));
+            let left = timeout - waited;
+            if !announced && self.applied.is_listening() {
+                let _ = tokio::time::timeout(
+                    ANNOUNCED_FALLBACK.min(left),
+                    self.applied.until_covers(position),
+                )
+                .await;
+            } else {
+                tokio::time::sleep(interval.min(left)).await;
+                interval = (interval * 2).min(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// The last offset the applier announced as decided, per topic and
+/// partition, kept up to date by a task subscribed to the prefix's
+/// [`keys::applied_channel`].
+struct Applied {
+    /// Topic -> partition -> last offset decided.
+    marks: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// Bumped on every announcement.
+    changed: watch::Sender<()>,
+    /// Subscribed and receiving; waiters poll while this is false.
+    listening: AtomicBool,
+    task: OnceLock<tokio::task::AbortHandle>,
+}
+
+impl Drop for Applied {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get() {
+            task.abort();
+        }
+    }
+}
+
+impl Applied {
+    fn listen(redis_url: &str, prefix: &str) -> Arc<Self> {
+        // Every node of a cluster delivers every PUBLISH: the first seed
+        // will do.
+        let url = redis_url
+            .split(',')
+            .map(str::trim)
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let channel = keys::applied_channel(prefix);
+        let applied = Arc::new(Self {
+            marks: Mutex::new(HashMap::new()),
+            changed: watch::channel(()).0,
+            listening: AtomicBool::new(false),
+            task: OnceLock::new(),
+        });
+        let task = tokio::spawn(Self::subscribe(Arc::downgrade(&applied), url, channel));
+        let _ = applied.task.set(task.abort_handle());
+        applied
+    }
+
+    /// Receives announcements until the reader is dropped, subscribing
+    /// again (after a pause) whenever the connection is lost.
+    async fn subscribe(me: Weak<Self>, url: String, channel: String) {
+        loop {
+            let subscribed = async {
+                let mut pubsub = redis::Client::open(url.as_str())?
+                    .get_async_pubsub()
+                    .await?;
+                pubsub.subscribe(&channel).await?;
+                redis::RedisResult::Ok(pubsub)
+            };
+            match subscribed.await {
+                Ok(pubsub) => {
+                    let mut messages = pubsub.into_on_message();
+                    match me.upgrade() {
+                        Some(applied) => applied.listening.store(true, Ordering::Release),
+                        None => return,
+                    }
+                    while let Some(message) = messages.next().await {
+                        let Some(applied) = me.upgrade() else { return };
+                        if let Ok(payload) = message.get_payload::<String>() {
+                            applied.record(&payload);
+                        }
+                    }
+                    debug!(
+                        channel,
+                        "lost the announcement subscription; polling meanwhile"
+                    );
+                }
+                Err(e) => debug!(error = %e, channel, "cannot subscribe to announcements; polling"),
+            }
+            match me.upgrade() {
+                Some(applied) => applied.listening.store(false, Ordering::Release),
+                None => return,
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn record(&self, payload: &str) {
+        let Some((topic, marks)) = keys::decode_applied(payload) else {
+            debug!(payload, "ignoring an unreadable announcement");
+            return;
+        };
+        {
+            let mut known = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+            let partitions = known.entry(topic.to_owned()).or_default();
+            for (partition, offset) in marks {
+                let mark = partitions.entry(partition).or_insert(-1);
+                *mark = (*mark).max(offset);
+            }
+        }
+        self.changed.send_replace(());
+    }
+
+    fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// Whether an announcement has covered `position`.
+    fn covers(&self, position: &LogPosition) -> bool {
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        marks
+            .get(position.topic.as_str())
+            .and_then(|partitions| partitions.get(&position.partition))
+            .is_some_and(|&mark| mark >= position.offset)
+    }
+
+    /// Returns once an announcement covers `position`.
+    async fn until_covers(&self, position: &LogPosition) {
+        let mut changed = self.changed.subscribe();
+        while !self.covers(position) {
+            if changed.changed().await.is_err() {
+                return;
+            }
         }
     }
 }
