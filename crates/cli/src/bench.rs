@@ -77,7 +77,7 @@ pub struct BenchArgs {
     pub batch_size: usize,
     /// Milliseconds an applier batch waits to fill after its first record
     /// in the e2e scenarios (as `apply --batch-wait-ms`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 1)]
     pub batch_wait_ms: u64,
 }
 

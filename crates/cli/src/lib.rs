@@ -219,9 +219,9 @@ pub struct ApplyArgs {
     /// Most records applied in one batch.
     #[arg(long, env = "STOCKLEDGER_BATCH_SIZE", default_value_t = 10_000)]
     pub batch_size: usize,
-    /// Milliseconds a batch waits to fill after its first record (0: take
-    /// what has arrived, which under load is already a full batch).
-    #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 0)]
+    /// Milliseconds a batch waits to fill after its first record (records
+    /// already received are taken in any case).
+    #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 1)]
     pub batch_wait_ms: u64,
     /// Seconds between progress logs (throughput, lag).
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
