@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::producer::Receipt;
-use crate::redis_conn::RedisConn;
+use crate::redis_conn::{seed_urls, RedisConn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutcomeError {
@@ -162,10 +162,9 @@ impl Applied {
     fn listen(redis_url: &str, prefix: &str) -> Arc<Self> {
         // Every node of a cluster delivers every PUBLISH: the first seed
         // will do.
-        let url = redis_url
-            .split(',')
-            .map(str::trim)
-            .next()
+        let url = seed_urls(redis_url)
+            .first()
+            .copied()
             .unwrap_or("")
             .to_owned();
         let channel = keys::applied_channel(prefix);

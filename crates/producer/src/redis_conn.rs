@@ -47,17 +47,22 @@ impl fmt::Debug for RedisConn {
     }
 }
 
+/// The `redis://` URLs in `url`: one, or the comma-separated seed nodes of
+/// a cluster.
+pub(crate) fn seed_urls(url: &str) -> Vec<&str> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
 impl RedisConn {
     /// Connects to `url`: one `redis://` URL, or several separated by commas
     /// naming seed nodes of one cluster. A single URL whose server has
     /// cluster mode on is treated as a seed too, so pointing at any node of
     /// a cluster works.
     pub async fn connect(url: &str) -> RedisResult<Self> {
-        let urls: Vec<&str> = url
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .collect();
+        let urls = seed_urls(url);
         if let [single] = urls.as_slice() {
             let client = redis::Client::open(*single)?;
             let config =
