@@ -19,6 +19,7 @@ pub mod ids;
 pub mod keys;
 pub mod machine;
 pub mod outcome;
+pub mod schema;
 
 pub use command::{Command, CommandBody, CommandKind, Deduct, Restock, RestockMode, Rollback};
 pub use ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, ValidationError};

@@ -38,10 +38,16 @@ pub enum ResultCode {
     /// The record could not be decoded or is not a valid command; it was sent
     /// to the dead-letter topic.
     Invalid,
+    /// The record is on a partition its SKU does not live on (a producer
+    /// used another partitioner, or partitions were added): deciding it
+    /// would compare it with another partition's offsets, so it is not
+    /// applied, and it is dead-lettered naming both partitions.
+    Misrouted,
 }
 
 impl ResultCode {
-    pub const ALL: [ResultCode; 7] = [
+    /// In the order of the `OutcomeResult` enum's symbols.
+    pub const ALL: [ResultCode; 8] = [
         Self::Applied,
         Self::RejectedInsufficient,
         Self::RejectedCancelled,
@@ -49,6 +55,7 @@ impl ResultCode {
         Self::IgnoredNoDeduction,
         Self::Duplicate,
         Self::Invalid,
+        Self::Misrouted,
     ];
 
     /// The symbol used in Avro, Redis, Lua and PostgreSQL.
@@ -61,6 +68,7 @@ impl ResultCode {
             Self::IgnoredNoDeduction => "IGNORED_NO_DEDUCTION",
             Self::Duplicate => "DUPLICATE",
             Self::Invalid => "INVALID",
+            Self::Misrouted => "MISROUTED",
         }
     }
 
@@ -183,6 +191,26 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn result_codes_are_the_outcome_schemas_symbols_in_order() {
+        let schema = crate::schema::current(crate::schema::Subject::Outcome);
+        let json: serde_json::Value = serde_json::from_str(schema.json).unwrap();
+        let result = json["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "result")
+            .unwrap();
+        let symbols: Vec<&str> = result["type"]["symbols"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        let ours: Vec<&str> = ResultCode::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(symbols, ours);
+    }
 
     #[test]
     fn compact_decision_round_trips_including_pipes_in_the_reason() {
