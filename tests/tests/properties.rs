@@ -11,11 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_consumer::projection::{Batch, Projection};
+use stockledger_core::partition::home_partition;
 use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode};
 use stockledger_producer::RedisConn;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::services::redis_url;
-use stockledger_testkit::workload::{cases, scenario, Scenario, SKUS};
+use stockledger_testkit::workload::{cases, scenario, Scenario, PARTITIONS, SKUS};
 
 fn runner(default_cases: u32) -> TestRunner {
     TestRunner::new(Config {
@@ -59,10 +60,13 @@ async fn apply_batches<'a>(
     mut per_batch: impl FnMut(&'a [usize], Vec<Decision>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     for batch in batches {
-        let grouped = Batch::group(batch.iter().map(|&i| {
-            let r = &s.log[i];
-            (r.partition, r.offset, &r.command)
-        }));
+        let grouped = Batch::group(
+            batch.iter().map(|&i| {
+                let r = &s.log[i];
+                (r.partition, r.offset, &r.command)
+            }),
+            PARTITIONS,
+        );
         let decisions = projection.apply(&grouped.runs).await?;
         per_batch(batch, grouped.in_record_order(&decisions))?;
     }
@@ -75,11 +79,14 @@ fn the_lua_script_decides_exactly_what_the_reference_machine_decides() {
         rt.block_on(async {
             let prefix = unique_prefix("differential");
             let projection = Projection::new(conn.clone(), prefix.clone());
-            let mut reference = Ledger::default();
+            let mut reference = Ledger::new(PARTITIONS);
             apply_batches(&projection, s, s.batches(), |batch, got| {
                 let expected: Vec<Decision> = batch
                     .iter()
-                    .map(|&i| reference.apply(s.log[i].offset, &s.log[i].command))
+                    .map(|&i| {
+                        let r = &s.log[i];
+                        reference.apply(r.partition, r.offset, &r.command)
+                    })
                     .collect();
                 anyhow::ensure!(
                     got == expected,
@@ -145,7 +152,7 @@ fn the_reference_machine_keeps_the_ledger_invariants() {
 }
 
 fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
-    let mut ledger = Ledger::default();
+    let mut ledger = Ledger::new(PARTITIONS);
     // (sku, order) pairs whose rollback has been applied for the first time,
     // and those a rollback has given stock back to.
     let mut rolled_back: BTreeSet<(String, String)> = BTreeSet::new();
@@ -154,9 +161,23 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
         let record = &s.log[i];
         let sku = record.command.sku.as_str().to_owned();
         let before = ledger.sku(&sku).cloned().unwrap_or_default();
+        let home = home_partition(sku.as_bytes(), PARTITIONS);
         let first_time = before.last_offset.is_none_or(|last| record.offset > last);
-        let decision = ledger.apply(record.offset, &record.command);
+        let decision = ledger.apply(record.partition, record.offset, &record.command);
         let after = ledger.sku(&sku).cloned().unwrap_or_default();
+        if record.partition != before.owner(home) {
+            anyhow::ensure!(
+                decision.result == ResultCode::Misrouted && before == after,
+                "{sku}: a record on partition {} (owner {}) was {decision:?}",
+                record.partition,
+                before.owner(home)
+            );
+            continue;
+        }
+        anyhow::ensure!(
+            decision.result != ResultCode::Misrouted,
+            "{sku}: a record on its own partition was misrouted"
+        );
 
         anyhow::ensure!(
             after.available >= 0,
@@ -221,8 +242,14 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
         }
     }
     for record in &s.log {
-        let again = ledger.apply(record.offset, &record.command);
-        let key = (record.command.sku.as_str().to_owned(), record.offset);
+        let again = ledger.apply(record.partition, record.offset, &record.command);
+        let sku = record.command.sku.as_str();
+        let owner = ledger.sku(sku).map(|state| state.partition);
+        if owner != Some(Some(record.partition)) {
+            anyhow::ensure!(again.result == ResultCode::Misrouted);
+            continue;
+        }
+        let key = (sku.to_owned(), record.offset);
         anyhow::ensure!(
             first.get(&key) == Some(&again),
             "replay of {key:?} decided {again:?}"

@@ -109,10 +109,14 @@ pub async fn take(
 
 type Hash = BTreeMap<String, String>;
 
+/// sku, partition, last offset, available, total, orders, adjustments.
+type SkuRow = (String, Option<i32>, i64, i64, i64, String, String);
+
 /// A page of SKU states as columns, for `UNNEST`.
 #[derive(Default)]
 struct Columns {
     sku: Vec<String>,
+    partition: Vec<Option<i32>>,
     last_offset: Vec<i64>,
     available: Vec<i64>,
     total: Vec<i64>,
@@ -152,6 +156,9 @@ async fn write_page(
             continue; // gone since the scan saw it
         };
         columns.sku.push((*sku).to_owned());
+        columns
+            .partition
+            .push(stock.get("partition").and_then(|v| v.parse().ok()));
         columns.last_offset.push(offset);
         columns.available.push(available);
         columns.total.push(total);
@@ -164,13 +171,14 @@ async fn write_page(
             .push(serde_json::to_string(adjustments).unwrap_or_default());
     }
     sqlx::query(
-        "INSERT INTO snapshot_skus (snapshot_id, sku, last_offset, available, total, orders, adjustments)
-         SELECT $1, sku, last_offset, available, total, orders::jsonb, adjustments::jsonb
-         FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[])
-             AS s(sku, last_offset, available, total, orders, adjustments)",
+        "INSERT INTO snapshot_skus (snapshot_id, sku, partition, last_offset, available, total, orders, adjustments)
+         SELECT $1, sku, partition, last_offset, available, total, orders::jsonb, adjustments::jsonb
+         FROM UNNEST($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
+             AS s(sku, partition, last_offset, available, total, orders, adjustments)",
     )
     .bind(id)
     .bind(&columns.sku)
+    .bind(&columns.partition)
     .bind(&columns.last_offset)
     .bind(&columns.available)
     .bind(&columns.total)
@@ -217,8 +225,8 @@ pub async fn restore(
     let mut after = String::new();
     let mut written = 0;
     loop {
-        let rows: Vec<(String, i64, i64, i64, String, String)> = sqlx::query_as(
-            "SELECT sku, last_offset, available, total, orders::text, adjustments::text
+        let rows: Vec<SkuRow> = sqlx::query_as(
+            "SELECT sku, partition, last_offset, available, total, orders::text, adjustments::text
              FROM snapshot_skus WHERE snapshot_id = $1 AND sku > $2 ORDER BY sku LIMIT $3",
         )
         .bind(snapshot.id)
@@ -231,7 +239,7 @@ pub async fn restore(
         };
         after = last.0.clone();
         let mut writes: Vec<redis::Cmd> = Vec::new();
-        for (sku, offset, available, total, orders, adjustments) in &rows {
+        for (sku, partition, offset, available, total, orders, adjustments) in &rows {
             let corrupt = |problem: String| SnapshotError::Corrupt {
                 snapshot: snapshot.id,
                 sku: sku.clone(),
@@ -241,14 +249,14 @@ pub async fn restore(
             let adjustments: Hash =
                 serde_json::from_str(adjustments).map_err(|e| corrupt(e.to_string()))?;
             let k = SkuKeys::new(prefix, sku);
-            writes.push(redis::Cmd::hset_multiple(
-                &k.stock,
-                &[
-                    ("available", *available),
-                    ("total", *total),
-                    ("offset", *offset),
-                ],
-            ));
+            // The field order of the apply script, so a restored hash is
+            // laid out as a replayed one.
+            let mut stock = vec![("available", *available), ("total", *total)];
+            if let Some(partition) = partition {
+                stock.push(("partition", i64::from(*partition)));
+            }
+            stock.push(("offset", *offset));
+            writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
             if !orders.is_empty() {
                 let orders: Vec<_> = orders.into_iter().collect();
                 writes.push(redis::Cmd::hset_multiple(&k.orders, &orders));

@@ -292,7 +292,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         ),
     );
     let records = log::read_topic(&kafka, &topic, timeout).await?;
-    let reference = log::fold(&records);
+    let reference = log::fold(&records, log::partition_count(&kafka, &topic).await?);
     let mismatches = stockledger_consumer::check::compare(&projection, &reference).await?;
     check(
         mismatches.is_empty(),

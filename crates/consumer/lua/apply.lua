@@ -1,33 +1,52 @@
--- Applies a run of command records of ONE sku, in log order, atomically.
+-- Applies a run of command records of ONE sku and ONE partition, in log
+-- order, atomically.
 --
 -- The rules are those of stockledger_core::machine::SkuState::apply; every
 -- reason string here appears there too, and the differential tests hold the
 -- two to the same decisions and state.
 --
--- KEYS[1] stock hash        available, total, offset (last record applied)
+-- KEYS[1] stock hash        available, total, partition (whose records
+--                           built it), offset (last record applied there)
 -- KEYS[2] orders hash       order id -> "D|quantity|offset" (deducted),
 --                           "R|quantity|offset" (rolled back),
 --                           "C|0|offset" (tombstone: rollback came first)
 -- KEYS[3] adjustments hash  restock adjustment id -> offset that applied it
 -- KEYS[4] decisions hash    offset -> "RESULT|delta|available|total|reason"
 -- ARGV[1]                   the maximum stock level
--- ARGV[2..]                 five per record: offset, kind (D, R or S),
+-- ARGV[2]                   the partition the records are on
+-- ARGV[3]                   the sku's home partition (murmur2 of the key):
+--                           its owner until the stock hash names one
+-- ARGV[4..]                 five per record: offset, kind (D, R or S),
 --                           order or adjustment id, quantity, mode (ADD, SET
 --                           or empty)
 -- Returns one decision string per record.
 --
+-- Records on another partition than the sku's owner are MISROUTED: their
+-- offsets mean nothing here, so they are neither applied nor stored.
 -- A record at or below the stored offset is a redelivery: it is answered
 -- with the decision stored for it and changes nothing.
 
-local stock = redis.call('HMGET', KEYS[1], 'available', 'total', 'offset')
+local stock = redis.call('HMGET', KEYS[1], 'available', 'total', 'offset', 'partition')
 local available = tonumber(stock[1]) or 0
 local total = tonumber(stock[2]) or 0
 local last = tonumber(stock[3])
 local max_stock = tonumber(ARGV[1])
+local partition = tonumber(ARGV[2])
+local owner = tonumber(stock[4]) or tonumber(ARGV[3])
 local changed = false
 
 local function n(x)
   return string.format('%d', x)
+end
+
+if partition ~= owner then
+  local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
+    ' but the sku lives on partition ' .. n(owner) .. ' (produce with the murmur2 partitioner)'
+  local out = {}
+  for _ = 4, #ARGV, 5 do
+    out[#out + 1] = d
+  end
+  return out
 end
 
 local function decide(result, delta, reason)
@@ -102,7 +121,7 @@ local function restock(offset, id, qty, mode)
 end
 
 local out = {}
-for i = 2, #ARGV, 5 do
+for i = 4, #ARGV, 5 do
   local offset = ARGV[i]
   local kind, id, qty, mode = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
   local d
@@ -124,6 +143,7 @@ for i = 2, #ARGV, 5 do
   out[#out + 1] = d
 end
 if changed then
-  redis.call('HSET', KEYS[1], 'available', n(available), 'total', n(total), 'offset', n(last))
+  redis.call('HSET', KEYS[1], 'available', n(available), 'total', n(total),
+    'partition', n(partition), 'offset', n(last))
 end
 return out

@@ -28,7 +28,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
-use stockledger_core::{Command, LogPosition, Outcome};
+use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
 use stockledger_producer::producer::CONTRACT_SETTINGS;
 use stockledger_producer::{redact_url, KafkaConfig};
 use tokio::sync::watch;
@@ -250,6 +250,9 @@ pub async fn run(
 
 struct Applier {
     config: ApplierConfig,
+    /// The command topic's partition count, which decides each SKU's home
+    /// partition; read again when a record comes from a partition beyond it.
+    partitions: i32,
     consumer: StreamConsumer<LagContext>,
     producer: FutureProducer,
     projection: Projection,
@@ -309,8 +312,10 @@ impl Applier {
             .await?
             .guarded();
         check_marker(&config, &projection).await?;
+        let partitions = crate::log::partition_count(&config.kafka, &config.topic).await?;
         Ok(Self {
             config,
+            partitions,
             consumer,
             producer,
             projection,
@@ -418,10 +423,27 @@ impl Applier {
             })
             .collect();
 
-        let batch = Batch::group(items.iter().filter_map(|item| {
-            let command = item.command.as_ref().ok()?;
-            Some((item.position.partition, item.position.offset, command))
-        }));
+        if let Some(beyond) = items
+            .iter()
+            .map(|item| item.position.partition)
+            .find(|&p| p >= self.partitions)
+        {
+            // Partitions were added since the count was read.
+            self.partitions = crate::log::partition_count(&self.config.kafka, &self.config.topic)
+                .await?
+                .max(beyond + 1);
+            warn!(
+                partitions = self.partitions,
+                "the command topic has more partitions than at start"
+            );
+        }
+        let batch = Batch::group(
+            items.iter().filter_map(|item| {
+                let command = item.command.as_ref().ok()?;
+                Some((item.position.partition, item.position.offset, command))
+            }),
+            self.partitions,
+        );
         let Some(decisions) = self.apply_with_retry(&batch.runs).await? else {
             return Ok(None); // stopping: nothing published, nothing committed
         };
@@ -442,35 +464,48 @@ impl Applier {
                 Ok(_) => decisions.next(),
                 Err(_) => None,
             };
-            let outcome = match (&item.command, decision) {
+            let (outcome, refusal) = match (&item.command, decision) {
                 (Ok(command), Some(decision)) => {
-                    Outcome::for_command(item.position.clone(), command, decision)
+                    // A misrouted record is decided, but not applied: it goes
+                    // to the dead-letter topic too, as a record to fix.
+                    let refusal = (decision.result == ResultCode::Misrouted)
+                        .then(|| decision.reason.clone().unwrap_or_default());
+                    let outcome = Outcome::for_command(item.position.clone(), command, decision);
+                    (outcome, refusal)
                 }
                 (command, _) => {
                     // Every valid command got a decision, so this is a refusal.
                     let reason = command.as_ref().err().cloned().unwrap_or_default();
-                    debug!(position = %item.position, %reason, "dead-lettering a record");
-                    let source = item.position.to_string();
-                    let headers = OwnedHeaders::new()
-                        .insert(Header {
-                            key: DLQ_REASON_HEADER,
-                            value: Some(reason.as_bytes()),
-                        })
-                        .insert(Header {
-                            key: DLQ_SOURCE_HEADER,
-                            value: Some(source.as_bytes()),
-                        });
-                    messages.push(Outgoing {
-                        kind: Kind::DeadLetter,
-                        key: &item.key,
-                        payload: item.payload.clone().unwrap_or_default(),
-                        headers: Some(headers),
-                        position: &item.position,
-                    });
-                    self.stats.dead_lettered += 1;
-                    Outcome::invalid(item.position.clone(), &item.key, reason, item.timestamp)
+                    let outcome = Outcome::invalid(
+                        item.position.clone(),
+                        &item.key,
+                        reason.clone(),
+                        item.timestamp,
+                    );
+                    (outcome, Some(reason))
                 }
             };
+            if let Some(reason) = refusal {
+                debug!(position = %item.position, %reason, "dead-lettering a record");
+                let source = item.position.to_string();
+                let headers = OwnedHeaders::new()
+                    .insert(Header {
+                        key: DLQ_REASON_HEADER,
+                        value: Some(reason.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: DLQ_SOURCE_HEADER,
+                        value: Some(source.as_bytes()),
+                    });
+                messages.push(Outgoing {
+                    kind: Kind::DeadLetter,
+                    key: &item.key,
+                    payload: item.payload.clone().unwrap_or_default(),
+                    headers: Some(headers),
+                    position: &item.position,
+                });
+                self.stats.dead_lettered += 1;
+            }
             messages.push(Outgoing {
                 kind: Kind::Outcome,
                 key: &item.key,

@@ -69,6 +69,13 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
     })
     .or_else(|| {
         scalar(
+            "partition",
+            format!("{:?}", expected.partition),
+            format!("{:?}", actual.partition),
+        )
+    })
+    .or_else(|| {
+        scalar(
             "last offset",
             format!("{:?}", expected.last_offset),
             format!("{:?}", actual.last_offset),

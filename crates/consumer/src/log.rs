@@ -51,6 +51,21 @@ pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
         .collect())
 }
 
+/// How many partitions `topic` has.
+pub async fn partition_count(kafka: &KafkaConfig, topic: &str) -> Result<i32, LogError> {
+    let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let count = partitions_of(&consumer, &topic)?.len() as i32;
+        if count == 0 {
+            return Err(LogError::NoSuchTopic(topic));
+        }
+        Ok(count)
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
+}
+
 /// The names of the topics on the brokers that start with `prefix`.
 pub async fn topics_starting_with(
     kafka: &KafkaConfig,
@@ -177,13 +192,14 @@ fn read_topic_blocking(
     Ok(records)
 }
 
-/// Folds command records through the reference state machine, skipping
-/// those that are not valid commands (the applier dead-letters them).
-pub fn fold(records: &[LogRecord]) -> Ledger {
-    let mut ledger = Ledger::default();
+/// Folds command records of a topic with `partitions` partitions through
+/// the reference state machine, skipping those that are not valid commands
+/// (the applier dead-letters them).
+pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
+    let mut ledger = Ledger::new(partitions);
     for record in records {
         if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
-            ledger.apply(record.offset, &command);
+            ledger.apply(record.partition, record.offset, &command);
         }
     }
     ledger

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use redis::{ErrorKind, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_core::{Command, CommandBody, Decision, OrderEntry, SkuState};
+use stockledger_core::partition::home_partition;
+use stockledger_core::{Command, CommandBody, Decision, OrderEntry, Placement, SkuState};
 use stockledger_producer::RedisConn;
 
 /// The script that applies records; see the file for its contract.
@@ -59,10 +60,13 @@ impl ProjectionError {
     }
 }
 
-/// Consecutive records of one SKU to apply in one script call, in log order.
+/// Consecutive records of one SKU on one partition to apply in one script
+/// call, in log order.
 #[derive(Debug)]
 pub struct Run<'a> {
     pub sku: &'a str,
+    /// Where the records are, and where the SKU belongs.
+    pub at: Placement,
     pub records: Vec<(i64, &'a CommandBody)>,
 }
 
@@ -77,8 +81,12 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    /// Groups `(partition, offset, command)` records, in delivery order.
-    pub fn group(records: impl IntoIterator<Item = (i32, i64, &'a Command)>) -> Self {
+    /// Groups `(partition, offset, command)` records of a topic with
+    /// `partitions` partitions, in delivery order.
+    pub fn group(
+        records: impl IntoIterator<Item = (i32, i64, &'a Command)>,
+        partitions: i32,
+    ) -> Self {
         let mut batch = Batch::default();
         let mut run_of: HashMap<(i32, &'a str), usize> = HashMap::new();
         for (partition, offset, command) in records {
@@ -87,6 +95,10 @@ impl<'a> Batch<'a> {
             let r = *run_of.entry((partition, sku)).or_insert_with(|| {
                 runs.push(Run {
                     sku,
+                    at: Placement {
+                        partition,
+                        home: home_partition(sku.as_bytes(), partitions),
+                    },
                     records: Vec::new(),
                 });
                 runs.len() - 1
@@ -216,7 +228,7 @@ impl Projection {
                     for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
                         cmd.arg(key);
                     }
-                    cmd.arg(MAX_STOCK);
+                    cmd.arg(MAX_STOCK).arg(run.at.partition).arg(run.at.home);
                     for (offset, body) in &run.records {
                         let (kind, id, quantity, mode) = script_args(body);
                         cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
@@ -296,9 +308,14 @@ impl Projection {
             let value = stock.get(field).map(String::as_str).unwrap_or("");
             value.parse().map_err(|_| corrupt(&keys.stock, value))
         };
+        let partition = match stock.get("partition") {
+            None => None, // written before partitions were recorded
+            Some(p) => Some(p.parse().map_err(|_| corrupt(&keys.stock, p))?),
+        };
         let mut state = SkuState {
             available: number("available")?,
             total: number("total")?,
+            partition,
             last_offset: Some(number("offset")?),
             ..SkuState::default()
         };

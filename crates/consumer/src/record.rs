@@ -11,6 +11,10 @@ pub fn interpret(key: Option<&[u8]>, payload: Option<&[u8]>) -> Result<Command, 
     let command = codec::decode_command(payload).map_err(|e| e.to_string())?;
     match key {
         Some(key) if key == command.sku.as_str().as_bytes() => Ok(command),
+        Some([]) => Err(format!(
+            "record key is empty; it must be the sku {:?}",
+            command.sku.as_str()
+        )),
         Some(key) => Err(format!(
             "record key {:?} does not match the command's sku {:?}",
             String::from_utf8_lossy(key),

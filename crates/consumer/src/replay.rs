@@ -205,7 +205,7 @@ pub async fn replay(
                 Ok(Err(e)) => return Err(e.into()),
             }
         }
-        apply(&target, &batch, &swapped).await?;
+        apply(&target, &batch, partitions.len() as i32, &swapped).await?;
         progress.records += batch.len() as u64;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
@@ -270,6 +270,7 @@ pub async fn replay(
 async fn apply(
     target: &Projection,
     batch: &[OwnedMessage],
+    partitions: i32,
     swapped: &HashSet<String>,
 ) -> Result<(), ProjectionError> {
     let commands: Vec<(i32, i64, stockledger_core::Command)> = batch
@@ -279,7 +280,7 @@ async fn apply(
             (!swapped.contains(command.sku.as_str())).then(|| (m.partition(), m.offset(), command))
         })
         .collect();
-    let grouped = Batch::group(commands.iter().map(|(p, o, c)| (*p, *o, c)));
+    let grouped = Batch::group(commands.iter().map(|(p, o, c)| (*p, *o, c)), partitions);
     target.apply(&grouped.runs).await?;
     Ok(())
 }

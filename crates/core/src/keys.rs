@@ -7,7 +7,8 @@
 /// The keys holding one SKU's state under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuKeys {
-    /// Hash: `available`, `total`, `offset` (last record applied).
+    /// Hash: `available`, `total`, `partition` (whose records built it),
+    /// `offset` (last record applied there).
     pub stock: String,
     /// Hash: order id -> [`crate::OrderEntry`] compact form.
     pub orders: String,

@@ -9,9 +9,13 @@
 //!   outcome message archived for it.
 //! - [`machine`]: the reference state machine. The applier's Lua scripts
 //!   must decide exactly what [`machine::SkuState::apply`] decides.
+//! - [`partition`]: which partition a SKU's commands belong on (the
+//!   Java clients' murmur2 partitioner).
 //! - [`keys`]: the Redis key layout (SKU as hash tag).
-//! - [`codec`]: Avro single-object encoding of commands and outcomes, with
-//!   the schemas from the repository's `schemas/` directory.
+//! - [`schema`]: the released schema versions (`schemas/history/`) and
+//!   their fingerprints by the Avro specification's canonical form.
+//! - [`codec`]: Avro single-object encoding of commands and outcomes: the
+//!   newest version written, every released version read.
 
 pub mod codec;
 pub mod command;
@@ -19,9 +23,10 @@ pub mod ids;
 pub mod keys;
 pub mod machine;
 pub mod outcome;
+pub mod partition;
 pub mod schema;
 
 pub use command::{Command, CommandBody, CommandKind, Deduct, Restock, RestockMode, Rollback};
 pub use ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, ValidationError};
-pub use machine::{Ledger, OrderEntry, OrderStatus, SkuState};
+pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState};
 pub use outcome::{Decision, LogPosition, Outcome, ResultCode};

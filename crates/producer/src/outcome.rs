@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use stockledger_core::keys::{self, SkuKeys};
+use stockledger_core::machine::misrouted;
 use stockledger_core::{Decision, LogPosition};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -70,14 +71,30 @@ impl OutcomeReader {
         })
     }
 
-    /// The decision for `receipt`, if the applier has taken it.
+    /// The decision for `receipt`, if the applier has taken it. A record on
+    /// another partition than the one its SKU's state was built on is
+    /// answered `MISROUTED` at once: the applier decides it so whenever it
+    /// reaches it, and its offset must not be looked up among that
+    /// partition's decisions. (A misrouted record of a SKU with no state yet
+    /// leaves nothing in Redis; its decision is on the outcomes topic.)
     pub async fn decision(&self, receipt: &Receipt) -> Result<Option<Decision>, OutcomeError> {
         let keys = SkuKeys::new(&self.prefix, receipt.sku.as_str());
-        let stored: Option<String> = redis::cmd("HGET")
-            .arg(&keys.decisions)
-            .arg(receipt.position.offset)
+        let partition = receipt.position.partition;
+        let (owner, stored): (Option<String>, Option<String>) = redis::pipe()
+            .hget(&keys.stock, "partition")
+            .hget(&keys.decisions, receipt.position.offset)
             .query_async(&mut self.redis.clone())
             .await?;
+        match owner.map(|o| o.parse::<i32>()) {
+            Some(Ok(owner)) if owner != partition => return Ok(Some(misrouted(partition, owner))),
+            Some(Err(_)) => {
+                return Err(OutcomeError::Corrupt {
+                    position: receipt.position.clone(),
+                    stored: format!("{}: a partition that is not a number", keys.stock),
+                })
+            }
+            _ => {}
+        }
         stored
             .map(|s| {
                 Decision::from_compact(&s).ok_or_else(|| OutcomeError::Corrupt {

@@ -10,6 +10,7 @@ use stockledger_consumer::log::{self, LogRecord};
 use stockledger_consumer::replay::{ReplayConfig, SwapConfig};
 use stockledger_consumer::{ApplierConfig, ApplierStats, Projection};
 use stockledger_producer::admin::{create_topics, TopicSpec};
+use stockledger_producer::producer::CONTRACT_SETTINGS;
 use stockledger_producer::{KafkaConfig, LedgerProducer};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -265,23 +266,41 @@ impl Harness {
         Ok(log::read_topic(&self.kafka, topic, CATCH_UP).await?)
     }
 
-    /// Appends raw bytes to the command topic (for garbage and hand-made records).
+    /// Appends raw bytes to the command topic (for garbage and hand-made
+    /// records), partitioned as the producer library does.
     pub async fn send_raw(&self, key: &str, payload: &[u8]) -> anyhow::Result<(i32, i64)> {
-        let producer: FutureProducer = self.kafka.client_config(&[]).create()?;
+        self.send_raw_to(None, key, payload).await
+    }
+
+    /// Appends raw bytes to the command topic, on `partition` if given.
+    pub async fn send_raw_to(
+        &self,
+        partition: Option<i32>,
+        key: &str,
+        payload: &[u8],
+    ) -> anyhow::Result<(i32, i64)> {
+        let producer: FutureProducer = self.kafka.client_config(&CONTRACT_SETTINGS).create()?;
+        let mut record = FutureRecord::to(&self.ns.topic).key(key).payload(payload);
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
         let delivery = producer
-            .send(
-                FutureRecord::to(&self.ns.topic).key(key).payload(payload),
-                Duration::from_secs(30),
-            )
+            .send(record, Duration::from_secs(30))
             .await
             .map_err(|(e, _)| e)?;
         Ok((delivery.partition, delivery.offset))
     }
 
+    /// The reference fold of the command topic as it is now.
+    pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::Ledger> {
+        let records = self.read(&self.ns.topic).await?;
+        let partitions = log::partition_count(&self.kafka, &self.ns.topic).await?;
+        Ok(log::fold(&records, partitions))
+    }
+
     /// Fails unless Redis holds exactly the reference fold of the log.
     pub async fn assert_projection_matches_log(&self) -> anyhow::Result<()> {
-        let records = self.read(&self.ns.topic).await?;
-        let reference = log::fold(&records);
+        let reference = self.fold_log().await?;
         let mismatches = stockledger_consumer::check::compare(&self.projection, &reference).await?;
         anyhow::ensure!(
             mismatches.is_empty(),

@@ -1,7 +1,9 @@
 //! Random command logs and delivery schedules for property tests.
 //!
 //! A [`Scenario`] is a log (commands over a few SKUs in two partitions,
-//! with offsets per partition as Kafka assigns them) and the order in which
+//! with offsets per partition as Kafka assigns them; now and then a record
+//! on the wrong partition, as a producer with another partitioner would
+//! write it) and the order in which
 //! an applier is handed its records: every record in log order, plus
 //! redeliveries of single earlier records and rewinds (a suffix of the log
 //! delivered again, as after a crash before the offset commit), cut into
@@ -14,12 +16,16 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 use stockledger_core::ids::{MAX_QUANTITY, MAX_STOCK};
+use stockledger_core::partition::home_partition;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Deduct, OrderId, Quantity, Restock, RestockMode,
     Rollback, Sku,
 };
 
-/// The SKUs of generated logs; SKU `i` lives in partition `i % 2`.
+/// The partitions of generated logs.
+pub const PARTITIONS: i32 = 2;
+
+/// The SKUs of generated logs; their home partitions (murmur2) are 0, 1, 0.
 pub const SKUS: [&str; 3] = ["S0", "S1", "S2"];
 
 /// One record of a generated log.
@@ -57,7 +63,8 @@ impl Scenario {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Send(usize, CommandBody),
+    /// A command for SKU `.0`, on its home partition unless `.2`.
+    Send(usize, CommandBody, bool),
     Redeliver(Index),
     Rewind(Index),
 }
@@ -89,7 +96,8 @@ fn body() -> impl Strategy<Value = CommandBody> {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (0..SKUS.len(), body()).prop_map(|(sku, body)| Step::Send(sku, body)),
+        12 => (0..SKUS.len(), body()).prop_map(|(sku, body)| Step::Send(sku, body, false)),
+        1 => (0..SKUS.len(), body()).prop_map(|(sku, body)| Step::Send(sku, body, true)),
         1 => any::<Index>().prop_map(Step::Redeliver),
         1 => any::<Index>().prop_map(Step::Rewind),
     ]
@@ -104,13 +112,14 @@ pub fn scenario(max_steps: usize) -> impl Strategy<Value = Scenario> {
         .prop_map(|(steps, batch_sizes)| {
             let mut log: Vec<Record> = Vec::new();
             let mut deliveries = Vec::new();
-            let mut next_offset = [0i64; 2];
+            let mut next_offset = [0i64; PARTITIONS as usize];
             for (n, step) in steps.into_iter().enumerate() {
                 match step {
-                    Step::Send(sku, body) => {
-                        let partition = (sku % 2) as i32;
-                        let offset = next_offset[sku % 2];
-                        next_offset[sku % 2] += 1;
+                    Step::Send(sku, body, misrouted) => {
+                        let home = home_partition(SKUS[sku].as_bytes(), PARTITIONS);
+                        let partition = if misrouted { 1 - home } else { home };
+                        let offset = next_offset[partition as usize];
+                        next_offset[partition as usize] += 1;
                         log.push(Record {
                             partition,
                             offset,

@@ -1,0 +1,307 @@
+//! What reaches the command topic from producers that are not ours: bad
+//! frames, records on the wrong partition, and a log that mixes schema
+//! versions, against real services.
+
+use std::collections::BTreeMap;
+use std::future::pending;
+
+use stockledger_archiver::query::{self, HistoryOf};
+use stockledger_consumer::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+use stockledger_consumer::log::LogRecord;
+use stockledger_consumer::replay::replay;
+use stockledger_core::codec;
+use stockledger_core::partition::home_partition;
+use stockledger_core::schema::{self, Subject};
+use stockledger_core::{
+    Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
+};
+use stockledger_producer::OutcomeReader;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
+use stockledger_testkit::{wait_until, Harness};
+
+fn deduct(sku: &str, order: &str, quantity: i64) -> Command {
+    Command {
+        command_id: CommandId::new(format!("c-{sku}-{order}")).unwrap_or_else(|e| panic!("{e}")),
+        sku: Sku::new(sku).unwrap_or_else(|e| panic!("{e}")),
+        occurred_at: 1_700_000_000_000,
+        body: CommandBody::Deduct(Deduct {
+            order_id: OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
+            quantity: Quantity::new(quantity).unwrap_or_else(|e| panic!("{e}")),
+        }),
+    }
+}
+
+/// `payload` with its single-object fingerprint replaced.
+fn reframed(payload: &[u8], fingerprint: u64) -> Vec<u8> {
+    let mut bytes = payload.to_vec();
+    bytes[2..10].copy_from_slice(&fingerprint.to_le_bytes());
+    bytes
+}
+
+/// The `stockledger.reason` and `stockledger.source` headers of each dead letter.
+fn reasons(dead: &[LogRecord]) -> Vec<(String, String)> {
+    let header = |r: &LogRecord, name: &str| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    dead.iter()
+        .map(|r| (header(r, DLQ_REASON_HEADER), header(r, DLQ_SOURCE_HEADER)))
+        .collect()
+}
+
+/// The archived results of `sku`'s records, by (partition, offset).
+async fn results_by_position(
+    h: &Harness,
+    sku: &str,
+) -> anyhow::Result<BTreeMap<(i32, i64), String>> {
+    let rows = query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku(sku.into()), 10_000).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ((r.partition, r.log_offset), r.result))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_it_waits(
+) -> anyhow::Result<()> {
+    let h = Harness::new("bad-frames", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer
+        .restock("SKU-B", "a", RestockMode::Set, 5)
+        .await?;
+    let good = codec::encode_command(&deduct("SKU-B", "o-1", 1))?;
+
+    // A known fingerprint, then bytes that are no datum of that schema (a
+    // string length pointing past the end).
+    let mut not_the_schema = good[..10].to_vec();
+    not_the_schema.extend_from_slice(&[0x7f, b'x']);
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(b"!!");
+    let unknown = reframed(&good, 0x0123_4567_89ab_cdef);
+    let bad: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "SKU-B",
+            not_the_schema,
+            "malformed Avro datum for writer schema Command.v1",
+        ),
+        (
+            "SKU-B",
+            trailing,
+            "2 trailing bytes after the Avro datum of writer schema Command.v1",
+        ),
+        (
+            "",
+            good.clone(),
+            "record key is empty; it must be the sku \"SKU-B\"",
+        ),
+        (
+            "SKU-X",
+            good.clone(),
+            "record key \"SKU-X\" does not match the command's sku \"SKU-B\"",
+        ),
+        (
+            "SKU-B",
+            unknown,
+            "unknown writer schema fingerprint 0123456789abcdef",
+        ),
+    ];
+    let mut offsets = Vec::new();
+    for (key, payload, _) in &bad {
+        offsets.push(h.send_raw(key, payload).await?.1);
+    }
+    let after = h.producer.deduct("SKU-B", "after-the-bad-ones", 2).await?;
+    h.wait_for_archive(7).await?;
+
+    let dead = h.read(&h.ns.dlq_topic).await?;
+    let got = reasons(&dead);
+    assert_eq!(got.len(), bad.len(), "{got:#?}");
+    for ((reason, source), ((_, _, expected), offset)) in got.iter().zip(bad.iter().zip(&offsets)) {
+        assert!(
+            reason.starts_with(expected),
+            "{reason:?} should start with {expected:?}"
+        );
+        assert_eq!(source, &format!("{}/0@{offset}", h.ns.topic));
+    }
+    // Each dead letter keeps the original bytes.
+    for (record, (_, payload, _)) in dead.iter().zip(&bad) {
+        assert_eq!(record.payload.as_deref(), Some(&payload[..]));
+    }
+    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let decided = reader.wait(&after, CATCH_UP).await?;
+    assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 3));
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_partitions_offsets(
+) -> anyhow::Result<()> {
+    let h = Harness::new("misrouted", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let home = home_partition(b"SKU-M", 2);
+    let away = 1 - home;
+    // A SKU that lives on the other partition, to give it offsets too.
+    let neighbour = (0..)
+        .map(|i| format!("N{i}"))
+        .find(|s| home_partition(s.as_bytes(), 2) == away)
+        .unwrap_or_default();
+    h.producer
+        .restock("SKU-M", "a", RestockMode::Set, 5)
+        .await?;
+    h.producer
+        .restock(&neighbour, "a", RestockMode::Set, 5)
+        .await?;
+    let first = h.producer.deduct("SKU-M", "o-1", 1).await?;
+    assert_eq!(
+        first.position.partition, home,
+        "the library routes by murmur2"
+    );
+
+    // As a producer with another partitioner would: SKU-M on `away`, at an
+    // offset SKU-M's own partition has already used.
+    let payload = codec::encode_command(&deduct("SKU-M", "o-2", 1))?;
+    let (partition, offset) = h.send_raw_to(Some(away), "SKU-M", &payload).await?;
+    assert_eq!(partition, away);
+    let later = h.producer.deduct(&neighbour, "o-1", 1).await?;
+    assert_eq!(later.position.partition, away);
+    h.wait_for_archive(5).await?;
+
+    let results = results_by_position(&h, "SKU-M").await?;
+    assert_eq!(
+        results.values().filter(|r| *r == "MISROUTED").count(),
+        1,
+        "{results:?}"
+    );
+    let reasons = reasons(&h.read(&h.ns.dlq_topic).await?);
+    assert_eq!(
+        reasons,
+        vec![(
+            format!(
+                "record is on partition {away} but the sku lives on partition {home} \
+                 (produce with the murmur2 partitioner)"
+            ),
+            format!("{}/{away}@{offset}", h.ns.topic)
+        )]
+    );
+    let state = h
+        .projection
+        .read_sku("SKU-M")
+        .await?
+        .expect("SKU-M has state");
+    assert_eq!((state.available, state.partition), (4, Some(home)));
+    assert!(!state.orders.contains_key("o-2"));
+    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let mut misrouted = first.clone();
+    misrouted.position.partition = away;
+    misrouted.position.offset = offset;
+    assert_eq!(
+        reader.wait(&misrouted, CATCH_UP).await?.result.as_str(),
+        "MISROUTED"
+    );
+    assert_eq!(
+        reader.wait(&later, CATCH_UP).await?.result.as_str(),
+        "APPLIED"
+    );
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_state(
+) -> anyhow::Result<()> {
+    let h = Harness::new("mixed-versions", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let v1 = schema::versions(Subject::Command)
+        .next()
+        .expect("a first command version");
+    let legacy = v1
+        .legacy_fingerprint
+        .expect("v1 was released with another fingerprint");
+    // Newer records first, then older ones after them, on every SKU.
+    let skus = ["V0", "V1", "V2", "V3"];
+    let mut records = 0;
+    for sku in skus {
+        h.producer.restock(sku, "a", RestockMode::Set, 10).await?;
+        h.producer.deduct(sku, "new-1", 2).await?;
+        records += 2;
+    }
+    for sku in skus {
+        for (order, quantity) in [("old-1", 3), ("new-1", 1)] {
+            let payload = codec::encode_command(&deduct(sku, order, quantity))?;
+            h.send_raw(sku, &reframed(&payload, legacy)).await?;
+            records += 1;
+        }
+    }
+    h.wait_for_archive(records).await?;
+    for sku in skus {
+        let results: Vec<String> = results_by_position(&h, sku).await?.into_values().collect();
+        assert_eq!(
+            results,
+            ["APPLIED", "APPLIED", "APPLIED", "DUPLICATE"],
+            "{sku}"
+        );
+    }
+    assert!(h.read(&h.ns.dlq_topic).await?.is_empty());
+
+    // Outcomes of the older version (v1, under both its fingerprints) read
+    // back too: the archiver takes them (the rows exist, so nothing changes)
+    // and moves past them.
+    let outcomes = h.read(&h.ns.outcomes_topic).await?;
+    let v1_outcome = schema::versions(Subject::Outcome)
+        .next()
+        .expect("Outcome v1");
+    for (record, fingerprint) in outcomes
+        .iter()
+        .zip(
+            [
+                v1_outcome.fingerprint,
+                v1_outcome.legacy_fingerprint.unwrap_or_default(),
+            ]
+            .iter()
+            .cycle(),
+        )
+        .take(4)
+    {
+        let payload = record.payload.as_deref().unwrap_or_default();
+        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let producer: rdkafka::producer::FutureProducer = h.kafka.client_config(&[]).create()?;
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(&h.ns.outcomes_topic)
+                    .partition(record.partition)
+                    .key(&key)
+                    .payload(&reframed(payload, *fingerprint)),
+                CATCH_UP,
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    let total = outcomes.len() as i64 + 4;
+    wait_until(
+        "the archiver to pass the older outcomes",
+        CATCH_UP,
+        || async { Ok((h.archiver_progress().await? == total).then_some(())) },
+    )
+    .await?;
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+
+    let redis = h.projection.connection();
+    let before = dump_prefix(&redis, &h.ns.prefix).await?;
+    delete_prefix(&redis, &h.ns.prefix).await?;
+    replay(h.replay_swap_config(true), pending(), |_| {}).await?;
+    assert_eq!(dump_prefix(&redis, &h.ns.prefix).await?, before);
+    Ok(())
+}
