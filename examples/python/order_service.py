@@ -105,15 +105,20 @@ def main():
     parser.add_argument("--skus", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for decisions")
     parser.add_argument("--json", action="store_true", help="print each decided command as JSON")
+    parser.add_argument(
+        "--partitioner", default="murmur2_random",
+        help="librdkafka partitioner; anything but murmur2_random (e.g. librdkafka's default, "
+             "consistent_random) sends SKUs to partitions they do not live on: MISROUTED")
     args = parser.parse_args()
 
     producer = Producer({
         "bootstrap.servers": args.brokers,
         "enable.idempotence": True,
         "acks": "all",
-        # The Java clients' partitioner: the same partition per SKU as every
-        # other producer of the ledger. librdkafka's default differs.
-        "partitioner": "murmur2_random",
+        # The Java clients' partitioner, murmur2_random: the same partition
+        # per SKU as every other producer of the ledger. librdkafka's
+        # default (consistent_random) differs.
+        "partitioner": args.partitioner,
     })
     sent = []  # one dict per command, in send order
     failures = []
