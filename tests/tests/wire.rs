@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::future::pending;
 
 use stockledger_archiver::query::{self, HistoryOf};
+use stockledger_archiver::reconcile::reconcile;
 use stockledger_consumer::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_consumer::log::LogRecord;
 use stockledger_consumer::replay::replay;
@@ -211,6 +212,12 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
         "APPLIED"
     );
     h.assert_contract().await?;
+    // The misrouted record sits at the offset SKU-M's state was last changed
+    // at, on the other partition: reconcile must compare with the right row.
+    assert_eq!(Some(offset), state.last_offset);
+    let redis = h.projection.connection();
+    let report = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
+    assert!(report.differences.is_empty(), "{:?}", report.differences);
     applier.stop().await?;
     archiver.stop().await?;
     Ok(())

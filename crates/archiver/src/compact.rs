@@ -56,9 +56,13 @@ pub async fn compact(
             .map(str::to_owned)
             .collect();
         report.skus_checked += skus.len() as u64;
+        // Offsets of records decided on the SKU's own partition only: an
+        // invalid or misrouted record keyed by the SKU may sit on another
+        // partition, where its offset means nothing for this SKU.
         let cutoffs: Vec<(String, i64)> = sqlx::query_as(
             "SELECT sku, max(log_offset) FROM ledger_entries
              WHERE topic = $1 AND sku = ANY($2)
+               AND result NOT IN ('INVALID', 'MISROUTED')
                AND occurred_at < now() - make_interval(secs => $3)
              GROUP BY sku",
         )

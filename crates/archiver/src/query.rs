@@ -98,7 +98,8 @@ pub async fn count_by_result(
 /// The lowest `available_after` ever archived for `topic` (None if no rows).
 pub async fn min_available(pool: &PgPool, topic: &str) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT min(available_after) FROM ledger_entries WHERE topic = $1 AND result <> 'INVALID'",
+        "SELECT min(available_after) FROM ledger_entries
+         WHERE topic = $1 AND result NOT IN ('INVALID', 'MISROUTED')",
     )
     .bind(topic)
     .fetch_one(pool)

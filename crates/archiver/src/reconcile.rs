@@ -61,6 +61,9 @@ pub async fn reconcile(
     Ok(report)
 }
 
+/// A stock hash's available, total, offset and partition, each if present.
+type StockFields = (Option<i64>, Option<i64>, Option<i64>, Option<i32>);
+
 async fn check_page(
     redis: &RedisConn,
     prefix: &str,
@@ -79,28 +82,36 @@ async fn check_page(
             cmd.arg(SkuKeys::new(prefix, sku).stock)
                 .arg("available")
                 .arg("total")
-                .arg("offset");
+                .arg("offset")
+                .arg("partition");
             cmd
         })
         .collect();
-    let states: Vec<(Option<i64>, Option<i64>, Option<i64>)> = redis.query_each(reads).await?;
+    let states: Vec<StockFields> = redis.query_each(reads).await?;
     report.skus_checked += skus.len() as u64;
     let offsets: Vec<i64> = states.iter().map(|s| s.2.unwrap_or(-1)).collect();
+    let partitions: Vec<Option<i32>> = states.iter().map(|s| s.3).collect();
     let names: Vec<String> = skus.iter().map(|s| (*s).to_owned()).collect();
+    // The row of the record the state was last changed by: on the SKU's own
+    // partition (a state from before partitions were recorded names none),
+    // never a record of the SKU refused as misrouted at the same offset.
     let rows: Vec<(String, Option<i64>, Option<i64>)> = sqlx::query_as(
         "SELECT p.sku, e.available_after, e.total_after
-         FROM UNNEST($2::text[], $3::bigint[]) AS p(sku, log_offset)
+         FROM UNNEST($2::text[], $3::bigint[], $4::integer[]) AS p(sku, log_offset, partition)
          LEFT JOIN ledger_entries e
-           ON e.topic = $1 AND e.sku = p.sku AND e.log_offset = p.log_offset",
+           ON e.topic = $1 AND e.sku = p.sku AND e.log_offset = p.log_offset
+          AND (p.partition IS NULL OR e.partition = p.partition)
+          AND e.result NOT IN ('INVALID', 'MISROUTED')",
     )
     .bind(topic)
     .bind(&names)
     .bind(&offsets)
+    .bind(&partitions)
     .fetch_all(pool)
     .await?;
     let archived: HashMap<String, (Option<i64>, Option<i64>)> =
         rows.into_iter().map(|(sku, a, t)| (sku, (a, t))).collect();
-    for (sku, (available, total, offset)) in skus.iter().zip(states) {
+    for (sku, (available, total, offset, _)) in skus.iter().zip(states) {
         let show = |v: Option<i64>| v.map_or("missing".to_owned(), |v| v.to_string());
         let mut differ = |field, redis: String, archive: String| {
             report.differences.push(Difference {
@@ -142,7 +153,7 @@ async fn check_archived_skus_exist(
     loop {
         let skus: Vec<(String, i64)> = sqlx::query_as(
             "SELECT sku, count(*) FROM ledger_entries
-             WHERE topic = $1 AND result <> 'INVALID' AND sku > $2
+             WHERE topic = $1 AND result NOT IN ('INVALID', 'MISROUTED') AND sku > $2
              GROUP BY sku ORDER BY sku LIMIT $3",
         )
         .bind(topic)
