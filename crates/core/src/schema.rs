@@ -181,17 +181,9 @@ impl Normaliser {
                 quoted(&name, out);
                 Ok(())
             }
-            J::Array(branches) => {
-                out.push('[');
-                for (i, branch) in branches.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    self.write(branch, namespace, out)?;
-                }
-                out.push(']');
-                Ok(())
-            }
+            J::Array(branches) => list(branches, out, |branch, out| {
+                self.write(branch, namespace, out)
+            }),
             J::Object(map) => {
                 let kind = match map.get("type") {
                     Some(J::String(kind)) => kind.as_str(),
@@ -261,17 +253,14 @@ impl Normaliser {
                     .get("symbols")
                     .and_then(J::as_array)
                     .ok_or_else(|| SchemaError(format!("enum {full} without \"symbols\"")))?;
-                out.push_str(",\"symbols\":[");
-                for (i, symbol) in symbols.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
+                out.push_str(",\"symbols\":");
+                list(symbols, out, |symbol, out| {
                     let symbol = symbol.as_str().ok_or_else(|| {
                         SchemaError(format!("enum {full}: a symbol not a string"))
                     })?;
                     quoted(symbol, out);
-                }
-                out.push(']');
+                    Ok(())
+                })?;
             }
             "fixed" => {
                 let size = match map.get("size") {
@@ -287,11 +276,8 @@ impl Normaliser {
                     .get("fields")
                     .and_then(J::as_array)
                     .ok_or_else(|| SchemaError(format!("record {full} without \"fields\"")))?;
-                out.push_str(",\"fields\":[");
-                for (i, field) in fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
+                out.push_str(",\"fields\":");
+                list(fields, out, |field, out| {
                     let field_name = field.get("name").and_then(J::as_str).ok_or_else(|| {
                         SchemaError(format!("record {full}: a field without a name"))
                     })?;
@@ -303,13 +289,30 @@ impl Normaliser {
                     out.push_str(",\"type\":");
                     self.write(field_type, &inner_namespace, out)?;
                     out.push('}');
-                }
-                out.push(']');
+                    Ok(())
+                })?;
             }
         }
         out.push('}');
         Ok(())
     }
+}
+
+/// Writes `items` as a JSON array, each by `each`.
+fn list(
+    items: &[J],
+    out: &mut String,
+    mut each: impl FnMut(&J, &mut String) -> Result<(), SchemaError>,
+) -> Result<(), SchemaError> {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        each(item, out)?;
+    }
+    out.push(']');
+    Ok(())
 }
 
 /// A name made full: names with a dot already are; others take `namespace`.
