@@ -118,6 +118,14 @@ pub enum ApplierError {
     Projection(#[from] ProjectionError),
     #[error("reading the group's committed offsets: {0}")]
     Offsets(#[from] crate::log::LogError),
+    /// The command topic's partition count decides which partition each
+    /// SKU lives on; without it nothing can be applied.
+    #[error("reading the partitions of {topic}: {source}")]
+    Partitions {
+        topic: String,
+        #[source]
+        source: crate::log::LogError,
+    },
     /// The prefix holds the fold of another topic; applying this one onto it
     /// would mix two ledgers.
     #[error(
@@ -186,6 +194,15 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
             Ok(())
         }
     }
+}
+
+async fn partition_count(config: &ApplierConfig) -> Result<i32, ApplierError> {
+    crate::log::partition_count(&config.kafka, &config.topic)
+        .await
+        .map_err(|source| ApplierError::Partitions {
+            topic: config.topic.clone(),
+            source,
+        })
 }
 
 /// What the applier publishes for a record.
@@ -312,7 +329,7 @@ impl Applier {
             .await?
             .guarded();
         check_marker(&config, &projection).await?;
-        let partitions = crate::log::partition_count(&config.kafka, &config.topic).await?;
+        let partitions = partition_count(&config).await?;
         Ok(Self {
             config,
             partitions,
@@ -429,9 +446,7 @@ impl Applier {
             .find(|&p| p >= self.partitions)
         {
             // Partitions were added since the count was read.
-            self.partitions = crate::log::partition_count(&self.config.kafka, &self.config.topic)
-                .await?
-                .max(beyond + 1);
+            self.partitions = partition_count(&self.config).await?.max(beyond + 1);
             warn!(
                 partitions = self.partitions,
                 "the command topic has more partitions than at start"
