@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
+use stockledger_client::OutcomeReader;
 use stockledger_core::RestockMode;
-use stockledger_producer::OutcomeReader;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
 

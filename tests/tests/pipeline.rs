@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use rdkafka::message::Headers;
+use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_archiver::query::{self, HistoryOf};
-use stockledger_consumer::applier::DLQ_REASON_HEADER;
+use stockledger_client::producer::ProducerError;
+use stockledger_client::OutcomeReader;
 use stockledger_core::{RestockMode, ResultCode};
-use stockledger_producer::producer::ProducerError;
-use stockledger_producer::OutcomeReader;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{reset_group_offsets, wait_until, Harness};
 

@@ -2,9 +2,9 @@
 
 use std::future::pending;
 
-use stockledger_consumer::replay::{replay, ReplayConfig};
+use stockledger_applier::replay::{replay, ReplayConfig};
+use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_producer::LedgerProducer;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{traffic, wait_until, Harness};
 
@@ -182,8 +182,8 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
 
     assert_eq!(full_report.records, before + after);
     assert_eq!(tail_report.records, after, "only the tail is read");
-    let full = stockledger_consumer::Projection::new(redis.clone(), full_prefix);
-    let tail = stockledger_consumer::Projection::new(redis.clone(), tail_prefix);
+    let full = stockledger_applier::Projection::new(redis.clone(), full_prefix);
+    let tail = stockledger_applier::Projection::new(redis.clone(), tail_prefix);
     for sku in SKUS {
         let mut f = full.read_sku(sku).await?.expect("full replay has the sku");
         let mut t = tail
@@ -215,8 +215,8 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     use std::time::Duration;
     use stockledger_archiver::compact::compact;
     use stockledger_archiver::reconcile::reconcile;
+    use stockledger_client::OutcomeReader;
     use stockledger_core::ResultCode;
-    use stockledger_producer::OutcomeReader;
 
     let h = Harness::new("compact", 1).await?;
     let applier = h.start_applier();

@@ -19,7 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use stockledger_core::codec;
 use stockledger_core::Outcome;
-use stockledger_producer::{redact_url, KafkaConfig};
+use stockledger_io::{redact_url, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -95,7 +95,7 @@ pub async fn run(
     config: ArchiverConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ArchiverStats, ArchiverError> {
-    let mut stop = stockledger_consumer::stop::stop_flag(shutdown);
+    let mut stop = stockledger_io::stop::stop_flag(shutdown);
     info!(config = ?config, "starting the archiver");
     let pool = crate::connect(&config.database_url, 2)
         .await

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stockledger_consumer::projection::COMPACT_LUA;
+use stockledger_applier::projection::COMPACT_LUA;
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_producer::RedisConn;
+use stockledger_io::RedisConn;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompactReport {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use sqlx::PgPool;
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_producer::RedisConn;
+use stockledger_io::RedisConn;
 
 /// One disagreement between Redis and the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use rdkafka::error::KafkaError;
 use sqlx::PgPool;
-use stockledger_consumer::log::{self, LogError};
 use stockledger_core::keys::{self, SkuKeys};
-use stockledger_producer::{KafkaConfig, RedisConn};
+use stockledger_io::topic::{self, LogError};
+use stockledger_io::{KafkaConfig, RedisConn};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -47,7 +47,7 @@ pub async fn committed_offsets(
     group: &str,
     topic: &str,
 ) -> Result<HashMap<i32, i64>, SnapshotError> {
-    log::committed_offsets(kafka, group, topic)
+    topic::committed_offsets(kafka, group, topic)
         .await
         .map_err(|e| match e {
             LogError::Kafka(k) => SnapshotError::Kafka(k),

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt};
-use stockledger_consumer::log::committed_offsets;
-use stockledger_consumer::replay::ReplayConfig;
+use stockledger_applier::replay::ReplayConfig;
+use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_producer::admin::{create_topics, TopicSpec};
-use stockledger_producer::LedgerProducer;
+use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::topic::committed_offsets;
 use tokio::sync::oneshot;
 
 use crate::Global;
@@ -363,7 +363,7 @@ enum Applier {
     Task {
         stop: oneshot::Sender<()>,
         task: tokio::task::JoinHandle<
-            Result<stockledger_consumer::ApplierStats, stockledger_consumer::ApplierError>,
+            Result<stockledger_applier::ApplierStats, stockledger_applier::ApplierError>,
         >,
     },
     /// A `stockledger apply` process, so its memory can be read alone.
@@ -373,7 +373,7 @@ enum Applier {
 /// Topics, an applier and a producer for one scenario, with every SKU
 /// restocked and the restocks applied.
 struct Pipeline {
-    kafka: stockledger_producer::KafkaConfig,
+    kafka: stockledger_io::KafkaConfig,
     topic: String,
     outcomes_topic: String,
     group: String,
@@ -415,7 +415,7 @@ impl Pipeline {
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
         let applier = if in_process {
             let (stop, stopped) = oneshot::channel::<()>();
-            let task = tokio::spawn(stockledger_consumer::run(config, async {
+            let task = tokio::spawn(stockledger_applier::run(config, async {
                 let _ = stopped.await;
             }));
             Applier::Task { stop, task }
@@ -674,7 +674,7 @@ async fn latency(
 ) -> anyhow::Result<Measurement> {
     let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64, true).await?;
     let reader =
-        stockledger_producer::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
+        stockledger_client::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
     let mut timings = tokio::task::JoinSet::new();
     let started = Instant::now();
@@ -727,7 +727,7 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
     let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
     let started = Instant::now();
     let report =
-        stockledger_consumer::replay::replay(config, std::future::pending(), |_| {}).await?;
+        stockledger_applier::replay::replay(config, std::future::pending(), |_| {}).await?;
     Ok(Measurement {
         scenario: "replay",
         records: report.records,
@@ -934,7 +934,7 @@ async fn pg_rows(
 /// the baseline's `<run>:…` keys, and the archive's rows and progress for
 /// the run's `<run>.…` topics. Returns the keys and rows removed.
 async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Result<(usize, u64)> {
-    let conn = stockledger_producer::RedisConn::connect(&g.redis_url).await?;
+    let conn = stockledger_io::RedisConn::connect(&g.redis_url).await?;
     let mut removed = 0;
     for pattern in [format!("{}:{run_id}:*", g.prefix), format!("{run_id}:*")] {
         let keys = conn.scan_all(&pattern).await?;
@@ -947,7 +947,7 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
     // The run's topics are named `<run>.…`; the broker lists them, and
     // deleting by exact topic uses the archive's primary key.
     let topics =
-        stockledger_consumer::log::topics_starting_with(&g.kafka(), &format!("{run_id}.")).await?;
+        stockledger_io::topic::topics_starting_with(&g.kafka(), &format!("{run_id}.")).await?;
     let rows = sqlx::query("DELETE FROM ledger_entries WHERE topic = ANY($1)")
         .bind(&topics)
         .execute(pool)

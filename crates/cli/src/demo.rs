@@ -10,10 +10,10 @@ use futures::future::try_join_all;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_archiver::query;
-use stockledger_consumer::log;
+use stockledger_client::{LedgerProducer, OutcomeReader};
 use stockledger_core::{RestockMode, ResultCode};
-use stockledger_producer::admin::{create_topics, TopicSpec};
-use stockledger_producer::{LedgerProducer, OutcomeReader};
+use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::topic;
 use tokio::sync::oneshot;
 
 use crate::Global;
@@ -107,7 +107,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     archiver.page_wait = Duration::from_millis(20);
     let (stop_applier, applier_stopped) = oneshot::channel::<()>();
     let (stop_archiver, archiver_stopped) = oneshot::channel::<()>();
-    let applier_task = tokio::spawn(stockledger_consumer::run(applier, async {
+    let applier_task = tokio::spawn(stockledger_applier::run(applier, async {
         let _ = applier_stopped.await;
     }));
     let archiver_task = tokio::spawn(stockledger_archiver::run(archiver, async {
@@ -263,8 +263,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             .join(", ")
     );
 
-    let projection =
-        stockledger_consumer::Projection::connect(&g.redis_url, prefix.clone()).await?;
+    let projection = stockledger_applier::Projection::connect(&g.redis_url, prefix.clone()).await?;
     let state = projection.read_sku(HOT_SKU).await?;
     match &state {
         Some(s) => println!(
@@ -291,9 +290,10 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             lowest.map_or("none".into(), |l| l.to_string())
         ),
     );
-    let records = log::read_topic(&kafka, &topic, timeout).await?;
-    let reference = log::fold(&records, log::partition_count(&kafka, &topic).await?);
-    let mismatches = stockledger_consumer::check::compare(&projection, &reference).await?;
+    let records = topic::read_topic(&kafka, &topic, timeout).await?;
+    let reference =
+        stockledger_applier::check::fold(&records, topic::partition_count(&kafka, &topic).await?);
+    let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
     check(
         mismatches.is_empty(),
         format!(

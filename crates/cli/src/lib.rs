@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use stockledger_applier::{ApplierConfig, Projection};
 use stockledger_archiver::query::{self, HistoryOf};
 use stockledger_archiver::ArchiverConfig;
-use stockledger_consumer::{ApplierConfig, Projection};
+use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader, Receipt};
 use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku};
 use stockledger_core::RestockMode;
-use stockledger_producer::admin::{create_topics, TopicSpec};
-use stockledger_producer::kafka::parse_property;
-use stockledger_producer::{KafkaConfig, LedgerProducer, OutcomeReader, Receipt};
+use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::kafka::parse_property;
 
 /// An event-sourced stock ledger: Kafka log, Redis projection, PostgreSQL archive.
 #[derive(Debug, Parser)]
@@ -463,7 +463,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config.batch_size = args.batch_size.max(1);
             config.batch_wait = Duration::from_millis(args.batch_wait_ms);
             config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
-            let stats = stockledger_consumer::run(config, shutdown_signal()).await?;
+            let stats = stockledger_applier::run(config, shutdown_signal()).await?;
             println!(
                 "applied {} records ({} dead-lettered)",
                 stats.records, stats.dead_lettered
@@ -683,7 +683,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn replay(g: &Global, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     use std::io::{IsTerminal, Write};
-    use stockledger_consumer::replay::{ReplayConfig, SwapConfig};
+    use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 
     let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
     let mut config = ReplayConfig::new(
@@ -729,7 +729,7 @@ async fn replay(g: &Global, args: ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = std::time::Instant::now();
-    let report = stockledger_consumer::replay::replay(config, shutdown_signal(), |p| {
+    let report = stockledger_applier::replay::replay(config, shutdown_signal(), |p| {
         let line = format!(
             "replay {target}: {} records, {:.0}/s, lag {}{}",
             p.records,
@@ -780,7 +780,7 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
         .with_context(|| {
             format!(
                 "connecting to {}",
-                stockledger_producer::redact_url(&g.database_url)
+                stockledger_io::redact_url(&g.database_url)
             )
         })
 }

@@ -11,9 +11,9 @@ use std::time::Duration;
 use common::{spawn, terminate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use stockledger_consumer::log::committed_offsets;
-use stockledger_producer::producer::ProducerError;
-use stockledger_producer::{KafkaConfig, LedgerProducer};
+use stockledger_client::producer::ProducerError;
+use stockledger_client::{KafkaConfig, LedgerProducer};
+use stockledger_io::topic::committed_offsets;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::services::{signal_broker, start_own_broker};
@@ -360,7 +360,7 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
         .map(|r| {
             r.headers
                 .iter()
-                .find(|(k, _)| k == stockledger_consumer::applier::DLQ_REASON_HEADER)
+                .find(|(k, _)| k == stockledger_applier::applier::DLQ_REASON_HEADER)
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
                 .unwrap_or_default()
         })

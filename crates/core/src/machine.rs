@@ -1,6 +1,6 @@
 //! The reference state machine: the one definition of what each command does.
 //!
-//! The applier's Lua script (`crates/consumer/lua/apply.lua`) implements the
+//! The applier's Lua script (`crates/applier/lua/apply.lua`) implements the
 //! same rules inside Redis; every reason string below appears there too, and
 //! the differential tests hold the two to the same outcomes and state.
 //!

@@ -5,13 +5,13 @@ use std::time::Duration;
 use anyhow::Context;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
+use stockledger_applier::replay::{ReplayConfig, SwapConfig};
+use stockledger_applier::{ApplierConfig, ApplierStats, Projection};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
-use stockledger_consumer::log::{self, LogRecord};
-use stockledger_consumer::replay::{ReplayConfig, SwapConfig};
-use stockledger_consumer::{ApplierConfig, ApplierStats, Projection};
-use stockledger_producer::admin::{create_topics, TopicSpec};
-use stockledger_producer::producer::CONTRACT_SETTINGS;
-use stockledger_producer::{KafkaConfig, LedgerProducer};
+use stockledger_client::producer::CONTRACT_SETTINGS;
+use stockledger_client::{KafkaConfig, LedgerProducer};
+use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::topic::{self, LogRecord};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -149,7 +149,7 @@ impl Harness {
                 .with_context(|| {
                     format!(
                         "connecting to Redis at {}",
-                        stockledger_producer::redact_url(&redis_url)
+                        stockledger_io::redact_url(&redis_url)
                     )
                 })?,
             pool,
@@ -197,7 +197,7 @@ impl Harness {
 
     pub fn start_applier_with(&self, config: ApplierConfig) -> Component<ApplierStats> {
         Component::spawn(|stopped| {
-            stockledger_consumer::run(config, async {
+            stockledger_applier::run(config, async {
                 let _ = stopped.await;
             })
         })
@@ -263,7 +263,7 @@ impl Harness {
 
     /// Every record of a topic, read to its current end.
     pub async fn read(&self, topic: &str) -> anyhow::Result<Vec<LogRecord>> {
-        Ok(log::read_topic(&self.kafka, topic, CATCH_UP).await?)
+        Ok(topic::read_topic(&self.kafka, topic, CATCH_UP).await?)
     }
 
     /// Appends raw bytes to the command topic (for garbage and hand-made
@@ -294,14 +294,14 @@ impl Harness {
     /// The reference fold of the command topic as it is now.
     pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::Ledger> {
         let records = self.read(&self.ns.topic).await?;
-        let partitions = log::partition_count(&self.kafka, &self.ns.topic).await?;
-        Ok(log::fold(&records, partitions))
+        let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
+        Ok(stockledger_applier::check::fold(&records, partitions))
     }
 
     /// Fails unless Redis holds exactly the reference fold of the log.
     pub async fn assert_projection_matches_log(&self) -> anyhow::Result<()> {
         let reference = self.fold_log().await?;
-        let mismatches = stockledger_consumer::check::compare(&self.projection, &reference).await?;
+        let mismatches = stockledger_applier::check::compare(&self.projection, &reference).await?;
         anyhow::ensure!(
             mismatches.is_empty(),
             "Redis differs from the reference fold of the log: {mismatches:#?}"
@@ -351,7 +351,7 @@ impl Harness {
 /// `kafka-consumer-groups --reset-offsets --to-earliest` does. The group
 /// must have no active member.
 pub async fn reset_group_offsets(
-    kafka: &stockledger_producer::KafkaConfig,
+    kafka: &stockledger_io::KafkaConfig,
     group: &str,
     topic: &str,
     partitions: i32,

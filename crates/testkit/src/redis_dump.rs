@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use stockledger_producer::RedisConn;
+use stockledger_io::RedisConn;
 
 /// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
 /// name without the prefix, so two prefixes can be compared byte for byte.

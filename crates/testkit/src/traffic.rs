@@ -1,7 +1,7 @@
 //! Order traffic for end-to-end and fault tests.
 
+use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_producer::LedgerProducer;
 
 /// Sets every SKU's stock to `units`; returns the records sent.
 pub async fn restock_all(

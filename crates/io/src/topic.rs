@@ -1,5 +1,5 @@
-//! Reading a whole topic to its current end, and
-//! folding the command log through the reference state machine.
+//! Reading a whole topic to its current end, its partitions, and a
+//! consumer group's committed offsets.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -8,11 +8,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use stockledger_core::Ledger;
-use stockledger_producer::KafkaConfig;
 
+use crate::kafka::KafkaConfig;
 use crate::lag::LagContext;
-use crate::record::interpret;
 
 /// One record as read from the log.
 #[derive(Debug, Clone)]
@@ -190,17 +188,4 @@ fn read_topic_blocking(
     }
     records.sort_by_key(|r| (r.partition, r.offset));
     Ok(records)
-}
-
-/// Folds command records of a topic with `partitions` partitions through
-/// the reference state machine, skipping those that are not valid commands
-/// (the applier dead-letters them).
-pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
-    let mut ledger = Ledger::new(partitions);
-    for record in records {
-        if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
-            ledger.apply(record.partition, record.offset, &command);
-        }
-    }
-    ledger
 }

@@ -11,7 +11,7 @@ use stockledger_core::{
     RestockMode, Rollback, Sku, ValidationError,
 };
 
-use crate::kafka::KafkaConfig;
+use stockledger_io::kafka::KafkaConfig;
 
 /// Settings the contract depends on: retries never reorder or duplicate
 /// (idempotent producer, all in-sync replicas), and every client, in any

@@ -12,13 +12,14 @@ use rdkafka::types::RDKafkaErrorCode;
 /// Keeps the records left to read on `topic` (high watermark of the last
 /// fetch minus the next offset to hand out, over the assigned partitions)
 /// in `lag`, updated every `statistics.interval.ms`.
-pub(crate) struct LagContext {
+#[derive(Debug)]
+pub struct LagContext {
     topic: String,
     lag: Arc<AtomicI64>,
 }
 
 impl LagContext {
-    pub(crate) fn new(topic: &str, lag: Arc<AtomicI64>) -> Self {
+    pub fn new(topic: &str, lag: Arc<AtomicI64>) -> Self {
         Self {
             topic: topic.to_owned(),
             lag,

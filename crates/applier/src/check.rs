@@ -1,10 +1,26 @@
-//! Comparing the Redis projection with the reference fold of the log.
+//! The reference fold of the command log, and comparing the Redis
+//! projection with it.
 
 use std::fmt;
 
 use stockledger_core::{Ledger, SkuState};
+use stockledger_io::topic::LogRecord;
 
 use crate::projection::{Projection, ProjectionError};
+use crate::record::interpret;
+
+/// Folds command records of a topic with `partitions` partitions through
+/// the reference state machine, skipping those that are not valid commands
+/// (the applier dead-letters them).
+pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
+    let mut ledger = Ledger::new(partitions);
+    for record in records {
+        if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
+            ledger.apply(record.partition, record.offset, &command);
+        }
+    }
+    ledger
+}
 
 /// One SKU whose Redis state differs from the reference.
 #[derive(Debug, Clone, PartialEq, Eq)]

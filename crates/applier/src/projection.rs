@@ -8,7 +8,7 @@ use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::keys::{self, SkuKeys};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, OrderEntry, Placement, SkuState};
-use stockledger_producer::RedisConn;
+use stockledger_io::RedisConn;
 
 /// The script that applies records; see the file for its contract.
 pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");

@@ -49,7 +49,7 @@ impl fmt::Debug for RedisConn {
 
 /// The `redis://` URLs in `url`: one, or the comma-separated seed nodes of
 /// a cluster.
-pub(crate) fn seed_urls(url: &str) -> Vec<&str> {
+pub fn seed_urls(url: &str) -> Vec<&str> {
     url.split(',')
         .map(str::trim)
         .filter(|u| !u.is_empty())

@@ -20,13 +20,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::keys::SkuKeys;
-use stockledger_producer::KafkaConfig;
+use stockledger_io::KafkaConfig;
 use tracing::info;
 
-use crate::lag::LagContext;
-use crate::log::partitions_of;
 use crate::projection::{Batch, Projection, ProjectionError};
 use crate::record::interpret;
+use stockledger_io::lag::LagContext;
+use stockledger_io::topic::partitions_of;
 
 /// The script that swaps one SKU's rebuilt keys in; see the file.
 pub const SWAP_LUA: &str = include_str!("../lua/swap.lua");
@@ -133,7 +133,7 @@ pub async fn replay(
     shutdown: impl Future<Output = ()> + Send + 'static,
     mut on_progress: impl FnMut(&ReplayProgress) + Send,
 ) -> Result<ReplayReport, ReplayError> {
-    let mut stop = crate::stop::stop_flag(shutdown);
+    let mut stop = stockledger_io::stop::stop_flag(shutdown);
     let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
     let existing = target.skus().await?.len();
     if existing > 0 && config.require_empty_target {

@@ -27,16 +27,16 @@ use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
+use stockledger_client::producer::CONTRACT_SETTINGS;
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
-use stockledger_producer::producer::CONTRACT_SETTINGS;
-use stockledger_producer::{redact_url, KafkaConfig};
+use stockledger_io::{redact_url, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::lag::LagContext;
 use crate::projection::{Batch, Projection, ProjectionError, Run};
 use crate::record::{interpret, key_text};
+use stockledger_io::lag::LagContext;
 
 /// Header of a dead-lettered record: why it was refused.
 pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
@@ -117,14 +117,14 @@ pub enum ApplierError {
     #[error("Redis projection: {0}")]
     Projection(#[from] ProjectionError),
     #[error("reading the group's committed offsets: {0}")]
-    Offsets(#[from] crate::log::LogError),
+    Offsets(#[from] stockledger_io::topic::LogError),
     /// The command topic's partition count decides which partition each
     /// SKU lives on; without it nothing can be applied.
     #[error("reading the partitions of {topic}: {source}")]
     Partitions {
         topic: String,
         #[source]
-        source: crate::log::LogError,
+        source: stockledger_io::topic::LogError,
     },
     /// The prefix holds the fold of another topic; applying this one onto it
     /// would mix two ledgers.
@@ -180,9 +180,12 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
             topic: config.topic.clone(),
         }),
         None => {
-            let committed =
-                crate::log::committed_offsets(&config.kafka, &config.group_id, &config.topic)
-                    .await?;
+            let committed = stockledger_io::topic::committed_offsets(
+                &config.kafka,
+                &config.group_id,
+                &config.topic,
+            )
+            .await?;
             if committed.values().any(|&offset| offset > 0) {
                 return Err(ProjectionError::StateLost {
                     prefix: config.prefix.clone(),
@@ -197,7 +200,7 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
 }
 
 async fn partition_count(config: &ApplierConfig) -> Result<i32, ApplierError> {
-    crate::log::partition_count(&config.kafka, &config.topic)
+    stockledger_io::topic::partition_count(&config.kafka, &config.topic)
         .await
         .map_err(|source| ApplierError::Partitions {
             topic: config.topic.clone(),
@@ -261,7 +264,7 @@ pub async fn run(
     config: ApplierConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ApplierStats, ApplierError> {
-    let stop = crate::stop::stop_flag(shutdown);
+    let stop = stockledger_io::stop::stop_flag(shutdown);
     Applier::start(config, stop).await?.run().await
 }
 

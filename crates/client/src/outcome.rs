@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::producer::Receipt;
-use crate::redis_conn::{seed_urls, RedisConn};
+use stockledger_io::redis_conn::{seed_urls, RedisConn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutcomeError {
