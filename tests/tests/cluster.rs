@@ -5,12 +5,12 @@
 use std::future::pending;
 
 use stockledger_applier::replay::replay;
-use stockledger_applier::Projection;
 use stockledger_archiver::reconcile::reconcile;
 use stockledger_archiver::snapshot;
-use stockledger_core::keys::SkuKeys;
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::RedisConn;
+use stockledger_projection::keys::SkuKeys;
+use stockledger_projection::Projection;
 use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, hashes_under};

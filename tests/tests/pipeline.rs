@@ -123,7 +123,7 @@ async fn the_applier_announces_offsets_only_once_their_decisions_are_readable() 
         .get_async_pubsub()
         .await?;
     announcements
-        .subscribe(stockledger_core::keys::applied_channel(&h.ns.prefix))
+        .subscribe(stockledger_projection::keys::applied_channel(&h.ns.prefix))
         .await?;
     let mut announcements = announcements.into_on_message();
     let applier = h.start_applier();
@@ -150,7 +150,7 @@ async fn the_applier_announces_offsets_only_once_their_decisions_are_readable() 
             .map_err(|_| anyhow::anyhow!("{uncovered} commands not announced in {CATCH_UP:?}"))?
             .ok_or_else(|| anyhow::anyhow!("the subscription ended"))?;
         let payload: String = message.get_payload()?;
-        let (topic, announced) = stockledger_core::keys::decode_applied(&payload)
+        let (topic, announced) = stockledger_projection::keys::decode_applied(&payload)
             .ok_or_else(|| anyhow::anyhow!("unreadable announcement {payload:?}"))?;
         assert_eq!(topic, h.ns.topic);
         for (partition, offset) in announced {

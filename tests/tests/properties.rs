@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use stockledger_applier::projection::{Batch, Projection};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode};
 use stockledger_io::RedisConn;
+use stockledger_projection::{Batch, Projection};
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::services::redis_url;
 use stockledger_testkit::workload::{cases, scenario, Scenario, PARTITIONS, SKUS};

@@ -86,7 +86,7 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
     use stockledger_archiver::reconcile::reconcile;
-    use stockledger_core::keys::SkuKeys;
+    use stockledger_projection::keys::SkuKeys;
 
     let h = Harness::new("reconcile", 2).await?;
     let applier = h.start_applier();
@@ -182,8 +182,8 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
 
     assert_eq!(full_report.records, before + after);
     assert_eq!(tail_report.records, after, "only the tail is read");
-    let full = stockledger_applier::Projection::new(redis.clone(), full_prefix);
-    let tail = stockledger_applier::Projection::new(redis.clone(), tail_prefix);
+    let full = stockledger_projection::Projection::new(redis.clone(), full_prefix);
+    let tail = stockledger_projection::Projection::new(redis.clone(), tail_prefix);
     for sku in SKUS {
         let mut f = full.read_sku(sku).await?.expect("full replay has the sku");
         let mut t = tail

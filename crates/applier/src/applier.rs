@@ -27,16 +27,16 @@ use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
-use stockledger_client::producer::CONTRACT_SETTINGS;
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
+use stockledger_io::kafka::CONTRACT_SETTINGS;
 use stockledger_io::{redact_url, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::projection::{Batch, Projection, ProjectionError, Run};
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::LagContext;
+use stockledger_projection::{Batch, Projection, ProjectionError, Run};
 
 /// Header of a dead-lettered record: why it was refused.
 pub const DLQ_REASON_HEADER: &str = "stockledger.reason";

@@ -6,8 +6,8 @@ use std::fmt;
 use stockledger_core::{Ledger, SkuState};
 use stockledger_io::topic::LogRecord;
 
-use crate::projection::{Projection, ProjectionError};
 use crate::record::interpret;
+use stockledger_projection::{Projection, ProjectionError};
 
 /// Folds command records of a topic with `partitions` partitions through
 /// the reference state machine, skipping those that are not valid commands

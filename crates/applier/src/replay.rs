@@ -19,17 +19,13 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use stockledger_core::keys::SkuKeys;
 use stockledger_io::KafkaConfig;
 use tracing::info;
 
-use crate::projection::{Batch, Projection, ProjectionError};
 use crate::record::interpret;
 use stockledger_io::lag::LagContext;
 use stockledger_io::topic::partitions_of;
-
-/// The script that swaps one SKU's rebuilt keys in; see the file.
-pub const SWAP_LUA: &str = include_str!("../lua/swap.lua");
+use stockledger_projection::{Batch, Projection, ProjectionError};
 
 #[derive(Debug, Clone)]
 pub struct SwapConfig {
@@ -221,16 +217,13 @@ pub async fn replay(
         let Some(swap) = &config.swap else { break };
         // Swap what is at least as far along as the live state; keep reading
         // for the SKUs the applier has moved past.
-        let behind = swap_pass(&config, swap, &target, &mut swapped).await?;
+        let behind = swap_pass(swap, &target, &mut swapped).await?;
         if behind == 0 {
             // Every SKU is in: the live prefix is a whole fold of the log
             // again (this re-marks a Redis that had lost its state).
             let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
             live.mark(&config.topic).await?;
-            let _: () = redis::cmd("DEL")
-                .arg(target.marker_key())
-                .query_async(&mut target.connection())
-                .await?;
+            target.unmark().await?;
             break;
         }
         info!(
@@ -288,33 +281,16 @@ async fn apply(
 /// Swaps every rebuilt SKU that is not behind its live state; returns how
 /// many are behind.
 async fn swap_pass(
-    config: &ReplayConfig,
     swap: &SwapConfig,
     target: &Projection,
     swapped: &mut HashSet<String>,
 ) -> Result<usize, ReplayError> {
-    let script = redis::Script::new(SWAP_LUA);
-    let mut conn = target.connection();
     let mut behind = 0;
     for sku in target.skus().await? {
-        let live = SkuKeys::new(&swap.live_prefix, &sku);
-        let rebuilt = SkuKeys::new(&config.target_prefix, &sku);
-        let old = SkuKeys::new(
-            swap.old_prefix.as_deref().unwrap_or(&config.target_prefix),
-            &sku,
-        );
-        let mut invocation = script.prepare_invoke();
-        for key in live
-            .as_array()
-            .into_iter()
-            .chain(rebuilt.as_array())
-            .chain(old.as_array())
+        if target
+            .swap_into(&sku, &swap.live_prefix, swap.old_prefix.as_deref())
+            .await?
         {
-            invocation.key(key);
-        }
-        invocation.arg(if swap.old_prefix.is_none() { "1" } else { "0" });
-        let done: i64 = invocation.invoke_async(&mut conn).await?;
-        if done == 1 {
             swapped.insert(sku);
         } else {
             behind += 1;

@@ -15,9 +15,8 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stockledger_applier::projection::COMPACT_LUA;
-use stockledger_core::keys::{self, SkuKeys};
 use stockledger_io::RedisConn;
+use stockledger_projection::{Projection, ProjectionError};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompactReport {
@@ -28,8 +27,8 @@ pub struct CompactReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompactError {
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    #[error("Redis projection: {0}")]
+    Projection(#[from] ProjectionError),
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -44,17 +43,10 @@ pub async fn compact(
     retention: Duration,
     page_size: usize,
 ) -> Result<CompactReport, CompactError> {
-    let script = redis::Script::new(COMPACT_LUA);
+    let projection = Projection::new(redis.clone(), prefix);
     let mut report = CompactReport::default();
-    let mut scan = redis
-        .scan(&keys::stock_key_pattern(prefix), page_size)
-        .await?;
-    while let Some(page) = scan.next_page().await? {
-        let skus: Vec<String> = page
-            .iter()
-            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
-            .map(str::to_owned)
-            .collect();
+    let mut pages = projection.sku_pages(page_size).await?;
+    while let Some(skus) = pages.next_page().await? {
         report.skus_checked += skus.len() as u64;
         // Offsets of records decided on the SKU's own partition only: an
         // invalid or misrouted record keyed by the SKU may sit on another
@@ -72,13 +64,7 @@ pub async fn compact(
         .fetch_all(pool)
         .await?;
         for (sku, cutoff) in cutoffs {
-            let k = SkuKeys::new(prefix, &sku);
-            let (orders, decisions): (u64, u64) = script
-                .key(k.orders)
-                .key(k.decisions)
-                .arg(cutoff)
-                .invoke_async(&mut redis.clone())
-                .await?;
+            let (orders, decisions) = projection.prune(&sku, cutoff).await?;
             report.orders_removed += orders;
             report.decisions_removed += decisions;
         }

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use sqlx::PgPool;
-use stockledger_core::keys::{self, SkuKeys};
 use stockledger_io::RedisConn;
+use stockledger_projection::{Projection, ProjectionError};
 
 /// One disagreement between Redis and the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +31,8 @@ pub struct ReconcileReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    #[error("Redis projection: {0}")]
+    Projection(#[from] ProjectionError),
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -46,52 +46,31 @@ pub async fn reconcile(
     topic: &str,
     page_size: usize,
 ) -> Result<ReconcileReport, ReconcileError> {
+    let projection = Projection::new(redis.clone(), prefix);
     let mut report = ReconcileReport::default();
-    let mut scan = redis
-        .scan(&keys::stock_key_pattern(prefix), page_size)
-        .await?;
-    while let Some(page) = scan.next_page().await? {
-        let skus: Vec<&str> = page
-            .iter()
-            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
-            .collect();
-        check_page(redis, prefix, pool, topic, &skus, &mut report).await?;
+    let mut pages = projection.sku_pages(page_size).await?;
+    while let Some(skus) = pages.next_page().await? {
+        check_page(&projection, pool, topic, &skus, &mut report).await?;
     }
-    check_archived_skus_exist(redis, prefix, pool, topic, page_size, &mut report).await?;
+    check_archived_skus_exist(&projection, pool, topic, page_size, &mut report).await?;
     Ok(report)
 }
 
-/// A stock hash's available, total, offset and partition, each if present.
-type StockFields = (Option<i64>, Option<i64>, Option<i64>, Option<i32>);
-
 async fn check_page(
-    redis: &RedisConn,
-    prefix: &str,
+    projection: &Projection,
     pool: &PgPool,
     topic: &str,
-    skus: &[&str],
+    skus: &[String],
     report: &mut ReconcileReport,
 ) -> Result<(), ReconcileError> {
     if skus.is_empty() {
         return Ok(());
     }
-    let reads: Vec<redis::Cmd> = skus
-        .iter()
-        .map(|sku| {
-            let mut cmd = redis::cmd("HMGET");
-            cmd.arg(SkuKeys::new(prefix, sku).stock)
-                .arg("available")
-                .arg("total")
-                .arg("offset")
-                .arg("partition");
-            cmd
-        })
-        .collect();
-    let states: Vec<StockFields> = redis.query_each(reads).await?;
+    let names: Vec<&str> = skus.iter().map(String::as_str).collect();
+    let states = projection.stock(&names).await?;
     report.skus_checked += skus.len() as u64;
-    let offsets: Vec<i64> = states.iter().map(|s| s.2.unwrap_or(-1)).collect();
-    let partitions: Vec<Option<i32>> = states.iter().map(|s| s.3).collect();
-    let names: Vec<String> = skus.iter().map(|s| (*s).to_owned()).collect();
+    let offsets: Vec<i64> = states.iter().map(|s| s.map_or(-1, |s| s.offset)).collect();
+    let partitions: Vec<Option<i32>> = states.iter().map(|s| s.and_then(|s| s.partition)).collect();
     // The row of the record the state was last changed by: on the SKU's own
     // partition (a state from before partitions were recorded names none),
     // never a record of the SKU refused as misrouted at the same offset.
@@ -104,25 +83,30 @@ async fn check_page(
           AND e.result NOT IN ('INVALID', 'MISROUTED')",
     )
     .bind(topic)
-    .bind(&names)
+    .bind(skus)
     .bind(&offsets)
     .bind(&partitions)
     .fetch_all(pool)
     .await?;
     let archived: HashMap<String, (Option<i64>, Option<i64>)> =
         rows.into_iter().map(|(sku, a, t)| (sku, (a, t))).collect();
-    for (sku, (available, total, offset, _)) in skus.iter().zip(states) {
+    for (sku, state) in skus.iter().zip(states) {
         let show = |v: Option<i64>| v.map_or("missing".to_owned(), |v| v.to_string());
+        let (available, total, offset) = (
+            state.map(|s| s.available),
+            state.map(|s| s.total),
+            state.map(|s| s.offset),
+        );
         let mut differ = |field, redis: String, archive: String| {
             report.differences.push(Difference {
-                sku: (*sku).to_owned(),
+                sku: sku.clone(),
                 field,
                 redis,
                 archive,
                 offset,
             })
         };
-        match archived.get(*sku) {
+        match archived.get(sku) {
             Some((Some(a), Some(t))) => {
                 if available != Some(*a) {
                     differ("available", show(available), a.to_string());
@@ -142,8 +126,7 @@ async fn check_page(
 }
 
 async fn check_archived_skus_exist(
-    redis: &RedisConn,
-    prefix: &str,
+    projection: &Projection,
     pool: &PgPool,
     topic: &str,
     page_size: usize,
@@ -165,13 +148,10 @@ async fn check_archived_skus_exist(
             return Ok(());
         };
         after = last.clone();
-        let probes: Vec<redis::Cmd> = skus
-            .iter()
-            .map(|(sku, _)| redis::Cmd::exists(SkuKeys::new(prefix, sku).stock))
-            .collect();
-        let exists: Vec<bool> = redis.query_each(probes).await?;
-        for ((sku, rows), exists) in skus.into_iter().zip(exists) {
-            if !exists {
+        let names: Vec<&str> = skus.iter().map(|(sku, _)| sku.as_str()).collect();
+        let states = projection.stock(&names).await?;
+        for ((sku, rows), state) in skus.into_iter().zip(states) {
+            if state.is_none() {
                 report.differences.push(Difference {
                     sku,
                     field: "presence",

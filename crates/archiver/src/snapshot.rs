@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use rdkafka::error::KafkaError;
 use sqlx::PgPool;
-use stockledger_core::keys::{self, SkuKeys};
 use stockledger_io::topic::{self, LogError};
 use stockledger_io::{KafkaConfig, RedisConn};
+use stockledger_projection::{Projection, ProjectionError, SkuExport, Stock};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -27,8 +27,8 @@ pub struct Snapshot {
 pub enum SnapshotError {
     #[error("Kafka: {0}")]
     Kafka(#[from] KafkaError),
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    #[error("Redis projection: {0}")]
+    Projection(#[from] ProjectionError),
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
     #[error("unreadable state of sku {sku} in snapshot {snapshot}: {problem}")]
@@ -82,18 +82,12 @@ pub async fn take(
     .execute(pool)
     .await?;
 
-    let mut scan = redis
-        .scan(&keys::stock_key_pattern(prefix), page_size)
-        .await?;
+    let projection = Projection::new(redis.clone(), prefix);
+    let mut pages = projection.sku_pages(page_size).await?;
     let mut total = 0i64;
-    while let Some(page) = scan.next_page().await? {
-        let mut skus: Vec<&str> = page
-            .iter()
-            .filter_map(|k| keys::sku_of_stock_key(prefix, k))
-            .collect();
-        skus.sort_unstable();
-        skus.dedup();
-        total += write_page(pool, redis, prefix, id, &skus).await?;
+    while let Some(skus) = pages.next_page().await? {
+        let names: Vec<&str> = skus.iter().map(String::as_str).collect();
+        total += write_page(pool, &projection.export(&names).await?, id).await?;
     }
     sqlx::query("UPDATE snapshots SET skus = $2, complete = true WHERE id = $1")
         .bind(id)
@@ -124,51 +118,24 @@ struct Columns {
     adjustments: Vec<String>,
 }
 
-async fn write_page(
-    pool: &PgPool,
-    redis: &RedisConn,
-    prefix: &str,
-    id: i64,
-    skus: &[&str],
-) -> Result<i64, SnapshotError> {
-    if skus.is_empty() {
+async fn write_page(pool: &PgPool, states: &[SkuExport], id: i64) -> Result<i64, SnapshotError> {
+    if states.is_empty() {
         return Ok(0);
     }
-    // Each SKU's three hashes are read together, in one MULTI.
-    let reads: Vec<Vec<redis::Cmd>> = skus
-        .iter()
-        .map(|sku| {
-            let k = SkuKeys::new(prefix, sku);
-            vec![
-                redis::Cmd::hgetall(k.stock),
-                redis::Cmd::hgetall(k.orders),
-                redis::Cmd::hgetall(k.adjustments),
-            ]
-        })
-        .collect();
-    let hashes: Vec<(Hash, Hash, Hash)> = redis.transact_each(reads).await?;
     let mut columns = Columns::default();
-    for (sku, (stock, orders, adjustments)) in skus.iter().zip(&hashes) {
-        let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
-        let (Some(available), Some(total), Some(offset)) =
-            (number("available"), number("total"), number("offset"))
-        else {
-            continue; // gone since the scan saw it
-        };
-        columns.sku.push((*sku).to_owned());
-        columns
-            .partition
-            .push(stock.get("partition").and_then(|v| v.parse().ok()));
-        columns.last_offset.push(offset);
-        columns.available.push(available);
-        columns.total.push(total);
+    for state in states {
+        columns.sku.push(state.sku.clone());
+        columns.partition.push(state.stock.partition);
+        columns.last_offset.push(state.stock.offset);
+        columns.available.push(state.stock.available);
+        columns.total.push(state.stock.total);
         // Maps of strings always serialize.
         columns
             .orders
-            .push(serde_json::to_string(orders).unwrap_or_default());
+            .push(serde_json::to_string(&state.orders).unwrap_or_default());
         columns
             .adjustments
-            .push(serde_json::to_string(adjustments).unwrap_or_default());
+            .push(serde_json::to_string(&state.adjustments).unwrap_or_default());
     }
     sqlx::query(
         "INSERT INTO snapshot_skus (snapshot_id, sku, partition, last_offset, available, total, orders, adjustments)
@@ -222,6 +189,7 @@ pub async fn restore(
     prefix: &str,
     page_size: usize,
 ) -> Result<u64, SnapshotError> {
+    let projection = Projection::new(redis.clone(), prefix);
     let mut after = String::new();
     let mut written = 0;
     loop {
@@ -238,35 +206,29 @@ pub async fn restore(
             return Ok(written);
         };
         after = last.0.clone();
-        let mut writes: Vec<redis::Cmd> = Vec::new();
-        for (sku, partition, offset, available, total, orders, adjustments) in &rows {
+        let mut states = Vec::with_capacity(rows.len());
+        for (sku, partition, offset, available, total, orders, adjustments) in rows {
             let corrupt = |problem: String| SnapshotError::Corrupt {
                 snapshot: snapshot.id,
                 sku: sku.clone(),
                 problem,
             };
-            let orders: Hash = serde_json::from_str(orders).map_err(|e| corrupt(e.to_string()))?;
+            let orders: Hash = serde_json::from_str(&orders).map_err(|e| corrupt(e.to_string()))?;
             let adjustments: Hash =
-                serde_json::from_str(adjustments).map_err(|e| corrupt(e.to_string()))?;
-            let k = SkuKeys::new(prefix, sku);
-            // The field order of the apply script, so a restored hash is
-            // laid out as a replayed one.
-            let mut stock = vec![("available", *available), ("total", *total)];
-            if let Some(partition) = partition {
-                stock.push(("partition", i64::from(*partition)));
-            }
-            stock.push(("offset", *offset));
-            writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
-            if !orders.is_empty() {
-                let orders: Vec<_> = orders.into_iter().collect();
-                writes.push(redis::Cmd::hset_multiple(&k.orders, &orders));
-            }
-            if !adjustments.is_empty() {
-                let adjustments: Vec<_> = adjustments.into_iter().collect();
-                writes.push(redis::Cmd::hset_multiple(&k.adjustments, &adjustments));
-            }
-            written += 1;
+                serde_json::from_str(&adjustments).map_err(|e| corrupt(e.to_string()))?;
+            states.push(SkuExport {
+                stock: Stock {
+                    available,
+                    total,
+                    offset,
+                    partition,
+                },
+                sku,
+                orders,
+                adjustments,
+            });
         }
-        let _: Vec<redis::Value> = redis.query_each(writes).await?;
+        written += states.len() as u64;
+        projection.restore(&states).await?;
     }
 }

@@ -263,7 +263,8 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             .join(", ")
     );
 
-    let projection = stockledger_applier::Projection::connect(&g.redis_url, prefix.clone()).await?;
+    let projection =
+        stockledger_projection::Projection::connect(&g.redis_url, prefix.clone()).await?;
     let state = projection.read_sku(HOT_SKU).await?;
     match &state {
         Some(s) => println!(

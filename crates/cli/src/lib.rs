@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use stockledger_applier::{ApplierConfig, Projection};
+use stockledger_applier::ApplierConfig;
 use stockledger_archiver::query::{self, HistoryOf};
 use stockledger_archiver::ArchiverConfig;
 use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader, Receipt};
@@ -21,6 +21,7 @@ use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku};
 use stockledger_core::RestockMode;
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::kafka::parse_property;
+use stockledger_projection::Projection;
 
 /// An event-sourced stock ledger: Kafka log, Redis projection, PostgreSQL archive.
 #[derive(Debug, Parser)]

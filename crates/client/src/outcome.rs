@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use stockledger_core::keys::{self, SkuKeys};
-use stockledger_core::machine::misrouted;
 use stockledger_core::{Decision, LogPosition};
+use stockledger_projection::keys;
+use stockledger_projection::{Projection, ProjectionError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
@@ -43,15 +43,14 @@ const ANNOUNCED_FALLBACK: Duration = Duration::from_millis(50);
 /// Reads decisions from the Redis projection. Cheap to clone.
 #[derive(Clone)]
 pub struct OutcomeReader {
-    redis: RedisConn,
-    prefix: String,
+    projection: Projection,
     applied: Arc<Applied>,
 }
 
 impl std::fmt::Debug for OutcomeReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OutcomeReader")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.projection.prefix())
             .finish_non_exhaustive()
     }
 }
@@ -65,44 +64,26 @@ impl OutcomeReader {
         let prefix = prefix.into();
         let applied = Applied::listen(redis_url, &prefix);
         Ok(Self {
-            redis,
-            prefix,
+            projection: Projection::new(redis, prefix),
             applied,
         })
     }
 
     /// The decision for `receipt`, if the applier has taken it. A record on
     /// another partition than the one its SKU's state was built on is
-    /// answered `MISROUTED` at once: the applier decides it so whenever it
-    /// reaches it, and its offset must not be looked up among that
-    /// partition's decisions. (A misrouted record of a SKU with no state yet
-    /// leaves nothing in Redis; its decision is on the outcomes topic.)
+    /// answered `MISROUTED` at once (see [`Projection::decision`]).
     pub async fn decision(&self, receipt: &Receipt) -> Result<Option<Decision>, OutcomeError> {
-        let keys = SkuKeys::new(&self.prefix, receipt.sku.as_str());
-        let partition = receipt.position.partition;
-        let (owner, stored): (Option<String>, Option<String>) = redis::pipe()
-            .hget(&keys.stock, "partition")
-            .hget(&keys.decisions, receipt.position.offset)
-            .query_async(&mut self.redis.clone())
-            .await?;
-        match owner.map(|o| o.parse::<i32>()) {
-            Some(Ok(owner)) if owner != partition => return Ok(Some(misrouted(partition, owner))),
-            Some(Err(_)) => {
-                return Err(OutcomeError::Corrupt {
-                    position: receipt.position.clone(),
-                    stored: format!("{}: a partition that is not a number", keys.stock),
-                })
-            }
-            _ => {}
-        }
-        stored
-            .map(|s| {
-                Decision::from_compact(&s).ok_or_else(|| OutcomeError::Corrupt {
-                    position: receipt.position.clone(),
-                    stored: s,
-                })
+        let position = &receipt.position;
+        self.projection
+            .decision(receipt.sku.as_str(), position.partition, position.offset)
+            .await
+            .map_err(|e| match e {
+                ProjectionError::Redis(e) => OutcomeError::Redis(e),
+                other => OutcomeError::Corrupt {
+                    position: position.clone(),
+                    stored: other.to_string(),
+                },
             })
-            .transpose()
     }
 
     /// Waits up to `timeout` for the decision on `receipt`. Wakes when the

@@ -11,16 +11,7 @@ use stockledger_core::{
     RestockMode, Rollback, Sku, ValidationError,
 };
 
-use stockledger_io::kafka::KafkaConfig;
-
-/// Settings the contract depends on: retries never reorder or duplicate
-/// (idempotent producer, all in-sync replicas), and every client, in any
-/// language, routes a SKU to the same partition (Java's murmur2 partitioner).
-pub const CONTRACT_SETTINGS: [(&str, &str); 3] = [
-    ("enable.idempotence", "true"),
-    ("acks", "all"),
-    ("partitioner", "murmur2_random"),
-];
+use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
 
 /// Defaults tuned for many small records; each may be overridden.
 const TUNABLE_DEFAULTS: [(&str, &str); 3] = [

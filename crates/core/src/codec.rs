@@ -531,6 +531,22 @@ mod tests {
         }
     }
 
+    fn decision(
+        result: ResultCode,
+        delta: i64,
+        available: i64,
+        total: i64,
+        reason: Option<&str>,
+    ) -> Decision {
+        Decision {
+            result,
+            delta,
+            available,
+            total,
+            reason: reason.map(str::to_owned),
+        }
+    }
+
     fn bodies() -> Vec<CommandBody> {
         vec![
             CommandBody::Deduct(Deduct {
@@ -570,7 +586,7 @@ mod tests {
                 partition: 3,
                 offset: 99,
             };
-            let decision = Decision::from_compact("APPLIED|-3|5|10|").unwrap();
+            let decision = decision(ResultCode::Applied, -3, 5, 10, None);
             let o = Outcome::for_command(position.clone(), &c, decision);
             assert_eq!(decode_outcome(&encode_outcome(&o).unwrap()).unwrap(), o);
             let bad = Outcome::invalid(position, "k", "garbage".into(), 7);
@@ -680,7 +696,13 @@ mod tests {
             offset: 99,
         };
         let c = command(bodies().remove(0));
-        let decision = Decision::from_compact("DUPLICATE|0|5|10|order already deducted").unwrap();
+        let decision = decision(
+            ResultCode::Duplicate,
+            0,
+            5,
+            10,
+            Some("order already deducted"),
+        );
         let o = Outcome::for_command(position, &c, decision);
         let current = encode_outcome(&o).unwrap();
         let v1 = schema::versions(Subject::Outcome).next().unwrap();
@@ -699,8 +721,13 @@ mod tests {
             partition: 1,
             offset: 7,
         };
-        let decision =
-            Decision::from_compact("MISROUTED|0|0|0|sku on the wrong partition").unwrap();
+        let decision = decision(
+            ResultCode::Misrouted,
+            0,
+            0,
+            0,
+            Some("sku on the wrong partition"),
+        );
         let o = Outcome::for_command(position, &c, decision);
         let bytes = encode_outcome(&o).unwrap();
         assert_eq!(decode_outcome(&bytes).unwrap(), o);

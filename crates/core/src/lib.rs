@@ -11,7 +11,6 @@
 //!   must decide exactly what [`machine::SkuState::apply`] decides.
 //! - [`partition`]: which partition a SKU's commands belong on (the
 //!   Java clients' murmur2 partitioner).
-//! - [`keys`]: the Redis key layout (SKU as hash tag).
 //! - [`schema`]: the released schema versions (`schemas/history/`) and
 //!   their fingerprints by the Avro specification's canonical form.
 //! - [`codec`]: Avro single-object encoding of commands and outcomes: the
@@ -20,7 +19,6 @@
 pub mod codec;
 pub mod command;
 pub mod ids;
-pub mod keys;
 pub mod machine;
 pub mod outcome;
 pub mod partition;

@@ -1,6 +1,6 @@
 //! The reference state machine: the one definition of what each command does.
 //!
-//! The applier's Lua script (`crates/applier/lua/apply.lua`) implements the
+//! The applier's Lua script (`crates/projection/lua/apply.lua`) implements the
 //! same rules inside Redis; every reason string below appears there too, and
 //! the differential tests hold the two to the same outcomes and state.
 //!
@@ -28,24 +28,6 @@ pub enum OrderStatus {
 }
 
 impl OrderStatus {
-    /// One-letter code used in Redis.
-    pub fn code(self) -> char {
-        match self {
-            Self::Deducted => 'D',
-            Self::RolledBack => 'R',
-            Self::Cancelled => 'C',
-        }
-    }
-
-    pub fn from_code(c: char) -> Option<Self> {
-        match c {
-            'D' => Some(Self::Deducted),
-            'R' => Some(Self::RolledBack),
-            'C' => Some(Self::Cancelled),
-            _ => None,
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Deducted => "DEDUCTED",
@@ -63,32 +45,6 @@ pub struct OrderEntry {
     pub quantity: i64,
     /// Offset of the record that last changed this entry.
     pub offset: i64,
-}
-
-impl OrderEntry {
-    /// The form stored in Redis: `D|quantity|offset`.
-    pub fn to_compact(&self) -> String {
-        format!("{}|{}|{}", self.status.code(), self.quantity, self.offset)
-    }
-
-    pub fn from_compact(s: &str) -> Option<Self> {
-        let mut parts = s.split('|');
-        let mut code = parts.next()?.chars();
-        let status = OrderStatus::from_code(code.next()?)?;
-        if code.next().is_some() {
-            return None;
-        }
-        let quantity = parts.next()?.parse().ok()?;
-        let offset = parts.next()?.parse().ok()?;
-        if parts.next().is_some() {
-            return None;
-        }
-        Some(Self {
-            status,
-            quantity,
-            offset,
-        })
-    }
 }
 
 /// Where a record was read, and where its SKU belongs.
@@ -539,19 +495,6 @@ mod tests {
             ResultCode::Applied
         );
         assert_eq!(s, after);
-    }
-
-    #[test]
-    fn order_entries_round_trip_their_compact_form() {
-        let e = OrderEntry {
-            status: OrderStatus::Cancelled,
-            quantity: 0,
-            offset: 42,
-        };
-        assert_eq!(e.to_compact(), "C|0|42");
-        assert_eq!(OrderEntry::from_compact("C|0|42"), Some(e));
-        assert_eq!(OrderEntry::from_compact("X|0|42"), None);
-        assert_eq!(OrderEntry::from_compact("D|1|2|3"), None);
     }
 
     #[test]

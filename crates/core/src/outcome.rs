@@ -94,39 +94,6 @@ pub struct Decision {
     pub reason: Option<String>,
 }
 
-impl Decision {
-    /// The compact form stored in Redis and returned by the Lua script:
-    /// `RESULT|delta|available|total|reason` (reason may be empty and is last,
-    /// so it may itself contain `|`).
-    pub fn to_compact(&self) -> String {
-        format!(
-            "{}|{}|{}|{}|{}",
-            self.result,
-            self.delta,
-            self.available,
-            self.total,
-            self.reason.as_deref().unwrap_or("")
-        )
-    }
-
-    /// Parses [`Decision::to_compact`]'s form; `None` if it is not one.
-    pub fn from_compact(s: &str) -> Option<Self> {
-        let mut parts = s.splitn(5, '|');
-        let result = ResultCode::parse(parts.next()?)?;
-        let delta = parts.next()?.parse().ok()?;
-        let available = parts.next()?.parse().ok()?;
-        let total = parts.next()?.parse().ok()?;
-        let reason = parts.next()?;
-        Some(Self {
-            result,
-            delta,
-            available,
-            total,
-            reason: (!reason.is_empty()).then(|| reason.to_owned()),
-        })
-    }
-}
-
 /// The message published on the outcomes topic for one command record and
 /// archived as one row keyed by `position`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,22 +177,5 @@ mod tests {
             .collect();
         let ours: Vec<&str> = ResultCode::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(symbols, ours);
-    }
-
-    #[test]
-    fn compact_decision_round_trips_including_pipes_in_the_reason() {
-        let d = Decision {
-            result: ResultCode::RejectedRestock,
-            delta: -3,
-            available: 7,
-            total: 10,
-            reason: Some("a|b".into()),
-        };
-        assert_eq!(d.to_compact(), "REJECTED_RESTOCK|-3|7|10|a|b");
-        assert_eq!(Decision::from_compact(&d.to_compact()), Some(d));
-        let plain = Decision::from_compact("APPLIED|-1|0|5|").unwrap();
-        assert_eq!(plain.reason, None);
-        assert_eq!(Decision::from_compact("NOPE|1|1|1|"), None);
-        assert_eq!(Decision::from_compact("APPLIED|x|1|1|"), None);
     }
 }

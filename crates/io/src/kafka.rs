@@ -81,6 +81,15 @@ pub fn parse_property(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Settings the contract depends on: retries never reorder or duplicate
+/// (idempotent producer, all in-sync replicas), and every client, in any
+/// language, routes a SKU to the same partition (Java's murmur2 partitioner).
+pub const CONTRACT_SETTINGS: [(&str, &str); 3] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("partitioner", "murmur2_random"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! One connection to the Redis holding the projection: a single server or a
 //! Redis Cluster, chosen by the URL.
 //!
-//! Every key of one SKU shares a hash slot (see `stockledger_core::keys`),
+//! Every key of one SKU shares a hash slot (see `stockledger_projection::keys`),
 //! so whatever the ledger does to one SKU works the same on both. What
 //! differs is how many SKUs one request may touch: a single Redis takes a
 //! whole batch in one pipeline, a cluster refuses a pipeline that spans

@@ -6,12 +6,13 @@ use anyhow::Context;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
 use stockledger_applier::replay::{ReplayConfig, SwapConfig};
-use stockledger_applier::{ApplierConfig, ApplierStats, Projection};
+use stockledger_applier::{ApplierConfig, ApplierStats};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
-use stockledger_client::producer::CONTRACT_SETTINGS;
 use stockledger_client::{KafkaConfig, LedgerProducer};
 use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::kafka::CONTRACT_SETTINGS;
 use stockledger_io::topic::{self, LogRecord};
+use stockledger_projection::Projection;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -226,7 +227,7 @@ impl Harness {
             .iter()
             .map(|sku| {
                 redis::Cmd::hlen(
-                    stockledger_core::keys::SkuKeys::new(&self.ns.prefix, sku).decisions,
+                    stockledger_projection::keys::SkuKeys::new(&self.ns.prefix, sku).decisions,
                 )
             })
             .collect();

@@ -1,20 +1,25 @@
-//! The Redis projection: applying runs of records with the Lua script and
-//! reading SKU state back.
+//! One prefix of the projection: every read and write of a SKU's state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use redis::{ErrorKind, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
-use stockledger_core::keys::{self, SkuKeys};
-use stockledger_core::partition::home_partition;
-use stockledger_core::{Command, CommandBody, Decision, OrderEntry, Placement, SkuState};
-use stockledger_io::RedisConn;
+use stockledger_core::machine::misrouted;
+use stockledger_core::{CommandBody, Decision, SkuState};
+use stockledger_io::{KeyScan, RedisConn};
+
+use crate::batch::Run;
+use crate::encoding::{decode_decision, decode_order, AVAILABLE, OFFSET, PARTITION, TOTAL};
+use crate::keys::{self, SkuKeys};
 
 /// The script that applies records; see the file for its contract.
-pub const APPLY_LUA: &str = include_str!("../lua/apply.lua");
+const APPLY_LUA: &str = include_str!("../lua/apply.lua");
 
 /// The script that prunes archived history of one SKU; see the file.
-pub const COMPACT_LUA: &str = include_str!("../lua/compact.lua");
+const COMPACT_LUA: &str = include_str!("../lua/compact.lua");
+
+/// The script that swaps one SKU's rebuilt keys in; see the file.
+const SWAP_LUA: &str = include_str!("../lua/swap.lua");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
@@ -57,64 +62,6 @@ impl ProjectionError {
             }
             _ => false,
         }
-    }
-}
-
-/// Consecutive records of one SKU on one partition to apply in one script
-/// call, in log order.
-#[derive(Debug)]
-pub struct Run<'a> {
-    pub sku: &'a str,
-    /// Where the records are, and where the SKU belongs.
-    pub at: Placement,
-    pub records: Vec<(i64, &'a CommandBody)>,
-}
-
-/// The runs of one batch: records grouped by (partition, SKU), log order
-/// kept within each group. Only per-SKU order matters and a SKU lives in one
-/// partition, so this is the fewest script calls that keep the contract.
-#[derive(Debug, Default)]
-pub struct Batch<'a> {
-    pub runs: Vec<Run<'a>>,
-    /// For each record given to [`Batch::group`], its (run, index in run).
-    pub slots: Vec<(usize, usize)>,
-}
-
-impl<'a> Batch<'a> {
-    /// Groups `(partition, offset, command)` records of a topic with
-    /// `partitions` partitions, in delivery order.
-    pub fn group(
-        records: impl IntoIterator<Item = (i32, i64, &'a Command)>,
-        partitions: i32,
-    ) -> Self {
-        let mut batch = Batch::default();
-        let mut run_of: HashMap<(i32, &'a str), usize> = HashMap::new();
-        for (partition, offset, command) in records {
-            let sku = command.sku.as_str();
-            let runs = &mut batch.runs;
-            let r = *run_of.entry((partition, sku)).or_insert_with(|| {
-                runs.push(Run {
-                    sku,
-                    at: Placement {
-                        partition,
-                        home: home_partition(sku.as_bytes(), partitions),
-                    },
-                    records: Vec::new(),
-                });
-                runs.len() - 1
-            });
-            batch.slots.push((r, batch.runs[r].records.len()));
-            batch.runs[r].records.push((offset, &command.body));
-        }
-        batch
-    }
-
-    /// Arranges per-run decisions back into the order records were given.
-    pub fn in_record_order(&self, decisions: &[Vec<Decision>]) -> Vec<Decision> {
-        self.slots
-            .iter()
-            .map(|&(r, k)| decisions[r][k].clone())
-            .collect()
     }
 }
 
@@ -260,7 +207,7 @@ impl Projection {
                 reply
                     .into_iter()
                     .map(|s| {
-                        Decision::from_compact(&s).ok_or_else(|| ProjectionError::Corrupt {
+                        decode_decision(&s).ok_or_else(|| ProjectionError::Corrupt {
                             key: SkuKeys::new(&self.prefix, run.sku).decisions,
                             value: s,
                         })
@@ -308,20 +255,19 @@ impl Projection {
             let value = stock.get(field).map(String::as_str).unwrap_or("");
             value.parse().map_err(|_| corrupt(&keys.stock, value))
         };
-        let partition = match stock.get("partition") {
+        let partition = match stock.get(PARTITION) {
             None => None, // written before partitions were recorded
             Some(p) => Some(p.parse().map_err(|_| corrupt(&keys.stock, p))?),
         };
         let mut state = SkuState {
-            available: number("available")?,
-            total: number("total")?,
+            available: number(AVAILABLE)?,
+            total: number(TOTAL)?,
             partition,
-            last_offset: Some(number("offset")?),
+            last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
         for (order, value) in orders {
-            let entry =
-                OrderEntry::from_compact(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+            let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
             state.orders.insert(order, entry);
         }
         for (adjustment, value) in adjustments {
@@ -335,7 +281,7 @@ impl Projection {
                 .parse()
                 .map_err(|_| corrupt(&keys.decisions, &offset))?;
             let decision =
-                Decision::from_compact(&value).ok_or_else(|| corrupt(&keys.decisions, &value))?;
+                decode_decision(&value).ok_or_else(|| corrupt(&keys.decisions, &value))?;
             state.decisions.insert(offset, decision);
         }
         Ok(Some(state))
@@ -354,6 +300,255 @@ impl Projection {
             .map(str::to_owned)
             .collect())
     }
+
+    /// The SKUs with state under this prefix, a page of about `page_size`
+    /// at a time (by `SCAN`), for walks that must stay bounded in memory.
+    pub async fn sku_pages(&self, page_size: usize) -> Result<SkuPages, ProjectionError> {
+        let scan = self
+            .redis
+            .scan(&keys::stock_key_pattern(&self.prefix), page_size)
+            .await?;
+        Ok(SkuPages {
+            scan,
+            prefix: self.prefix.clone(),
+        })
+    }
+
+    /// Removes the marker (a rebuilt prefix that was swapped in whole).
+    pub async fn unmark(&self) -> Result<(), ProjectionError> {
+        let _: () = redis::cmd("DEL")
+            .arg(self.marker_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The decision taken for the record at `partition`/`offset` of `sku`,
+    /// if the applier has taken it. A record on another partition than the
+    /// one `sku`'s state was built on is answered `MISROUTED`: the applier
+    /// decides it so whenever it reaches it, and its offset must not be
+    /// looked up among that partition's decisions. (A misrouted record of a
+    /// SKU with no state yet leaves nothing in Redis: `None`.)
+    pub async fn decision(
+        &self,
+        sku: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Option<Decision>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let (owner, stored): (Option<String>, Option<String>) = redis::pipe()
+            .hget(&keys.stock, PARTITION)
+            .hget(&keys.decisions, offset)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        if let Some(owner) = owner {
+            let owner: i32 = owner.parse().map_err(|_| ProjectionError::Corrupt {
+                key: keys.stock.clone(),
+                value: owner,
+            })?;
+            if owner != partition {
+                return Ok(Some(misrouted(partition, owner)));
+            }
+        }
+        stored
+            .map(|s| {
+                decode_decision(&s).ok_or(ProjectionError::Corrupt {
+                    key: keys.decisions,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// The stock fields of each of `skus` (`None` for a SKU with no state),
+    /// in one round trip per node.
+    pub async fn stock(&self, skus: &[&str]) -> Result<Vec<Option<Stock>>, ProjectionError> {
+        let reads: Vec<redis::Cmd> = skus
+            .iter()
+            .map(|sku| {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(SkuKeys::new(&self.prefix, sku).stock)
+                    .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION]);
+                cmd
+            })
+            .collect();
+        type Fields = (Option<i64>, Option<i64>, Option<i64>, Option<i32>);
+        let rows: Vec<Fields> = self.redis.query_each(reads).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| match row {
+                (Some(available), Some(total), Some(offset), partition) => Some(Stock {
+                    available,
+                    total,
+                    offset,
+                    partition,
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The state of each of `skus` in its stored forms, each SKU's hashes
+    /// read together (one `MULTI`), for a snapshot. SKUs gone since they
+    /// were listed are left out.
+    pub async fn export(&self, skus: &[&str]) -> Result<Vec<SkuExport>, ProjectionError> {
+        type Hash = BTreeMap<String, String>;
+        let reads: Vec<Vec<redis::Cmd>> = skus
+            .iter()
+            .map(|sku| {
+                let k = SkuKeys::new(&self.prefix, sku);
+                vec![
+                    redis::Cmd::hgetall(k.stock),
+                    redis::Cmd::hgetall(k.orders),
+                    redis::Cmd::hgetall(k.adjustments),
+                ]
+            })
+            .collect();
+        let hashes: Vec<(Hash, Hash, Hash)> = self.redis.transact_each(reads).await?;
+        Ok(skus
+            .iter()
+            .zip(hashes)
+            .filter_map(|(sku, (stock, orders, adjustments))| {
+                let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
+                Some(SkuExport {
+                    sku: (*sku).to_owned(),
+                    stock: Stock {
+                        available: number(AVAILABLE)?,
+                        total: number(TOTAL)?,
+                        offset: number(OFFSET)?,
+                        partition: stock.get(PARTITION).and_then(|v| v.parse().ok()),
+                    },
+                    orders,
+                    adjustments,
+                })
+            })
+            .collect())
+    }
+
+    /// Writes exported states under this prefix (a restore from a
+    /// snapshot), laid out as the apply script lays them out.
+    pub async fn restore(&self, states: &[SkuExport]) -> Result<(), ProjectionError> {
+        let mut writes: Vec<redis::Cmd> = Vec::new();
+        for state in states {
+            let k = SkuKeys::new(&self.prefix, &state.sku);
+            // The field order of the apply script, so a restored hash is
+            // laid out as a replayed one.
+            let mut stock = vec![
+                (AVAILABLE, state.stock.available),
+                (TOTAL, state.stock.total),
+            ];
+            if let Some(partition) = state.stock.partition {
+                stock.push((PARTITION, i64::from(partition)));
+            }
+            stock.push((OFFSET, state.stock.offset));
+            writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
+            if !state.orders.is_empty() {
+                let orders: Vec<_> = state.orders.iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.orders, &orders));
+            }
+            if !state.adjustments.is_empty() {
+                let adjustments: Vec<_> = state.adjustments.iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.adjustments, &adjustments));
+            }
+        }
+        let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
+        Ok(())
+    }
+
+    /// Prunes `sku`'s history at or below `cutoff` (see `lua/compact.lua`):
+    /// returns (orders removed, decisions removed).
+    pub async fn prune(&self, sku: &str, cutoff: i64) -> Result<(u64, u64), ProjectionError> {
+        let k = SkuKeys::new(&self.prefix, sku);
+        Ok(redis::Script::new(COMPACT_LUA)
+            .key(k.orders)
+            .key(k.decisions)
+            .arg(cutoff)
+            .invoke_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    /// Swaps `sku`'s state under this (rebuilt) prefix in for its state
+    /// under `live`, atomically, unless the rebuilt state is behind the live
+    /// one; the replaced keys go under `old`, or are deleted when `None`.
+    /// Whether it was swapped.
+    pub async fn swap_into(
+        &self,
+        sku: &str,
+        live: &str,
+        old: Option<&str>,
+    ) -> Result<bool, ProjectionError> {
+        let live_keys = SkuKeys::new(live, sku);
+        let rebuilt = SkuKeys::new(&self.prefix, sku);
+        let old_keys = SkuKeys::new(old.unwrap_or(&self.prefix), sku);
+        let script = redis::Script::new(SWAP_LUA);
+        let mut invocation = script.prepare_invoke();
+        for key in live_keys
+            .as_array()
+            .into_iter()
+            .chain(rebuilt.as_array())
+            .chain(old_keys.as_array())
+        {
+            invocation.key(key);
+        }
+        invocation.arg(if old.is_none() { "1" } else { "0" });
+        let done: i64 = invocation.invoke_async(&mut self.redis.clone()).await?;
+        Ok(done == 1)
+    }
+}
+
+/// A walk over the SKUs of a prefix, a page at a time.
+pub struct SkuPages {
+    scan: KeyScan,
+    prefix: String,
+}
+
+impl std::fmt::Debug for SkuPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkuPages")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SkuPages {
+    /// The next page of SKUs (sorted, without repeats), `None` at the end.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<String>>, ProjectionError> {
+        let Some(page) = self.scan.next_page().await? else {
+            return Ok(None);
+        };
+        let mut skus: Vec<String> = page
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
+            .map(str::to_owned)
+            .collect();
+        skus.sort_unstable();
+        skus.dedup();
+        Ok(Some(skus))
+    }
+}
+
+/// A SKU's stock hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stock {
+    pub available: i64,
+    pub total: i64,
+    /// The last offset applied.
+    pub offset: i64,
+    /// The partition whose records built the state (`None` when written
+    /// before partitions were recorded).
+    pub partition: Option<i32>,
+}
+
+/// A SKU's state in its stored forms (orders and adjustments as the
+/// hashes hold them), as a snapshot keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkuExport {
+    pub sku: String,
+    pub stock: Stock,
+    /// Order id -> the order's encoded entry.
+    pub orders: BTreeMap<String, String>,
+    /// Adjustment id -> the offset that applied it.
+    pub adjustments: BTreeMap<String, String>,
 }
 
 /// The script's per-record arguments: kind, id, quantity, mode.
