@@ -40,7 +40,7 @@ use crate::Global;
 const ROLLBACK_EVERY: u64 = 10;
 
 /// The seed-001 script used by the `redis-lua-direct` baseline.
-const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
+const SEED_DEDUCT_LUA: &str = include_str!("../../lua/seed_deduct.lua");
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

@@ -1,0 +1,39 @@
+//! `stockledger archive`: run the archiver until Ctrl-C or SIGTERM.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+
+use crate::{archiver_config, shutdown_signal, Global};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Consumer group of the archivers.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_ARCHIVER_GROUP",
+        default_value = "stockledger-archiver"
+    )]
+    pub group: String,
+    /// Most outcomes written in one transaction (bounds memory).
+    #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 1000)]
+    pub page_size: usize,
+    /// Milliseconds a page waits to fill after its first outcome.
+    #[arg(long, env = "STOCKLEDGER_PAGE_WAIT_MS", default_value_t = 100)]
+    pub page_wait_ms: u64,
+    /// Seconds between progress logs.
+    #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
+    pub stats_interval_s: u64,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = archiver_config(g);
+    config.group_id = args.group;
+    config.page_size = args.page_size.max(1);
+    config.page_wait = Duration::from_millis(args.page_wait_ms);
+    config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
+    let stats = stockledger_archiver::run(config, shutdown_signal()).await?;
+    println!("archived {} outcomes in {} pages", stats.rows, stats.pages);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,43 @@
+//! `stockledger compact`: prune archived history older than a window from Redis.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use stockledger_projection::Projection;
+
+use crate::{connect_archive, Global};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Keep history whose records occurred within this many days.
+    #[arg(long, env = "STOCKLEDGER_RETENTION_DAYS", default_value_t = 7.0)]
+    pub retention_days: f64,
+    /// SKUs handled per page (bounds memory).
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.retention_days.is_finite() && args.retention_days >= 0.0,
+        "--retention-days must be a number of days, 0 or more"
+    );
+    let pool = connect_archive(g, 2).await?;
+    let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+    let retention = Duration::from_secs_f64(args.retention_days * 86_400.0);
+    let report = stockledger_archiver::compact::compact(
+        &projection.connection(),
+        &g.prefix,
+        &pool,
+        &g.topic,
+        retention,
+        args.page_size.max(1),
+    )
+    .await?;
+    println!(
+        "checked {} SKUs: removed {} finished orders and {} decisions older than {} days",
+        report.skus_checked, report.orders_removed, report.decisions_removed, args.retention_days
+    );
+    Ok(ExitCode::SUCCESS)
+}

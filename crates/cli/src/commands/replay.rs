@@ -1,0 +1,134 @@
+//! `stockledger replay`: rebuild the projection from the log (and swap it in).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use stockledger_projection::Projection;
+
+use crate::{connect_archive, shutdown_signal, Global};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The prefix to rebuild into; it must be empty [default: <prefix>:rebuild].
+    #[arg(long, value_name = "PREFIX")]
+    pub into: Option<String>,
+    /// Keep applying new records after reaching the end of the log.
+    #[arg(long, conflicts_with = "swap")]
+    pub follow: bool,
+    /// Once caught up, swap the rebuilt state in for the live prefix, SKU by
+    /// SKU and atomically; SKUs the live applier has moved past are caught
+    /// up first.
+    #[arg(long)]
+    pub swap: bool,
+    /// With --swap: where the replaced live keys are kept [default: <prefix>:replaced].
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        requires = "swap",
+        conflicts_with = "drop_old"
+    )]
+    pub old_prefix: Option<String>,
+    /// With --swap: delete the replaced live keys instead of keeping them.
+    #[arg(long, requires = "swap")]
+    pub drop_old: bool,
+    /// Start from the newest snapshot (see `stockledger snapshot`) and
+    /// replay only the records after it.
+    #[arg(long)]
+    pub from_snapshot: bool,
+    /// Records applied per script round trip.
+    #[arg(long, default_value_t = 5000)]
+    pub batch_size: usize,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    use stockledger_applier::replay::{ReplayConfig, SwapConfig};
+
+    let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
+    let mut config = ReplayConfig::new(
+        g.kafka(),
+        g.redis_url.clone(),
+        g.topic.clone(),
+        target.clone(),
+    );
+    config.follow = args.follow;
+    config.batch_size = args.batch_size.max(1);
+    if args.swap {
+        config.swap = Some(SwapConfig {
+            live_prefix: g.prefix.clone(),
+            old_prefix: (!args.drop_old).then(|| {
+                args.old_prefix
+                    .unwrap_or_else(|| format!("{}:replaced", g.prefix))
+            }),
+        });
+    }
+    if args.from_snapshot {
+        use stockledger_archiver::snapshot;
+        let target_projection = Projection::connect(&g.redis_url, target.clone()).await?;
+        let existing = target_projection.skus().await?.len();
+        anyhow::ensure!(
+            existing == 0,
+            "prefix {target} already holds {existing} SKUs; replay into an empty prefix"
+        );
+        let pool = connect_archive(g, 2).await?;
+        let Some(snap) = snapshot::latest(&pool, &g.topic).await? else {
+            anyhow::bail!(
+                "no complete snapshot of {}; take one with `stockledger snapshot`",
+                g.topic
+            );
+        };
+        let restored =
+            snapshot::restore(&pool, &snap, &target_projection.connection(), &target, 1000).await?;
+        eprintln!(
+            "restored snapshot {} ({restored} SKUs) into {target}",
+            snap.id
+        );
+        config.start = snap.start;
+        config.require_empty_target = false;
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let mut last_line = std::time::Instant::now();
+    let report = stockledger_applier::replay::replay(config, shutdown_signal(), |p| {
+        let line = format!(
+            "replay {target}: {} records, {:.0}/s, lag {}{}",
+            p.records,
+            p.rate(),
+            p.lag,
+            if p.caught_up { " (caught up)" } else { "" }
+        );
+        if terminal {
+            eprint!("\r{line}\x1b[K");
+            let _ = std::io::stderr().flush();
+        } else if last_line.elapsed() >= Duration::from_secs(2) {
+            eprintln!("{line}");
+            last_line = std::time::Instant::now();
+        }
+    })
+    .await?;
+    if terminal {
+        eprintln!();
+    }
+    println!(
+        "replayed {} records into {target}: {} SKUs{}",
+        report.records,
+        report.skus,
+        if args.swap {
+            format!(", {} swapped into {}", report.swapped, g.prefix)
+        } else {
+            String::new()
+        }
+    );
+    if !report.live_only.is_empty() {
+        println!(
+            "{} live SKUs have no record in the log and were left as they are: {}",
+            report.live_only.len(),
+            report.live_only.join(", ")
+        );
+    }
+    if report.interrupted {
+        println!("interrupted before the end; {target} is incomplete");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
