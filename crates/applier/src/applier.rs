@@ -30,9 +30,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
 use stockledger_io::kafka::CONTRACT_SETTINGS;
-use stockledger_io::{redact_url, KafkaConfig};
+use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, instrument, warn};
 
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::LagContext;
@@ -197,6 +197,31 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
             Ok(())
         }
     }
+}
+
+/// `partition:first..=last` for each partition of a batch, for the log.
+fn offset_ranges(items: &[Item]) -> String {
+    let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
+    for item in items {
+        let p = &item.position;
+        let range = ranges.entry(p.partition).or_insert((p.offset, p.offset));
+        *range = (range.0.min(p.offset), range.1.max(p.offset));
+    }
+    ranges
+        .iter()
+        .map(|(p, (first, last))| format!("{p}:{first}..={last}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `partition@next offset` of a commit, for the log.
+fn offset_list(offsets: &TopicPartitionList) -> String {
+    offsets
+        .elements()
+        .iter()
+        .map(|e| format!("{}@{:?}", e.partition(), e.offset()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 async fn partition_count(config: &ApplierConfig) -> Result<i32, ApplierError> {
@@ -427,6 +452,7 @@ impl Applier {
 
     /// Applies `batch` and sends its outcomes (and dead letters); `None`
     /// when asked to stop while Redis was unavailable (nothing sent).
+    #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = batch.len()))]
     async fn process(&mut self, batch: &[OwnedMessage]) -> Result<Option<InFlight>, ApplierError> {
         let items: Vec<Item> = batch
             .iter()
@@ -465,6 +491,11 @@ impl Applier {
         let Some(decisions) = self.apply_with_retry(&batch.runs).await? else {
             return Ok(None); // stopping: nothing published, nothing committed
         };
+        debug!(
+            runs = batch.runs.len(),
+            offsets = %offset_ranges(&items),
+            "applied to Redis"
+        );
         let mut next: HashMap<(&str, i32), i64> = HashMap::new();
         for item in &items {
             let entry = next
@@ -635,6 +666,11 @@ impl Applier {
         }
         self.stats.records += done.records as u64;
         self.stats.batches += 1;
+        debug!(
+            records = done.records,
+            committed = %offset_list(&offsets),
+            "outcomes delivered; offsets committed"
+        );
         Ok(())
     }
 
@@ -662,21 +698,13 @@ impl Applier {
         &self,
         runs: &[Run<'_>],
     ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ApplierError> {
-        let mut backoff = Duration::from_millis(100);
         let mut stop = self.stop.clone();
-        loop {
-            match self.projection.apply(runs).await {
-                Ok(decisions) => return Ok(Some(decisions)),
-                Err(e) if e.is_transient() => {
-                    warn!(error = %e, retry_in = ?backoff, "Redis unavailable; nothing committed, retrying");
-                    tokio::select! {
-                        _ = stop.wait_for(|s| *s) => return Ok(None),
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        Ok(retry::until_stopped(
+            || self.projection.apply(runs),
+            ProjectionError::is_transient,
+            |e, wait| warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying"),
+            &mut stop,
+        )
+        .await?)
     }
 }

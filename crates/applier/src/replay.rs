@@ -20,7 +20,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_io::KafkaConfig;
-use tracing::info;
+use tracing::{debug, info, instrument};
 
 use crate::record::interpret;
 use stockledger_io::lag::LagContext;
@@ -260,6 +260,7 @@ pub async fn replay(
 
 /// Applies the valid commands of `batch`, except for SKUs already swapped
 /// into the live prefix (the live applier owns them now).
+#[instrument(name = "replay_batch", skip_all, fields(records = batch.len()))]
 async fn apply(
     target: &Projection,
     batch: &[OwnedMessage],
@@ -275,6 +276,7 @@ async fn apply(
         .collect();
     let grouped = Batch::group(commands.iter().map(|(p, o, c)| (*p, *o, c)), partitions);
     target.apply(&grouped.runs).await?;
+    debug!(runs = grouped.runs.len(), "applied to the target prefix");
     Ok(())
 }
 

@@ -19,9 +19,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use stockledger_core::codec;
 use stockledger_core::Outcome;
-use stockledger_io::{redact_url, KafkaConfig};
+use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, instrument, warn};
 
 #[derive(Clone)]
 pub struct ArchiverConfig {
@@ -221,31 +221,27 @@ async fn write_page_with_retry(
     stats: &mut ArchiverStats,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<bool, ArchiverError> {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match write_page(pool, config, page, progress).await {
-            Ok(written) => {
-                stats.rows += written.rows;
-                stats.undecodable += written.undecodable;
-                stats.pages += 1;
-                for (partition, next) in written.next_offsets {
-                    progress.insert(partition, next);
-                }
-                return Ok(true);
-            }
-            Err(e) if is_transient(&e) => {
-                warn!(error = %e, retry_in = ?backoff, "PostgreSQL unavailable; progress not advanced, retrying");
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return Ok(false),
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e.into()),
-        }
+    let written = retry::until_stopped(
+        || write_page(pool, config, page, progress),
+        is_transient,
+        |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
+        stop,
+    )
+    .await?;
+    let Some(written) = written else {
+        return Ok(false);
+    };
+    stats.rows += written.rows;
+    stats.undecodable += written.undecodable;
+    stats.pages += 1;
+    for (partition, next) in written.next_offsets {
+        progress.insert(partition, next);
     }
+    Ok(true)
 }
 
+/// Whether PostgreSQL may answer if asked again (unreachable, restarting,
+/// a pool out of connections).
 fn is_transient(e: &sqlx::Error) -> bool {
     matches!(
         e,
@@ -259,8 +255,40 @@ struct Written {
     next_offsets: HashMap<i32, i64>,
 }
 
+/// What a page adds to the archive: its rows not archived yet, the next
+/// offset of each partition it covers, and how many messages could not be
+/// decoded (logged, never archived).
+#[derive(Debug, Default)]
+struct PageRows {
+    columns: Columns,
+    next_offsets: HashMap<i32, i64>,
+    undecodable: u64,
+}
+
+/// The rows of `page`, skipping messages that `progress` (next offset per
+/// partition) says an earlier page archived.
+fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> PageRows {
+    let mut rows = PageRows::default();
+    for message in page {
+        let (partition, offset) = (message.partition(), message.offset());
+        if progress.get(&partition).is_some_and(|&next| offset < next) {
+            continue; // archived by an earlier page
+        }
+        let next = rows.next_offsets.entry(partition).or_insert(0);
+        *next = (*next).max(offset + 1);
+        match codec::decode_outcome(message.payload().unwrap_or_default()) {
+            Ok(outcome) => rows.columns.push(outcome),
+            Err(e) => {
+                rows.undecodable += 1;
+                error!(topic = message.topic(), partition, offset, error = %e, "undecodable outcome message; not archived");
+            }
+        }
+    }
+    rows
+}
+
 /// The page as columns, ready for `UNNEST`.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Columns {
     topic: Vec<String>,
     partition: Vec<i32>,
@@ -299,30 +327,18 @@ impl Columns {
     }
 }
 
+#[instrument(name = "page", skip_all, fields(messages = page.len()))]
 async fn write_page(
     pool: &PgPool,
     config: &ArchiverConfig,
     page: &[OwnedMessage],
     progress: &HashMap<i32, i64>,
 ) -> Result<Written, sqlx::Error> {
-    let mut columns = Columns::default();
-    let mut next_offsets: HashMap<i32, i64> = HashMap::new();
-    let mut undecodable = 0;
-    for message in page {
-        let (partition, offset) = (message.partition(), message.offset());
-        if progress.get(&partition).is_some_and(|&next| offset < next) {
-            continue; // archived by an earlier page
-        }
-        let next = next_offsets.entry(partition).or_insert(0);
-        *next = (*next).max(offset + 1);
-        match codec::decode_outcome(message.payload().unwrap_or_default()) {
-            Ok(outcome) => columns.push(outcome),
-            Err(e) => {
-                undecodable += 1;
-                error!(topic = message.topic(), partition, offset, error = %e, "undecodable outcome message; not archived");
-            }
-        }
-    }
+    let PageRows {
+        columns,
+        next_offsets,
+        undecodable,
+    } = page_rows(page, progress);
     let rows = columns.offset.len() as u64;
     let mut tx = pool.begin().await?;
     if rows > 0 {
@@ -376,9 +392,77 @@ async fn write_page(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
+    debug!(rows, undecodable, next = ?next_offsets, "page archived with its progress");
     Ok(Written {
         rows,
         undecodable,
         next_offsets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::message::OwnedMessage;
+    use rdkafka::Timestamp;
+    use stockledger_core::{Decision, LogPosition, Outcome, ResultCode};
+
+    use super::*;
+
+    /// An outcome message at `partition`/`offset` of the outcomes topic for
+    /// the command record at `command_offset`.
+    fn message(partition: i32, offset: i64, payload: Vec<u8>) -> OwnedMessage {
+        OwnedMessage::new(
+            Some(payload),
+            Some(b"SKU".to_vec()),
+            "t.outcomes".into(),
+            Timestamp::NotAvailable,
+            partition,
+            offset,
+            None,
+        )
+    }
+
+    fn outcome(partition: i32, command_offset: i64) -> Vec<u8> {
+        let position = LogPosition {
+            topic: "t".into(),
+            partition,
+            offset: command_offset,
+        };
+        let mut o = Outcome::invalid(position, "SKU", "x".into(), 0);
+        o.decision = Decision {
+            result: ResultCode::Applied,
+            delta: -1,
+            available: 4,
+            total: 5,
+            reason: None,
+        };
+        codec::encode_outcome(&o).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_page_skips_what_earlier_pages_archived_and_advances_each_partition() {
+        let page = [
+            message(0, 7, outcome(0, 70)),
+            message(1, 3, outcome(1, 30)),
+            message(0, 8, outcome(0, 80)),
+            message(1, 4, b"not an outcome".to_vec()),
+            message(2, 0, outcome(2, 0)),
+        ];
+        // Partition 0 was archived up to offset 8 (exclusive), 1 up to 3.
+        let progress = HashMap::from([(0, 8), (1, 3)]);
+        let rows = page_rows(&page, &progress);
+        assert_eq!(rows.columns.offset, [30, 80, 0], "command offsets archived");
+        assert_eq!(rows.columns.partition, [1, 0, 2]);
+        assert_eq!(rows.undecodable, 1);
+        assert_eq!(rows.next_offsets, HashMap::from([(0, 9), (1, 5), (2, 1)]));
+    }
+
+    #[test]
+    fn a_page_entirely_archived_already_adds_nothing() {
+        let page = [message(0, 1, outcome(0, 1)), message(0, 2, outcome(0, 2))];
+        let rows = page_rows(&page, &HashMap::from([(0, 5)]));
+        assert!(rows.columns.offset.is_empty());
+        assert!(rows.next_offsets.is_empty());
+        assert_eq!(rows.undecodable, 0);
+    }
 }

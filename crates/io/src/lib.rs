@@ -10,12 +10,14 @@
 //! - [`lag`]: consumer lag from librdkafka's statistics.
 //! - [`redis_conn`]: one connection type for a single Redis or a Redis
 //!   Cluster.
+//! - [`retry`]: retrying with exponential backoff while a service is away.
 //! - [`stop`]: the stop flag every long-running loop watches.
 
 pub mod admin;
 pub mod kafka;
 pub mod lag;
 pub mod redis_conn;
+pub mod retry;
 pub mod stop;
 pub mod topic;
 
