@@ -1,8 +1,10 @@
 //! The `stockledger` command line: [`Cli`] parses the flags (each with an
 //! environment variable) and the subcommand, [`run`] hands it to its module
 //! in [`commands`] (one per subcommand: parse, call a library, print).
+//! [`demo`] is the flash sale the demo runs, for the tests to run too.
 
 pub mod commands;
+pub mod demo;
 
 use std::process::ExitCode;
 
@@ -176,7 +178,7 @@ pub enum Command {
     /// Measure throughput scenarios next to baselines, writing JSON and Markdown.
     Bench(bench::BenchArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
-    Demo(demo::DemoArgs),
+    Demo(commands::demo::DemoArgs),
 }
 
 /// Resolves once Ctrl-C or SIGTERM arrives.
@@ -220,7 +222,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot(args) => snapshot::run(g, args).await,
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
-        Command::Demo(args) => demo::run(g, args).await,
+        Command::Demo(args) => commands::demo::run(g, args).await,
         Command::Bench(args) => bench::run(g, args).await,
     }
 }

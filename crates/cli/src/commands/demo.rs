@@ -1,21 +1,19 @@
-//! The flash-sale demo: the whole pipeline, in one process, against the
-//! configured services, ending with the contract's checks.
+//! `stockledger demo`: the flash sale of [`crate::demo`] through the whole
+//! pipeline, in one process, against the configured services, ending with
+//! the contract's checks.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use futures::future::try_join_all;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use stockledger_archiver::query;
 use stockledger_client::{LedgerProducer, OutcomeReader};
 use stockledger_core::{RestockMode, ResultCode};
 use stockledger_io::admin::{create_topics, TopicSpec};
-use stockledger_io::topic;
 use tokio::sync::oneshot;
 
+use crate::demo::{self, Workload, HOT_SKU};
 use crate::Global;
 
 #[derive(Debug, Args)]
@@ -47,26 +45,6 @@ pub struct DemoArgs {
     /// Seconds to wait for the pipeline to catch up before failing.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
-}
-
-const HOT_SKU: &str = "DEMO-HOT";
-
-/// What the buyers sent.
-#[derive(Debug, Default, Clone, Copy)]
-struct Sent {
-    records: u64,
-    cancelled: u64,
-    duplicated: u64,
-    early_rollbacks: u64,
-}
-
-impl std::ops::AddAssign for Sent {
-    fn add_assign(&mut self, o: Self) {
-        self.records += o.records;
-        self.cancelled += o.cancelled;
-        self.duplicated += o.duplicated;
-        self.early_rollbacks += o.early_rollbacks;
-    }
 }
 
 pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -135,48 +113,15 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
 
     let started = Instant::now();
-    let buyers = (0..args.buyers).map(|buyer| {
-        let producer = producer.clone();
-        let args = &args;
-        async move {
-            let mut rng = StdRng::seed_from_u64(args.seed.wrapping_add(buyer as u64));
-            let mut sent = Sent::default();
-            for order in (buyer..args.orders).step_by(args.buyers) {
-                let order_id = format!("order-{order}");
-                let roll: u32 = rng.gen_range(0..100);
-                if roll < args.early_rollback_percent {
-                    producer
-                        .rollback(HOT_SKU, &order_id, Some("cancelled before paying"))
-                        .await?;
-                    producer.deduct(HOT_SKU, &order_id, 1).await?;
-                    sent.early_rollbacks += 1;
-                    sent.records += 2;
-                } else if roll < args.early_rollback_percent + args.cancel_percent {
-                    producer.deduct(HOT_SKU, &order_id, 1).await?;
-                    producer
-                        .rollback(HOT_SKU, &order_id, Some("cancelled"))
-                        .await?;
-                    sent.cancelled += 1;
-                    sent.records += 2;
-                } else if roll
-                    < args.early_rollback_percent + args.cancel_percent + args.duplicate_percent
-                {
-                    producer.deduct(HOT_SKU, &order_id, 1).await?;
-                    producer.deduct(HOT_SKU, &order_id, 1).await?;
-                    sent.duplicated += 1;
-                    sent.records += 2;
-                } else {
-                    producer.deduct(HOT_SKU, &order_id, 1).await?;
-                    sent.records += 1;
-                }
-            }
-            Ok::<_, anyhow::Error>(sent)
-        }
-    });
-    let mut sent = Sent::default();
-    for s in try_join_all(buyers).await? {
-        sent += s;
-    }
+    let workload = Workload {
+        orders: args.orders,
+        buyers: args.buyers,
+        cancel_percent: args.cancel_percent,
+        duplicate_percent: args.duplicate_percent,
+        early_rollback_percent: args.early_rollback_percent,
+        seed: args.seed,
+    };
+    let sent = demo::buy(&producer, &workload).await?;
     let produced_in = started.elapsed();
     let expected_rows = sent.records as i64 + 1; // + the initial restock
 
@@ -277,43 +222,22 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     println!();
 
-    let mut all_pass = true;
-    let mut check = |ok: bool, what: String| {
-        all_pass &= ok;
-        println!("  {}  {what}", if ok { "PASS" } else { "FAIL" });
+    let run = demo::Run {
+        kafka: &kafka,
+        pool: &pool,
+        projection: &projection,
+        topic: &topic,
+        archived,
     };
-    let lowest = query::min_available(&pool, &topic).await?;
-    let redis_available = state.as_ref().map_or(0, |s| s.available);
-    check(
-        lowest.is_some_and(|l| l >= 0) && redis_available >= 0,
-        format!(
-            "stock never below zero (lowest archived {}, Redis {redis_available})",
-            lowest.map_or("none".into(), |l| l.to_string())
-        ),
-    );
-    let records = topic::read_topic(&kafka, &topic, timeout).await?;
-    let reference =
-        stockledger_applier::check::fold(&records, topic::partition_count(&kafka, &topic).await?);
-    let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
-    check(
-        mismatches.is_empty(),
-        format!(
-            "Redis equals the reference fold of the log ({} SKU, {} records){}",
-            reference.skus.len(),
-            records.len(),
-            mismatches
-                .iter()
-                .map(|m| format!("\n        {m}"))
-                .collect::<String>()
-        ),
-    );
-    check(
-        archived == records.len() as i64,
-        format!(
-            "archive rows equal log records ({archived} = {})",
-            records.len()
-        ),
-    );
+    let mut all_pass = true;
+    for check in demo::check_contract(&run, timeout).await? {
+        all_pass &= check.ok;
+        println!(
+            "  {}  {}",
+            if check.ok { "PASS" } else { "FAIL" },
+            check.what
+        );
+    }
     Ok(if all_pass {
         ExitCode::SUCCESS
     } else {

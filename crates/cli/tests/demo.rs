@@ -1,0 +1,62 @@
+//! The demo's flash sale, run from its library through a test's own
+//! pipeline: the contract's checks pass, and they fail on a broken state.
+
+use stockledger_cli::demo::{self, Workload, HOT_SKU};
+use stockledger_core::RestockMode;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::Harness;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_projection(
+) -> anyhow::Result<()> {
+    let h = Harness::new("demo-sale", 4).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer
+        .restock(HOT_SKU, "initial", RestockMode::Set, 40)
+        .await?;
+    let workload = Workload {
+        orders: 300,
+        buyers: 30,
+        cancel_percent: 10,
+        duplicate_percent: 5,
+        early_rollback_percent: 3,
+        seed: 7,
+    };
+    let sent = demo::buy(&h.producer, &workload).await?;
+    assert!(sent.records >= 300 && sent.cancelled > 0, "{sent:?}");
+    let records = sent.records as i64 + 1;
+    h.wait_for_archive(records).await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+
+    let run = demo::Run {
+        kafka: &h.kafka,
+        pool: &h.pool,
+        projection: &h.projection,
+        topic: &h.ns.topic,
+        archived: records,
+    };
+    let checks = demo::check_contract(&run, CATCH_UP).await?;
+    assert_eq!(checks.len(), 3);
+    assert!(checks.iter().all(|c| c.ok), "{checks:#?}");
+    let state = h
+        .projection
+        .read_sku(HOT_SKU)
+        .await?
+        .expect("the hot SKU has state");
+    assert_eq!(state.available, 0, "300 buyers of 40 units sell out");
+
+    // A unit conjured into Redis behind the applier's back is caught.
+    let stock = stockledger_projection::keys::SkuKeys::new(&h.ns.prefix, HOT_SKU).stock;
+    let _: () = redis::cmd("HINCRBY")
+        .arg(&stock)
+        .arg("available")
+        .arg(1)
+        .query_async(&mut h.projection.connection())
+        .await?;
+    let checks = demo::check_contract(&run, CATCH_UP).await?;
+    assert!(!checks[1].ok, "{checks:#?}");
+    assert!(checks[1].what.contains("available"), "{}", checks[1].what);
+    Ok(())
+}
