@@ -175,8 +175,6 @@ pub enum Command {
     Compact(compact::Args),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(reconcile::Args),
-    /// Measure throughput scenarios next to baselines, writing JSON and Markdown.
-    Bench(bench::BenchArgs),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(commands::demo::DemoArgs),
 }
@@ -223,7 +221,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
         Command::Demo(args) => commands::demo::run(g, args).await,
-        Command::Bench(args) => bench::run(g, args).await,
     }
 }
 

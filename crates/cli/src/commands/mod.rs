@@ -5,7 +5,6 @@
 
 pub mod apply;
 pub mod archive;
-pub mod bench;
 pub mod compact;
 pub mod deduct;
 pub mod demo;

@@ -1,4 +1,4 @@
-//! `stockledger bench`: named scenarios against the configured services,
+//! `stockledger-bench`: named scenarios against the configured services,
 //! each reported next to baselines measured in the same run on the same
 //! machine, since absolute figures drift on shared machines.
 //!
@@ -27,20 +27,27 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt};
+use hdrhistogram::Histogram;
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::topic::committed_offsets;
+use stockledger_testkit::wait_until;
 use tokio::sync::oneshot;
 
-use crate::Global;
+use stockledger_cli::{applier_config, archiver_config, connect_archive, Global};
+
+use crate::baselines::{pg_rows, redis_lua_direct};
+use crate::process::Component;
+use crate::report::{memory_growth, write_results};
+
+mod baselines;
+mod process;
+mod report;
 
 /// One command in this many of the e2e scenarios is a rollback.
 const ROLLBACK_EVERY: u64 = 10;
-
-/// The seed-001 script used by the `redis-lua-direct` baseline.
-const SEED_DEDUCT_LUA: &str = include_str!("../../lua/seed_deduct.lua");
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -192,7 +199,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
         "stockledger bench {run_id} ({} mode)",
         if args.quick { "quick" } else { "full" }
     );
-    let pool = crate::connect_archive(g, args.concurrency.min(50) as u32 + 2).await?;
+    let pool = connect_archive(g, args.concurrency.min(50) as u32 + 2).await?;
     let mut results: Vec<Measurement> = Vec::new();
     let mut uniform: Option<Ledger> = None;
     for scenario in selected {
@@ -404,7 +411,7 @@ impl Pipeline {
             replication: 1,
         });
         create_topics(&kafka, &specs).await?;
-        let mut config = crate::applier_config(g);
+        let mut config = applier_config(g);
         config.topic = topic.clone();
         config.outcomes_topic = outcomes_topic.clone();
         config.dlq_topic = dlq_topic;
@@ -534,97 +541,6 @@ impl Pipeline {
     }
 }
 
-/// A `stockledger` subcommand run as a child process with the bench's
-/// settings, stopped with SIGTERM as an orchestrator would.
-struct Component {
-    name: &'static str,
-    child: std::sync::Mutex<tokio::process::Child>,
-}
-
-impl Component {
-    /// Runs `stockledger <subcommand>` with the bench's connection settings
-    /// and `env` on top (names and groups).
-    fn start(g: &Global, env: &[(&str, &str)], subcommand: &'static str) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("finding the stockledger binary")?;
-        let properties: Vec<String> = g
-            .kafka_properties
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let mut command = tokio::process::Command::new(exe);
-        if !properties.is_empty() {
-            command.env("KAFKA_PROPERTIES", properties.join(";"));
-        }
-        let child = command
-            .arg(subcommand)
-            .env("KAFKA_BROKERS", &g.brokers)
-            .env("REDIS_URL", &g.redis_url)
-            .env("DATABASE_URL", &g.database_url)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting `stockledger {subcommand}`"))?;
-        Ok(Self {
-            name: subcommand,
-            child: std::sync::Mutex::new(child),
-        })
-    }
-
-    fn child(&self) -> std::sync::MutexGuard<'_, tokio::process::Child> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Fails if the process has exited (it should run until stopped).
-    fn check_running(&self) -> anyhow::Result<()> {
-        match self.child().try_wait()? {
-            None => Ok(()),
-            Some(status) => anyhow::bail!("`stockledger {}` exited early with {status}", self.name),
-        }
-    }
-
-    /// The process's peak resident set so far, in MiB (Linux `VmHWM`).
-    fn peak_rss_mib(&self) -> Option<f64> {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.child().id()?)).ok()?;
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kib / 1024.0)
-    }
-
-    /// SIGTERM, then waits (up to a minute) for a clean exit.
-    async fn stop(self) -> anyhow::Result<()> {
-        let name = self.name;
-        let mut child = self.child.into_inner().unwrap_or_else(|e| e.into_inner());
-        let pid = child.id().context("the process has already exited")?;
-        let sent = tokio::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await?;
-        anyhow::ensure!(sent.success(), "could not signal `stockledger {}`", name);
-        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-            .await
-            .with_context(|| {
-                format!("`stockledger {}` did not exit within 60 s of SIGTERM", name)
-            })??;
-        anyhow::ensure!(
-            status.success(),
-            "`stockledger {}` exited with {status}",
-            name
-        );
-        Ok(())
-    }
-}
-
 /// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
 /// Redis.
 async fn e2e(
@@ -689,20 +605,23 @@ async fn latency(
             anyhow::Ok((acknowledged, sent.elapsed()))
         });
     }
-    let mut acks = Vec::with_capacity(records as usize);
-    let mut latencies = Vec::with_capacity(records as usize);
+    // Microseconds, 3 significant figures: far finer than the spread.
+    let mut acks = Histogram::<u64>::new(3)?;
+    let mut latencies = Histogram::<u64>::new(3)?;
     while let Some(timing) = timings.join_next().await {
         let (ack, total) = timing.context("latency task")??;
-        acks.push(ack.as_secs_f64() * 1000.0);
-        latencies.push(total.as_secs_f64() * 1000.0);
+        acks.record(ack.as_micros() as u64)?;
+        latencies.record(total.as_micros() as u64)?;
     }
     let seconds = started.elapsed().as_secs_f64();
     pipeline.stop().await?;
-    let (p50, p99, p999) = {
-        let at = percentiles(&mut latencies);
-        (at(0.50), at(0.99), at(0.999))
-    };
-    let ack_p50 = percentiles(&mut acks)(0.50);
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (
+        ms(&latencies, 0.50),
+        ms(&latencies, 0.99),
+        ms(&latencies, 0.999),
+    );
+    let ack_p50 = ms(&acks, 0.50);
     Ok(Measurement {
         scenario,
         records,
@@ -713,13 +632,6 @@ async fn latency(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
     })
-}
-
-/// Sorts `samples` and returns the quantile function over them.
-fn percentiles(samples: &mut [f64]) -> impl Fn(f64) -> f64 + '_ {
-    samples.sort_by(f64::total_cmp);
-    let samples = &*samples;
-    move |q| samples[((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1))]
 }
 
 async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
@@ -746,19 +658,13 @@ async fn wait_archived(
     rows: u64,
     running: impl Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
+    let what = format!("{rows} archived rows of {topic}");
+    wait_until(&what, Duration::from_secs(600), || async {
         let archived = stockledger_archiver::query::count_rows(pool, topic).await?;
-        if archived as u64 >= rows {
-            return Ok(());
-        }
         running()?;
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "archived {archived} of {rows} rows of {topic} in 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Ok((archived as u64 >= rows).then_some(()))
+    })
+    .await
 }
 
 async fn archive(
@@ -767,7 +673,7 @@ async fn archive(
     run_id: &str,
     ledger: &Ledger,
 ) -> anyhow::Result<Measurement> {
-    let mut config = crate::archiver_config(g);
+    let mut config = archiver_config(g);
     config.outcomes_topic = ledger.outcomes_topic.clone();
     config.group_id = format!("{run_id}-archiver");
     let page_size = config.page_size;
@@ -789,142 +695,6 @@ async fn archive(
         records: ledger.records,
         seconds,
         setup: format!("the e2e-uniform outcomes, pages of {page_size}"),
-        latency_ms: None,
-        peak_rss_mib: None,
-    })
-}
-
-/// Seed 001: every request one script call straight to Redis.
-async fn redis_lua_direct(
-    g: &Global,
-    run_id: &str,
-    counts: &Counts,
-    clients: usize,
-) -> anyhow::Result<Measurement> {
-    let client = redis::Client::open(g.redis_url.as_str())?;
-    let script = redis::Script::new(SEED_DEDUCT_LUA);
-    let key = |sku: u64| format!("{run_id}:{{SKU-{sku:05}}}");
-    let mut setup = client.get_multiplexed_async_connection().await?;
-    let per_sku = counts.records / counts.skus as u64 + 1;
-    for chunk in (0..counts.skus as u64).collect::<Vec<_>>().chunks(1000) {
-        let mut pipe = redis::pipe();
-        for &sku in chunk {
-            pipe.set(format!("{}:stock", key(sku)), per_sku).ignore();
-        }
-        let _: () = pipe.query_async(&mut setup).await?;
-    }
-    let started = Instant::now();
-    let tasks = (0..clients.max(1)).map(|c| {
-        let client = client.clone();
-        let script = script.clone();
-        let (n, skus) = (counts.records, counts.skus as u64);
-        async move {
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            for i in (c as u64..n).step_by(clients.max(1)) {
-                let k = key(i % skus);
-                let _: i64 = script
-                    .key(format!("{k}:stock"))
-                    .key(format!("{k}:history"))
-                    .arg(format!("order-{i}"))
-                    .arg(1)
-                    .invoke_async(&mut conn)
-                    .await?;
-            }
-            anyhow::Ok(())
-        }
-    });
-    futures::future::try_join_all(tasks).await?;
-    Ok(Measurement {
-        scenario: "redis-lua-direct",
-        records: counts.records,
-        seconds: started.elapsed().as_secs_f64(),
-        setup: format!(
-            "{} SKUs, {clients} clients, one connection each",
-            counts.skus
-        ),
-        latency_ms: None,
-        peak_rss_mib: None,
-    })
-}
-
-/// Seeds 000/002/004: stock rows in PostgreSQL, a flow record and an
-/// optimistic `UPDATE … WHERE available >= $1` per request, over `buckets`
-/// rows of one item (a request tries its own bucket, then the others).
-async fn pg_rows(
-    pool: &sqlx::PgPool,
-    run_id: &str,
-    name: &'static str,
-    buckets: i32,
-    records: u64,
-    clients: usize,
-) -> anyhow::Result<Measurement> {
-    let stock_table = format!("bench_stock_{}", run_id.replace('-', "_"));
-    let flow_table = format!("bench_flow_{}", run_id.replace('-', "_"));
-    sqlx::query(&format!(
-        "CREATE TABLE IF NOT EXISTS {stock_table} (bucket int PRIMARY KEY, available bigint NOT NULL)"
-    ))
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!(
-        "CREATE TABLE IF NOT EXISTS {flow_table} (id bigserial PRIMARY KEY, bucket int, order_id text, quantity bigint)"
-    ))
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!("TRUNCATE {stock_table}, {flow_table}"))
-        .execute(pool)
-        .await?;
-    let per_bucket = records as i64 / buckets as i64 + 1;
-    sqlx::query(&format!(
-        "INSERT INTO {stock_table} SELECT b, $1 FROM generate_series(0, $2 - 1) AS b"
-    ))
-    .bind(per_bucket)
-    .bind(buckets)
-    .execute(pool)
-    .await?;
-    let insert =
-        format!("INSERT INTO {flow_table} (bucket, order_id, quantity) VALUES ($1, $2, 1)");
-    let update = format!(
-        "UPDATE {stock_table} SET available = available - 1 WHERE bucket = $1 AND available >= 1"
-    );
-    let started = Instant::now();
-    let tasks = (0..clients.max(1)).map(|c| {
-        let (insert, update) = (&insert, &update);
-        async move {
-            for i in (c as u64..records).step_by(clients.max(1)) {
-                let home = (i % buckets as u64) as i32;
-                for attempt in 0..buckets {
-                    let bucket = (home + attempt) % buckets;
-                    let mut tx = pool.begin().await?;
-                    sqlx::query(insert)
-                        .bind(bucket)
-                        .bind(format!("order-{i}"))
-                        .execute(&mut *tx)
-                        .await?;
-                    let updated = sqlx::query(update)
-                        .bind(bucket)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                    if updated == 1 {
-                        tx.commit().await?;
-                        break;
-                    }
-                    tx.rollback().await?;
-                }
-            }
-            anyhow::Ok(())
-        }
-    });
-    futures::future::try_join_all(tasks).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    sqlx::query(&format!("DROP TABLE {stock_table}, {flow_table}"))
-        .execute(pool)
-        .await?;
-    Ok(Measurement {
-        scenario: name,
-        records,
-        seconds,
-        setup: format!("{buckets} row(s), {clients} clients"),
         latency_ms: None,
         peak_rss_mib: None,
     })
@@ -958,157 +728,4 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
         .execute(pool)
         .await?;
     Ok((removed, rows))
-}
-
-fn write_results(
-    dir: &std::path::Path,
-    run_id: &str,
-    quick: bool,
-    results: &[Measurement],
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let rate_of = |name: &str| {
-        results
-            .iter()
-            .find(|m| m.scenario == name)
-            .map(Measurement::rate)
-    };
-    let (lua, row) = (rate_of("redis-lua-direct"), rate_of("pg-row"));
-    let ratio = |rate: f64, base: Option<f64>| base.map(|b| rate / b.max(1e-9));
-    let json = serde_json::json!({
-        "run": run_id,
-        "mode": if quick { "quick" } else { "full" },
-        "machine": machine(),
-        "results": results.iter().map(|m| serde_json::json!({
-            "scenario": m.scenario,
-            "records": m.records,
-            "seconds": m.seconds,
-            "per_second": m.rate(),
-            "vs_redis_lua_direct": ratio(m.rate(), lua),
-            "vs_pg_row": ratio(m.rate(), row),
-            "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
-            "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
-            "setup": m.setup,
-        })).collect::<Vec<_>>(),
-    });
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
-    let mut md = format!(
-        "Run `{run_id}` ({} mode) on {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | setup |\n|---|---:|---:|---:|---:|---:|---|\n",
-        if quick { "quick" } else { "full" },
-        machine()
-    );
-    let show = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
-    for m in results {
-        md.push_str(&format!(
-            "| {} | {} | {:.2} | {:.0} | {} | {} | {} |\n",
-            m.scenario,
-            m.records,
-            m.seconds,
-            m.rate(),
-            show(ratio(m.rate(), lua)),
-            show(ratio(m.rate(), row)),
-            m.setup
-        ));
-    }
-    md.push_str(&memory_growth(results));
-    std::fs::write(dir.join("results.md"), md)?;
-    std::fs::write(dir.join("results.svg"), chart(run_id, results))?;
-    Ok(())
-}
-
-/// How the applier's and archiver's peak RSS grew from the smallest to the
-/// largest memory run, as a Markdown paragraph (empty without two runs).
-fn memory_growth(results: &[Measurement]) -> String {
-    let runs: Vec<(u64, [f64; 2])> = results
-        .iter()
-        .filter_map(|m| Some((m.records, m.peak_rss_mib?)))
-        .collect();
-    let (Some(small), Some(large)) = (
-        runs.iter().min_by_key(|r| r.0),
-        runs.iter().max_by_key(|r| r.0),
-    ) else {
-        return String::new();
-    };
-    if small.0 == large.0 {
-        return String::new();
-    }
-    format!(
-        "\nPeak RSS from {} to {} records ({:.0}×): applier {:.1} → {:.1} MiB (×{:.2}), archiver {:.1} → {:.1} MiB (×{:.2}).\n",
-        small.0,
-        large.0,
-        large.0 as f64 / small.0.max(1) as f64,
-        small.1[0],
-        large.1[0],
-        large.1[0] / small.1[0].max(1e-9),
-        small.1[1],
-        large.1[1],
-        large.1[1] / small.1[1].max(1e-9),
-    )
-}
-
-/// A horizontal bar chart of records/s per scenario (log scale, as the
-/// baselines span three orders of magnitude), with latency percentiles
-/// written beside the latency scenarios.
-fn chart(run_id: &str, results: &[Measurement]) -> String {
-    let (left, width, bar, gap) = (170.0, 520.0, 22.0, 10.0);
-    let height = 60.0 + results.len() as f64 * (bar + gap);
-    let max = results
-        .iter()
-        .map(Measurement::rate)
-        .fold(10.0, f64::max)
-        .log10()
-        .ceil();
-    let x = |rate: f64| width * rate.max(1.0).log10() / max;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <text x=\"10\" y=\"20\" font-size=\"14\">stockledger bench {run_id}: records/s (log scale)</text>\n",
-        w = left + width + 180.0
-    );
-    for decade in 0..=max as u32 {
-        let gx = left + x(10f64.powi(decade as i32));
-        svg.push_str(&format!(
-            "<line x1=\"{gx:.1}\" y1=\"35\" x2=\"{gx:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{gx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#666\">1e{decade}</text>\n",
-            height - 15.0,
-            height - 3.0
-        ));
-    }
-    for (i, m) in results.iter().enumerate() {
-        let y = 40.0 + i as f64 * (bar + gap);
-        let baseline = matches!(m.scenario, "redis-lua-direct" | "pg-row" | "pg-buckets");
-        let colour = if baseline { "#999" } else { "#2a6fdb" };
-        let mut label = format!("{:.0}/s", m.rate());
-        if let Some([p50, p99, p999]) = m.latency_ms {
-            label.push_str(&format!("  p50 {p50:.0} p99 {p99:.0} p999 {p999:.0} ms"));
-        }
-        svg.push_str(&format!(
-            "<text x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"end\">{name}</text>\
-             <rect x=\"{left}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bar}\" fill=\"{colour}\"/>\
-             <text x=\"{lx:.1}\" y=\"{ty:.1}\">{label}</text>\n",
-            tx = left - 8.0,
-            ty = y + bar * 0.7,
-            name = m.scenario,
-            bw = x(m.rate()),
-            lx = left + x(m.rate()) + 6.0,
-        ));
-    }
-    svg.push_str("</svg>\n");
-    svg
-}
-
-/// A one-line description of this machine, from /proc where available.
-fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    format!("{cores} cores, {cpu}")
 }

@@ -1,0 +1,148 @@
+//! The baselines every run measures next to the ledger, on the same
+//! machine: the designs of the seed articles, each doing its own
+//! per-request work straight against Redis or PostgreSQL.
+
+use std::time::Instant;
+
+use stockledger_cli::Global;
+
+use crate::{Counts, Measurement};
+
+/// The seed-001 script used by the `redis-lua-direct` baseline.
+const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
+
+/// Seed 001: every request one script call straight to Redis.
+pub(crate) async fn redis_lua_direct(
+    g: &Global,
+    run_id: &str,
+    counts: &Counts,
+    clients: usize,
+) -> anyhow::Result<Measurement> {
+    let client = redis::Client::open(g.redis_url.as_str())?;
+    let script = redis::Script::new(SEED_DEDUCT_LUA);
+    let key = |sku: u64| format!("{run_id}:{{SKU-{sku:05}}}");
+    let mut setup = client.get_multiplexed_async_connection().await?;
+    let per_sku = counts.records / counts.skus as u64 + 1;
+    for chunk in (0..counts.skus as u64).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for &sku in chunk {
+            pipe.set(format!("{}:stock", key(sku)), per_sku).ignore();
+        }
+        let _: () = pipe.query_async(&mut setup).await?;
+    }
+    let started = Instant::now();
+    let tasks = (0..clients.max(1)).map(|c| {
+        let client = client.clone();
+        let script = script.clone();
+        let (n, skus) = (counts.records, counts.skus as u64);
+        async move {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            for i in (c as u64..n).step_by(clients.max(1)) {
+                let k = key(i % skus);
+                let _: i64 = script
+                    .key(format!("{k}:stock"))
+                    .key(format!("{k}:history"))
+                    .arg(format!("order-{i}"))
+                    .arg(1)
+                    .invoke_async(&mut conn)
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(tasks).await?;
+    Ok(Measurement {
+        scenario: "redis-lua-direct",
+        records: counts.records,
+        seconds: started.elapsed().as_secs_f64(),
+        setup: format!(
+            "{} SKUs, {clients} clients, one connection each",
+            counts.skus
+        ),
+        latency_ms: None,
+        peak_rss_mib: None,
+    })
+}
+
+/// Seeds 000/002/004: stock rows in PostgreSQL, a flow record and an
+/// optimistic `UPDATE … WHERE available >= $1` per request, over `buckets`
+/// rows of one item (a request tries its own bucket, then the others).
+pub(crate) async fn pg_rows(
+    pool: &sqlx::PgPool,
+    run_id: &str,
+    name: &'static str,
+    buckets: i32,
+    records: u64,
+    clients: usize,
+) -> anyhow::Result<Measurement> {
+    let stock_table = format!("bench_stock_{}", run_id.replace('-', "_"));
+    let flow_table = format!("bench_flow_{}", run_id.replace('-', "_"));
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {stock_table} (bucket int PRIMARY KEY, available bigint NOT NULL)"
+    ))
+    .execute(pool)
+    .await?;
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {flow_table} (id bigserial PRIMARY KEY, bucket int, order_id text, quantity bigint)"
+    ))
+    .execute(pool)
+    .await?;
+    sqlx::query(&format!("TRUNCATE {stock_table}, {flow_table}"))
+        .execute(pool)
+        .await?;
+    let per_bucket = records as i64 / buckets as i64 + 1;
+    sqlx::query(&format!(
+        "INSERT INTO {stock_table} SELECT b, $1 FROM generate_series(0, $2 - 1) AS b"
+    ))
+    .bind(per_bucket)
+    .bind(buckets)
+    .execute(pool)
+    .await?;
+    let insert =
+        format!("INSERT INTO {flow_table} (bucket, order_id, quantity) VALUES ($1, $2, 1)");
+    let update = format!(
+        "UPDATE {stock_table} SET available = available - 1 WHERE bucket = $1 AND available >= 1"
+    );
+    let started = Instant::now();
+    let tasks = (0..clients.max(1)).map(|c| {
+        let (insert, update) = (&insert, &update);
+        async move {
+            for i in (c as u64..records).step_by(clients.max(1)) {
+                let home = (i % buckets as u64) as i32;
+                for attempt in 0..buckets {
+                    let bucket = (home + attempt) % buckets;
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(insert)
+                        .bind(bucket)
+                        .bind(format!("order-{i}"))
+                        .execute(&mut *tx)
+                        .await?;
+                    let updated = sqlx::query(update)
+                        .bind(bucket)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if updated == 1 {
+                        tx.commit().await?;
+                        break;
+                    }
+                    tx.rollback().await?;
+                }
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(tasks).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    sqlx::query(&format!("DROP TABLE {stock_table}, {flow_table}"))
+        .execute(pool)
+        .await?;
+    Ok(Measurement {
+        scenario: name,
+        records,
+        seconds,
+        setup: format!("{buckets} row(s), {clients} clients"),
+        latency_ms: None,
+        peak_rss_mib: None,
+    })
+}

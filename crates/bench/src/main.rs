@@ -1,0 +1,46 @@
+//! `stockledger-bench`: parses the connection flags (those of `stockledger`)
+//! and the bench's own, runs the selected scenarios.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use stockledger_bench::BenchArgs;
+use stockledger_cli::Global;
+
+/// Throughput, latency and memory of stockledger next to same-run baselines;
+/// writes results.json, results.md and results.svg.
+#[derive(Debug, Parser)]
+#[command(name = "stockledger-bench", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(stockledger_bench::run(&cli.global, cli.bench)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
