@@ -90,6 +90,8 @@ fn docker_engine() -> bool {
 
 /// Runs `image` with `container_port` published on loopback `port`; returns
 /// the container id. The container is removed once this process is gone.
+/// Through the docker CLI, not testcontainers: no machine these tests run on
+/// has an engine or an image registry, so nothing could exercise the crate.
 fn start_container(
     port: u16,
     image: &str,

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
+use indicatif::{ProgressBar, ProgressStyle};
 use stockledger_projection::Projection;
 
 use crate::{connect_archive, shutdown_signal, Global};
@@ -42,7 +43,7 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    use std::io::{IsTerminal, Write};
+    use std::io::IsTerminal;
     use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 
     let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
@@ -87,7 +88,14 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         config.start = snap.start;
         config.require_empty_target = false;
     }
+    // On a terminal, one line redrawn in place; in a log, a line every 2 s.
     let terminal = std::io::stderr().is_terminal();
+    let bar = if terminal {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})")?);
     let mut last_line = std::time::Instant::now();
     let report = stockledger_applier::replay::replay(config, shutdown_signal(), |p| {
         let line = format!(
@@ -98,8 +106,8 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             if p.caught_up { " (caught up)" } else { "" }
         );
         if terminal {
-            eprint!("\r{line}\x1b[K");
-            let _ = std::io::stderr().flush();
+            bar.set_message(line);
+            bar.tick();
         } else if last_line.elapsed() >= Duration::from_secs(2) {
             eprintln!("{line}");
             last_line = std::time::Instant::now();
@@ -107,6 +115,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     })
     .await?;
     if terminal {
+        bar.finish();
         eprintln!();
     }
     println!(
