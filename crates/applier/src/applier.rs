@@ -116,6 +116,16 @@ pub enum ApplierError {
     },
     #[error("Redis projection: {0}")]
     Projection(#[from] ProjectionError),
+    /// A batch could not be applied for a reason retrying does not cure;
+    /// nothing of it was published or committed.
+    #[error("applying records {offsets} of {topic} to Redis: {source}")]
+    Apply {
+        topic: String,
+        /// `partition:first..=last` of each partition in the batch.
+        offsets: String,
+        #[source]
+        source: ProjectionError,
+    },
     #[error("reading the group's committed offsets: {0}")]
     Offsets(#[from] stockledger_io::topic::LogError),
     /// The command topic's partition count decides which partition each
@@ -199,7 +209,8 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
     }
 }
 
-/// `partition:first..=last` for each partition of a batch, for the log.
+/// `partition:first..=last` for each partition of a batch, for the log
+/// and errors.
 fn offset_ranges(items: &[Item]) -> String {
     let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
     for item in items {
@@ -488,7 +499,15 @@ impl Applier {
             }),
             self.partitions,
         );
-        let Some(decisions) = self.apply_with_retry(&batch.runs).await? else {
+        let applied =
+            self.apply_with_retry(&batch.runs)
+                .await
+                .map_err(|source| ApplierError::Apply {
+                    topic: self.config.topic.clone(),
+                    offsets: offset_ranges(&items),
+                    source,
+                })?;
+        let Some(decisions) = applied else {
             return Ok(None); // stopping: nothing published, nothing committed
         };
         debug!(
@@ -697,14 +716,14 @@ impl Applier {
     async fn apply_with_retry(
         &self,
         runs: &[Run<'_>],
-    ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ApplierError> {
+    ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ProjectionError> {
         let mut stop = self.stop.clone();
-        Ok(retry::until_stopped(
+        retry::until_stopped(
             || self.projection.apply(runs),
             ProjectionError::is_transient,
             |e, wait| warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying"),
             &mut stop,
         )
-        .await?)
+        .await
     }
 }

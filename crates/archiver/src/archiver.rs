@@ -76,6 +76,16 @@ pub enum ArchiverError {
     },
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
+    /// A page could not be written for a reason retrying does not cure;
+    /// its progress was not advanced, so a restart writes it again.
+    #[error("writing the page of outcomes {offsets} of {topic}: {source}")]
+    Page {
+        topic: String,
+        /// `partition:first..=last` of each partition the page covers.
+        offsets: String,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error("migrating the archive schema: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
@@ -227,7 +237,12 @@ async fn write_page_with_retry(
         |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
         stop,
     )
-    .await?;
+    .await
+    .map_err(|source| ArchiverError::Page {
+        topic: config.outcomes_topic.clone(),
+        offsets: offset_ranges(page),
+        source,
+    })?;
     let Some(written) = written else {
         return Ok(false);
     };
@@ -238,6 +253,22 @@ async fn write_page_with_retry(
         progress.insert(partition, next);
     }
     Ok(true)
+}
+
+/// `partition:first..=last` for each partition of a page, for errors.
+fn offset_ranges(page: &[OwnedMessage]) -> String {
+    let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
+    for m in page {
+        let range = ranges
+            .entry(m.partition())
+            .or_insert((m.offset(), m.offset()));
+        *range = (range.0.min(m.offset()), range.1.max(m.offset()));
+    }
+    ranges
+        .iter()
+        .map(|(p, (first, last))| format!("{p}:{first}..={last}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
@@ -455,6 +486,17 @@ mod tests {
         assert_eq!(rows.columns.partition, [1, 0, 2]);
         assert_eq!(rows.undecodable, 1);
         assert_eq!(rows.next_offsets, HashMap::from([(0, 9), (1, 5), (2, 1)]));
+    }
+
+    #[test]
+    fn a_failed_page_is_named_by_the_offsets_it_covers() {
+        let page = [
+            message(1, 9, Vec::new()),
+            message(0, 4, Vec::new()),
+            message(1, 7, Vec::new()),
+            message(0, 5, Vec::new()),
+        ];
+        assert_eq!(offset_ranges(&page), "0:4..=5 1:7..=9");
     }
 
     #[test]

@@ -29,6 +29,13 @@ pub struct CompactReport {
 pub enum CompactError {
     #[error("Redis projection: {0}")]
     Projection(#[from] ProjectionError),
+    #[error("pruning sku {sku} up to offset {cutoff}: {source}")]
+    Prune {
+        sku: String,
+        cutoff: i64,
+        #[source]
+        source: ProjectionError,
+    },
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -64,7 +71,15 @@ pub async fn compact(
         .fetch_all(pool)
         .await?;
         for (sku, cutoff) in cutoffs {
-            let (orders, decisions) = projection.prune(&sku, cutoff).await?;
+            let (orders, decisions) =
+                projection
+                    .prune(&sku, cutoff)
+                    .await
+                    .map_err(|source| CompactError::Prune {
+                        sku: sku.clone(),
+                        cutoff,
+                        source,
+                    })?;
             report.orders_removed += orders;
             report.decisions_removed += decisions;
         }

@@ -33,6 +33,13 @@ pub struct ReconcileReport {
 pub enum ReconcileError {
     #[error("Redis projection: {0}")]
     Projection(#[from] ProjectionError),
+    #[error("comparing the page of {skus} SKUs from {first}: {source}")]
+    Page {
+        first: String,
+        skus: usize,
+        #[source]
+        source: Box<ReconcileError>,
+    },
     #[error("PostgreSQL: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -50,7 +57,13 @@ pub async fn reconcile(
     let mut report = ReconcileReport::default();
     let mut pages = projection.sku_pages(page_size).await?;
     while let Some(skus) = pages.next_page().await? {
-        check_page(&projection, pool, topic, &skus, &mut report).await?;
+        check_page(&projection, pool, topic, &skus, &mut report)
+            .await
+            .map_err(|e| ReconcileError::Page {
+                first: skus.first().cloned().unwrap_or_default(),
+                skus: skus.len(),
+                source: Box::new(e),
+            })?;
     }
     check_archived_skus_exist(&projection, pool, topic, page_size, &mut report).await?;
     Ok(report)
