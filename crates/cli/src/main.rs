@@ -9,23 +9,7 @@ use stockledger_cli::{Cli, LogFormat};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.global.log_format, cli.default_log_filter());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(stockledger_cli::run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    stockledger_cli::block_on(stockledger_cli::run(cli))
 }
 
 fn init_tracing(format: LogFormat, default_filter: &str) {
