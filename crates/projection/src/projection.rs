@@ -1,8 +1,9 @@
 //! One prefix of the projection: every read and write of a SKU's state.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
-use redis::{ErrorKind, ServerErrorKind};
+use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::machine::misrouted;
 use stockledger_core::{CommandBody, Decision, SkuState};
@@ -13,13 +14,14 @@ use crate::encoding::{decode_decision, decode_order, AVAILABLE, OFFSET, PARTITIO
 use crate::keys::{self, SkuKeys};
 
 /// The script that applies records; see the file for its contract.
-const APPLY_LUA: &str = include_str!("../lua/apply.lua");
+static APPLY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/apply.lua")));
 
 /// The script that prunes archived history of one SKU; see the file.
-const COMPACT_LUA: &str = include_str!("../lua/compact.lua");
+static COMPACT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/compact.lua")));
 
 /// The script that swaps one SKU's rebuilt keys in; see the file.
-const SWAP_LUA: &str = include_str!("../lua/swap.lua");
+static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/swap.lua")));
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
@@ -70,7 +72,6 @@ impl ProjectionError {
 pub struct Projection {
     redis: RedisConn,
     prefix: String,
-    script: redis::Script,
     /// Check the marker before every apply (the live applier does).
     guarded: bool,
 }
@@ -97,7 +98,6 @@ impl Projection {
         Self {
             redis,
             prefix: prefix.into(),
-            script: redis::Script::new(APPLY_LUA),
             guarded: false,
         }
     }
@@ -171,7 +171,7 @@ impl Projection {
             runs.iter()
                 .map(|run| {
                     let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(self.script.get_hash()).arg(4);
+                    cmd.arg(APPLY.get_hash()).arg(4);
                     for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
                         cmd.arg(key);
                     }
@@ -189,7 +189,7 @@ impl Projection {
                 // A restarted or flushed Redis (or a cluster node) forgot the
                 // script: load it (on every node) and run the idempotent
                 // calls again.
-                self.script.prepare_invoke().load_async(&mut conn).await?;
+                APPLY.prepare_invoke().load_async(&mut conn).await?;
                 self.redis.query_each(calls()).await?
             }
             other => other?,
@@ -459,7 +459,7 @@ impl Projection {
     /// returns (orders removed, decisions removed).
     pub async fn prune(&self, sku: &str, cutoff: i64) -> Result<(u64, u64), ProjectionError> {
         let k = SkuKeys::new(&self.prefix, sku);
-        Ok(redis::Script::new(COMPACT_LUA)
+        Ok(COMPACT
             .key(k.orders)
             .key(k.decisions)
             .arg(cutoff)
@@ -480,8 +480,7 @@ impl Projection {
         let live_keys = SkuKeys::new(live, sku);
         let rebuilt = SkuKeys::new(&self.prefix, sku);
         let old_keys = SkuKeys::new(old.unwrap_or(&self.prefix), sku);
-        let script = redis::Script::new(SWAP_LUA);
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = SWAP.prepare_invoke();
         for key in live_keys
             .as_array()
             .into_iter()
