@@ -103,7 +103,11 @@ async fn node(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
 /// Starts one empty cluster-mode node; returns its client and bus ports.
 fn start_node() -> anyhow::Result<(u16, u16)> {
     let (port, bus) = (free_port()?, free_port()?);
-    let dir = std::env::temp_dir().join(format!("stockledger-cluster-{port}"));
+    // A fresh directory: a nodes.conf left by an earlier run that got the
+    // same port would bring back that node's slots ("slot already busy").
+    let dir =
+        std::env::temp_dir().join(format!("stockledger-cluster-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let log = dir.join("redis.log").to_string_lossy().into_owned();
     let arg = |s: &str| s.to_owned();
