@@ -30,6 +30,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
 use stockledger_io::kafka::CONTRACT_SETTINGS;
+use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
@@ -207,22 +208,6 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
             Ok(())
         }
     }
-}
-
-/// `partition:first..=last` for each partition of a batch, for the log
-/// and errors.
-fn offset_ranges(items: &[Item]) -> String {
-    let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
-    for item in items {
-        let p = &item.position;
-        let range = ranges.entry(p.partition).or_insert((p.offset, p.offset));
-        *range = (range.0.min(p.offset), range.1.max(p.offset));
-    }
-    ranges
-        .iter()
-        .map(|(p, (first, last))| format!("{p}:{first}..={last}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `partition@next offset` of a commit, for the log.
@@ -504,7 +489,11 @@ impl Applier {
                 .await
                 .map_err(|source| ApplierError::Apply {
                     topic: self.config.topic.clone(),
-                    offsets: offset_ranges(&items),
+                    offsets: offset_ranges(
+                        items
+                            .iter()
+                            .map(|i| (i.position.partition, i.position.offset)),
+                    ),
                     source,
                 })?;
         let Some(decisions) = applied else {
@@ -512,7 +501,7 @@ impl Applier {
         };
         debug!(
             runs = batch.runs.len(),
-            offsets = %offset_ranges(&items),
+            offsets = %offset_ranges(items.iter().map(|i| (i.position.partition, i.position.offset))),
             "applied to Redis"
         );
         let mut next: HashMap<(&str, i32), i64> = HashMap::new();

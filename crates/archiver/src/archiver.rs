@@ -19,6 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use stockledger_core::codec;
 use stockledger_core::Outcome;
+use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, error, info, instrument, warn};
@@ -240,7 +241,7 @@ async fn write_page_with_retry(
     .await
     .map_err(|source| ArchiverError::Page {
         topic: config.outcomes_topic.clone(),
-        offsets: offset_ranges(page),
+        offsets: offset_ranges(page.iter().map(|m| (m.partition(), m.offset()))),
         source,
     })?;
     let Some(written) = written else {
@@ -253,22 +254,6 @@ async fn write_page_with_retry(
         progress.insert(partition, next);
     }
     Ok(true)
-}
-
-/// `partition:first..=last` for each partition of a page, for errors.
-fn offset_ranges(page: &[OwnedMessage]) -> String {
-    let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
-    for m in page {
-        let range = ranges
-            .entry(m.partition())
-            .or_insert((m.offset(), m.offset()));
-        *range = (range.0.min(m.offset()), range.1.max(m.offset()));
-    }
-    ranges
-        .iter()
-        .map(|(p, (first, last))| format!("{p}:{first}..={last}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
@@ -486,17 +471,6 @@ mod tests {
         assert_eq!(rows.columns.partition, [1, 0, 2]);
         assert_eq!(rows.undecodable, 1);
         assert_eq!(rows.next_offsets, HashMap::from([(0, 9), (1, 5), (2, 1)]));
-    }
-
-    #[test]
-    fn a_failed_page_is_named_by_the_offsets_it_covers() {
-        let page = [
-            message(1, 9, Vec::new()),
-            message(0, 4, Vec::new()),
-            message(1, 7, Vec::new()),
-            message(0, 5, Vec::new()),
-        ];
-        assert_eq!(offset_ranges(&page), "0:4..=5 1:7..=9");
     }
 
     #[test]

@@ -189,3 +189,31 @@ fn read_topic_blocking(
     records.sort_by_key(|r| (r.partition, r.offset));
     Ok(records)
 }
+
+/// `partition:first..=last` for each partition of a batch of records given
+/// as `(partition, offset)`, in partition order: how logs and errors name
+/// the records a batch or a page covers.
+pub fn offset_ranges(records: impl IntoIterator<Item = (i32, i64)>) -> String {
+    let mut ranges: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
+    for (partition, offset) in records {
+        let range = ranges.entry(partition).or_insert((offset, offset));
+        *range = (range.0.min(offset), range.1.max(offset));
+    }
+    ranges
+        .iter()
+        .map(|(p, (first, last))| format!("{p}:{first}..={last}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_named_by_the_offsets_it_covers() {
+        let records = [(1, 9), (0, 4), (1, 7), (0, 5)];
+        assert_eq!(offset_ranges(records), "0:4..=5 1:7..=9");
+        assert_eq!(offset_ranges([]), "");
+    }
+}
