@@ -45,7 +45,7 @@ ensure_tansu() {
   fi
   log "building the tansu $TANSU_VERSION broker into $STATE/tansu (about 15 minutes, once)"
   mkdir -p "$STATE"
-  cargo install "tansu@$TANSU_VERSION" --locked --features dynostore,postgres \
+  cargo install "tansu@$TANSU_VERSION" --locked --features dynostore,postgres,libsql \
     --root "$STATE/tansu" >"$STATE/tansu-build.log" 2>&1 || {
       tail -n 30 "$STATE/tansu-build.log" >&2
       log "building tansu failed; full log in $STATE/tansu-build.log"

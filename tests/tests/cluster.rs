@@ -4,9 +4,16 @@
 
 use std::future::pending;
 
+use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_applier::replay::replay;
 use stockledger_archiver::reconcile::reconcile;
 use stockledger_archiver::snapshot;
+use stockledger_client::OutcomeReader;
+use stockledger_core::codec;
+use stockledger_core::ids::MAX_ID_LEN;
+use stockledger_core::{
+    Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
+};
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::RedisConn;
 use stockledger_projection::keys::SkuKeys;
@@ -71,6 +78,7 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
             name: name.clone(),
             partitions: 4,
             replication: 1,
+            configs: Vec::new(),
         }),
     )
     .await?;
@@ -124,4 +132,96 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
         .collect();
     assert_eq!(named, [("C5", "available"), ("C17", "presence")]);
     Ok(())
+}
+
+/// A record whose SKU would give its keys no common hash tag (`}x`), and one
+/// whose key is longer than any SKU, are dead-lettered on a cluster; the
+/// records after them are applied, before and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_with_a_brace_or_an_oversized_key_is_dead_lettered_and_never_stops_the_applier(
+) -> anyhow::Result<()> {
+    let cluster = RedisCluster::start(3).await?;
+    let h = Harness::with_redis("cluster-keys", 2, cluster.url()).await?;
+    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    h.producer.restock("K1", "r", RestockMode::Set, 10).await?;
+    // The library refuses such a SKU outright, naming the field.
+    let refused = h.producer.deduct("}x", "o-1", 1).await.unwrap_err();
+    assert!(refused.to_string().contains("sku"), "{refused}");
+
+    // A producer that is not ours sends it anyway: the bytes of a valid
+    // deduct of `Qx` with the SKU's first byte turned into `}`.
+    let valid = codec::encode_command(&deduct("Qx", "o-1"))?;
+    let at = valid
+        .windows(2)
+        .position(|w| w == b"Qx")
+        .expect("the SKU is in the datum");
+    let mut brace = valid.clone();
+    brace[at] = b'}';
+    let long_key = "k".repeat(10_000);
+    h.send_raw("}x", &brace).await?;
+    h.send_raw(&long_key, &valid).await?;
+    let after = h.producer.deduct("K1", "after", 1).await?;
+
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let decided = reader.wait(&after, CATCH_UP).await?;
+    assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 9));
+    let dead = wait_until("two dead letters", CATCH_UP, || async {
+        let dead = h.read(&h.ns.dlq_topic).await?;
+        Ok((dead.len() >= 2).then_some(dead))
+    })
+    .await?;
+    let reasons: Vec<String> = dead
+        .iter()
+        .map(|r| {
+            let (_, reason) = r
+                .headers
+                .iter()
+                .find(|(k, _)| k == DLQ_REASON_HEADER)
+                .expect("a reason header");
+            String::from_utf8_lossy(reason).into_owned()
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "invalid sku: must not contain '}' (braces delimit the Redis Cluster hash tag)",
+            "record key is 10000 bytes; a sku is at most 128",
+        ]
+    );
+    // The dead letter keeps the key; the outcome carries only its start.
+    assert_eq!(dead[1].key.as_deref(), Some(long_key.as_bytes()));
+    let outcomes = h.read(&h.ns.outcomes_topic).await?;
+    let longest = outcomes
+        .iter()
+        .filter_map(|r| r.key.as_ref())
+        .map(Vec::len)
+        .max();
+    assert!(
+        longest <= Some(MAX_ID_LEN + 3),
+        "an outcome key of {longest:?} bytes"
+    );
+    applier.stop().await?;
+
+    // A restart does not stop on them again.
+    let applier = h.start_applier();
+    let again = h.producer.deduct("K1", "after-restart", 1).await?;
+    let decided = reader.wait(&again, CATCH_UP).await?;
+    assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 8));
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+fn deduct(sku: &str, order: &str) -> Command {
+    Command {
+        command_id: CommandId::new(format!("c-{order}")).unwrap_or_else(|e| panic!("{e}")),
+        sku: Sku::new(sku).unwrap_or_else(|e| panic!("{e}")),
+        occurred_at: 1_700_000_000_000,
+        body: CommandBody::Deduct(Deduct {
+            order_id: OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
+            quantity: Quantity::new(1).unwrap_or_else(|e| panic!("{e}")),
+        }),
+    }
 }

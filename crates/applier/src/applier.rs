@@ -29,6 +29,10 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
+use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
+use stockledger_io::group::{
+    commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
+};
 use stockledger_io::kafka::CONTRACT_SETTINGS;
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
@@ -37,7 +41,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::LagContext;
-use stockledger_projection::{Batch, Projection, ProjectionError, Run};
+use stockledger_projection::{Batch, Marker, Projection, ProjectionError, Run};
 
 /// Header of a dead-lettered record: why it was refused.
 pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
@@ -54,6 +58,13 @@ pub struct ApplierConfig {
     pub outcomes_topic: String,
     pub dlq_topic: String,
     pub group_id: String,
+    /// `group.instance.id` (static membership): a restarted applier with
+    /// the same id takes its partitions back at once. `None`: a dynamic
+    /// member. Defaults to the host's name.
+    pub instance_id: Option<String>,
+    /// Run even though the command topic has a finite retention (snapshots
+    /// must then cover what the broker deletes).
+    pub allow_finite_retention: bool,
     /// Most records taken into one batch.
     pub batch_size: usize,
     /// How long a batch waits to fill once its first record is in. Short,
@@ -75,6 +86,8 @@ impl std::fmt::Debug for ApplierConfig {
             .field("outcomes_topic", &self.outcomes_topic)
             .field("dlq_topic", &self.dlq_topic)
             .field("group_id", &self.group_id)
+            .field("instance_id", &self.instance_id)
+            .field("allow_finite_retention", &self.allow_finite_retention)
             .field("batch_size", &self.batch_size)
             .field("batch_wait", &self.batch_wait)
             .field("stats_interval", &self.stats_interval)
@@ -94,6 +107,8 @@ impl ApplierConfig {
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
             group_id: "stockledger-applier".into(),
+            instance_id: Some(default_instance_id()),
+            allow_finite_retention: false,
             batch_size: 10_000,
             batch_wait: Duration::from_millis(1),
             stats_interval: Duration::from_secs(10),
@@ -147,6 +162,25 @@ pub enum ApplierError {
         marked: String,
         topic: String,
     },
+    /// Partitions were added to the command topic: SKUs now hash to other
+    /// partitions than the ones their state was built from.
+    #[error(
+        "the command topic {topic} has {now} partitions, but the projection was built when it \
+         had {marked}; SKUs now map to other partitions, so per-SKU order no longer holds. \
+         Copy the log into a new topic with `stockledger repartition --to NEW_TOPIC \
+         --partitions {now}`, rebuild with `stockledger --topic NEW_TOPIC --prefix NEW_PREFIX \
+         replay --into NEW_PREFIX`, then run the applier on NEW_TOPIC and NEW_PREFIX"
+    )]
+    PartitionsChanged {
+        topic: String,
+        marked: i32,
+        now: i32,
+    },
+    /// The command topic would lose records.
+    #[error(transparent)]
+    NotPermanent(#[from] NotPermanent),
+    #[error("reading the configuration of the command topic: {0}")]
+    TopicConfig(#[from] AdminError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
     /// An outcome or dead letter was not delivered; offsets were not
@@ -170,10 +204,12 @@ pub struct ApplierStats {
 }
 
 /// One record of a batch, decoded or refused.
-struct Item {
+struct Item<'a> {
     position: LogPosition,
+    /// The record as read, for a dead letter that keeps its bytes.
+    record: &'a OwnedMessage,
+    /// The key for reports and outcomes, bounded in length.
     key: String,
-    payload: Option<Vec<u8>>,
     timestamp: i64,
     command: Result<Command, String>,
 }
@@ -182,14 +218,37 @@ struct Item {
 /// state while the group has already committed progress (a Redis restarted
 /// empty would otherwise be taken for "no stock" and the rest of the log
 /// applied onto nothing). A new projection of a new group is marked.
-async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result<(), ApplierError> {
-    match projection.marked_topic().await? {
-        Some(marked) if marked == config.topic => Ok(()),
-        Some(marked) => Err(ApplierError::OtherLog {
+async fn check_marker(
+    config: &ApplierConfig,
+    projection: &Projection,
+    partitions: i32,
+) -> Result<(), ApplierError> {
+    match projection.marker().await? {
+        Some(marked) if marked.topic != config.topic => Err(ApplierError::OtherLog {
             prefix: config.prefix.clone(),
-            marked,
+            marked: marked.topic,
             topic: config.topic.clone(),
         }),
+        Some(Marker {
+            partitions: Some(marked),
+            ..
+        }) if marked != partitions => Err(ApplierError::PartitionsChanged {
+            topic: config.topic.clone(),
+            marked,
+            now: partitions,
+        }),
+        Some(Marker {
+            partitions: Some(_),
+            ..
+        }) => Ok(()),
+        Some(Marker {
+            partitions: None, ..
+        }) => {
+            // Marked by a release that did not record the count: the fold
+            // so far was made with today's.
+            projection.mark(&config.topic, partitions).await?;
+            Ok(())
+        }
         None => {
             let committed = stockledger_io::topic::committed_offsets(
                 &config.kafka,
@@ -204,7 +263,7 @@ async fn check_marker(config: &ApplierConfig, projection: &Projection) -> Result
                 }
                 .into());
             }
-            projection.mark(&config.topic).await?;
+            projection.mark(&config.topic, partitions).await?;
             Ok(())
         }
     }
@@ -255,7 +314,7 @@ impl Kind {
 /// A record to publish for one item of a batch.
 struct Outgoing<'a> {
     kind: Kind,
-    key: &'a str,
+    key: &'a [u8],
     payload: Vec<u8>,
     headers: Option<OwnedHeaders>,
     position: &'a LogPosition,
@@ -292,7 +351,7 @@ pub async fn run(
 struct Applier {
     config: ApplierConfig,
     /// The command topic's partition count, which decides each SKU's home
-    /// partition; read again when a record comes from a partition beyond it.
+    /// partition; a record from a partition beyond it stops the applier.
     partitions: i32,
     consumer: StreamConsumer<LagContext>,
     producer: FutureProducer,
@@ -311,23 +370,32 @@ impl Applier {
         stop: watch::Receiver<bool>,
     ) -> Result<Self, ApplierError> {
         info!(config = ?config, "starting the applier");
+        // Checked before anything is created: a refused start leaves offsets
+        // and Redis untouched.
+        let topic_config = topic_config(&config.kafka, &config.topic).await?;
+        check_permanent(&config.topic, &topic_config, config.allow_finite_retention)?;
+        let partitions = partition_count(&config).await?;
         let lag = Arc::new(AtomicI64::new(0));
         let context = LagContext::new(&config.topic, lag.clone());
         let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
+        let mut settings = vec![
+            ("group.id", config.group_id.as_str()),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("statistics.interval.ms", &stats_ms),
+            // Some brokers (tansu 0.6) hold a fetch for its whole wait even
+            // when records are there; a short wait bounds the pickup delay
+            // (at 5k/s offered, p50 produce-to-decision 24 ms with 10 ms,
+            // 12 ms with 2 ms, at the same throughput under load; an idle
+            // applier's fetches cost the broker nothing measurable).
+            ("fetch.wait.max.ms", "2"),
+        ];
+        if let Some(id) = &config.instance_id {
+            settings.push(("group.instance.id", id));
+        }
         let consumer: StreamConsumer<LagContext> = config
             .kafka
-            .client_config(&[
-                ("group.id", &config.group_id),
-                ("enable.auto.commit", "false"),
-                ("auto.offset.reset", "earliest"),
-                ("statistics.interval.ms", &stats_ms),
-                // Some brokers (tansu 0.6) hold a fetch for its whole wait even
-                // when records are there; a short wait bounds the pickup delay
-                // (at 5k/s offered, p50 produce-to-decision 24 ms with 10 ms,
-                // 12 ms with 2 ms, at the same throughput under load; an idle
-                // applier's fetches cost the broker nothing measurable).
-                ("fetch.wait.max.ms", "2"),
-            ])
+            .client_config(&settings)
             .create_with_context(context)
             .map_err(|source| ApplierError::Client {
                 what: "consumer",
@@ -352,8 +420,7 @@ impl Applier {
         let projection = Projection::connect(&config.redis_url, config.prefix.clone())
             .await?
             .guarded();
-        check_marker(&config, &projection).await?;
-        let partitions = partition_count(&config).await?;
+        check_marker(&config, &projection, partitions).await?;
         Ok(Self {
             config,
             partitions,
@@ -372,7 +439,14 @@ impl Applier {
         ticker.tick().await;
         let mut last_report = (Instant::now(), 0u64);
         let mut stop = self.stop.clone();
+        let group = GroupWatch::start(
+            &self.config.kafka,
+            &self.config.group_id,
+            &self.config.topic,
+            stop.clone(),
+        );
         let mut in_flight: Option<InFlight> = None;
+        let mut unfinished: Vec<InFlight> = Vec::new();
         loop {
             let first = tokio::select! {
                 biased;
@@ -380,13 +454,25 @@ impl Applier {
                 _ = ticker.tick() => {
                     let (at, records) = last_report;
                     let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
-                    info!(
-                        records = self.stats.records,
-                        dead_lettered = self.stats.dead_lettered,
-                        rate_per_s = rate.round(),
-                        lag = self.lag.load(Ordering::Relaxed),
-                        "applier progress"
-                    );
+                    let assigned = self.consumer.assignment().unwrap_or_default();
+                    group.assigned(assigned.elements().iter().map(|e| e.partition()));
+                    let assigned = assigned.count();
+                    if assigned == 0 {
+                        info!(
+                            records = self.stats.records,
+                            group = %self.config.group_id,
+                            "applier progress: no partitions assigned; waiting for the group"
+                        );
+                    } else {
+                        info!(
+                            records = self.stats.records,
+                            dead_lettered = self.stats.dead_lettered,
+                            rate_per_s = rate.round(),
+                            partitions = assigned,
+                            lag = self.lag.load(Ordering::Relaxed),
+                            "applier progress"
+                        );
+                    }
                     last_report = (Instant::now(), self.stats.records);
                     continue;
                 }
@@ -409,23 +495,61 @@ impl Applier {
             };
             let batch = self.fill_batch(first).await;
             let next = self.process(&batch).await?;
-            if let Some(previous) = in_flight.take() {
-                self.finish(previous).await?;
+            if let Some(mut previous) = in_flight.take() {
+                // With the brokers away, deliveries wait for them; a stop
+                // then finishes both batches within the shutdown grace.
+                let results = tokio::select! {
+                    results = &mut previous.deliveries => Some(results),
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                match results {
+                    Some(results) => self.commit(previous, results)?,
+                    None => {
+                        unfinished.push(previous);
+                        unfinished.extend(next);
+                        break;
+                    }
+                }
             }
             in_flight = next;
         }
-        if let Some(last) = in_flight.take() {
-            self.finish(last).await?;
-        }
-        if self.committed.count() > 0 {
-            // Make the last commit durable before exiting, so a restart does
-            // not redeliver what this run finished.
-            if let Err(e) = self.consumer.commit(&self.committed, CommitMode::Sync) {
-                warn!(error = %e, "final offset commit failed; records may be redelivered");
+        unfinished.extend(in_flight);
+        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        for batch in unfinished {
+            match tokio::time::timeout_at(grace, self.finish(batch)).await {
+                Ok(finished) => finished?,
+                Err(_) => {
+                    warn!(
+                        within = ?SHUTDOWN_GRACE,
+                        "outcomes not delivered in time (brokers unreachable?); \
+                         their records are not committed and will be redelivered"
+                    );
+                    break;
+                }
             }
         }
-        info!(records = self.stats.records, "applier stopped");
-        Ok(self.stats)
+        // Make the last commit durable before exiting, so a restart does not
+        // redeliver what this run finished; bounded, as the brokers may be away.
+        let Applier {
+            consumer,
+            committed,
+            stats,
+            ..
+        } = self;
+        let within = grace.saturating_duration_since(tokio::time::Instant::now());
+        match commit_and_close(consumer, committed, within).await {
+            FinalCommit::Done => {}
+            FinalCommit::Failed(e) => {
+                warn!(error = %e, "final offset commit failed; records may be redelivered");
+            }
+            FinalCommit::TimedOut => warn!(
+                within = ?SHUTDOWN_GRACE,
+                "the final offset commit did not happen in time (brokers unreachable?); \
+                 records since the last commit will be redelivered and skipped as applied"
+            ),
+        }
+        info!(records = stats.records, "applier stopped");
+        Ok(stats)
     }
 
     async fn fill_batch(&self, first: OwnedMessage) -> Vec<OwnedMessage> {
@@ -458,8 +582,8 @@ impl Applier {
                     partition: m.partition(),
                     offset: m.offset(),
                 },
+                record: m,
                 key: key_text(m.key()),
-                payload: m.payload().map(<[u8]>::to_vec),
                 timestamp: m.timestamp().to_millis().unwrap_or_default(),
                 command: interpret(m.key(), m.payload()),
             })
@@ -470,12 +594,13 @@ impl Applier {
             .map(|item| item.position.partition)
             .find(|&p| p >= self.partitions)
         {
-            // Partitions were added since the count was read.
-            self.partitions = partition_count(&self.config).await?.max(beyond + 1);
-            warn!(
-                partitions = self.partitions,
-                "the command topic has more partitions than at start"
-            );
+            // Partitions were added since the count was read: stop before
+            // applying anything of this batch, as a restart would refuse.
+            return Err(ApplierError::PartitionsChanged {
+                topic: self.config.topic.clone(),
+                marked: self.partitions,
+                now: partition_count(&self.config).await?.max(beyond + 1),
+            });
         }
         let batch = Batch::group(
             items.iter().filter_map(|item| {
@@ -556,8 +681,8 @@ impl Applier {
                     });
                 messages.push(Outgoing {
                     kind: Kind::DeadLetter,
-                    key: &item.key,
-                    payload: item.payload.clone().unwrap_or_default(),
+                    key: item.record.key().unwrap_or_default(),
+                    payload: item.record.payload().unwrap_or_default().to_vec(),
                     headers: Some(headers),
                     position: &item.position,
                 });
@@ -565,7 +690,7 @@ impl Applier {
             }
             messages.push(Outgoing {
                 kind: Kind::Outcome,
-                key: &item.key,
+                key: item.key.as_bytes(),
                 payload: codec::encode_outcome(&outcome)?,
                 headers: None,
                 position: &item.position,
@@ -603,7 +728,7 @@ impl Applier {
     /// Hands one record to the producer, waiting while its queue is full.
     async fn enqueue(
         &self,
-        mut record: FutureRecord<'_, str, Vec<u8>>,
+        mut record: FutureRecord<'_, [u8], Vec<u8>>,
         m: &Outgoing<'_>,
     ) -> Result<DeliveryFuture, ApplierError> {
         loop {

@@ -8,10 +8,13 @@
 //!   projection with it.
 //! - [`record`]: what a command-topic record means (command or refusal).
 //! - [`replay`]: rebuilding a prefix from the log and swapping it in.
+//! - [`repartition`]: copying the log into a topic with another partition
+//!   count, each record on its SKU's new home partition.
 
 pub mod applier;
 pub mod check;
 pub mod record;
+pub mod repartition;
 pub mod replay;
 
 pub use applier::{run, ApplierConfig, ApplierError, ApplierStats};

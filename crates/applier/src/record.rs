@@ -2,11 +2,19 @@
 //! reason it is not one.
 
 use stockledger_core::codec;
+use stockledger_core::ids::MAX_ID_LEN;
 use stockledger_core::Command;
 
 /// Decodes `payload` and checks that the record key is the command's SKU
 /// (the key decides the partition, so a mismatch would break per-SKU order).
+/// A key longer than any SKU is refused before anything else is read.
 pub fn interpret(key: Option<&[u8]>, payload: Option<&[u8]>) -> Result<Command, String> {
+    if let Some(key) = key.filter(|k| k.len() > MAX_ID_LEN) {
+        return Err(format!(
+            "record key is {} bytes; a sku is at most {MAX_ID_LEN}",
+            key.len()
+        ));
+    }
     let payload = payload.ok_or_else(|| "record has no value".to_owned())?;
     let command = codec::decode_command(payload).map_err(|e| e.to_string())?;
     match key {
@@ -27,8 +35,33 @@ pub fn interpret(key: Option<&[u8]>, payload: Option<&[u8]>) -> Result<Command, 
     }
 }
 
-/// The record key for reports: lossily decoded, empty when absent.
+/// The record key for reports and outcomes: lossily decoded, empty when
+/// absent, and cut to its first [`MAX_ID_LEN`] bytes (marked with `…`) so an
+/// oversized key is never copied whole.
 pub fn key_text(key: Option<&[u8]>) -> String {
-    key.map(|k| String::from_utf8_lossy(k).into_owned())
-        .unwrap_or_default()
+    let key = key.unwrap_or_default();
+    if key.len() > MAX_ID_LEN {
+        format!("{}…", String::from_utf8_lossy(&key[..MAX_ID_LEN]))
+    } else {
+        String::from_utf8_lossy(key).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_key_is_refused_and_reported_cut() {
+        let key = vec![b'k'; 10_000];
+        assert_eq!(
+            interpret(Some(&key), Some(b"not read")).unwrap_err(),
+            "record key is 10000 bytes; a sku is at most 128"
+        );
+        let text = key_text(Some(&key));
+        assert_eq!(text.len(), MAX_ID_LEN + '…'.len_utf8());
+        assert!(text.ends_with('…'));
+        assert_eq!(key_text(Some(b"SKU-1")), "SKU-1");
+        assert_eq!(key_text(None), "");
+    }
 }

@@ -19,6 +19,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
+use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_io::KafkaConfig;
 use tracing::{debug, info, instrument};
 
@@ -51,6 +52,8 @@ pub struct ReplayConfig {
     /// Refuse to start unless the target prefix is empty. Off only when the
     /// target was just seeded from a snapshot.
     pub require_empty_target: bool,
+    /// Replay even though the command topic has a finite retention.
+    pub allow_finite_retention: bool,
 }
 
 impl ReplayConfig {
@@ -70,6 +73,7 @@ impl ReplayConfig {
             swap: None,
             batch_size: 5000,
             require_empty_target: true,
+            allow_finite_retention: false,
         }
     }
 }
@@ -114,12 +118,44 @@ pub enum ReplayError {
     TargetNotEmpty { prefix: String, skus: usize },
     #[error("Redis: {0}")]
     Projection(#[from] ProjectionError),
+    #[error(transparent)]
+    NotPermanent(#[from] NotPermanent),
+    #[error("reading the configuration of the command topic: {0}")]
+    TopicConfig(#[from] AdminError),
+    /// The broker no longer has records the replay must start from.
+    #[error(
+        "partition {partition} of {topic} begins at offset {earliest}, but the replay must start \
+         at offset {start}: records {start}..{earliest} are gone (deleted by retention). Nothing \
+         was written. Restore a snapshot taken at or after offset {earliest} and replay from it \
+         (`stockledger snapshot`, then `stockledger replay --from-snapshot`)"
+    )]
+    Truncated {
+        topic: String,
+        partition: i32,
+        start: i64,
+        earliest: i64,
+    },
 }
 
 impl From<redis::RedisError> for ReplayError {
     fn from(e: redis::RedisError) -> Self {
         Self::Projection(e.into())
     }
+}
+
+/// Refuses to start `partition` at `start` when the broker's log begins
+/// after it: the records between are gone, and a fold without them would
+/// be wrong.
+fn check_start(topic: &str, partition: i32, start: i64, earliest: i64) -> Result<(), ReplayError> {
+    if earliest > start {
+        return Err(ReplayError::Truncated {
+            topic: topic.to_owned(),
+            partition,
+            start,
+            earliest,
+        });
+    }
+    Ok(())
 }
 
 /// Replays the log into `config.target_prefix`, swapping it in at the end
@@ -130,6 +166,8 @@ pub async fn replay(
     mut on_progress: impl FnMut(&ReplayProgress) + Send,
 ) -> Result<ReplayReport, ReplayError> {
     let mut stop = stockledger_io::stop::stop_flag(shutdown);
+    let topic_config = topic_config(&config.kafka, &config.topic).await?;
+    check_permanent(&config.topic, &topic_config, config.allow_finite_retention)?;
     let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
     let existing = target.skus().await?.len();
     if existing > 0 && config.require_empty_target {
@@ -138,7 +176,6 @@ pub async fn replay(
             skus: existing,
         });
     }
-    target.mark(&config.topic).await?;
     let lag = Arc::new(AtomicI64::new(0));
     let consumer: StreamConsumer<LagContext> = config
         .kafka
@@ -158,12 +195,12 @@ pub async fn replay(
     }
     let mut assignment = TopicPartitionList::new();
     for &p in &partitions {
-        let offset = config
-            .start
-            .get(&p)
-            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
-        assignment.add_partition_offset(&config.topic, p, offset)?;
+        let start = config.start.get(&p).copied().unwrap_or(0);
+        let (earliest, _) = consumer.fetch_watermarks(&config.topic, p, Duration::from_secs(30))?;
+        check_start(&config.topic, p, start, earliest)?;
+        assignment.add_partition_offset(&config.topic, p, Offset::Offset(start))?;
     }
+    target.mark(&config.topic, partitions.len() as i32).await?;
     consumer.assign(&assignment)?;
     info!(topic = %config.topic, target = %config.target_prefix, partitions = partitions.len(), "replay started");
 
@@ -222,7 +259,7 @@ pub async fn replay(
             // Every SKU is in: the live prefix is a whole fold of the log
             // again (this re-marks a Redis that had lost its state).
             let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
-            live.mark(&config.topic).await?;
+            live.mark(&config.topic, partitions.len() as i32).await?;
             target.unmark().await?;
             break;
         }
@@ -299,4 +336,25 @@ async fn swap_pass(
         }
     }
     Ok(behind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_that_begins_after_the_start_is_refused_naming_both_offsets_and_the_fix() {
+        assert!(check_start("t", 0, 0, 0).is_ok());
+        assert!(
+            check_start("t", 0, 500, 200).is_ok(),
+            "a snapshot covers the gap"
+        );
+        let message = check_start("t", 3, 0, 1200).unwrap_err().to_string();
+        assert!(
+            message.contains("partition 3 of t begins at offset 1200"),
+            "{message}"
+        );
+        assert!(message.contains("must start at offset 0"), "{message}");
+        assert!(message.contains("--from-snapshot"), "{message}");
+    }
 }

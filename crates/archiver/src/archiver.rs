@@ -19,6 +19,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use stockledger_core::codec;
 use stockledger_core::Outcome;
+use stockledger_io::group::{
+    commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
+};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
@@ -30,6 +33,10 @@ pub struct ArchiverConfig {
     pub database_url: String,
     pub outcomes_topic: String,
     pub group_id: String,
+    /// `group.instance.id` (static membership), as for the applier: a
+    /// restarted archiver takes its partitions back at once. Defaults to
+    /// the host's name.
+    pub instance_id: Option<String>,
     /// Most outcomes written in one transaction.
     pub page_size: usize,
     /// How long a page waits to fill once its first outcome is in.
@@ -44,6 +51,7 @@ impl std::fmt::Debug for ArchiverConfig {
             .field("database_url", &redact_url(&self.database_url))
             .field("outcomes_topic", &self.outcomes_topic)
             .field("group_id", &self.group_id)
+            .field("instance_id", &self.instance_id)
             .field("page_size", &self.page_size)
             .field("page_wait", &self.page_wait)
             .field("stats_interval", &self.stats_interval)
@@ -58,6 +66,7 @@ impl ArchiverConfig {
             database_url: database_url.into(),
             outcomes_topic: "stock.ledger.outcomes".into(),
             group_id: "stockledger-archiver".into(),
+            instance_id: Some(default_instance_id()),
             page_size: 1000,
             page_wait: Duration::from_millis(100),
             stats_interval: Duration::from_secs(10),
@@ -115,18 +124,22 @@ pub async fn run(
             other => ArchiverError::Database(other),
         })?;
     let mut progress = load_progress(&pool, &config).await?;
+    let mut settings = vec![
+        ("group.id", config.group_id.as_str()),
+        ("enable.auto.commit", "false"),
+        ("auto.offset.reset", "earliest"),
+        // librdkafka prefetches up to 100,000 messages per partition by
+        // default: with a long backlog that, not the page, set the
+        // archiver's memory (29 MiB at 200k records, 78 MiB at 2M);
+        // with 20,000 it was 31 and 39 MiB, at the same archive rate.
+        ("queued.min.messages", "20000"),
+    ];
+    if let Some(id) = &config.instance_id {
+        settings.push(("group.instance.id", id));
+    }
     let consumer: StreamConsumer = config
         .kafka
-        .client_config(&[
-            ("group.id", &config.group_id),
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "earliest"),
-            // librdkafka prefetches up to 100,000 messages per partition by
-            // default: with a long backlog that, not the page, set the
-            // archiver's memory (29 MiB at 200k records, 78 MiB at 2M);
-            // with 20,000 it was 31 and 39 MiB, at the same archive rate.
-            ("queued.min.messages", "20000"),
-        ])
+        .client_config(&settings)
         .create()
         .map_err(ArchiverError::Client)?;
     consumer
@@ -136,6 +149,12 @@ pub async fn run(
             source,
         })?;
 
+    let group = GroupWatch::start(
+        &config.kafka,
+        &config.group_id,
+        &config.outcomes_topic,
+        stop.clone(),
+    );
     let mut stats = ArchiverStats::default();
     let mut ticker = tokio::time::interval(config.stats_interval);
     ticker.tick().await;
@@ -147,7 +166,13 @@ pub async fn run(
             _ = ticker.tick() => {
                 let (at, rows) = last_report;
                 let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
-                info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
+                let assigned = consumer.assignment().unwrap_or_default();
+                group.assigned(assigned.elements().iter().map(|e| e.partition()));
+                if assigned.count() == 0 {
+                    info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
+                } else {
+                    info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
+                }
                 last_report = (Instant::now(), stats.rows);
                 continue;
             }
@@ -183,15 +208,17 @@ pub async fn run(
             warn!(error = %e, "committing offsets failed; pages may be redelivered and skipped");
         }
     }
-    if !progress.is_empty() {
-        // The progress table is the truth; this keeps a restart from
-        // re-reading pages it would only skip.
-        if let Err(e) = consumer.commit(
-            &offsets_of(&config.outcomes_topic, &progress),
-            CommitMode::Sync,
-        ) {
-            warn!(error = %e, "final offset commit failed");
-        }
+    // The progress table is the truth; this keeps a restart from re-reading
+    // pages it would only skip. Bounded, as the brokers may be away.
+    let offsets = offsets_of(&config.outcomes_topic, &progress);
+    match commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await {
+        FinalCommit::Done => {}
+        FinalCommit::Failed(e) => warn!(error = %e, "final offset commit failed"),
+        FinalCommit::TimedOut => warn!(
+            within = ?SHUTDOWN_GRACE,
+            "the final offset commit did not happen in time (brokers unreachable?); \
+             pages since the last commit will be redelivered and skipped"
+        ),
     }
     info!(rows = stats.rows, "archiver stopped");
     Ok(stats)

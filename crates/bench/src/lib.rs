@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_io::topic::committed_offsets;
 use stockledger_testkit::wait_until;
 use tokio::sync::oneshot;
@@ -405,11 +405,12 @@ impl Pipeline {
         let outcomes_topic = format!("{run_id}.{name}.outcomes");
         let dlq_topic = format!("{run_id}.{name}.dlq");
         let kafka = g.kafka();
-        let specs = [&topic, &outcomes_topic, &dlq_topic].map(|t| TopicSpec {
-            name: t.clone(),
-            partitions: args.partitions,
-            replication: 1,
-        });
+        let topics = LedgerTopics {
+            commands: &topic,
+            outcomes: &outcomes_topic,
+            dead_letters: &dlq_topic,
+        };
+        let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
         create_topics(&kafka, &specs).await?;
         let mut config = applier_config(g);
         config.topic = topic.clone();

@@ -14,6 +14,7 @@ use stockledger_applier::ApplierConfig;
 use stockledger_archiver::ArchiverConfig;
 use stockledger_client::KafkaConfig;
 use stockledger_io::kafka::parse_property;
+use stockledger_projection::keys;
 
 use crate::commands::*;
 
@@ -116,7 +117,8 @@ pub struct Global {
         long,
         global = true,
         env = "STOCKLEDGER_PREFIX",
-        default_value = "stockledger"
+        default_value = "stockledger",
+        value_parser = parse_prefix
     )]
     pub prefix: String,
 
@@ -169,6 +171,9 @@ pub enum Command {
     History(history::Args),
     /// Rebuild the projection from the log into a fresh prefix (and swap it in).
     Replay(replay::Args),
+    /// Copy the command log into a new topic with another partition count
+    /// (the way out after partitions were added), per-SKU order kept.
+    Repartition(repartition::Args),
     /// Write every SKU's state and last-applied offset to PostgreSQL.
     Snapshot(snapshot::Args),
     /// Prune archived history older than the retention window from Redis.
@@ -239,6 +244,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Order(args) => order::run(g, args).await,
         Command::History(args) => history::run(g, args).await,
         Command::Replay(args) => replay::run(g, args).await,
+        Command::Repartition(args) => repartition::run(g, args).await,
         Command::Snapshot(args) => snapshot::run(g, args).await,
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
@@ -256,6 +262,18 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
                 stockledger_io::redact_url(&g.database_url)
             )
         })
+}
+
+/// A Redis key prefix, checked as [`keys::check_prefix`] does.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    keys::check_prefix(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.problem)
+}
+
+/// A `group.instance.id`, checked as Kafka would.
+fn parse_instance_id(s: &str) -> Result<String, String> {
+    stockledger_io::group::check_instance_id(s).map(|()| s.to_owned())
 }
 
 pub fn applier_config(g: &Global) -> ApplierConfig {

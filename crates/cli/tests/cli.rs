@@ -18,7 +18,16 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
+        (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
+        (
+            &["rollback", "SKU", "order{1}"],
+            "order_id: must not contain '{'",
+        ),
+        (
+            &["--prefix", "shop{a}", "stock", "SKU"],
+            "for '--prefix <PREFIX>': must not contain '{'",
+        ),
         (
             &["deduct", "SKU", "o1", "0"],
             "quantity: must be at least 1",

@@ -8,7 +8,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use common::{spawn, terminate};
+use common::{log_path, spawn, terminate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_client::producer::ProducerError;
@@ -24,41 +24,17 @@ const SKUS: [&str; 8] = ["F0", "F1", "F2", "F3", "F4", "F5", "F6", "F7"];
 /// How long an outage lasts: long enough for several retries.
 const OUTAGE: Duration = Duration::from_secs(2);
 
-/// One applier at a time: a killed member's session ends within seconds.
-const APPLY: [&str; 9] = [
-    "apply",
-    "--batch-size",
-    "40",
-    "--stats-interval-s",
-    "1",
-    "-X",
-    "session.timeout.ms=2000",
-    "-X",
-    "heartbeat.interval.ms=300",
-];
+/// The applier as an operator runs it: default group settings (a 45-second
+/// session, static membership under the host's name), frequent progress.
+const APPLY: [&str; 5] = ["apply", "--batch-size", "40", "--stats-interval-s", "1"];
 
-/// Two appliers in one group. The session is longer because tansu 0.6
-/// counts the time a member spends in a rebalance against it, and with two
-/// members a 2-second session keeps the group rebalancing.
-const APPLY_PAIR: [&str; 9] = [
-    "apply",
-    "--batch-size",
-    "40",
-    "--stats-interval-s",
-    "1",
-    "-X",
-    "session.timeout.ms=10000",
-    "-X",
-    "heartbeat.interval.ms=1000",
-];
+/// How soon after its last restart a member must be working again.
+const RECOVERY: Duration = Duration::from_secs(45 + 10);
 
-/// A killed member never leaves its group. Apache Kafka's coordinator
-/// expires it after `session.timeout.ms` and rebalances; tansu 0.6 drops it
-/// only when another member joins after that, so a replacement is started
-/// once the session has run out.
-async fn outlive_dead_session(session_ms: u64) {
-    tokio::time::sleep(Duration::from_millis(session_ms + 500)).await;
-}
+/// How soon the partitions of a member that stopped for good must be taken
+/// over: its session, then the group watch's own patience and period
+/// (`stockledger_io::group`), then a rebalance or two.
+const TAKEOVER: Duration = Duration::from_secs(45 + 5 + 5 + 45);
 
 /// A child process killed when dropped, so a failing test leaves nothing
 /// running.
@@ -80,7 +56,11 @@ async fn traffic(producer: &LedgerProducer, first: usize, orders: usize) -> anyh
 }
 
 async fn wait_applied(h: &Harness, records: u64) -> anyhow::Result<()> {
-    wait_until(&format!("{records} records applied"), CATCH_UP, || async {
+    wait_applied_within(h, records, CATCH_UP).await
+}
+
+async fn wait_applied_within(h: &Harness, records: u64, within: Duration) -> anyhow::Result<()> {
+    wait_until(&format!("{records} records applied"), within, || async {
         Ok((h.applied(&SKUS).await? >= records).then_some(()))
     })
     .await
@@ -123,8 +103,10 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
     let mut rng = StdRng::seed_from_u64(11);
     let mut last = 0;
     for cycle in 0..10 {
+        // Restarted at once, as an orchestrator does: it takes the dead
+        // member's place in the group.
         let mut child = Running(spawn(&h, &APPLY)?);
-        last = wait_until(&format!("progress in cycle {cycle}"), CATCH_UP, || async {
+        last = wait_until(&format!("progress in cycle {cycle}"), RECOVERY, || async {
             let now = h.applied(&SKUS).await?;
             Ok((now > last || traffic.is_finished()).then_some(now))
         })
@@ -133,7 +115,6 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..60))).await;
         child.0.kill()?;
         child.0.wait()?;
-        outlive_dead_session(2000).await;
     }
     traffic.await??;
     let applier = h.start_applier();
@@ -148,13 +129,14 @@ async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebal
 ) -> anyhow::Result<()> {
     let h = Harness::new("two-appliers", 4).await?;
     let archiver = h.start_archiver();
-    let mut a = Running(spawn(&h, &APPLY_PAIR)?);
-    let mut b = Running(spawn(&h, &APPLY_PAIR)?);
+    let member = |id: &'static str| spawn(&h, &[&APPLY[..], &["--instance-id", id]].concat());
+    let mut a = Running(member("a")?);
+    let mut b = Running(member("b")?);
     let mut sent = restock(&h.producer).await? + traffic(&h.producer, 0, 200).await?;
     wait_applied(&h, sent).await?;
 
-    // One is killed mid-stream; a replacement joins and the group
-    // rebalances its partitions over the survivor and the newcomer.
+    // One is killed mid-stream and restarted at once under its own name:
+    // it takes its partitions back without waiting out its old session.
     let more = tokio::spawn({
         let producer = h.producer.clone();
         async move { traffic(&producer, 200, 200).await }
@@ -162,21 +144,22 @@ async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebal
     wait_applied(&h, sent + 20).await?;
     a.0.kill()?;
     a.0.wait()?;
-    outlive_dead_session(10_000).await;
-    let mut replacement = Running(spawn(&h, &APPLY_PAIR)?);
+    a = Running(member("a")?);
     sent += more.await??;
-    wait_applied(&h, sent).await?;
+    wait_applied_within(&h, sent, RECOVERY).await?;
 
-    // The replacement leaves (SIGTERM): the survivor takes every partition.
-    terminate(&replacement.0)?;
-    assert!(wait_exit(&mut replacement.0, Duration::from_secs(20))
+    // It stops for good (SIGTERM): a static member does not leave its
+    // group, so the survivor takes every partition once the stopped
+    // member's session is over.
+    terminate(&a.0)?;
+    assert!(wait_exit(&mut a.0, Duration::from_secs(20))
         .await?
         .success());
     sent += traffic(&h.producer, 400, 200).await?;
-    wait_applied(&h, sent).await?;
+    wait_applied_within(&h, sent, TAKEOVER).await?;
 
     // And comes back: the group rebalances once more.
-    a = Running(spawn(&h, &APPLY_PAIR)?);
+    a = Running(member("a")?);
     sent += traffic(&h.producer, 600, 200).await?;
     wait_applied(&h, sent).await?;
     terminate(&a.0)?;
@@ -404,5 +387,116 @@ async fn sigterm_finishes_the_batch_commits_and_exits_zero() -> anyhow::Result<(
         "the applier committed all it applied"
     );
     h.assert_projection_matches_log().await?;
+    Ok(())
+}
+
+/// Kills a freshly started `args` process with SIGKILL five times within a
+/// few seconds, as a crash-looping deployment does, then starts it for good.
+async fn crash_loop(h: &Harness, args: &[&str]) -> anyhow::Result<Running> {
+    for _ in 0..5 {
+        let mut child = Running(spawn(h, args)?);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        child.0.kill()?;
+        child.0.wait()?;
+    }
+    Ok(Running(spawn(h, args)?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_in_a_crash_loop_applies_again_within_a_session_of_its_last_start(
+) -> anyhow::Result<()> {
+    let h = Harness::new("crash-loop-applier", 4).await?;
+    let archiver = h.start_archiver();
+    let mut first = Running(spawn(&h, &APPLY)?);
+    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 100).await?;
+    wait_applied(&h, sent).await?;
+    first.0.kill()?;
+    first.0.wait()?;
+
+    let more = traffic(&h.producer, 100, 100).await?;
+    let started = tokio::time::Instant::now();
+    let mut last = crash_loop(&h, &APPLY).await?;
+    wait_applied_within(&h, sent + more, RECOVERY).await?;
+    eprintln!(
+        "applier: everything applied {:?} after its last start",
+        started.elapsed()
+    );
+    terminate(&last.0)?;
+    assert!(wait_exit(&mut last.0, Duration::from_secs(20))
+        .await?
+        .success());
+    h.assert_contract().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archiver_in_a_crash_loop_archives_again_within_a_session_of_its_last_start(
+) -> anyhow::Result<()> {
+    let h = Harness::new("crash-loop-archiver", 4).await?;
+    let applier = h.start_applier();
+    let archive = ["archive", "--stats-interval-s", "1"];
+    let mut first = Running(spawn(&h, &archive)?);
+    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 100).await?;
+    h.wait_for_archive(sent as i64).await?;
+    first.0.kill()?;
+    first.0.wait()?;
+
+    let more = traffic(&h.producer, 100, 100).await?;
+    wait_applied(&h, sent + more).await?;
+    let mut last = crash_loop(&h, &archive).await?;
+    let total = (sent + more) as i64;
+    wait_until(&format!("{total} rows archived"), RECOVERY, || async {
+        Ok((h.archived_rows().await? >= total).then_some(()))
+    })
+    .await?;
+    terminate(&last.0)?;
+    assert!(wait_exit(&mut last.0, Duration::from_secs(20))
+        .await?
+        .success());
+    h.assert_contract().await?;
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bounded_time(
+) -> anyhow::Result<()> {
+    let port = start_own_broker().await?;
+    let h = Harness::with_kafka(
+        "stop-without-broker",
+        2,
+        KafkaConfig::new(format!("127.0.0.1:{port}")),
+    )
+    .await?;
+    let mut applier = Running(spawn(&h, &["apply"])?);
+    let mut archiver = Running(spawn(&h, &["archive"])?);
+    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 40).await?;
+    h.wait_for_archive(sent as i64).await?;
+
+    signal_broker(port, "STOP")?;
+    terminate(&applier.0)?;
+    terminate(&archiver.0)?;
+    // The final commit waits at most SHUTDOWN_GRACE (10 s).
+    let applier_exit = wait_exit(&mut applier.0, Duration::from_secs(20)).await;
+    let archiver_exit = wait_exit(&mut archiver.0, Duration::from_secs(20)).await;
+    signal_broker(port, "CONT")?;
+    assert!(applier_exit?.success());
+    assert!(archiver_exit?.success());
+    for args in [["apply"], ["archive"]] {
+        let log = std::fs::read_to_string(log_path(&h, &args))?;
+        assert!(
+            log.contains("the final offset commit did not happen in time"),
+            "{args:?} says its final commit did not happen: {log}"
+        );
+    }
+
+    // Whatever was not committed is redelivered and skipped.
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    traffic(&h.producer, 40, 40).await?;
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
     Ok(())
 }

@@ -34,8 +34,10 @@ impl ValidationError {
 
 /// Checks the rules shared by every identifier: not empty, at most
 /// [`MAX_ID_LEN`] bytes, no control characters (a newline in a SKU would
-/// corrupt logs, keys and CSV exports), no surrounding whitespace.
-fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
+/// corrupt logs, keys and CSV exports), no `{` or `}` (they delimit the Redis
+/// Cluster hash tag that keeps one SKU's keys on one node), no surrounding
+/// whitespace.
+pub fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
     }
@@ -52,6 +54,12 @@ fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
         return Err(ValidationError::new(
             field,
             format!("must not contain control characters (found {c:?})"),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| matches!(c, '{' | '}')) {
+        return Err(ValidationError::new(
+            field,
+            format!("must not contain {c:?} (braces delimit the Redis Cluster hash tag)"),
         ));
     }
     if value.trim() != value {
@@ -176,6 +184,17 @@ mod tests {
         assert_eq!(AdjustmentId::new("").unwrap_err().field, "adjustment_id");
         assert_eq!(Sku::new("SKU-1").unwrap().as_str(), "SKU-1");
         assert!(Sku::new("x".repeat(MAX_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn ids_refuse_braces_which_would_split_a_skus_keys_across_cluster_slots() {
+        assert_eq!(
+            Sku::new("}x").unwrap_err().to_string(),
+            "sku: must not contain '}' (braces delimit the Redis Cluster hash tag)"
+        );
+        assert_eq!(Sku::new("a{b").unwrap_err().field, "sku");
+        assert_eq!(OrderId::new("{o}").unwrap_err().field, "order_id");
+        assert_eq!(CommandId::new("c}").unwrap_err().field, "command_id");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Creating the ledger's topics.
+//! Creating the ledger's topics and checking that the command topic keeps
+//! every record.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
@@ -15,6 +17,8 @@ pub struct TopicSpec {
     pub name: String,
     pub partitions: i32,
     pub replication: i32,
+    /// Topic configuration set at creation (`retention.ms`, …).
+    pub configs: Vec<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,10 +47,13 @@ pub async fn create_topics(
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
-            NewTopic::new(
-                &t.name,
-                t.partitions,
-                TopicReplication::Fixed(t.replication),
+            t.configs.iter().fold(
+                NewTopic::new(
+                    &t.name,
+                    t.partitions,
+                    TopicReplication::Fixed(t.replication),
+                ),
+                |topic, (k, v)| topic.set(k, v),
             )
         })
         .collect();
@@ -64,4 +71,245 @@ pub async fn create_topics(
         }
     }
     Ok(created)
+}
+
+/// The three topics of one ledger.
+#[derive(Debug, Clone, Copy)]
+pub struct LedgerTopics<'a> {
+    pub commands: &'a str,
+    pub outcomes: &'a str,
+    pub dead_letters: &'a str,
+}
+
+/// How long the outcomes and dead-letter topics keep records, in
+/// milliseconds (`-1`: forever). The command topic is always permanent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub outcomes_ms: i64,
+    pub dead_letters_ms: i64,
+}
+
+impl Default for Retention {
+    /// Outcomes for 7 days (waiters read them within seconds; the archive
+    /// keeps them for good), dead letters forever (each is a record to fix).
+    fn default() -> Self {
+        Self {
+            outcomes_ms: 7 * 24 * 3600 * 1000,
+            dead_letters_ms: -1,
+        }
+    }
+}
+
+/// `min.insync.replicas` for a replication factor: a majority, so an
+/// acknowledged command survives the loss of any minority of replicas.
+pub fn min_insync_replicas(replication: i32) -> i32 {
+    replication.max(1) / 2 + 1
+}
+
+/// The specification of a command topic. It is the truth and keeps every
+/// record: `retention.ms` and `retention.bytes` are `-1`, and no
+/// `cleanup.policy` is set, so it stays Kafka's `delete` (never `compact`,
+/// which keeps one record per SKU; and tansu 0.6's SQLite engine deletes
+/// every record of a topic whose policy is set to `delete` with
+/// `retention.ms=-1`).
+pub fn command_topic_spec(name: &str, partitions: i32, replication: i32) -> TopicSpec {
+    TopicSpec {
+        name: name.to_owned(),
+        partitions,
+        replication,
+        configs: vec![
+            ("retention.ms".into(), "-1".into()),
+            ("retention.bytes".into(), "-1".into()),
+            in_sync(replication),
+        ],
+    }
+}
+
+fn in_sync(replication: i32) -> (String, String) {
+    (
+        "min.insync.replicas".to_owned(),
+        min_insync_replicas(replication).to_string(),
+    )
+}
+
+/// The specifications of a ledger's topics: the command topic as
+/// [`command_topic_spec`] makes it; outcomes (as many partitions) and dead
+/// letters (one partition, so they read in order) with `retention`.
+pub fn ledger_topic_specs(
+    topics: LedgerTopics<'_>,
+    partitions: i32,
+    replication: i32,
+    retention: Retention,
+) -> [TopicSpec; 3] {
+    let with_retention = |name: &str, partitions: i32, ms: i64| TopicSpec {
+        name: name.to_owned(),
+        partitions,
+        replication,
+        configs: vec![
+            ("retention.ms".into(), ms.to_string()),
+            in_sync(replication),
+        ],
+    };
+    [
+        command_topic_spec(topics.commands, partitions, replication),
+        with_retention(topics.outcomes, partitions, retention.outcomes_ms),
+        with_retention(topics.dead_letters, 1, retention.dead_letters_ms),
+    ]
+}
+
+/// The configuration a broker reports for `topic` (name → value; entries
+/// without a value are left out). Empty if the broker reports none.
+pub async fn topic_config(
+    kafka: &KafkaConfig,
+    topic: &str,
+) -> Result<HashMap<String, String>, AdminError> {
+    let admin: AdminClient<DefaultClientContext> = kafka
+        .client_config(&[])
+        .create()
+        .map_err(AdminError::Client)?;
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .map_err(AdminError::Request)?;
+    let mut config = HashMap::new();
+    for result in results {
+        let resource = result.map_err(|code| AdminError::Topic {
+            topic: topic.to_owned(),
+            code,
+        })?;
+        for entry in resource.entries {
+            if let Some(value) = entry.value {
+                config.insert(entry.name, value);
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// The command topic would lose records: its configuration says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the command topic {topic} has {setting}={value}, so the broker will delete its records \
+     and replay, reconcile and the archive would rest on a truncated log. {fix}"
+)]
+pub struct NotPermanent {
+    pub topic: String,
+    pub setting: &'static str,
+    pub value: String,
+    pub fix: String,
+}
+
+/// Checks that `config` (as [`topic_config`] reads it) keeps every record
+/// of the command topic. A finite retention is accepted when
+/// `allow_finite` (snapshots then cover what it deletes); compaction never
+/// is. A setting the broker does not report is taken as not limiting.
+pub fn check_permanent(
+    topic: &str,
+    config: &HashMap<String, String>,
+    allow_finite: bool,
+) -> Result<(), NotPermanent> {
+    let alter = |settings: &str| {
+        format!(
+            "Make it permanent: kafka-configs.sh --bootstrap-server … --alter --entity-type topics \
+             --entity-name {topic} --add-config {settings}"
+        )
+    };
+    if let Some(policy) = config
+        .get("cleanup.policy")
+        .filter(|p| p.contains("compact"))
+    {
+        return Err(NotPermanent {
+            topic: topic.to_owned(),
+            setting: "cleanup.policy",
+            value: policy.clone(),
+            fix: format!(
+                "Compaction keeps one record per SKU and destroys the history. {}",
+                alter("cleanup.policy=delete,retention.ms=-1,retention.bytes=-1")
+            ),
+        });
+    }
+    if allow_finite {
+        return Ok(());
+    }
+    for setting in ["retention.ms", "retention.bytes"] {
+        if let Some(value) = config.get(setting) {
+            if value.trim().parse::<i64>().map_or(true, |v| v >= 0) {
+                return Err(NotPermanent {
+                    topic: topic.to_owned(),
+                    setting,
+                    value: value.clone(),
+                    fix: format!(
+                        "{}, or start with --allow-finite-retention if snapshots cover what it deletes.",
+                        alter("retention.ms=-1,retention.bytes=-1")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_permanent_log_passes_and_a_finite_one_is_refused_naming_the_setting() {
+        let permanent = config(&[("retention.ms", "-1"), ("retention.bytes", "-1")]);
+        assert_eq!(check_permanent("t", &permanent, false), Ok(()));
+        assert_eq!(check_permanent("t", &config(&[]), false), Ok(()));
+
+        let week = config(&[("retention.ms", "604800000"), ("retention.bytes", "-1")]);
+        let refused = check_permanent("t", &week, false).unwrap_err();
+        assert_eq!(
+            (refused.setting, refused.value.as_str()),
+            ("retention.ms", "604800000")
+        );
+        let message = refused.to_string();
+        assert!(message.contains("retention.ms=604800000"), "{message}");
+        assert!(message.contains("--allow-finite-retention"), "{message}");
+        assert_eq!(check_permanent("t", &week, true), Ok(()));
+
+        let bytes = config(&[("retention.ms", "-1"), ("retention.bytes", "1073741824")]);
+        assert_eq!(
+            check_permanent("t", &bytes, false).unwrap_err().setting,
+            "retention.bytes"
+        );
+    }
+
+    #[test]
+    fn compaction_is_refused_even_when_finite_retention_is_allowed() {
+        let compacted = config(&[("cleanup.policy", "compact,delete"), ("retention.ms", "-1")]);
+        let refused = check_permanent("t", &compacted, true).unwrap_err();
+        assert_eq!(refused.setting, "cleanup.policy");
+    }
+
+    #[test]
+    fn the_command_topic_is_created_permanent_with_a_majority_in_sync() {
+        let topics = LedgerTopics {
+            commands: "c",
+            outcomes: "o",
+            dead_letters: "d",
+        };
+        let [commands, outcomes, dead] = ledger_topic_specs(topics, 6, 3, Retention::default());
+        let commands_config: HashMap<_, _> = commands.configs.into_iter().collect();
+        let check = check_permanent("c", &commands_config, false);
+        assert_eq!(check, Ok(()));
+        assert_eq!(commands_config["min.insync.replicas"], "2");
+        assert!(!commands_config.contains_key("cleanup.policy"));
+        assert_eq!((outcomes.partitions, dead.partitions), (6, 1));
+        assert_eq!(
+            outcomes.configs[0],
+            ("retention.ms".into(), "604800000".into())
+        );
+        assert_eq!([1, 2, 3, 5].map(min_insync_replicas), [1, 2, 2, 3]);
+    }
 }

@@ -5,6 +5,7 @@
 //! - [`kafka`]: brokers and pass-through librdkafka settings, with secrets
 //!   kept out of logs; URL redaction.
 //! - [`admin`]: creating the ledger's topics.
+//! - [`group`]: static group membership and a bounded final commit.
 //! - [`topic`]: reading a whole topic to its end, partitions, a group's
 //!   committed offsets.
 //! - [`lag`]: consumer lag from librdkafka's statistics.
@@ -14,6 +15,7 @@
 //! - [`stop`]: the stop flag every long-running loop watches.
 
 pub mod admin;
+pub mod group;
 pub mod kafka;
 pub mod lag;
 pub mod redis_conn;

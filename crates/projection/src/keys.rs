@@ -4,6 +4,16 @@
 //! call may touch them all in a Redis Cluster and a whole prefix can be
 //! renamed key by key.
 
+use stockledger_core::ids::check_id;
+use stockledger_core::ValidationError;
+
+/// Checks a key prefix: the identifier rules (not empty, at most 128 bytes,
+/// no control characters, no braces: a `{` in the prefix would become every
+/// SKU's hash tag and put the whole projection on one Cluster slot).
+pub fn check_prefix(prefix: &str) -> Result<(), ValidationError> {
+    check_id("prefix", prefix)
+}
+
 /// The keys holding one SKU's state under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuKeys {
@@ -97,6 +107,15 @@ mod tests {
         assert_eq!(sku_of_stock_key("sl", &k.stock), Some("SKU-1"));
         assert_eq!(sku_of_stock_key("other", &k.stock), None);
         assert_eq!(stock_key_pattern("sl"), "sl:{*}:stock");
+    }
+
+    #[test]
+    fn a_prefix_with_braces_is_refused_naming_the_field() {
+        assert!(check_prefix("stockledger").is_ok());
+        let e = check_prefix("a{b}").unwrap_err();
+        assert_eq!(e.field, "prefix");
+        assert!(e.problem.contains("'{'"), "{e}");
+        assert_eq!(check_prefix("").unwrap_err().field, "prefix");
     }
 
     #[test]

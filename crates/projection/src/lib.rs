@@ -18,4 +18,4 @@ pub mod keys;
 mod projection;
 
 pub use batch::{Batch, Run};
-pub use projection::{Projection, ProjectionError, SkuExport, SkuPages, Stock};
+pub use projection::{Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

@@ -67,6 +67,15 @@ impl ProjectionError {
     }
 }
 
+/// What a prefix's marker says of the log it is the fold of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub topic: String,
+    /// The partition count when the fold was begun; `None` in a marker
+    /// written by a release that did not record it.
+    pub partitions: Option<i32>,
+}
+
 /// One prefix of the projection in one Redis or Redis Cluster.
 #[derive(Clone)]
 pub struct Projection {
@@ -109,27 +118,35 @@ impl Projection {
     }
 
     /// The key marking that this prefix holds a fold of a log: a hash with
-    /// the command topic's name.
+    /// the command topic's name (`topic`) and partition count
+    /// (`partitions`), which decided every SKU's home partition.
     pub fn marker_key(&self) -> String {
         format!("{}:meta", self.prefix)
     }
 
-    /// The topic this prefix is a fold of, if it is marked.
-    pub async fn marked_topic(&self) -> Result<Option<String>, ProjectionError> {
-        let topic: Option<String> = redis::cmd("HGET")
+    /// The log this prefix is a fold of, if it is marked.
+    pub async fn marker(&self) -> Result<Option<Marker>, ProjectionError> {
+        let (topic, partitions): (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(self.marker_key())
             .arg("topic")
+            .arg("partitions")
             .query_async(&mut self.redis.clone())
             .await?;
-        Ok(topic)
+        Ok(topic.map(|topic| Marker {
+            topic,
+            // A marker written before the count was recorded has none.
+            partitions: partitions.and_then(|p| p.parse().ok()),
+        }))
     }
 
-    /// Marks this prefix as the fold of `topic`.
-    pub async fn mark(&self, topic: &str) -> Result<(), ProjectionError> {
+    /// Marks this prefix as the fold of `topic`, which has `partitions`.
+    pub async fn mark(&self, topic: &str, partitions: i32) -> Result<(), ProjectionError> {
         let _: () = redis::cmd("HSET")
             .arg(self.marker_key())
             .arg("topic")
             .arg(topic)
+            .arg("partitions")
+            .arg(partitions)
             .query_async(&mut self.redis.clone())
             .await?;
         Ok(())

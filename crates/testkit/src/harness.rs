@@ -3,13 +3,18 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
 use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 use stockledger_applier::{ApplierConfig, ApplierStats};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
 use stockledger_client::{KafkaConfig, LedgerProducer};
-use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::admin::{
+    command_topic_spec, create_topics, ledger_topic_specs, LedgerTopics, Retention,
+};
 use stockledger_io::kafka::CONTRACT_SETTINGS;
 use stockledger_io::topic::{self, LogRecord};
 use stockledger_projection::Projection;
@@ -131,14 +136,12 @@ impl Harness {
     ) -> anyhow::Result<Self> {
         let services = services().await?;
         let ns = Namespace::new(test);
-        let specs: Vec<TopicSpec> = [&ns.topic, &ns.outcomes_topic, &ns.dlq_topic]
-            .into_iter()
-            .map(|name| TopicSpec {
-                name: name.clone(),
-                partitions,
-                replication: 1,
-            })
-            .collect();
+        let topics = LedgerTopics {
+            commands: &ns.topic,
+            outcomes: &ns.outcomes_topic,
+            dead_letters: &ns.dlq_topic,
+        };
+        let specs = ledger_topic_specs(topics, partitions, 1, Retention::default());
         create_topics(&kafka, &specs).await?;
         let pool = stockledger_archiver::connect(&services.database_url, 4)
             .await
@@ -290,6 +293,64 @@ impl Harness {
             .await
             .map_err(|(e, _)| e)?;
         Ok((delivery.partition, delivery.offset))
+    }
+
+    /// Grows the command topic to `partitions`, as `kafka-topics --alter
+    /// --partitions` does: every record stays at its partition and offset,
+    /// the new partitions are empty. (tansu 0.6 has no CreatePartitions, so
+    /// the topic is recreated and its records written back in order.)
+    pub async fn grow_command_topic(&self, partitions: i32) -> anyhow::Result<()> {
+        let records = self.read(&self.ns.topic).await?;
+        let admin: AdminClient<DefaultClientContext> = self.kafka.client_config(&[]).create()?;
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for result in admin.delete_topics(&[&self.ns.topic], &options).await? {
+            result.map_err(|(topic, code)| anyhow::anyhow!("deleting {topic}: {code}"))?;
+        }
+        wait_until("the command topic to be gone", CATCH_UP, || async {
+            let left = topic::partition_count(&self.kafka, &self.ns.topic).await;
+            Ok(matches!(left, Ok(0) | Err(_)).then_some(()))
+        })
+        .await?;
+        create_topics(
+            &self.kafka,
+            &[command_topic_spec(&self.ns.topic, partitions, 1)],
+        )
+        .await?;
+        let producer: FutureProducer = self.kafka.client_config(&CONTRACT_SETTINGS).create()?;
+        for r in &records {
+            let mut headers = OwnedHeaders::new();
+            for (key, value) in &r.headers {
+                headers = headers.insert(Header {
+                    key,
+                    value: Some(value),
+                });
+            }
+            let mut record = FutureRecord::<[u8], [u8]>::to(&self.ns.topic)
+                .partition(r.partition)
+                .headers(headers);
+            if let Some(key) = &r.key {
+                record = record.key(key);
+            }
+            if let Some(payload) = &r.payload {
+                record = record.payload(payload);
+            }
+            if let Some(at) = r.timestamp {
+                record = record.timestamp(at);
+            }
+            let delivery = producer
+                .send(record, Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| e)?;
+            anyhow::ensure!(
+                (delivery.partition, delivery.offset) == (r.partition, r.offset),
+                "record {}/{} came back at {}/{}",
+                r.partition,
+                r.offset,
+                delivery.partition,
+                delivery.offset
+            );
+        }
+        Ok(())
     }
 
     /// The reference fold of the command topic as it is now.

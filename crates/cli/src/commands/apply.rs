@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 
-use crate::{applier_config, shutdown_signal, Global};
+use crate::{applier_config, parse_instance_id, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -16,6 +16,17 @@ pub struct Args {
         default_value = "stockledger-applier"
     )]
     pub group: String,
+    /// This member's `group.instance.id` (static membership): restarted
+    /// under the same id, it takes its partitions back at once instead of
+    /// waiting for the broker to expire the old member. Default: the host's
+    /// name; two appliers of one group on one host need distinct ids.
+    #[arg(long, env = "STOCKLEDGER_INSTANCE_ID", value_parser = parse_instance_id)]
+    pub instance_id: Option<String>,
+    /// Run even though the command topic has a finite retention.ms or
+    /// retention.bytes (the broker will delete records; snapshots must cover
+    /// them). Refused by default.
+    #[arg(long, env = "STOCKLEDGER_ALLOW_FINITE_RETENTION")]
+    pub allow_finite_retention: bool,
     /// Most records applied in one batch.
     #[arg(long, env = "STOCKLEDGER_BATCH_SIZE", default_value_t = 10_000)]
     pub batch_size: usize,
@@ -31,6 +42,10 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = applier_config(g);
     config.group_id = args.group;
+    if let Some(id) = args.instance_id {
+        config.instance_id = Some(id);
+    }
+    config.allow_finite_retention = args.allow_finite_retention;
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));

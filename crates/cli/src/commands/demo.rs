@@ -10,7 +10,7 @@ use clap::Args;
 use stockledger_archiver::query;
 use stockledger_client::{LedgerProducer, OutcomeReader};
 use stockledger_core::{RestockMode, ResultCode};
-use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use tokio::sync::oneshot;
 
 use crate::demo::{self, Workload, HOT_SKU};
@@ -63,11 +63,12 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("  redis    prefix {prefix}");
 
     let kafka = g.kafka();
-    let specs = [&topic, &outcomes_topic, &dlq_topic].map(|name| TopicSpec {
-        name: name.clone(),
-        partitions: args.partitions,
-        replication: 1,
-    });
+    let topics = LedgerTopics {
+        commands: &topic,
+        outcomes: &outcomes_topic,
+        dead_letters: &dlq_topic,
+    };
+    let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
     create_topics(&kafka, &specs)
         .await
         .with_context(|| format!("creating topics on {}", g.brokers))?;

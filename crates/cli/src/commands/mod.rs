@@ -11,6 +11,7 @@ pub mod demo;
 pub mod history;
 pub mod order;
 pub mod reconcile;
+pub mod repartition;
 pub mod replay;
 pub mod restock;
 pub mod rollback;

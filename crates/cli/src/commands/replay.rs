@@ -37,6 +37,11 @@ pub struct Args {
     /// replay only the records after it.
     #[arg(long)]
     pub from_snapshot: bool,
+    /// Replay even though the command topic has a finite retention.ms or
+    /// retention.bytes (the broker will delete records; snapshots must cover
+    /// them). Refused by default.
+    #[arg(long, env = "STOCKLEDGER_ALLOW_FINITE_RETENTION")]
+    pub allow_finite_retention: bool,
     /// Records applied per script round trip.
     #[arg(long, default_value_t = 5000)]
     pub batch_size: usize,
@@ -54,6 +59,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         target.clone(),
     );
     config.follow = args.follow;
+    config.allow_finite_retention = args.allow_finite_retention;
     config.batch_size = args.batch_size.max(1);
     if args.swap {
         config.swap = Some(SwapConfig {

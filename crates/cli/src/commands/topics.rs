@@ -3,13 +3,18 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use stockledger_io::admin::{create_topics, TopicSpec};
+use stockledger_io::admin::{
+    create_topics, ledger_topic_specs, min_insync_replicas, LedgerTopics, Retention,
+};
 
 use crate::Global;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the command, outcomes and dead-letter topics (existing ones are kept).
+    /// Create the command, outcomes and dead-letter topics (existing ones are
+    /// kept as they are). The command topic keeps every record
+    /// (retention.ms=-1, retention.bytes=-1); min.insync.replicas is a
+    /// majority of the replication factor.
     Create {
         /// Partitions of the command and outcomes topics.
         #[arg(long, env = "STOCKLEDGER_PARTITIONS", default_value_t = 12)]
@@ -17,6 +22,25 @@ pub enum Command {
         /// Replication factor.
         #[arg(long, env = "STOCKLEDGER_REPLICATION", default_value_t = 1)]
         replication: i32,
+        /// retention.ms of the outcomes topic (-1: forever). Waiters read
+        /// outcomes within seconds and the archive keeps them for good.
+        #[arg(
+            long,
+            env = "STOCKLEDGER_OUTCOMES_RETENTION_MS",
+            default_value_t = Retention::default().outcomes_ms,
+            allow_negative_numbers = true,
+            value_parser = clap::value_parser!(i64).range(-1..)
+        )]
+        outcomes_retention_ms: i64,
+        /// retention.ms of the dead-letter topic (-1: forever).
+        #[arg(
+            long,
+            env = "STOCKLEDGER_DLQ_RETENTION_MS",
+            default_value_t = Retention::default().dead_letters_ms,
+            allow_negative_numbers = true,
+            value_parser = clap::value_parser!(i64).range(-1..)
+        )]
+        dlq_retention_ms: i64,
     },
 }
 
@@ -24,17 +48,27 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let Command::Create {
         partitions,
         replication,
+        outcomes_retention_ms,
+        dlq_retention_ms,
     } = command;
-    let specs = [
-        (&g.topic, partitions),
-        (&g.outcomes_topic, partitions),
-        (&g.dlq_topic, 1),
-    ]
-    .map(|(name, partitions)| TopicSpec {
-        name: name.clone(),
-        partitions,
-        replication,
-    });
+    anyhow::ensure!(
+        partitions >= 1,
+        "--partitions: must be at least 1, got {partitions}"
+    );
+    anyhow::ensure!(
+        replication >= 1,
+        "--replication: must be at least 1, got {replication}"
+    );
+    let topics = LedgerTopics {
+        commands: &g.topic,
+        outcomes: &g.outcomes_topic,
+        dead_letters: &g.dlq_topic,
+    };
+    let retention = Retention {
+        outcomes_ms: outcomes_retention_ms,
+        dead_letters_ms: dlq_retention_ms,
+    };
+    let specs = ledger_topic_specs(topics, partitions, replication, retention);
     let created = create_topics(&g.kafka(), &specs).await?;
     for spec in &specs {
         let state = if created.contains(&spec.name) {
@@ -42,7 +76,27 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
         } else {
             "exists"
         };
-        println!("{state:8} {} ({} partitions)", spec.name, spec.partitions);
+        let retention = spec
+            .configs
+            .iter()
+            .find(|(k, _)| k == "retention.ms")
+            .map_or("", |(_, v)| v.as_str());
+        let retention = if retention == "-1" {
+            "kept forever".to_owned()
+        } else {
+            format!("retention.ms={retention}")
+        };
+        println!(
+            "{state:8} {} ({} partitions, {retention})",
+            spec.name, spec.partitions
+        );
+    }
+    println!(
+        "replication {replication}, min.insync.replicas {}",
+        min_insync_replicas(replication)
+    );
+    if created.len() < specs.len() {
+        println!("existing topics keep their configuration; `apply` checks the command topic's");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,10 +22,15 @@ pub fn stockledger(h: &Harness) -> Command {
     cmd
 }
 
+/// Where [`spawn`] writes the log of `args`.
+pub fn log_path(h: &Harness, args: &[&str]) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}-{}.log", h.ns.id, args.join("-")))
+}
+
 /// Starts a long-running subcommand (`apply`, `archive`) in the background,
-/// its log in a file named after the namespace.
+/// its log in a file named after the namespace ([`log_path`]).
 pub fn spawn(h: &Harness, args: &[&str]) -> std::io::Result<Child> {
-    let log = std::env::temp_dir().join(format!("{}-{}.log", h.ns.id, args.join("-")));
+    let log = log_path(h, args);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
