@@ -162,6 +162,25 @@ pub enum ApplierError {
         marked: String,
         topic: String,
     },
+    /// The broker's log ends before positions this projection has applied:
+    /// the log was lost (an in-memory broker restarted) or the topic was
+    /// deleted and recreated, so new records would reuse offsets the
+    /// projection already holds decisions for.
+    #[error(
+        "the projection under {prefix} has applied {topic} up to {applied}, but the broker's log \
+         ends before that ({ends}): the broker lost the log (an in-memory broker restarted, or \
+         the topic was deleted and recreated). Nothing was applied and no offset was committed. \
+         Rebuild from the log the broker has with `stockledger replay --into NEW_PREFIX`, then \
+         run the applier with `--prefix NEW_PREFIX`; or restore the broker's log"
+    )]
+    LogLost {
+        prefix: String,
+        topic: String,
+        /// `partition N offset O` of each position the log no longer reaches.
+        applied: String,
+        /// `partition N at offset E` of each of those partitions.
+        ends: String,
+    },
     /// Partitions were added to the command topic: SKUs now hash to other
     /// partitions than the ones their state was built from.
     #[error(
@@ -239,8 +258,9 @@ async fn check_marker(
         }),
         Some(Marker {
             partitions: Some(_),
+            applied,
             ..
-        }) => Ok(()),
+        }) => check_log_reaches(config, applied).await,
         Some(Marker {
             partitions: None, ..
         }) => {
@@ -267,6 +287,37 @@ async fn check_marker(
             Ok(())
         }
     }
+}
+
+/// Refuses a projection that has applied positions the broker's log no
+/// longer reaches.
+async fn check_log_reaches(
+    config: &ApplierConfig,
+    applied: std::collections::BTreeMap<i32, i64>,
+) -> Result<(), ApplierError> {
+    let missing = stockledger_io::topic::missing_positions(
+        &config.kafka,
+        &config.topic,
+        applied.into_iter().collect(),
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(|source| ApplierError::Partitions {
+        topic: config.topic.clone(),
+        source,
+    })?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list = |f: &dyn Fn(&stockledger_io::topic::Missing) -> String| {
+        missing.iter().map(f).collect::<Vec<_>>().join(", ")
+    };
+    Err(ApplierError::LogLost {
+        prefix: config.prefix.clone(),
+        topic: config.topic.clone(),
+        applied: list(&|m| format!("partition {} offset {}", m.partition, m.offset)),
+        ends: list(&|m| format!("partition {} at offset {}", m.partition, m.end)),
+    })
 }
 
 /// `partition@next offset` of a commit, for the log.

@@ -1,6 +1,8 @@
 //! The command log stays the truth: a topic that would delete records and
 //! a topic whose partition count changed are refused with the way out, and
-//! that way out (`repartition`, then `replay`) rebuilds the fold of the log.
+//! that way out (`repartition`, then `replay`) rebuilds the fold of the log;
+//! the local stack's broker keeps the log and the group's offsets through
+//! `stack.sh down` and `up`.
 
 mod common;
 
@@ -11,8 +13,10 @@ use stockledger_applier::{check, ApplierError};
 use stockledger_client::LedgerProducer;
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::topic::{committed_offsets, LogRecord};
+use stockledger_io::KafkaConfig;
 use stockledger_projection::Projection;
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::services::tansu_binary;
 use stockledger_testkit::{traffic, wait_until, Harness};
 
 const SKUS: [&str; 12] = [
@@ -201,5 +205,195 @@ async fn a_command_topic_with_finite_retention_is_refused_unless_allowed() -> an
         ])
         .output()?;
     assert!(out.status.success(), "{}", text(&out.stderr));
+    Ok(())
+}
+
+/// A record's partition, offset, key and value.
+type Identity = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// What identifies the log's records: position, key and bytes.
+fn positions(log: &[LogRecord]) -> Vec<Identity> {
+    let mut all: Vec<_> = log
+        .iter()
+        .map(|r| (r.partition, r.offset, r.key.clone(), r.payload.clone()))
+        .collect();
+    all.sort();
+    all
+}
+
+/// `deploy/local/stack.sh` with its broker on a port and in a state
+/// directory of this test's own (Redis and PostgreSQL are the shared ones).
+struct Stack {
+    home: std::path::PathBuf,
+    port: u16,
+    /// `STOCKLEDGER_BROKER_STORAGE`: `libsql` or `memory`.
+    storage: &'static str,
+}
+
+impl Stack {
+    fn new(storage: &'static str) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let home = std::env::temp_dir().join(format!("stockledger-stack-{port}"));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home)?;
+        Ok(Self {
+            home,
+            port,
+            storage,
+        })
+    }
+
+    /// Runs `stack.sh verb`; its stderr.
+    fn run(&self, verb: &str) -> anyhow::Result<String> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/local/stack.sh");
+        let out = std::process::Command::new(script)
+            .arg(verb)
+            .env("STOCKLEDGER_HOME", &self.home)
+            .env("STOCKLEDGER_KAFKA_PORT", self.port.to_string())
+            .env("STOCKLEDGER_TANSU", tansu_binary()?)
+            .env("STOCKLEDGER_BROKER_STORAGE", self.storage)
+            .output()?;
+        let stderr = text(&out.stderr);
+        anyhow::ensure!(out.status.success(), "stack.sh {verb} failed: {stderr}");
+        Ok(stderr)
+    }
+
+    fn listening(&self) -> bool {
+        std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = self.run("down");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where_it_was(
+) -> anyhow::Result<()> {
+    let stack = Stack::new("libsql")?;
+    let said = stack.run("up")?;
+    assert!(said.contains("log kept in"), "{said}");
+    let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
+    let h = Harness::with_kafka("stack", 2, kafka).await?;
+    let archiver = h.start_archiver();
+    let applier = h.start_applier();
+    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
+    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
+    wait_until("the first records applied", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    let log = h.read(&h.ns.topic).await?;
+    let offsets = committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
+    assert_eq!(log.len() as u64, sent);
+
+    // `down` returns once the broker is gone, so `up` starts a new one.
+    stack.run("down")?;
+    assert!(
+        !stack.listening(),
+        "down returned with the broker still listening"
+    );
+    assert!(!stack.home.join("tansu.pid").exists());
+    let said = stack.run("up")?;
+    assert!(said.contains("starting tansu"), "{said}");
+    assert_eq!(
+        positions(&h.read(&h.ns.topic).await?),
+        positions(&log),
+        "the log after the restart is the log before it"
+    );
+    assert_eq!(
+        committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?,
+        offsets,
+        "the group's offsets survive the restart"
+    );
+    let said = stack.run("up")?;
+    assert!(
+        !said.contains("starting tansu"),
+        "a running broker is kept: {said}"
+    );
+
+    // The applier resumes from its offsets and goes on with new traffic.
+    let applier = h.start_applier();
+    sent += traffic::orders(&h.producer, &SKUS, 100, 100).await?;
+    wait_until("the new records applied", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    h.assert_contract().await?;
+    archiver.stop().await?;
+
+    // A replay of the restarted broker's log gives the same state.
+    let copy = format!("{}:copy", h.ns.prefix);
+    let out = stockledger(&h).args(["replay", "--into", &copy]).output()?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = Projection::connect(&h.redis_url, copy).await?;
+    let fold = check::fold(&h.read(&h.ns.topic).await?, 2);
+    for (what, projection) in [
+        ("the replay", &replayed),
+        ("the live prefix", &h.projection),
+    ] {
+        let mismatches = check::compare(projection, &fold).await?;
+        assert!(mismatches.is_empty(), "{what}: {mismatches:#?}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_in_memory_broker_restarts_the_applier_refuses_the_fold_of_the_lost_log(
+) -> anyhow::Result<()> {
+    let stack = Stack::new("memory")?;
+    let said = stack.run("up")?;
+    assert!(said.contains("IN-MEMORY"), "{said}");
+    let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
+    let h = Harness::with_kafka("lost", 2, kafka).await?;
+    let applier = h.start_applier();
+    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
+    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
+    wait_until("the records applied", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    let fold = check::fold(&h.read(&h.ns.topic).await?, 2);
+    let marker = h.projection.marker().await?;
+    assert!(marker.as_ref().is_some_and(|m| !m.applied.is_empty()));
+
+    // The broker restarts with nothing; the topics are created again and
+    // producers go on, from offset 0.
+    stack.run("down")?;
+    let said = stack.run("up")?;
+    assert!(said.contains("IN-MEMORY"), "{said}");
+    let out = stockledger(&h)
+        .args(["topics", "create", "--partitions", "2"])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let producer = LedgerProducer::new(&h.kafka, h.ns.topic.clone())?;
+    traffic::orders(&producer, &SKUS, 100, 10).await?;
+
+    let refused = stockledger_applier::run(h.applier_config(), std::future::pending()).await;
+    match refused {
+        Err(e @ ApplierError::LogLost { .. }) => {
+            let message = e.to_string();
+            for expected in ["broker lost the log", "partition 0 offset", "replay --into"] {
+                assert!(message.contains(expected), "{message}");
+            }
+        }
+        other => panic!("expected LogLost, got {other:?}"),
+    }
+    assert_eq!(h.projection.marker().await?, marker, "marker untouched");
+    let mismatches = check::compare(&h.projection, &fold).await?;
+    assert!(mismatches.is_empty(), "Redis untouched: {mismatches:#?}");
+    assert!(
+        committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic)
+            .await?
+            .is_empty(),
+        "no offsets committed"
+    );
     Ok(())
 }

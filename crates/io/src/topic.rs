@@ -190,6 +190,112 @@ fn read_topic_blocking(
     Ok(records)
 }
 
+/// A position the log was expected to hold and does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missing {
+    pub partition: i32,
+    /// The offset that should be there.
+    pub offset: i64,
+    /// The partition's high watermark as the broker reports it.
+    pub end: i64,
+}
+
+/// Which of `wanted` (partition, offset) positions of `topic` the broker no
+/// longer holds because the partition's log ends at or before them (a
+/// broker that lost its log, a topic deleted and recreated). A partition
+/// whose reported end is past the offset holds it; otherwise the record is
+/// fetched, since some Kafka-compatible brokers report the end as the last
+/// batch's base offset + 1.
+pub async fn missing_positions(
+    kafka: &KafkaConfig,
+    topic: &str,
+    wanted: Vec<(i32, i64)>,
+    timeout: Duration,
+) -> Result<Vec<Missing>, LogError> {
+    let kafka = kafka.clone();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || missing_positions_blocking(&kafka, &topic, wanted, timeout))
+        .await
+        .map_err(|e| LogError::Task(e.to_string()))?
+}
+
+fn missing_positions_blocking(
+    kafka: &KafkaConfig,
+    topic: &str,
+    wanted: Vec<(i32, i64)>,
+    timeout: Duration,
+) -> Result<Vec<Missing>, LogError> {
+    let consumer: BaseConsumer = kafka
+        .client_config(&[
+            ("group.id", "stockledger-log-reader"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", "true"),
+        ])
+        .create()?;
+    let partitions: HashSet<i32> = partitions_of(&consumer, topic)?.into_iter().collect();
+    let mut unsure = HashMap::new();
+    let mut missing = Vec::new();
+    for (partition, offset) in wanted {
+        if !partitions.contains(&partition) {
+            missing.push(Missing {
+                partition,
+                offset,
+                end: 0,
+            });
+            continue;
+        }
+        let (_, end) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        if end <= offset {
+            unsure.insert(partition, (offset, end));
+        }
+    }
+    if unsure.is_empty() {
+        return Ok(missing);
+    }
+    // Read from the last record the reported end names: past the true end
+    // some brokers answer an empty fetch forever rather than "out of
+    // range", while reading up to the end always ends in partition EOF.
+    let mut assignment = TopicPartitionList::new();
+    for (&partition, &(_, end)) in &unsure {
+        assignment.add_partition_offset(topic, partition, Offset::Offset((end - 1).max(0)))?;
+    }
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + timeout;
+    while !unsure.is_empty() {
+        if Instant::now() > deadline {
+            return Err(LogError::Timeout {
+                topic: topic.to_owned(),
+                timeout,
+            });
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Ok(message)) => {
+                let partition = message.partition();
+                if unsure
+                    .get(&partition)
+                    .is_some_and(|&(offset, _)| message.offset() >= offset)
+                {
+                    unsure.remove(&partition);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                if let Some((offset, end)) = unsure.remove(&partition) {
+                    missing.push(Missing {
+                        partition,
+                        offset,
+                        end,
+                    });
+                }
+            }
+            Some(Err(e)) => return Err(e.into()),
+        }
+    }
+    missing.sort_by_key(|m| m.partition);
+    Ok(missing)
+}
+
 /// `partition:first..=last` for each partition of a batch of records given
 /// as `(partition, offset)`, in partition order: how logs and errors name
 /// the records a batch or a page covers.

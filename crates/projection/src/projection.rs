@@ -74,7 +74,13 @@ pub struct Marker {
     /// The partition count when the fold was begun; `None` in a marker
     /// written by a release that did not record it.
     pub partitions: Option<i32>,
+    /// Per partition, the last offset the applier announced as applied (a
+    /// lower bound: a redelivery after a crash may record an earlier one).
+    pub applied: BTreeMap<i32, i64>,
 }
+
+/// The marker's field holding the last offset applied from a partition.
+const APPLIED_FIELD: &str = "applied:";
 
 /// One prefix of the projection in one Redis or Redis Cluster.
 #[derive(Clone)]
@@ -126,16 +132,25 @@ impl Projection {
 
     /// The log this prefix is a fold of, if it is marked.
     pub async fn marker(&self) -> Result<Option<Marker>, ProjectionError> {
-        let (topic, partitions): (Option<String>, Option<String>) = redis::cmd("HMGET")
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
             .arg(self.marker_key())
-            .arg("topic")
-            .arg("partitions")
             .query_async(&mut self.redis.clone())
             .await?;
-        Ok(topic.map(|topic| Marker {
-            topic,
+        let Some(topic) = fields.get("topic") else {
+            return Ok(None);
+        };
+        let applied = fields
+            .iter()
+            .filter_map(|(field, offset)| {
+                let partition = field.strip_prefix(APPLIED_FIELD)?.parse().ok()?;
+                Some((partition, offset.parse().ok()?))
+            })
+            .collect();
+        Ok(Some(Marker {
+            topic: topic.clone(),
             // A marker written before the count was recorded has none.
-            partitions: partitions.and_then(|p| p.parse().ok()),
+            partitions: fields.get("partitions").and_then(|p| p.parse().ok()),
+            applied,
         }))
     }
 
@@ -235,17 +250,29 @@ impl Projection {
     }
 
     /// Publishes on the prefix's [`keys::applied_channel`] that `marks`
-    /// (partition, last offset applied) of `topic` are decided.
+    /// (partition, last offset applied) of `topic` are decided, and records
+    /// them in the marker, so a later start can tell whether the broker
+    /// still has the log this fold reached.
     pub async fn announce_applied(
         &self,
         topic: &str,
         marks: Vec<(i32, i64)>,
     ) -> Result<(), ProjectionError> {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let mut record = redis::cmd("HSET");
+        record.arg(self.marker_key());
+        for &(partition, offset) in &marks {
+            record
+                .arg(format!("{APPLIED_FIELD}{partition}"))
+                .arg(offset);
+        }
         let publish = redis::cmd("PUBLISH")
             .arg(keys::applied_channel(&self.prefix))
             .arg(keys::encode_applied(topic, marks))
             .take();
-        let _: Vec<i64> = self.redis.query_each(vec![publish]).await?;
+        let _: Vec<i64> = self.redis.query_each(vec![record, publish]).await?;
         Ok(())
     }
 

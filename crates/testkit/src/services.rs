@@ -210,7 +210,7 @@ pub(crate) fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<
 
 /// The tansu binary: `$STOCKLEDGER_TANSU`, the one the local stack scripts
 /// build under the home directory, or `tansu` on `PATH`.
-fn tansu_binary() -> anyhow::Result<PathBuf> {
+pub fn tansu_binary() -> anyhow::Result<PathBuf> {
     if let Ok(path) = std::env::var("STOCKLEDGER_TANSU") {
         return Ok(PathBuf::from(path));
     }
