@@ -9,7 +9,7 @@
 //! as far along the log as the live one; a SKU the live applier has moved
 //! past is caught up first, so no applied record is lost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -143,6 +143,10 @@ impl From<redis::RedisError> for ReplayError {
     }
 }
 
+fn marks_of(reached: &BTreeMap<i32, i64>) -> Vec<(i32, i64)> {
+    reached.iter().map(|(&p, &o)| (p, o)).collect()
+}
+
 /// Refuses to start `partition` at `start` when the broker's log begins
 /// after it: the records between are gone, and a fold without them would
 /// be wrong.
@@ -211,6 +215,9 @@ pub async fn replay(
     let mut report = ReplayReport::default();
     let mut last_report = Instant::now();
     let mut new_end = false;
+    // The last offset folded from each partition, recorded in the marker
+    // as the applier does.
+    let mut reached: BTreeMap<i32, i64> = BTreeMap::new();
     loop {
         if *stop.borrow() {
             report.interrupted = true;
@@ -239,6 +246,14 @@ pub async fn replay(
             }
         }
         apply(&target, &batch, partitions.len() as i32, &swapped).await?;
+        let before = reached.clone();
+        for m in &batch {
+            let last = reached.entry(m.partition()).or_insert(m.offset());
+            *last = (*last).max(m.offset());
+        }
+        if reached != before {
+            target.record_applied(&marks_of(&reached)).await?;
+        }
         progress.records += batch.len() as u64;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
@@ -260,6 +275,7 @@ pub async fn replay(
             // again (this re-marks a Redis that had lost its state).
             let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
             live.mark(&config.topic, partitions.len() as i32).await?;
+            live.record_applied(&marks_of(&reached)).await?;
             target.unmark().await?;
             break;
         }

@@ -221,6 +221,20 @@ fn positions(log: &[LogRecord]) -> Vec<Identity> {
     all
 }
 
+/// Restocks and 100 orders over [`SKUS`], applied by an applier that is
+/// then stopped; how many records were sent.
+async fn first_traffic_applied(h: &Harness) -> anyhow::Result<u64> {
+    let applier = h.start_applier();
+    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
+    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
+    wait_until("the first records applied", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    Ok(sent)
+}
+
 /// `deploy/local/stack.sh` with its broker on a port and in a state
 /// directory of this test's own (Redis and PostgreSQL are the shared ones).
 struct Stack {
@@ -280,14 +294,7 @@ async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where
     let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
     let h = Harness::with_kafka("stack", 2, kafka).await?;
     let archiver = h.start_archiver();
-    let applier = h.start_applier();
-    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
-    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
-    wait_until("the first records applied", CATCH_UP, || async {
-        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
-    })
-    .await?;
-    applier.stop().await?;
+    let mut sent = first_traffic_applied(&h).await?;
     let log = h.read(&h.ns.topic).await?;
     let offsets = committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
     assert_eq!(log.len() as u64, sent);
@@ -352,14 +359,7 @@ async fn after_an_in_memory_broker_restarts_the_applier_refuses_the_fold_of_the_
     assert!(said.contains("IN-MEMORY"), "{said}");
     let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
     let h = Harness::with_kafka("lost", 2, kafka).await?;
-    let applier = h.start_applier();
-    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
-    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
-    wait_until("the records applied", CATCH_UP, || async {
-        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
-    })
-    .await?;
-    applier.stop().await?;
+    first_traffic_applied(&h).await?;
     let fold = check::fold(&h.read(&h.ns.topic).await?, 2);
     let marker = h.projection.marker().await?;
     assert!(marker.as_ref().is_some_and(|m| !m.applied.is_empty()));

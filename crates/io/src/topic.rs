@@ -157,12 +157,7 @@ fn read_topic_blocking(
     let mut records = Vec::new();
     let deadline = Instant::now() + timeout;
     while !pending.is_empty() {
-        if Instant::now() > deadline {
-            return Err(LogError::Timeout {
-                topic: topic.to_owned(),
-                timeout,
-            });
-        }
+        check_deadline(deadline, topic, timeout)?;
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Err(KafkaError::PartitionEOF(p))) => {
@@ -188,6 +183,17 @@ fn read_topic_blocking(
     }
     records.sort_by_key(|r| (r.partition, r.offset));
     Ok(records)
+}
+
+/// A read of `topic` that was given `timeout` has run out at `deadline`.
+fn check_deadline(deadline: Instant, topic: &str, timeout: Duration) -> Result<(), LogError> {
+    if Instant::now() > deadline {
+        return Err(LogError::Timeout {
+            topic: topic.to_owned(),
+            timeout,
+        });
+    }
+    Ok(())
 }
 
 /// A position the log was expected to hold and does not.
@@ -263,12 +269,7 @@ fn missing_positions_blocking(
     consumer.assign(&assignment)?;
     let deadline = Instant::now() + timeout;
     while !unsure.is_empty() {
-        if Instant::now() > deadline {
-            return Err(LogError::Timeout {
-                topic: topic.to_owned(),
-                timeout,
-            });
-        }
+        check_deadline(deadline, topic, timeout)?;
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Ok(message)) => {

@@ -261,19 +261,37 @@ impl Projection {
         if marks.is_empty() {
             return Ok(());
         }
-        let mut record = redis::cmd("HSET");
-        record.arg(self.marker_key());
-        for &(partition, offset) in &marks {
-            record
-                .arg(format!("{APPLIED_FIELD}{partition}"))
-                .arg(offset);
-        }
+        let record = self.record_applied_cmd(&marks);
         let publish = redis::cmd("PUBLISH")
             .arg(keys::applied_channel(&self.prefix))
             .arg(keys::encode_applied(topic, marks))
             .take();
         let _: Vec<i64> = self.redis.query_each(vec![record, publish]).await?;
         Ok(())
+    }
+
+    /// Records in the marker that `marks` (partition, last offset applied)
+    /// are folded into this prefix, as the applier does with each batch.
+    pub async fn record_applied(&self, marks: &[(i32, i64)]) -> Result<(), ProjectionError> {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let _: i64 = self
+            .record_applied_cmd(marks)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    fn record_applied_cmd(&self, marks: &[(i32, i64)]) -> redis::Cmd {
+        let mut record = redis::cmd("HSET");
+        record.arg(self.marker_key());
+        for &(partition, offset) in marks {
+            record
+                .arg(format!("{APPLIED_FIELD}{partition}"))
+                .arg(offset);
+        }
+        record
     }
 
     /// The state of `sku`, or `None` if nothing was ever applied to it.
