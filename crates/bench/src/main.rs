@@ -4,6 +4,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// mimalloc rather than glibc's malloc: the apply path allocates and frees
+/// many small buffers per record, where glibc's arenas were the top of the
+/// applier's profile (docs/BENCHMARKS.md has the same-run comparison).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stockledger_bench::BenchArgs;
 use stockledger_cli::Global;
 
