@@ -505,9 +505,7 @@ impl Applier {
                 _ = ticker.tick() => {
                     let (at, records) = last_report;
                     let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
-                    let assigned = self.consumer.assignment().unwrap_or_default();
-                    group.assigned(assigned.elements().iter().map(|e| e.partition()));
-                    let assigned = assigned.count();
+                    let assigned = group.assigned(&self.consumer);
                     if assigned == 0 {
                         info!(
                             records = self.stats.records,

@@ -166,9 +166,7 @@ pub async fn run(
             _ = ticker.tick() => {
                 let (at, rows) = last_report;
                 let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
-                let assigned = consumer.assignment().unwrap_or_default();
-                group.assigned(assigned.elements().iter().map(|e| e.partition()));
-                if assigned.count() == 0 {
+                if group.assigned(&consumer) == 0 {
                     info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
                 } else {
                     info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");

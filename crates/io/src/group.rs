@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::kafka::KafkaConfig;
-use crate::topic::partitions_of;
+use crate::topic::{committed_on, partitions_of};
 
 /// How long a stopping consumer waits for its final commit and for leaving
 /// its group. With the brokers unreachable either would wait until they
@@ -34,13 +34,7 @@ pub fn default_instance_id() -> String {
         .unwrap_or_default();
     let name: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if allowed_in_instance_id(c) { c } else { '_' })
         .collect();
     if name.is_empty() {
         "stockledger".to_owned()
@@ -55,15 +49,17 @@ pub fn check_instance_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > 249 {
         return Err(format!("must be 1 to 249 characters, got {}", id.len()));
     }
-    match id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
+    match id.chars().find(|&c| !allowed_in_instance_id(c)) {
         Some(c) => Err(format!(
             "{c:?} is not allowed; use ASCII letters, digits, '.', '_' and '-'"
         )),
         None => Ok(()),
     }
+}
+
+/// The characters Kafka accepts in a `group.instance.id`.
+fn allowed_in_instance_id(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
 /// librdkafka's default `session.timeout.ms`.
@@ -117,11 +113,18 @@ impl GroupWatch {
         Self { mine }
     }
 
-    /// Tells the watch which partitions this member holds now.
-    pub fn assigned(&self, partitions: impl IntoIterator<Item = i32>) {
+    /// Tells the watch which partitions `consumer` (this member) holds now;
+    /// returns how many.
+    pub fn assigned<C: ConsumerContext>(&self, consumer: &impl Consumer<C>) -> usize {
+        let assignment = consumer.assignment().unwrap_or_default();
         if let Ok(mut mine) = self.mine.lock() {
-            *mine = partitions.into_iter().collect();
+            *mine = assignment
+                .elements()
+                .iter()
+                .map(|e| e.partition())
+                .collect();
         }
+        assignment.count()
     }
 }
 
@@ -186,23 +189,17 @@ fn progress_of(
     reader: &BaseConsumer,
     topic: &str,
 ) -> Result<(HashMap<i32, i64>, HashMap<i32, i64>), KafkaError> {
-    let timeout = Duration::from_secs(10);
-    let mut wanted = TopicPartitionList::new();
+    let partitions = partitions_of(reader, topic)?;
     let mut ends = HashMap::new();
-    for p in partitions_of(reader, topic)? {
-        wanted.add_partition(topic, p);
-        ends.insert(p, reader.fetch_watermarks(topic, p, timeout)?.1);
+    for &p in &partitions {
+        ends.insert(
+            p,
+            reader
+                .fetch_watermarks(topic, p, Duration::from_secs(10))?
+                .1,
+        );
     }
-    let committed = reader
-        .committed_offsets(wanted, timeout)?
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect();
-    Ok((committed, ends))
+    Ok((committed_on(reader, topic, &partitions)?, ends))
 }
 
 /// A dynamic member joins `group`, waits (bounded) for an assignment,

@@ -96,22 +96,33 @@ pub async fn committed_offsets(
         .create()?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
-        let mut wanted = TopicPartitionList::new();
-        for p in partitions_of(&consumer, &topic)? {
-            wanted.add_partition(&topic, p);
-        }
-        let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
-        Ok(committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect())
+        let partitions = partitions_of(&consumer, &topic)?;
+        Ok(committed_on(&consumer, &topic, &partitions)?)
     })
     .await
     .map_err(|e| LogError::Task(e.to_string()))?
+}
+
+/// The offsets the group of `consumer` has committed on `partitions` of
+/// `topic` (partitions without a commit are left out). Blocking.
+pub fn committed_on<C: ConsumerContext, T: Consumer<C>>(
+    consumer: &T,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<HashMap<i32, i64>, KafkaError> {
+    let mut wanted = TopicPartitionList::new();
+    for &p in partitions {
+        wanted.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Reads every record of `topic` from the beginning to the end of each
