@@ -9,7 +9,6 @@
 //! partitions (before and after the growth) gets them in the order they were
 //! written. Timestamps, keys, payloads and headers are copied unchanged.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -98,7 +97,8 @@ pub enum RepartitionError {
     },
 }
 
-/// Copies the log of `config.from`, as it is when the copy starts, into
+/// Copies the log of `config.from`, each partition up to the end the copy
+/// finds (producers must be stopped first), into
 /// `config.to` (created with the command topic's settings).
 pub async fn repartition(
     config: RepartitionConfig,
@@ -117,9 +117,8 @@ pub async fn repartition(
         return Err(RepartitionError::NoSuchTopic(config.from.clone()));
     }
     check_target(&config, &reader)?;
-    let mut ends = HashMap::new();
     for &p in &sources {
-        let (earliest, end) = reader.fetch_watermarks(&config.from, p, Duration::from_secs(30))?;
+        let (earliest, _) = reader.fetch_watermarks(&config.from, p, Duration::from_secs(30))?;
         if earliest > 0 {
             return Err(RepartitionError::Truncated {
                 topic: config.from.clone(),
@@ -127,7 +126,6 @@ pub async fn repartition(
                 earliest,
             });
         }
-        ends.insert(p, end);
     }
     let spec = command_topic_spec(&config.to, config.partitions, config.replication);
     create_topics(&config.kafka, &[spec]).await?;
@@ -142,7 +140,9 @@ pub async fn repartition(
                 // only names the client; nothing is committed.
                 ("group.id", "stockledger-repartition"),
                 ("enable.auto.commit", "false"),
-                ("enable.partition.eof", "false"),
+                // The end of a partition is where the broker reports EOF, as
+                // for every reader of the whole log (topic::read_topic).
+                ("enable.partition.eof", "true"),
             ])
             .create()?;
         let mut assignment = TopicPartitionList::new();
@@ -150,8 +150,7 @@ pub async fn repartition(
         consumer.assign(&assignment)?;
         readers.push(Source {
             partition: p,
-            end: ends[&p],
-            next: 0,
+            done: false,
             consumer,
             head: None,
         });
@@ -161,7 +160,7 @@ pub async fn repartition(
         .client_config(&CONTRACT_SETTINGS)
         .set("linger.ms", "5")
         .create()?;
-    info!(from = %config.from, to = %config.to, partitions = config.partitions, records = ends.values().sum::<i64>(), "repartition started");
+    info!(from = %config.from, to = %config.to, partitions = config.partitions, "repartition started");
 
     let mut report = RepartitionReport {
         per_partition: vec![0; config.partitions as usize],
@@ -259,12 +258,11 @@ fn timestamp_of(m: &OwnedMessage) -> i64 {
     m.timestamp().to_millis().unwrap_or(i64::MIN)
 }
 
-/// One partition of the source, read up to the end it had at the start.
+/// One partition of the source, read up to its end (partition EOF).
 struct Source {
     partition: i32,
-    end: i64,
-    /// The offset after the last record taken.
-    next: i64,
+    /// The end was reached.
+    done: bool,
     consumer: StreamConsumer,
     head: Option<OwnedMessage>,
 }
@@ -272,13 +270,13 @@ struct Source {
 impl Source {
     /// Reads the next record into `head` unless it is there or the end is reached.
     async fn fill(&mut self) -> Result<(), KafkaError> {
-        if self.head.is_some() || self.next >= self.end {
+        if self.head.is_some() || self.done {
             return Ok(());
         }
-        let m = self.consumer.recv().await?.detach();
-        self.next = m.offset() + 1;
-        if m.offset() < self.end {
-            self.head = Some(m);
+        match self.consumer.recv().await {
+            Ok(m) => self.head = Some(m.detach()),
+            Err(KafkaError::PartitionEOF(_)) => self.done = true,
+            Err(e) => return Err(e),
         }
         Ok(())
     }
