@@ -40,8 +40,20 @@ use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use crate::record::{interpret, key_text};
-use stockledger_io::lag::LagContext;
+use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_projection::{Batch, Marker, Projection, ProjectionError, Run};
+
+/// Counter: records decided, by `result` (a redelivered batch counts again).
+pub const RECORDS_METRIC: &str = "stockledger_applier_records_total";
+/// Counter: records sent to the dead-letter topic.
+pub const DEAD_LETTERS_METRIC: &str = "stockledger_applier_dead_letters_total";
+/// Histogram: records per batch.
+pub const BATCH_RECORDS_METRIC: &str = "stockledger_applier_batch_records";
+/// Histogram: Lua calls (SKU runs) per batch.
+pub const BATCH_RUNS_METRIC: &str = "stockledger_applier_batch_runs";
+/// Histogram: seconds one batch's Lua calls took in Redis (one pipelined
+/// round trip per node), per attempt.
+pub const APPLY_SECONDS_METRIC: &str = "stockledger_applier_redis_apply_seconds";
 
 /// Header of a dead-lettered record: why it was refused.
 pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
@@ -74,6 +86,9 @@ pub struct ApplierConfig {
     pub batch_wait: Duration,
     /// How often throughput and lag are logged.
     pub stats_interval: Duration,
+    /// The partitions this member holds, kept up to date while it runs
+    /// (clone it before `run` to probe readiness).
+    pub assignment: Assignment,
 }
 
 impl std::fmt::Debug for ApplierConfig {
@@ -112,6 +127,7 @@ impl ApplierConfig {
             batch_size: 10_000,
             batch_wait: Duration::from_millis(1),
             stats_interval: Duration::from_secs(10),
+            assignment: Assignment::new(),
         }
     }
 }
@@ -427,7 +443,7 @@ impl Applier {
         check_permanent(&config.topic, &topic_config, config.allow_finite_retention)?;
         let partitions = partition_count(&config).await?;
         let lag = Arc::new(AtomicI64::new(0));
-        let context = LagContext::new(&config.topic, lag.clone());
+        let context = LagContext::new(&config.topic, lag.clone(), config.assignment.clone());
         let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
         let mut settings = vec![
             ("group.id", config.group_id.as_str()),
@@ -658,6 +674,8 @@ impl Applier {
             }),
             self.partitions,
         );
+        metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
+        metrics::histogram!(BATCH_RUNS_METRIC).record(batch.runs.len() as f64);
         let applied =
             self.apply_with_retry(&batch.runs)
                 .await
@@ -736,7 +754,10 @@ impl Applier {
                     position: &item.position,
                 });
                 self.stats.dead_lettered += 1;
+                metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
+            metrics::counter!(RECORDS_METRIC, "result" => outcome.decision.result.as_str())
+                .increment(1);
             messages.push(Outgoing {
                 kind: Kind::Outcome,
                 key: item.key.as_bytes(),
@@ -882,7 +903,12 @@ impl Applier {
     ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ProjectionError> {
         let mut stop = self.stop.clone();
         retry::until_stopped(
-            || self.projection.apply(runs),
+            || async {
+                let started = Instant::now();
+                let applied = self.projection.apply(runs).await;
+                metrics::histogram!(APPLY_SECONDS_METRIC).record(started.elapsed().as_secs_f64());
+                applied
+            },
             ProjectionError::is_transient,
             |e, wait| warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying"),
             &mut stop,

@@ -192,7 +192,11 @@ pub async fn replay(
             ("enable.partition.eof", "true"),
             ("statistics.interval.ms", "500"),
         ])
-        .create_with_context(LagContext::new(&config.topic, lag.clone()))?;
+        .create_with_context(LagContext::new(
+            &config.topic,
+            lag.clone(),
+            Default::default(),
+        ))?;
     let partitions = partitions_of(&consumer, &config.topic)?;
     if partitions.is_empty() {
         return Err(ReplayError::NoSuchTopic(config.topic.clone()));

@@ -22,6 +22,7 @@ use stockledger_core::Outcome;
 use stockledger_io::group::{
     commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
 };
+use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
@@ -42,7 +43,19 @@ pub struct ArchiverConfig {
     /// How long a page waits to fill once its first outcome is in.
     pub page_wait: Duration,
     pub stats_interval: Duration,
+    /// The partitions this member holds, kept up to date while it runs
+    /// (clone it before `run` to probe readiness).
+    pub assignment: Assignment,
 }
+
+/// Counter: outcome messages written to (or found already in) the archive.
+pub const ROWS_METRIC: &str = "stockledger_archiver_rows_total";
+/// Counter: outcome messages that could not be decoded (logged, not archived).
+pub const UNDECODABLE_METRIC: &str = "stockledger_archiver_undecodable_total";
+/// Histogram: outcome messages per page.
+pub const PAGE_ROWS_METRIC: &str = "stockledger_archiver_page_rows";
+/// Histogram: seconds one page's transaction took, per attempt.
+pub const PAGE_SECONDS_METRIC: &str = "stockledger_archiver_page_seconds";
 
 impl std::fmt::Debug for ArchiverConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,6 +83,7 @@ impl ArchiverConfig {
             page_size: 1000,
             page_wait: Duration::from_millis(100),
             stats_interval: Duration::from_secs(10),
+            assignment: Assignment::new(),
         }
     }
 }
@@ -137,10 +151,17 @@ pub async fn run(
     if let Some(id) = &config.instance_id {
         settings.push(("group.instance.id", id));
     }
-    let consumer: StreamConsumer = config
+    let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
+    settings.push(("statistics.interval.ms", &stats_ms));
+    let context = LagContext::new(
+        &config.outcomes_topic,
+        Default::default(),
+        config.assignment.clone(),
+    );
+    let consumer: StreamConsumer<LagContext> = config
         .kafka
         .client_config(&settings)
-        .create()
+        .create_with_context(context)
         .map_err(ArchiverError::Client)?;
     consumer
         .subscribe(&[&config.outcomes_topic])
@@ -258,7 +279,12 @@ async fn write_page_with_retry(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<bool, ArchiverError> {
     let written = retry::until_stopped(
-        || write_page(pool, config, page, progress),
+        || async {
+            let started = Instant::now();
+            let written = write_page(pool, config, page, progress).await;
+            metrics::histogram!(PAGE_SECONDS_METRIC).record(started.elapsed().as_secs_f64());
+            written
+        },
         is_transient,
         |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
         stop,
@@ -275,6 +301,9 @@ async fn write_page_with_retry(
     stats.rows += written.rows;
     stats.undecodable += written.undecodable;
     stats.pages += 1;
+    metrics::counter!(ROWS_METRIC).increment(written.rows);
+    metrics::counter!(UNDECODABLE_METRIC).increment(written.undecodable);
+    metrics::histogram!(PAGE_ROWS_METRIC).record(page.len() as f64);
     for (partition, next) in written.next_offsets {
         progress.insert(partition, next);
     }

@@ -33,7 +33,7 @@ impl Cli {
     /// components report progress; one-shot commands and the demo stay quiet.
     pub fn default_log_filter(&self) -> &'static str {
         match self.command {
-            Command::Apply(_) | Command::Archive(_) => "info",
+            Command::Apply(_) | Command::Archive(_) | Command::Serve(_) => "info",
             _ => "warn",
         }
     }
@@ -157,6 +157,8 @@ pub enum Command {
     Apply(apply::Args),
     /// Run the archiver: copy outcomes into PostgreSQL in pages.
     Archive(archive::Args),
+    /// Run the HTTP gateway: commands and reads as a JSON API (OpenAPI at /openapi.json).
+    Serve(serve::Args),
     /// Take stock for an order.
     Deduct(deduct::Args),
     /// Give back what an order took (before its deduction: refuse that deduction).
@@ -237,6 +239,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Topics(command) => topics::run(g, command).await,
         Command::Apply(args) => apply::run(g, args).await,
         Command::Archive(args) => archive::run(g, args).await,
+        Command::Serve(args) => serve::run(g, args).await,
         Command::Deduct(args) => deduct::run(g, args).await,
         Command::Rollback(args) => rollback::run(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,

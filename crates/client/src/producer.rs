@@ -4,7 +4,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::Producer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Deduct, LogPosition, OrderId, Quantity, Restock,
@@ -40,6 +42,11 @@ pub enum ProducerError {
     Client(#[source] KafkaError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// The producer's local queue is full (the brokers are slower than the
+    /// sender, or away); nothing was sent. Only [`LedgerProducer::try_send`]
+    /// refuses so; the other methods wait for room.
+    #[error("the producer's queue is full; command {command_id} for sku {sku} was not sent")]
+    QueueFull { sku: String, command_id: String },
     /// The brokers did not take the record; the failure hands back the
     /// encoded command so nothing is dropped silently.
     #[error(transparent)]
@@ -161,48 +168,105 @@ impl LedgerProducer {
 
     /// Sends an already validated command body with a fresh command id.
     pub async fn send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
-        let command = Command {
-            command_id: CommandId::new(uuid::Uuid::new_v4().to_string())?,
-            sku,
-            occurred_at: now_millis(),
-            body,
+        self.send_command(&new_command(sku, body)?).await
+    }
+
+    /// Like [`LedgerProducer::send`], but refuses at once with
+    /// [`ProducerError::QueueFull`] when the local queue has no room,
+    /// rather than waiting for it: for callers that must answer quickly
+    /// and can tell their own caller to come back (the HTTP gateway).
+    pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
+        let command = new_command(sku, body)?;
+        let payload = codec::encode_command(&command)?;
+        let delivery = match self.producer.send_result(self.record(&command, &payload)) {
+            Ok(delivery) => delivery,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                return Err(ProducerError::QueueFull {
+                    sku: command.sku.to_string(),
+                    command_id: command.command_id.to_string(),
+                })
+            }
+            Err((error, _)) => return Err(self.failure(&command, error, payload)),
         };
-        self.send_command(&command).await
+        match delivery.await {
+            Ok(Ok(delivery)) => Ok(self.receipt(&command, delivery.partition, delivery.offset)),
+            Ok(Err((error, _))) => Err(self.failure(&command, error, payload)),
+            Err(_canceled) => Err(self.failure(&command, KafkaError::Canceled, payload)),
+        }
+    }
+
+    /// Whether the brokers answer a metadata request for the command topic
+    /// within `timeout` (blocking: call it off the async threads).
+    pub fn reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.topic), timeout)?;
+        match metadata.topics().first().and_then(|t| t.error()) {
+            Some(code) => Err(KafkaError::MetadataFetch(code.into())),
+            None => Ok(()),
+        }
     }
 
     /// Sends `command` as it is, keyed by its SKU, and waits until the
     /// brokers acknowledge it.
     pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {
         let payload = codec::encode_command(command)?;
+        let record = self.record(command, &payload);
+        // The queue wait is bounded by message.timeout.ms; a full local queue
+        // waits rather than failing at once.
+        match self.producer.send(record, Duration::from_secs(60)).await {
+            Ok(delivery) => Ok(self.receipt(command, delivery.partition, delivery.offset)),
+            Err((error, _message)) => Err(self.failure(command, error, payload)),
+        }
+    }
+
+    fn record<'a>(
+        &'a self,
+        command: &'a Command,
+        payload: &'a [u8],
+    ) -> FutureRecord<'a, str, [u8]> {
         let headers = OwnedHeaders::new().insert(Header {
             key: CONTENT_TYPE_HEADER,
             value: Some(CONTENT_TYPE),
         });
-        let record = FutureRecord::to(&self.topic)
+        FutureRecord::to(&self.topic)
             .key(command.sku.as_str())
-            .payload(&payload)
-            .headers(headers);
-        // The queue wait is bounded by message.timeout.ms; a full local queue
-        // waits rather than failing at once.
-        match self.producer.send(record, Duration::from_secs(60)).await {
-            Ok(delivery) => Ok(Receipt {
-                command_id: command.command_id.clone(),
-                sku: command.sku.clone(),
-                position: LogPosition {
-                    topic: self.topic.clone(),
-                    partition: delivery.partition,
-                    offset: delivery.offset,
-                },
-            }),
-            Err((error, _message)) => Err(ProducerError::Delivery(Box::new(DeliveryFailure {
+            .payload(payload)
+            .headers(headers)
+    }
+
+    fn receipt(&self, command: &Command, partition: i32, offset: i64) -> Receipt {
+        Receipt {
+            command_id: command.command_id.clone(),
+            sku: command.sku.clone(),
+            position: LogPosition {
                 topic: self.topic.clone(),
-                sku: command.sku.to_string(),
-                command_id: command.command_id.to_string(),
-                error,
-                payload,
-            }))),
+                partition,
+                offset,
+            },
         }
     }
+
+    fn failure(&self, command: &Command, error: KafkaError, payload: Vec<u8>) -> ProducerError {
+        ProducerError::Delivery(Box::new(DeliveryFailure {
+            topic: self.topic.clone(),
+            sku: command.sku.to_string(),
+            command_id: command.command_id.to_string(),
+            error,
+            payload,
+        }))
+    }
+}
+
+/// A command for `sku` with a fresh command id, stamped now.
+fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
+    Ok(Command {
+        command_id: CommandId::new(uuid::Uuid::new_v4().to_string())?,
+        sku,
+        occurred_at: now_millis(),
+        body,
+    })
 }
 
 fn now_millis() -> i64 {

@@ -154,7 +154,11 @@ fn read_topic_blocking(
             ("enable.auto.offset.store", "false"),
             ("enable.partition.eof", "true"),
         ])
-        .create_with_context(LagContext::new(topic, Default::default()))?;
+        .create_with_context(LagContext::new(
+            topic,
+            Default::default(),
+            Default::default(),
+        ))?;
     let partitions = partitions_of(&consumer, topic)?;
     if partitions.is_empty() {
         return Err(LogError::NoSuchTopic(topic.to_owned()));

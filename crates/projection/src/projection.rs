@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::ids::MAX_STOCK;
 use stockledger_core::machine::misrouted;
-use stockledger_core::{CommandBody, Decision, SkuState};
+use stockledger_core::{CommandBody, Decision, OrderEntry, SkuState};
 use stockledger_io::{KeyScan, RedisConn};
 
 use crate::batch::Run;
@@ -416,6 +416,52 @@ impl Projection {
             .map(|s| {
                 decode_decision(&s).ok_or(ProjectionError::Corrupt {
                     key: keys.decisions,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// What the ledger knows of `order_id` on `sku` (`None` if no deduct or
+    /// rollback of it was applied): one field of the orders hash, so a SKU
+    /// with millions of orders costs what one with a single order does.
+    pub async fn order(
+        &self,
+        sku: &str,
+        order_id: &str,
+    ) -> Result<Option<OrderEntry>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg(&keys.orders)
+            .arg(order_id)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        stored
+            .map(|s| {
+                decode_order(&s).ok_or(ProjectionError::Corrupt {
+                    key: keys.orders,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// The offset that applied restock `adjustment_id` of `sku`, if any.
+    pub async fn adjustment(
+        &self,
+        sku: &str,
+        adjustment_id: &str,
+    ) -> Result<Option<i64>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg(&keys.adjustments)
+            .arg(adjustment_id)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        stored
+            .map(|s| {
+                s.parse().map_err(|_| ProjectionError::Corrupt {
+                    key: keys.adjustments,
                     value: s,
                 })
             })

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
+use stockledger_http::Probes;
 
+use super::observe::{self, MetricsArgs};
 use crate::{applier_config, parse_instance_id, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -37,6 +39,8 @@ pub struct Args {
     /// Seconds between progress logs (throughput, lag).
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
     pub stats_interval_s: u64,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -49,6 +53,13 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
+    let _endpoint = observe::start(&args.metrics, || {
+        Probes::new()
+            .kafka(&config.kafka, &config.topic)
+            .redis_url(&config.redis_url)
+            .partitions(config.assignment.clone())
+    })
+    .await?;
     let stats = stockledger_applier::run(config, shutdown_signal()).await?;
     println!(
         "applied {} records ({} dead-lettered)",

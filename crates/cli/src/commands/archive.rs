@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
+use stockledger_http::Probes;
 
+use super::observe::{self, MetricsArgs};
 use crate::{archiver_config, parse_instance_id, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -31,6 +33,8 @@ pub struct Args {
     /// Seconds between progress logs.
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
     pub stats_interval_s: u64,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -42,6 +46,13 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.page_size = args.page_size.max(1);
     config.page_wait = Duration::from_millis(args.page_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
+    let _endpoint = observe::start(&args.metrics, || {
+        Probes::new()
+            .kafka(&config.kafka, &config.outcomes_topic)
+            .postgres_url(&config.database_url)
+            .partitions(config.assignment.clone())
+    })
+    .await?;
     let stats = stockledger_archiver::run(config, shutdown_signal()).await?;
     println!("archived {} outcomes in {} pages", stats.rows, stats.pages);
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,48 @@
+//! `stockledger serve`: the HTTP gateway, until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use stockledger_http::{GatewayConfig, Limits};
+
+use crate::{shutdown_signal, Global};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Address the JSON API listens on (also serving /metrics, /healthz,
+    /// /readyz and /openapi.json).
+    #[arg(long, env = "STOCKLEDGER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Longest wait_ms a request may ask for.
+    #[arg(long, env = "STOCKLEDGER_MAX_WAIT_MS", default_value_t = 30_000)]
+    pub max_wait_ms: u64,
+    /// Connections open at once; more clients wait until one closes.
+    #[arg(long, env = "STOCKLEDGER_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Milliseconds a client has to send a request's headers, and its body.
+    #[arg(long, env = "STOCKLEDGER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub read_timeout_ms: u64,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = GatewayConfig::new(g.kafka(), g.redis_url.clone(), g.database_url.clone());
+    config.prefix = g.prefix.clone();
+    config.topic = g.topic.clone();
+    config.max_wait = Duration::from_millis(args.max_wait_ms);
+    config.body_timeout = Duration::from_millis(args.read_timeout_ms);
+    config.limits = Limits {
+        max_connections: args.max_connections.max(1),
+        header_timeout: Duration::from_millis(args.read_timeout_ms),
+        ..Limits::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    // Printed for scripts and tests that ask for port 0.
+    println!("listening on http://{}", listener.local_addr()?);
+    stockledger_http::gateway::run(config, listener, shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}

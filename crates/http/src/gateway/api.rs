@@ -1,0 +1,647 @@
+//! The gateway's routes: what each takes, what it answers.
+//!
+//! Commands name their idempotency key in the path (the order id, or the
+//! restock's adjustment id): a request the ledger already holds is answered
+//! `200` with `"repeat": true` and publishes nothing; one that races its
+//! twin into the log is decided `DUPLICATE` by the applier and said to be a
+//! repeat too.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use stockledger_archiver::query::{self, Cursor, HistoryOf};
+use stockledger_client::outcome::OutcomeError;
+use stockledger_client::{ProducerError, Receipt};
+use stockledger_core::{
+    AdjustmentId, CommandBody, Decision, Deduct, OrderEntry, OrderId, OrderStatus, Quantity,
+    Restock, RestockMode, ResultCode, Rollback, Sku,
+};
+use tracing::warn;
+use utoipa::{IntoParams, ToSchema};
+
+use super::problem::{Body, Problem, Query};
+use super::Gateway;
+
+/// Most entries one history page holds.
+pub const MAX_HISTORY_LIMIT: i64 = 1000;
+
+/// `?wait_ms=N`: wait up to N ms for the applier's decision.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WaitParams {
+    /// Milliseconds to wait for the decision (at most the gateway's
+    /// `--max-wait-ms`, 30,000 by default). Without it the answer is `202`
+    /// once the command is in the log.
+    pub wait_ms: Option<u64>,
+}
+
+/// Take stock for an order.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeductRequest {
+    /// Units to take, 1 to 1,000,000,000.
+    pub quantity: i64,
+}
+
+/// Give back what an order took; before its deduction, refuse that deduction.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// Why, for the archive (at most 256 bytes).
+    pub reason: Option<String>,
+}
+
+/// `ADD` changes available stock by `quantity`; `SET` makes the total `quantity`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub enum Mode {
+    #[serde(rename = "ADD")]
+    Add,
+    #[serde(rename = "SET")]
+    Set,
+}
+
+/// Add to, or set, a SKU's stock.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestockRequest {
+    pub mode: Mode,
+    /// `ADD`: non-zero, within ±10¹⁵; `SET`: 0 to 10¹⁵.
+    pub quantity: i64,
+}
+
+/// Where a command landed in the log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The applier's decision on a command.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DecisionBody {
+    /// `APPLIED`, `REJECTED_INSUFFICIENT`, `REJECTED_CANCELLED`,
+    /// `REJECTED_RESTOCK`, `IGNORED_NO_DEDUCTION`, `DUPLICATE`, `MISROUTED`.
+    pub result: String,
+    /// Change in available stock.
+    pub delta: i64,
+    pub available: i64,
+    pub total: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<Decision> for DecisionBody {
+    fn from(d: Decision) -> Self {
+        Self {
+            result: d.result.as_str().to_owned(),
+            delta: d.delta,
+            available: d.available,
+            total: d.total,
+            reason: d.reason,
+        }
+    }
+}
+
+/// One order of one SKU, as the ledger knows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OrderBody {
+    pub sku: String,
+    pub order_id: String,
+    /// `DEDUCTED`, `ROLLED_BACK` or `CANCELLED` (rolled back before any deduct).
+    pub status: String,
+    pub quantity: i64,
+    /// Offset of the order's last step on the SKU's partition.
+    pub offset: i64,
+}
+
+impl OrderBody {
+    fn new(sku: &Sku, order_id: &OrderId, e: &OrderEntry) -> Self {
+        Self {
+            sku: sku.to_string(),
+            order_id: order_id.to_string(),
+            status: e.status.as_str().to_owned(),
+            quantity: e.quantity,
+            offset: e.offset,
+        }
+    }
+}
+
+/// Where a command stands.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    /// In the log; the applier will decide it (`202`, no `wait_ms`).
+    Accepted,
+    /// Decided within `wait_ms` (`200`).
+    Decided,
+    /// In the log, not decided within `wait_ms`; it will be (`202`).
+    Pending,
+    /// The ledger already held this request; nothing was published (`200`).
+    Repeat,
+}
+
+/// The answer to a command.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CommandResponse {
+    pub status: CommandStatus,
+    pub sku: String,
+    /// The command's id in the log (absent for a repeat, which is not published).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionBody>,
+    /// This request repeats one the ledger already holds; it changed nothing.
+    pub repeat: bool,
+    /// For an order command that repeats: the order as the ledger holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderBody>,
+}
+
+/// A SKU's stock.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StockBody {
+    pub sku: String,
+    pub available: i64,
+    pub total: i64,
+    /// Units taken by orders and not given back: `total - available`.
+    pub held: i64,
+    /// The partition of the command topic the SKU lives on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// The offset of the last record applied to the SKU.
+    pub last_offset: i64,
+}
+
+/// `GET /v1/history` parameters: `sku`, `order_id`, or both.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// History of this SKU (with `order_id`: that order's entries on it).
+    pub sku: Option<String>,
+    /// History of this order, on every SKU.
+    pub order_id: Option<String>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+    /// Entries per page, 1 to 1,000 (default 100).
+    pub limit: Option<i64>,
+}
+
+/// One archived decision.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HistoryEntry {
+    pub position: Position,
+    pub sku: String,
+    /// `DEDUCT`, `ROLLBACK`, `RESTOCK` (absent for an invalid record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adjustment_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<i64>,
+    pub result: String,
+    pub delta: i64,
+    pub available_after: i64,
+    pub total_after: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// RFC 3339, UTC, milliseconds.
+    pub occurred_at: String,
+}
+
+/// A page of history, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HistoryPage {
+    pub entries: Vec<HistoryEntry>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+type Shared = State<Arc<Gateway>>;
+type Answer = Result<Response, Problem>;
+
+fn sku_and_order(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(Sku, OrderId), Problem> {
+    let Path((sku, order_id)) = path.map_err(path_problem)?;
+    Ok((Sku::new(sku)?, OrderId::new(order_id)?))
+}
+
+fn path_problem(rejection: PathRejection) -> Problem {
+    Problem::new(StatusCode::BAD_REQUEST, rejection.body_text())
+}
+
+/// Take `quantity` units of `sku` for `order_id`.
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/deduct", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU (1-128 bytes, no control characters, no braces)"),
+           ("order_id" = String, Path, description = "The order: the idempotency key"),
+           WaitParams),
+    request_body = DeductRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms, or a repeat of a request the ledger holds", body = CommandResponse),
+        (status = 202, description = "In the log; decided later (no wait_ms, or not within it)", body = CommandResponse),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The order was already deducted with another quantity", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers (or Redis) are unreachable; retry after Retry-After", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn deduct(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<DeductRequest>,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let quantity = Quantity::new(request.quantity)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.known_order(&sku, &order_id).await? {
+        let deducted = matches!(
+            entry.status,
+            OrderStatus::Deducted | OrderStatus::RolledBack
+        );
+        if deducted && entry.quantity != quantity.get() {
+            return Err(Problem {
+                field: Some("quantity".into()),
+                ..Problem::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "order {order_id} already took {} of {sku}, not {}: an order id is used once",
+                        entry.quantity,
+                        quantity.get()
+                    ),
+                )
+            });
+        }
+        if deducted {
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Deduct(Deduct {
+        order_id: order_id.clone(),
+        quantity,
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Give back what `order_id` took of `sku` (before its deduction: refuse that deduction).
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/rollback", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The order: the idempotency key"),
+           WaitParams),
+    request_body(content = Option<RollbackRequest>, description = "Optional: the reason"),
+    responses(
+        (status = 200, description = "Decided within wait_ms, or a repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn rollback(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    request: Request,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let body: RollbackRequest = Body::optional(request, &()).await?;
+    let rollback = Rollback::new(order_id.clone(), body.reason)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.known_order(&sku, &order_id).await? {
+        if matches!(
+            entry.status,
+            OrderStatus::RolledBack | OrderStatus::Cancelled
+        ) {
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Rollback(rollback);
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Add to, or set, the stock of `sku`; `adjustment_id` makes a resend harmless.
+#[utoipa::path(post, path = "/v1/skus/{sku}/restocks/{adjustment_id}", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("adjustment_id" = String, Path, description = "The adjustment: the idempotency key"),
+           WaitParams),
+    request_body = RestockRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms, or a repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn restock(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<RestockRequest>,
+) -> Answer {
+    let Path((sku, adjustment_id)) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let adjustment_id = AdjustmentId::new(adjustment_id)?;
+    let mode = match request.mode {
+        Mode::Add => RestockMode::Add,
+        Mode::Set => RestockMode::Set,
+    };
+    let restock = Restock::new(adjustment_id.clone(), mode, request.quantity)?;
+    let wait = gateway.wait(&wait)?;
+    let known = gateway
+        .projection
+        .adjustment(sku.as_str(), adjustment_id.as_str())
+        .await
+        .map_err(|e| redis_problem(&e))?;
+    if known.is_some() {
+        return Ok(repeat(&sku, None));
+    }
+    gateway
+        .command(sku, None, CommandBody::Restock(restock), wait)
+        .await
+}
+
+/// The stock of `sku`, from the Redis projection.
+#[utoipa::path(get, path = "/v1/skus/{sku}", tag = "reads",
+    params(("sku" = String, Path, description = "The SKU")),
+    responses(
+        (status = 200, description = "The SKU's stock", body = StockBody),
+        (status = 404, description = "No state for this SKU (never restocked?)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The SKU is refused", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn stock(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let stock = gateway
+        .projection
+        .stock(&[sku.as_str()])
+        .await
+        .map_err(|e| redis_problem(&e))?;
+    match stock.into_iter().next().flatten() {
+        Some(s) => Ok(Json(StockBody {
+            sku: sku.to_string(),
+            available: s.available,
+            total: s.total,
+            held: s.total - s.available,
+            partition: s.partition,
+            last_offset: s.offset,
+        })
+        .into_response()),
+        None => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("no state for sku {sku} (never restocked?)"),
+        )),
+    }
+}
+
+/// One order of `sku`, from the Redis projection (one hash field read).
+#[utoipa::path(get, path = "/v1/skus/{sku}/orders/{order_id}", tag = "reads",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The order")),
+    responses(
+        (status = 200, description = "The order", body = OrderBody),
+        (status = 404, description = "No deduct or rollback of this order was applied", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A path parameter is refused", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn order(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    match gateway.known_order(&sku, &order_id).await? {
+        Some(entry) => Ok(Json(OrderBody::new(&sku, &order_id, &entry)).into_response()),
+        None => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("no deduct or rollback of order {order_id} on sku {sku} was applied"),
+        )),
+    }
+}
+
+/// Archived decisions of a SKU or an order, a page at a time, oldest first.
+#[utoipa::path(get, path = "/v1/history", tag = "reads",
+    params(HistoryParams),
+    responses(
+        (status = 200, description = "A page of history", body = HistoryPage),
+        (status = 422, description = "A parameter is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The archive is unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn history(State(gateway): Shared, Query(params): Query<HistoryParams>) -> Answer {
+    let sku = params.sku.map(Sku::new).transpose()?;
+    let order_id = params.order_id.map(OrderId::new).transpose()?;
+    let of = match (order_id, sku) {
+        (Some(order), sku) => HistoryOf::Order {
+            order_id: order.into_string(),
+            sku: sku.map(Sku::into_string),
+        },
+        (None, Some(sku)) => HistoryOf::Sku(sku.into_string()),
+        (None, None) => return Err(Problem::invalid("sku", "give sku, order_id, or both")),
+    };
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=MAX_HISTORY_LIMIT).contains(&limit) {
+        return Err(Problem::invalid(
+            "limit",
+            format!("limit must be between 1 and {MAX_HISTORY_LIMIT}, got {limit}"),
+        ));
+    }
+    let after: Option<Cursor> = params
+        .after
+        .map(|a| a.parse())
+        .transpose()
+        .map_err(|e: String| Problem::invalid("after", e))?;
+    let pool = &gateway.archive;
+    let page = query::history_page(pool, &gateway.topic, &of, after.as_ref(), limit)
+        .await
+        .map_err(|e| {
+            warn!(error = %e, "reading the archive failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the archive could not be read: {e}"),
+            )
+            .retry_after(5)
+        })?;
+    let entries = page
+        .entries
+        .into_iter()
+        .map(|e| HistoryEntry {
+            position: Position {
+                topic: e.topic,
+                partition: e.partition,
+                offset: e.log_offset,
+            },
+            sku: e.sku,
+            command: e.command,
+            order_id: e.order_id,
+            adjustment_id: e.adjustment_id,
+            quantity: e.quantity,
+            result: e.result,
+            delta: e.delta,
+            available_after: e.available_after,
+            total_after: e.total_after,
+            reason: e.reason,
+            occurred_at: e.occurred_at,
+        })
+        .collect();
+    Ok(Json(HistoryPage {
+        entries,
+        next: page.next.map(|c| c.to_string()),
+    })
+    .into_response())
+}
+
+fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
+    Json(CommandResponse {
+        status: CommandStatus::Repeat,
+        sku: sku.to_string(),
+        command_id: None,
+        position: None,
+        decision: None,
+        repeat: true,
+        order,
+    })
+    .into_response()
+}
+
+pub(super) fn redis_problem(e: &dyn std::fmt::Display) -> Problem {
+    warn!(error = %e, "reading the Redis projection failed");
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("the stock projection (Redis) could not be read: {e}"),
+    )
+    .retry_after(1)
+}
+
+impl Gateway {
+    /// The wait a request asks for, bounded by the gateway's maximum.
+    fn wait(&self, params: &WaitParams) -> Result<Option<Duration>, Problem> {
+        match params.wait_ms {
+            None => Ok(None),
+            Some(ms) if Duration::from_millis(ms) <= self.max_wait => {
+                Ok(Some(Duration::from_millis(ms)))
+            }
+            Some(ms) => Err(Problem::invalid(
+                "wait_ms",
+                format!(
+                    "wait_ms must be at most {}, got {ms}",
+                    self.max_wait.as_millis()
+                ),
+            )),
+        }
+    }
+
+    async fn known_order(
+        &self,
+        sku: &Sku,
+        order_id: &OrderId,
+    ) -> Result<Option<OrderEntry>, Problem> {
+        self.projection
+            .order(sku.as_str(), order_id.as_str())
+            .await
+            .map_err(|e| redis_problem(&e))
+    }
+
+    /// Publishes `body` and answers with its position, or with its decision
+    /// when asked to wait.
+    async fn command(
+        &self,
+        sku: Sku,
+        order_id: Option<OrderId>,
+        body: CommandBody,
+        wait: Option<Duration>,
+    ) -> Answer {
+        if !self.broker_up.load(Ordering::Relaxed) {
+            return Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the Kafka brokers do not answer; nothing was published",
+            )
+            .retry_after(5));
+        }
+        let kind = body.kind().as_str();
+        let receipt = self
+            .producer
+            .try_send(sku.clone(), body)
+            .await
+            .map_err(|e| {
+                metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind).increment(1);
+                publish_problem(e)
+            })?;
+        metrics::counter!(super::PUBLISHED_METRIC, "command" => kind).increment(1);
+        let mut response = CommandResponse {
+            status: CommandStatus::Accepted,
+            sku: sku.to_string(),
+            command_id: Some(receipt.command_id.to_string()),
+            position: Some(position(&receipt)),
+            decision: None,
+            repeat: false,
+            order: None,
+        };
+        let Some(wait) = wait else {
+            return Ok((StatusCode::ACCEPTED, Json(response)).into_response());
+        };
+        match self.reader.wait(&receipt, wait).await {
+            Ok(decision) => {
+                response.status = CommandStatus::Decided;
+                if decision.result == ResultCode::Duplicate {
+                    response.repeat = true;
+                    if let Some(order_id) = &order_id {
+                        if let Ok(Some(entry)) = self.known_order(&sku, order_id).await {
+                            response.order = Some(OrderBody::new(&sku, order_id, &entry));
+                        }
+                    }
+                }
+                response.decision = Some(decision.into());
+                Ok(Json(response).into_response())
+            }
+            Err(OutcomeError::Timeout { .. }) => {
+                response.status = CommandStatus::Pending;
+                Ok((StatusCode::ACCEPTED, Json(response)).into_response())
+            }
+            Err(e) => {
+                // In the log all the same: it will be decided.
+                warn!(error = %e, "waiting for a decision failed");
+                response.status = CommandStatus::Pending;
+                Ok((StatusCode::ACCEPTED, Json(response)).into_response())
+            }
+        }
+    }
+}
+
+fn position(receipt: &Receipt) -> Position {
+    Position {
+        topic: receipt.position.topic.clone(),
+        partition: receipt.position.partition,
+        offset: receipt.position.offset,
+    }
+}
+
+fn publish_problem(e: ProducerError) -> Problem {
+    match e {
+        ProducerError::Invalid(v) => v.into(),
+        ProducerError::QueueFull { .. } => Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the gateway's queue to the brokers is full; nothing was published",
+        )
+        .retry_after(1),
+        other => {
+            warn!(error = %other, "publishing a command failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the brokers did not confirm the command ({other}); it may or may not be \
+                     in the log: repeating the request with the same id is safe"
+                ),
+            )
+            .retry_after(5)
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The HTTP gateway: the ledger's commands and reads as a JSON API.
+//!
+//! A command is validated as the Rust library validates it, published with
+//! the same idempotent producer, and answered `202` with its log position
+//! or, with `?wait_ms=N`, `200` with the applier's decision (`202` with
+//! `"status": "pending"` if the wait ends first: the command is in the log
+//! and will be decided). [`api`] has the routes, [`problem`] the error
+//! bodies, [`ApiDoc`] the OpenAPI document served at `/openapi.json` and
+//! checked in as `docs/openapi.json`.
+
+pub mod api;
+pub mod problem;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
+use stockledger_io::{redact_url, KafkaConfig, RedisConn};
+use stockledger_projection::Projection;
+use tokio::net::TcpListener;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tracing::{info, warn};
+use utoipa::OpenApi;
+
+use crate::observe::{self, Probes, Recorder};
+use crate::server::{self, Limits};
+use problem::Problem;
+
+/// Largest request body taken; a larger one is refused with 413.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Counter: HTTP requests answered, by `route`, `method` and `status`.
+pub const REQUESTS_METRIC: &str = "stockledger_http_requests_total";
+/// Histogram: seconds from request to response, by `route` and `method`.
+pub const REQUEST_SECONDS_METRIC: &str = "stockledger_http_request_duration_seconds";
+/// Counter: commands the brokers took, by `command`.
+pub const PUBLISHED_METRIC: &str = "stockledger_gateway_published_total";
+/// Counter: commands not published (queue full, brokers away), by `command`.
+pub const PUBLISH_FAILURES_METRIC: &str = "stockledger_gateway_publish_failures_total";
+
+/// How often the gateway asks the brokers whether they answer.
+const BROKER_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// A delivery not confirmed within this is answered 503 (unless the user
+/// set `message.timeout.ms`): an HTTP caller should not wait the library's 30 s.
+const GATEWAY_MESSAGE_TIMEOUT_MS: &str = "10000";
+
+#[derive(Clone)]
+pub struct GatewayConfig {
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    /// The archive, for history; the gateway only reads it, and runs (and
+    /// is ready) without it.
+    pub database_url: String,
+    pub prefix: String,
+    pub topic: String,
+    /// Longest `wait_ms` a request may ask for.
+    pub max_wait: Duration,
+    /// Time a client has to send a request body.
+    pub body_timeout: Duration,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("kafka", &self.kafka)
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("database_url", &redact_url(&self.database_url))
+            .field("prefix", &self.prefix)
+            .field("topic", &self.topic)
+            .field("max_wait", &self.max_wait)
+            .field("body_timeout", &self.body_timeout)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl GatewayConfig {
+    /// The documented defaults for everything but the connections.
+    pub fn new(
+        kafka: KafkaConfig,
+        redis_url: impl Into<String>,
+        database_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            kafka,
+            redis_url: redis_url.into(),
+            database_url: database_url.into(),
+            prefix: "stockledger".into(),
+            topic: "stock.ledger".into(),
+            max_wait: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error("connecting to Redis at {url}: {source}")]
+    Redis {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("the archive's URL {url} is not usable: {source}")]
+    Archive {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("metrics: {0}")]
+    Metrics(String),
+}
+
+/// What every request handler shares.
+pub(crate) struct Gateway {
+    producer: LedgerProducer,
+    reader: OutcomeReader,
+    projection: Projection,
+    archive: sqlx::PgPool,
+    topic: String,
+    max_wait: Duration,
+    /// Whether the brokers answered the last metadata request.
+    broker_up: Arc<AtomicBool>,
+}
+
+/// The OpenAPI document of the gateway.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "stockledger gateway",
+        description = "Commands (deduct, rollback, restock) and reads (stock, one order, archived history) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field."
+    ),
+    paths(
+        api::deduct,
+        api::rollback,
+        api::restock,
+        api::stock,
+        api::order,
+        api::history,
+        observe::healthz,
+        observe::readyz_doc
+    ),
+    tags(
+        (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
+        (name = "reads", description = "The Redis projection and the PostgreSQL archive"),
+        (name = "operations", description = "Liveness and readiness (metrics at /metrics, in the Prometheus text format)")
+    )
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+/// The OpenAPI document as served and checked in.
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Runs the gateway on `listener` until `shutdown` completes, with
+/// `/metrics`, `/healthz` and `/readyz` on the same port.
+pub async fn run(
+    config: GatewayConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), GatewayError> {
+    info!(config = ?config, "starting the gateway");
+    let recorder = Recorder::install().map_err(GatewayError::Metrics)?;
+    let mut kafka = config.kafka.clone();
+    if kafka.property("message.timeout.ms").is_none() {
+        kafka.properties.push((
+            "message.timeout.ms".into(),
+            GATEWAY_MESSAGE_TIMEOUT_MS.into(),
+        ));
+    }
+    let producer = LedgerProducer::new(&kafka, config.topic.clone())?;
+    let redis_error = |source| GatewayError::Redis {
+        url: redact_url(&config.redis_url).to_string(),
+        source,
+    };
+    let redis = RedisConn::connect(&config.redis_url)
+        .await
+        .map_err(redis_error)?;
+    let reader = OutcomeReader::connect(&config.redis_url, config.prefix.clone())
+        .await
+        .map_err(|e| match e {
+            stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
+            other => GatewayError::Metrics(other.to_string()),
+        })?;
+    let archive = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_lazy(&config.database_url)
+        .map_err(|source| GatewayError::Archive {
+            url: redact_url(&config.database_url).to_string(),
+            source,
+        })?;
+    let broker_up = Arc::new(AtomicBool::new(true));
+    let watch = tokio::spawn(watch_brokers(producer.clone(), broker_up.clone()));
+    let probes = Probes::new()
+        .check("kafka", true, {
+            let broker_up = broker_up.clone();
+            move || {
+                let up = broker_up.load(Ordering::Relaxed);
+                async move {
+                    if up {
+                        Ok("the brokers answer".to_owned())
+                    } else {
+                        Err("the brokers do not answer".to_owned())
+                    }
+                }
+            }
+        })
+        .redis(redis.clone())
+        // History only: commands go on without the archive.
+        .postgres(archive.clone(), false);
+    let gateway = Arc::new(Gateway {
+        producer,
+        reader,
+        projection: Projection::new(redis, config.prefix.clone()),
+        archive,
+        topic: config.topic.clone(),
+        max_wait: config.max_wait,
+        broker_up,
+    });
+    let app = router(gateway, config.body_timeout, config.max_wait)
+        .merge(observe::routes(recorder, probes));
+    info!(address = ?listener.local_addr().ok(), "gateway listening");
+    server::serve(listener, app, config.limits, shutdown).await;
+    watch.abort();
+    info!("gateway stopped");
+    Ok(())
+}
+
+fn router(gateway: Arc<Gateway>, body_timeout: Duration, max_wait: Duration) -> Router {
+    Router::new()
+        .route("/v1/skus/{sku}/orders/{order_id}/deduct", post(api::deduct))
+        .route(
+            "/v1/skus/{sku}/orders/{order_id}/rollback",
+            post(api::rollback),
+        )
+        .route(
+            "/v1/skus/{sku}/restocks/{adjustment_id}",
+            post(api::restock),
+        )
+        .route("/v1/skus/{sku}", get(api::stock))
+        .route("/v1/skus/{sku}/orders/{order_id}", get(api::order))
+        .route("/v1/history", get(api::history))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(gateway)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        // A request never outlives its longest wait by much: the publish is
+        // bounded by the producer's message timeout.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            max_wait + Duration::from_secs(15),
+        ))
+        .layer(axum::middleware::from_fn(track))
+}
+
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        openapi_json(),
+    )
+        .into_response()
+}
+
+async fn not_found(request: Request) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} (see /openapi.json)", request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+/// Counts every request by route and status and times it.
+async fn track(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics::counter!(REQUESTS_METRIC, "route" => route.clone(), "method" => method.clone(),
+        "status" => response.status().as_u16().to_string())
+    .increment(1);
+    metrics::histogram!(REQUEST_SECONDS_METRIC, "route" => route, "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Keeps `up` true while the brokers answer a metadata request.
+async fn watch_brokers(producer: LedgerProducer, up: Arc<AtomicBool>) {
+    let mut every = tokio::time::interval(BROKER_CHECK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let probe = producer.clone();
+        let answer =
+            tokio::task::spawn_blocking(move || probe.reachable(Duration::from_secs(2))).await;
+        let problem = match answer {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        let was_up = up.swap(problem.is_none(), Ordering::Relaxed);
+        match problem {
+            Some(error) if was_up => {
+                warn!(%error, "the brokers do not answer; commands are refused with 503")
+            }
+            None if !was_up => info!("the brokers answer again"),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checked_in_openapi_document_is_the_one_the_code_generates() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
+        let generated = openapi_json();
+        if std::env::var_os("STOCKLEDGER_WRITE_OPENAPI").is_some() {
+            std::fs::write(path, &generated).expect("write docs/openapi.json");
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "docs/openapi.json differs from the code's document; regenerate it with \
+             STOCKLEDGER_WRITE_OPENAPI=1 cargo test -p stockledger-http openapi"
+        );
+    }
+}

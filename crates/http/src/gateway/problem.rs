@@ -1,0 +1,235 @@
+//! Errors as `application/problem+json` (RFC 9457), and the extractors
+//! that turn bad input into one naming the field.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use stockledger_core::ValidationError;
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error answer: what went wrong, and for bad input which field.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A short, stable summary of the kind of problem.
+    pub title: String,
+    /// The HTTP status, repeated in the body.
+    pub status: u16,
+    /// What exactly was wrong with this request.
+    pub detail: String,
+    /// The request field at fault (JSON path, path parameter or query
+    /// parameter), when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Seconds after which repeating the request may succeed (also sent as
+    /// `Retry-After`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self {
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            field: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// 422: `field` holds a value the ledger refuses.
+    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+        }
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+impl From<ValidationError> for Problem {
+    fn from(e: ValidationError) -> Self {
+        Self::invalid(e.field, e.to_string())
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let retry_after = self.retry_after_s;
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// A JSON body of type `T`: refused with 415 (not JSON), 413 (over the
+/// body limit), 408 (not sent in time), 400 (not well-formed JSON) or 422
+/// naming the field (a wrong type, a missing or unknown field). An empty
+/// body reads as `T::default()` where `T` allows it ([`Body::optional`]).
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned> Body<T> {
+    fn parse(bytes: &[u8]) -> Result<T, Problem> {
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            match inner.classify() {
+                serde_json::error::Category::Data => {
+                    let field = unknown_field(&inner.to_string()).unwrap_or(path);
+                    Problem::invalid(field, inner.to_string())
+                }
+                _ => Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body is not well-formed JSON: {inner}"),
+                ),
+            }
+        })?;
+        deserializer.end().map_err(|e| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("the body has more after its JSON value: {e}"),
+            )
+        })?;
+        Ok(value)
+    }
+
+    /// Reads an optional body: absent or empty gives `T::default()`.
+    pub async fn optional<S: Send + Sync>(req: Request, state: &S) -> Result<T, Problem>
+    where
+        T: Default,
+    {
+        let bytes = read_body(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        Self::parse(&bytes)
+    }
+}
+
+/// The name in serde's "unknown field `x`, expected …" message: the field
+/// at fault is the unknown one, not its parent.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest[..rest.find('`')?].to_owned())
+}
+
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Problem> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = Bytes::from_request(req, state)
+        .await
+        .map_err(body_rejection)?;
+    if !bytes.is_empty() {
+        let is_json = content_type.as_deref().is_some_and(|t| {
+            let essence = t.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json")
+        });
+        if !is_json {
+            return Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "the body must be JSON, sent with Content-Type: application/json",
+            ));
+        }
+    }
+    Ok(bytes)
+}
+
+fn body_rejection(rejection: BytesRejection) -> Problem {
+    let status = rejection.status();
+    let detail = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "the body is larger than the {} bytes a request may carry",
+            super::MAX_BODY_BYTES
+        ),
+        _ if is_timeout(&rejection) => {
+            return Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body was not received in time",
+            )
+        }
+        _ => rejection.body_text(),
+    };
+    Problem::new(status, detail)
+}
+
+fn is_timeout(rejection: &BytesRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state).await?;
+        if bytes.is_empty() {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "the request needs a JSON body",
+            ));
+        }
+        Self::parse(&bytes).map(Body)
+    }
+}
+
+/// Query parameters of type `T`; a bad one is refused with 422 naming it.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(Query)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let message = e.inner().to_string();
+                let field = unknown_field(&message).unwrap_or(path);
+                Problem::invalid(field, format!("query: {message}"))
+            })
+    }
+}
