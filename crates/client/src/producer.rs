@@ -1,6 +1,10 @@
 //! Appending commands to the ledger.
 
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use tracing::warn;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -76,10 +80,25 @@ pub struct Receipt {
 
 /// Sends commands to the command topic. Cheap to share: clone it or put it
 /// in an `Arc`; all clones use one librdkafka producer.
+///
+/// A producer the brokers fence is replaced by a fresh one (a new
+/// producer id): after a record times out, librdkafka bumps its idempotent
+/// producer's epoch, and brokers that do not follow that bump (tansu 0.6)
+/// refuse every later record with `ProducerFenced`, for good. The send
+/// that met the refusal fails (its command handed back); the next ones go
+/// through the new producer.
 #[derive(Clone)]
 pub struct LedgerProducer {
-    producer: FutureProducer,
+    current: Arc<RwLock<Current>>,
+    config: Arc<ClientConfig>,
     topic: String,
+}
+
+/// The librdkafka producer in use and how many were replaced before it.
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    producer: Arc<FutureProducer>,
 }
 
 impl std::fmt::Debug for LedgerProducer {
@@ -108,14 +127,48 @@ impl LedgerProducer {
             .chain(TUNABLE_DEFAULTS.iter())
             .copied()
             .collect();
-        let producer = kafka
-            .client_config(&defaults)
-            .create()
-            .map_err(ProducerError::Client)?;
+        let config = kafka.client_config(&defaults);
+        let producer = config.create().map_err(ProducerError::Client)?;
         Ok(Self {
-            producer,
+            current: Arc::new(RwLock::new(Current {
+                generation: 0,
+                producer: Arc::new(producer),
+            })),
+            config: Arc::new(config),
             topic: topic.into(),
         })
+    }
+
+    fn current(&self) -> Current {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the producer of `generation` after the brokers fenced it
+    /// (once, however many sends saw the refusal).
+    fn renew(&self, generation: u64) {
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.generation != generation {
+            return;
+        }
+        match self.config.create::<FutureProducer>() {
+            Ok(fresh) => {
+                warn!(
+                    topic = %self.topic,
+                    "the brokers fenced the producer (they do not know the epoch librdkafka \
+                     moved to after a record timed out); continuing with a new producer id"
+                );
+                *current = Current {
+                    generation: generation + 1,
+                    producer: Arc::new(fresh),
+                };
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot replace the fenced producer; retrying on the next send")
+            }
+        }
     }
 
     pub fn topic(&self) -> &str {
@@ -176,29 +229,14 @@ impl LedgerProducer {
     /// rather than waiting for it: for callers that must answer quickly
     /// and can tell their own caller to come back (the HTTP gateway).
     pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
-        let command = new_command(sku, body)?;
-        let payload = codec::encode_command(&command)?;
-        let delivery = match self.producer.send_result(self.record(&command, &payload)) {
-            Ok(delivery) => delivery,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                return Err(ProducerError::QueueFull {
-                    sku: command.sku.to_string(),
-                    command_id: command.command_id.to_string(),
-                })
-            }
-            Err((error, _)) => return Err(self.failure(&command, error, payload)),
-        };
-        match delivery.await {
-            Ok(Ok(delivery)) => Ok(self.receipt(&command, delivery.partition, delivery.offset)),
-            Ok(Err((error, _))) => Err(self.failure(&command, error, payload)),
-            Err(_canceled) => Err(self.failure(&command, KafkaError::Canceled, payload)),
-        }
+        self.deliver(&new_command(sku, body)?, Queue::Refuse).await
     }
 
     /// Whether the brokers answer a metadata request for the command topic
     /// within `timeout` (blocking: call it off the async threads).
     pub fn reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
         let metadata = self
+            .current()
             .producer
             .client()
             .fetch_metadata(Some(&self.topic), timeout)?;
@@ -211,13 +249,51 @@ impl LedgerProducer {
     /// Sends `command` as it is, keyed by its SKU, and waits until the
     /// brokers acknowledge it.
     pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {
+        self.deliver(command, Queue::Wait).await
+    }
+
+    /// Sends `command` and waits for the brokers' answer. A record the
+    /// brokers refused because they fenced the producer was not written
+    /// (librdkafka: "MsgNotPersisted"), so it is sent once more through the
+    /// producer that replaces the fenced one.
+    async fn deliver(&self, command: &Command, queue: Queue) -> Result<Receipt, ProducerError> {
         let payload = codec::encode_command(command)?;
-        let record = self.record(command, &payload);
-        // The queue wait is bounded by message.timeout.ms; a full local queue
-        // waits rather than failing at once.
-        match self.producer.send(record, Duration::from_secs(60)).await {
-            Ok(delivery) => Ok(self.receipt(command, delivery.partition, delivery.offset)),
-            Err((error, _message)) => Err(self.failure(command, error, payload)),
+        let mut resent = false;
+        loop {
+            let current = self.current();
+            let record = self.record(command, &payload);
+            let delivered = match queue {
+                // The queue wait is bounded by message.timeout.ms.
+                Queue::Wait => current
+                    .producer
+                    .send(record, Duration::from_secs(60))
+                    .await
+                    .map_err(|(error, _)| error),
+                Queue::Refuse => match current.producer.send_result(record) {
+                    Ok(delivery) => match delivery.await {
+                        Ok(Ok(delivery)) => Ok(delivery),
+                        Ok(Err((error, _))) => Err(error),
+                        Err(_canceled) => Err(KafkaError::Canceled),
+                    },
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        return Err(ProducerError::QueueFull {
+                            sku: command.sku.to_string(),
+                            command_id: command.command_id.to_string(),
+                        })
+                    }
+                    Err((error, _)) => Err(error),
+                },
+            };
+            match delivered {
+                Ok(delivery) => {
+                    return Ok(self.receipt(command, delivery.partition, delivery.offset))
+                }
+                Err(error) if is_fenced(&error) && !resent => {
+                    self.renew(current.generation);
+                    resent = true;
+                }
+                Err(error) => return Err(self.failure(command, error, payload)),
+            }
         }
     }
 
@@ -257,6 +333,26 @@ impl LedgerProducer {
             payload,
         }))
     }
+}
+
+/// What a send does when the local queue is full.
+#[derive(Debug, Clone, Copy)]
+enum Queue {
+    Wait,
+    Refuse,
+}
+
+/// Whether the brokers refused the producer's id or epoch: it will not
+/// send again.
+fn is_fenced(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::UnknownProducerId
+        )
+    )
 }
 
 /// A command for `sku` with a fresh command id, stamped now.

@@ -6,8 +6,16 @@
 //! which a slow-loris client or a connection flood would exhaust.
 
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -24,10 +32,13 @@ pub struct Limits {
     /// Connections open at once; further clients wait in the listen backlog
     /// until one closes.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers (HTTP/1), counted
-    /// from the moment the server starts reading it; a client that takes
-    /// longer is disconnected.
+    /// Time a client has to send a request's headers (HTTP/1) once it has
+    /// begun; a client that takes longer is disconnected.
     pub header_timeout: Duration,
+    /// Time a connection may stay silent, in both directions, with no
+    /// request under way, once it has sent something (a client that
+    /// connects and says nothing has `header_timeout`).
+    pub idle_timeout: Duration,
     /// Time a connection may stay open once the server stops, for requests
     /// already under way.
     pub shutdown_grace: Duration,
@@ -38,6 +49,7 @@ impl Default for Limits {
         Self {
             max_connections: 10_000,
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -86,14 +98,28 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let activity = Arc::new(Activity::default());
+        let service = TowerToHyperService::new(Counted {
+            inner: app.clone(),
+            activity: activity.clone(),
+        });
+        let io = TokioIo::new(Tracked {
+            inner: stream,
+            activity: activity.clone(),
+        });
         let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(io, service)
             .into_owned();
         let connection = graceful.watch(connection);
+        let (first_byte, idle_timeout) = (limits.header_timeout, limits.idle_timeout);
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                debug!(%peer, error = %e, "connection ended with an error");
+            tokio::select! {
+                ended = connection => if let Err(e) = ended {
+                    debug!(%peer, error = %e, "connection ended with an error");
+                },
+                () = activity.idle_for(first_byte, idle_timeout) => {
+                    debug!(%peer, "closing a silent connection");
+                }
             }
             drop(permit);
         });
@@ -104,5 +130,127 @@ pub async fn serve(
         _ = tokio::time::sleep(limits.shutdown_grace) => {
             warn!(grace = ?limits.shutdown_grace, "connections still open at the end of the shutdown grace; closing them");
         }
+    }
+}
+
+/// When a connection last moved bytes, and how many of its requests are
+/// being answered.
+#[derive(Debug)]
+struct Activity {
+    started: Instant,
+    /// Milliseconds after `started` of the last byte read or written.
+    last: AtomicU64,
+    /// Whether the client has sent anything yet.
+    heard: AtomicBool,
+    requests: AtomicUsize,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            last: AtomicU64::new(0),
+            heard: AtomicBool::new(false),
+            requests: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Returns once the connection has moved no byte for `limit` while no
+    /// request of it was under way (a long wait for a decision is not
+    /// silence); `first` before the client has sent anything.
+    async fn idle_for(&self, first: Duration, then: Duration) {
+        loop {
+            let limit = if self.heard.load(Ordering::Relaxed) {
+                then
+            } else {
+                first
+            };
+            let last = self.started + Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let due = last + limit;
+            if Instant::now() >= due && self.requests.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            tokio::time::sleep_until(due.max(Instant::now() + Duration::from_millis(100))).await;
+        }
+    }
+}
+
+/// A connection's socket, noting its activity.
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.heard.store(true, Ordering::Relaxed);
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The router, counting the connection's requests under way.
+#[derive(Clone)]
+struct Counted {
+    inner: Router,
+    activity: Arc<Activity>,
+}
+
+impl tower::Service<axum::extract::Request<hyper::body::Incoming>> for Counted {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request<hyper::body::Incoming>) -> Self::Future {
+        let activity = self.activity.clone();
+        activity.requests.fetch_add(1, Ordering::Relaxed);
+        let answer = tower::ServiceExt::oneshot(self.inner.clone(), request);
+        Box::pin(async move {
+            let response = answer.await;
+            activity.touch();
+            activity.requests.fetch_sub(1, Ordering::Relaxed);
+            response
+        })
     }
 }

@@ -20,10 +20,7 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let Args { sku, order_id } = args;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
-    let entry = projection
-        .read_sku(sku.as_str())
-        .await?
-        .and_then(|s| s.orders.get(order_id.as_str()).cloned());
+    let entry = projection.order(sku.as_str(), order_id.as_str()).await?;
     match entry {
         Some(e) => println!(
             "{sku} / {order_id}: {}, quantity {}, at offset {}",

@@ -25,6 +25,9 @@ pub struct Args {
     /// Milliseconds a client has to send a request's headers, and its body.
     #[arg(long, env = "STOCKLEDGER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub read_timeout_ms: u64,
+    /// Milliseconds a kept-alive connection may stay silent between requests.
+    #[arg(long, env = "STOCKLEDGER_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -36,6 +39,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         ..Limits::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

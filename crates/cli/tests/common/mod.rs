@@ -55,3 +55,64 @@ pub fn terminate(child: &Child) -> std::io::Result<()> {
         Err(std::io::Error::other("kill -TERM failed"))
     }
 }
+
+/// A child process killed (and reaped) when the test ends, whichever way.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `stockledger serve` on a free port with `extra` flags; returns
+/// it and its base URL (read from the line it prints once listening).
+pub fn serve(h: &Harness, extra: &[&str]) -> anyhow::Result<(Running, String)> {
+    use std::io::BufRead;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path(h, &["serve"]))?;
+    let mut child = stockledger(h)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let running = Running(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| anyhow::anyhow!("serve printed {line:?}, not its address"))?
+        .to_owned();
+    Ok((running, url))
+}
+
+/// A port nothing listens on now, for a `--metrics-addr`.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The value of the Prometheus sample `name{labels}` in `text` (labels as
+/// rendered, e.g. `result="APPLIED"`; all of them must appear), or 0.
+pub fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            metric == name && labels.iter().all(|label| rest.contains(label))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}

@@ -55,7 +55,7 @@ pub struct DeductRequest {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackRequest {
-    /// Why, for the archive (at most 256 bytes).
+    /// Why (at most 1,024 bytes).
     pub reason: Option<String>,
 }
 

@@ -1,0 +1,758 @@
+//! `stockledger serve` (the HTTP gateway) and the `--metrics-addr`
+//! endpoints of `apply` and `archive`, as processes, against real services.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{free_port, sample, serve, Running};
+use serde_json::{json, Value};
+use stockledger_client::KafkaConfig;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::services::{signal_broker, start_own_broker};
+use stockledger_testkit::{wait_until, Harness};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn client() -> reqwest::Client {
+    // Building fails only without a TLS backend or resolver, neither used here.
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Status, content type and JSON body of an answer.
+type Answer = (u16, String, Value);
+
+/// Status, content type and JSON body of a response.
+async fn answer(response: reqwest::Response) -> anyhow::Result<(u16, String, Value)> {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let text = response.text().await?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((status, content_type, body))
+}
+
+async fn post(url: &str, body: Value) -> anyhow::Result<(u16, String, Value)> {
+    answer(client().post(url).json(&body).send().await?).await
+}
+
+async fn get(url: &str) -> anyhow::Result<(u16, String, Value)> {
+    answer(client().get(url).send().await?).await
+}
+
+async fn text(url: &str) -> anyhow::Result<String> {
+    Ok(client().get(url).send().await?.text().await?)
+}
+
+/// Waits until `url` (a `/readyz`) answers 200.
+async fn until_ready(url: &str) -> anyhow::Result<()> {
+    wait_until(&format!("{url} ready"), CATCH_UP, || async {
+        Ok(match client().get(url).send().await {
+            Ok(r) if r.status().as_u16() == 200 => Some(()),
+            _ => None,
+        })
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_metrics_count_them(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-flow", 2).await?;
+    let (apply_port, archive_port) = (free_port()?, free_port()?);
+    let apply_metrics = format!("127.0.0.1:{apply_port}");
+    let archive_metrics = format!("127.0.0.1:{archive_port}");
+    let _applier = Running(common::spawn(
+        &h,
+        &["apply", "--metrics-addr", &apply_metrics],
+    )?);
+    let _archiver = Running(common::spawn(
+        &h,
+        &[
+            "archive",
+            "--metrics-addr",
+            &archive_metrics,
+            "--page-wait-ms",
+            "10",
+        ],
+    )?);
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("http://{apply_metrics}/readyz")).await?;
+    until_ready(&format!("http://{archive_metrics}/readyz")).await?;
+    until_ready(&format!("{base}/readyz")).await?;
+
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/SKU-H/restocks/r1?wait_ms=30000"),
+        json!({"mode": "SET", "quantity": 10}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decision"]["result"], "APPLIED", "{body}");
+    assert_eq!(body["decision"]["total"], 10);
+
+    let deduct = format!("{base}/v1/skus/SKU-H/orders/o1/deduct");
+    let (status, _, body) =
+        post(&format!("{deduct}?wait_ms=30000"), json!({"quantity": 2})).await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "decided");
+    assert_eq!(body["decision"]["result"], "APPLIED");
+    assert_eq!(body["decision"]["available"], 8);
+    assert_eq!(body["repeat"], false);
+    assert!(body["position"]["offset"].is_i64(), "{body}");
+
+    // The same request again: the ledger holds it; nothing is published.
+    let (status, _, body) =
+        post(&format!("{deduct}?wait_ms=30000"), json!({"quantity": 2})).await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "repeat");
+    assert_eq!(body["repeat"], true);
+    assert_eq!(body["order"]["status"], "DEDUCTED");
+    assert!(
+        body.get("position").is_none(),
+        "a repeat is not published: {body}"
+    );
+    // The same order id with another quantity is not a repeat.
+    let (status, content_type, body) = post(&deduct, json!({"quantity": 3})).await?;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(body["field"], "quantity");
+
+    // Without a wait: 202 and the position; the order shows up once applied.
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/SKU-H/orders/o2/deduct"),
+        json!({"quantity": 1}),
+    )
+    .await?;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "accepted");
+    let order = format!("{base}/v1/skus/SKU-H/orders/o2");
+    let seen = wait_until("order o2 applied", CATCH_UP, || async {
+        let (status, _, body) = get(&order).await?;
+        Ok((status == 200).then_some(body))
+    })
+    .await?;
+    assert_eq!(seen["status"], "DEDUCTED");
+    assert_eq!(seen["quantity"], 1);
+
+    // A rollback before its deduct leaves a tombstone; a rollback after gives back.
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/SKU-H/orders/o1/rollback?wait_ms=30000"),
+        json!({"reason": "payment failed"}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decision"]["result"], "APPLIED");
+    assert_eq!(body["decision"]["delta"], 2);
+    let response = client()
+        .post(format!(
+            "{base}/v1/skus/SKU-H/orders/o3/rollback?wait_ms=30000"
+        ))
+        .send()
+        .await?;
+    let (status, _, body) = answer(response).await?;
+    assert_eq!(status, 200, "a rollback needs no body: {body}");
+    assert_eq!(body["decision"]["result"], "IGNORED_NO_DEDUCTION");
+
+    let (status, _, stock) = get(&format!("{base}/v1/skus/SKU-H")).await?;
+    assert_eq!(status, 200, "{stock}");
+    assert_eq!(
+        (stock["available"].as_i64(), stock["total"].as_i64()),
+        (Some(9), Some(10))
+    );
+    assert_eq!(stock["held"], 1);
+    let (status, _, missing) = get(&format!("{base}/v1/skus/NO-SUCH-SKU")).await?;
+    assert_eq!(status, 404, "{missing}");
+
+    // HTTP/2 without TLS (prior knowledge), as a gRPC-era client speaks it.
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
+    let response = h2.get(format!("{base}/v1/skus/SKU-H")).send().await?;
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status().as_u16(), 200);
+
+    // History, two entries a page, followed to the end: five records decided.
+    h.wait_for_archive(5).await?;
+    let mut entries = Vec::new();
+    let mut url = format!("{base}/v1/history?sku=SKU-H&limit=2");
+    loop {
+        let (status, _, page) = get(&url).await?;
+        assert_eq!(status, 200, "{page}");
+        let page_entries = page["entries"].as_array().cloned().unwrap_or_default();
+        assert!(page_entries.len() <= 2);
+        entries.extend(page_entries);
+        match page["next"].as_str() {
+            Some(next) => {
+                url = format!(
+                    "{base}/v1/history?sku=SKU-H&limit=2&after={}",
+                    urlencode(next)
+                )
+            }
+            None => break,
+        }
+    }
+    let results: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e["result"].as_str())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "APPLIED",
+            "APPLIED",
+            "APPLIED",
+            "APPLIED",
+            "IGNORED_NO_DEDUCTION"
+        ],
+        "{entries:?}"
+    );
+    assert_eq!(entries[3]["command"], "ROLLBACK");
+    assert_eq!(entries[3]["order_id"], "o1");
+
+    // The served OpenAPI document is the checked-in one.
+    let served = text(&format!("{base}/openapi.json")).await?;
+    let checked_in = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.json"
+    ))?;
+    assert!(
+        served == checked_in,
+        "/openapi.json differs from docs/openapi.json"
+    );
+
+    // Metrics count what was sent.
+    let gateway = text(&format!("{base}/metrics")).await?;
+    let route = r#"route="/v1/skus/{sku}/orders/{order_id}/deduct""#;
+    assert_eq!(
+        sample(
+            &gateway,
+            "stockledger_http_requests_total",
+            &[route, r#"status="200""#]
+        ),
+        2.0,
+        "{gateway}"
+    );
+    assert_eq!(
+        sample(
+            &gateway,
+            "stockledger_http_requests_total",
+            &[route, r#"status="202""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &gateway,
+            "stockledger_http_requests_total",
+            &[route, r#"status="409""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &gateway,
+            "stockledger_gateway_published_total",
+            &[r#"command="DEDUCT""#]
+        ),
+        2.0
+    );
+    assert!(
+        sample(
+            &gateway,
+            "stockledger_http_request_duration_seconds_count",
+            &[route]
+        ) >= 4.0
+    );
+    let applier = text(&format!("http://{apply_metrics}/metrics")).await?;
+    assert_eq!(
+        sample(
+            &applier,
+            "stockledger_applier_records_total",
+            &[r#"result="APPLIED""#]
+        ),
+        4.0,
+        "{applier}"
+    );
+    assert_eq!(
+        sample(
+            &applier,
+            "stockledger_applier_records_total",
+            &[r#"result="IGNORED_NO_DEDUCTION""#]
+        ),
+        1.0
+    );
+    assert!(
+        sample(
+            &applier,
+            "stockledger_applier_redis_apply_seconds_count",
+            &[]
+        ) >= 1.0
+    );
+    assert!(sample(&applier, "stockledger_applier_batch_records_sum", &[]) >= 5.0);
+    assert!(
+        applier.contains("stockledger_partitions_assigned"),
+        "{applier}"
+    );
+    let archiver = wait_until("the archiver's rows counted", CATCH_UP, || async {
+        let text = text(&format!("http://{archive_metrics}/metrics")).await?;
+        Ok((sample(&text, "stockledger_archiver_rows_total", &[]) >= 5.0).then_some(text))
+    })
+    .await?;
+    assert!(sample(&archiver, "stockledger_archiver_page_seconds_count", &[]) >= 1.0);
+    let (status, _, ready) = get(&format!("http://{apply_metrics}/readyz")).await?;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = ready["checks"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["kafka", "redis", "partitions"], "{ready}");
+    Ok(())
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() -> anyhow::Result<()>
+{
+    let h = Harness::new("http-invalid", 1).await?;
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let deduct = format!("{base}/v1/skus/SKU/orders/o1/deduct");
+    let raw = |url: String, content_type: &'static str, body: String| async move {
+        let response = client()
+            .post(url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await?;
+        answer(response).await
+    };
+    let json_body = "application/json";
+    let cases: Vec<(&str, Answer, u16, Option<&str>)> = vec![
+        (
+            "malformed JSON",
+            raw(deduct.clone(), json_body, "{\"quantity\": ".into()).await?,
+            400,
+            None,
+        ),
+        (
+            "a wrong type",
+            raw(deduct.clone(), json_body, r#"{"quantity": "two"}"#.into()).await?,
+            422,
+            Some("quantity"),
+        ),
+        (
+            "an unknown field",
+            raw(
+                deduct.clone(),
+                json_body,
+                r#"{"quantity": 1, "colour": "red"}"#.into(),
+            )
+            .await?,
+            422,
+            Some("colour"),
+        ),
+        (
+            "a missing field",
+            raw(deduct.clone(), json_body, "{}".into()).await?,
+            422,
+            None,
+        ),
+        (
+            "a quantity of zero",
+            raw(deduct.clone(), json_body, r#"{"quantity": 0}"#.into()).await?,
+            422,
+            Some("quantity"),
+        ),
+        (
+            "a quantity above the maximum",
+            raw(
+                deduct.clone(),
+                json_body,
+                r#"{"quantity": 1000000001}"#.into(),
+            )
+            .await?,
+            422,
+            Some("quantity"),
+        ),
+        (
+            "a quantity beyond i64",
+            raw(
+                deduct.clone(),
+                json_body,
+                r#"{"quantity": 99999999999999999999}"#.into(),
+            )
+            .await?,
+            422,
+            Some("quantity"),
+        ),
+        (
+            "not JSON",
+            raw(deduct.clone(), "text/plain", "quantity=1".into()).await?,
+            415,
+            None,
+        ),
+        (
+            "a body over the limit",
+            raw(
+                deduct.clone(),
+                json_body,
+                format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000)),
+            )
+            .await?,
+            413,
+            None,
+        ),
+        (
+            "a SKU with a brace",
+            raw(
+                format!("{base}/v1/skus/S%7BKU/orders/o1/deduct"),
+                json_body,
+                r#"{"quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("sku"),
+        ),
+        (
+            "an order id too long",
+            raw(
+                format!("{base}/v1/skus/SKU/orders/{}/deduct", "o".repeat(200)),
+                json_body,
+                r#"{"quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("order_id"),
+        ),
+        (
+            "a control character",
+            raw(
+                format!("{base}/v1/skus/SKU/orders/o%0A1/deduct"),
+                json_body,
+                r#"{"quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("order_id"),
+        ),
+        (
+            "a wait too long",
+            raw(
+                format!("{deduct}?wait_ms=3600000"),
+                json_body,
+                r#"{"quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("wait_ms"),
+        ),
+        (
+            "an unknown query parameter",
+            raw(
+                format!("{deduct}?wiat_ms=10"),
+                json_body,
+                r#"{"quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("wiat_ms"),
+        ),
+        (
+            "a restock mode",
+            raw(
+                format!("{base}/v1/skus/SKU/restocks/a1"),
+                json_body,
+                r#"{"mode": "MULTIPLY", "quantity": 1}"#.into(),
+            )
+            .await?,
+            422,
+            Some("mode"),
+        ),
+        (
+            "a restock of zero",
+            raw(
+                format!("{base}/v1/skus/SKU/restocks/a1"),
+                json_body,
+                r#"{"mode": "ADD", "quantity": 0}"#.into(),
+            )
+            .await?,
+            422,
+            Some("quantity"),
+        ),
+        (
+            "a rollback reason too long",
+            raw(
+                format!("{base}/v1/skus/SKU/orders/o1/rollback"),
+                json_body,
+                format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000)),
+            )
+            .await?,
+            422,
+            Some("reason"),
+        ),
+        (
+            "a history limit",
+            get(&format!("{base}/v1/history?sku=SKU&limit=5000")).await?,
+            422,
+            Some("limit"),
+        ),
+        (
+            "a history cursor",
+            get(&format!("{base}/v1/history?sku=SKU&after=nope")).await?,
+            422,
+            Some("after"),
+        ),
+        (
+            "a history of nothing",
+            get(&format!("{base}/v1/history")).await?,
+            422,
+            Some("sku"),
+        ),
+        (
+            "an unknown route",
+            get(&format!("{base}/v2/nothing")).await?,
+            404,
+            None,
+        ),
+    ];
+    for (what, (status, content_type, body), expected, field) in cases {
+        assert_eq!(status, expected, "{what}: {body}");
+        assert_eq!(content_type, "application/problem+json", "{what}");
+        assert_eq!(body["status"], expected, "{what}: {body}");
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{what}: {body}"
+        );
+        if let Some(field) = field {
+            assert_eq!(body["field"], field, "{what}: {body}");
+        }
+    }
+    assert!(
+        h.read(&h.ns.topic).await?.is_empty(),
+        "nothing may be published"
+    );
+
+    // Slow clients are cut off, not waited for: a connection that says nothing...
+    let address = base.trim_start_matches("http://").to_owned();
+    let mut silent = TcpStream::connect(&address).await?;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), silent.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "a client that sends nothing is disconnected");
+    // ...headers never finished...
+    let mut slow = TcpStream::connect(&address).await?;
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await?;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "a client that never finishes its headers is disconnected"
+    );
+    // ...and a body never finished.
+    let mut slow = TcpStream::connect(&address).await?;
+    slow.write_all(
+        b"POST /v1/skus/SKU/orders/o9/deduct HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"quan",
+    )
+    .await?;
+    let mut reply = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut reply)).await;
+    assert!(
+        read.is_ok(),
+        "a client that never finishes its body is answered and disconnected"
+    );
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(
+        h.read(&h.ns.topic).await?.is_empty(),
+        "nothing may be published"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_connections_at_once_are_served_or_kept_waiting_and_the_gateway_lives(
+) -> anyhow::Result<()> {
+    const CONNECTIONS: usize = 10_000;
+    let h = Harness::new("http-flood", 1).await?;
+    let (mut gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let address = base.trim_start_matches("http://").to_owned();
+    let flood: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let address = address.clone();
+            tokio::spawn(async move {
+                let exchange = async {
+                    let mut stream = TcpStream::connect(&address).await?;
+                    stream
+                        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .await?;
+                    let mut reply = Vec::new();
+                    stream.read_to_end(&mut reply).await?;
+                    anyhow::Ok(reply.starts_with(b"HTTP/1.1 200"))
+                };
+                tokio::time::timeout(Duration::from_secs(120), exchange).await
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for connection in flood {
+        match connection.await? {
+            Ok(Ok(true)) => answered += 1,
+            Ok(Ok(false)) => anyhow::bail!("a connection got an answer other than 200"),
+            // Refused or reset by the kernel under the flood: the client sees it at once.
+            Ok(Err(_)) => {}
+            Err(_) => anyhow::bail!("a connection waited more than 120 s"),
+        }
+    }
+    assert!(
+        answered >= CONNECTIONS * 9 / 10,
+        "only {answered} of {CONNECTIONS} answered"
+    );
+    assert!(
+        gateway.0.try_wait()?.is_none(),
+        "the gateway must still run"
+    );
+    let (status, _, _) = get(&format!("{base}/healthz")).await?;
+    assert_eq!(status, 200);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_producer_queue_answers_429_with_retry_after_and_loses_nothing_it_accepted(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-queue", 1).await?;
+    // A queue of one record: concurrent commands find it full.
+    let (_gateway, base) = serve(&h, &["-X", "queue.buffering.max.messages=1"])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let requests: Vec<_> = (0..200)
+        .map(|i| {
+            let url = format!("{base}/v1/skus/SKU-Q/orders/q{i}/deduct");
+            tokio::spawn(async move {
+                let response = client()
+                    .post(url)
+                    .json(&json!({"quantity": 1}))
+                    .send()
+                    .await?;
+                let retry_after = response.headers().get("retry-after").cloned();
+                let (status, _, body) = answer(response).await?;
+                anyhow::Ok((status, retry_after, body))
+            })
+        })
+        .collect();
+    let (mut accepted, mut refused) = (0, 0);
+    for request in requests {
+        let (status, retry_after, body) = request.await??;
+        match status {
+            202 => accepted += 1,
+            429 => {
+                refused += 1;
+                assert_eq!(
+                    retry_after.as_ref().and_then(|v| v.to_str().ok()),
+                    Some("1")
+                );
+                assert_eq!(body["retry_after_s"], 1);
+            }
+            other => anyhow::bail!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "200 concurrent commands must overflow a one-record queue"
+    );
+    assert!(accepted > 0);
+    assert_eq!(
+        h.read(&h.ns.topic).await?.len(),
+        accepted,
+        "every accepted command, and only those, in the log"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_brokers_stopped_commands_get_503_with_retry_after_and_readyz_says_why(
+) -> anyhow::Result<()> {
+    let port = start_own_broker().await?;
+    let h = Harness::with_kafka(
+        "http-broker-down",
+        1,
+        KafkaConfig::new(format!("127.0.0.1:{port}")),
+    )
+    .await?;
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let deduct = |order: &'static str| {
+        let url = format!("{base}/v1/skus/SKU-D/orders/{order}/deduct");
+        async move {
+            let response = client()
+                .post(url)
+                .json(&json!({"quantity": 1}))
+                .send()
+                .await?;
+            let retry_after = response.headers().get("retry-after").cloned();
+            let (status, _, body) = answer(response).await?;
+            anyhow::Ok((status, retry_after, body))
+        }
+    };
+    let (status, _, body) = deduct("before").await?;
+    assert_eq!(status, 202, "{body}");
+
+    signal_broker(port, "STOP")?;
+    let outage = async {
+        let (status, retry_after, body) = deduct("during").await?;
+        assert_eq!(status, 503, "{body}");
+        assert!(retry_after.is_some(), "503 carries Retry-After");
+        let readyz = wait_until("/readyz to see the brokers gone", CATCH_UP, || async {
+            let (status, _, body) = get(&format!("{base}/readyz")).await?;
+            Ok((status == 503).then_some(body))
+        })
+        .await?;
+        let kafka = readyz["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "kafka").cloned())
+            .unwrap_or_default();
+        assert_eq!(kafka["ok"], false, "{readyz}");
+        // Once the gateway knows, it refuses at once, publishing nothing.
+        let (status, retry_after, body) = deduct("during-known").await?;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(
+            retry_after.as_ref().and_then(|v| v.to_str().ok()),
+            Some("5")
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    signal_broker(port, "CONT")?;
+    outage?;
+
+    until_ready(&format!("{base}/readyz")).await?;
+    let (status, _, body) = deduct("after").await?;
+    assert_eq!(status, 202, "{body}");
+    let orders: Vec<String> = h
+        .read(&h.ns.topic)
+        .await?
+        .iter()
+        .filter_map(|r| stockledger_core::codec::decode_command(r.payload.as_deref()?).ok())
+        .filter_map(|c| c.body.order_id().map(|o| o.to_string()))
+        .collect();
+    assert!(orders.contains(&"before".to_owned()) && orders.contains(&"after".to_owned()));
+    assert!(
+        !orders.contains(&"during-known".to_owned()),
+        "a command refused with 503 once the outage is known is not in the log: {orders:?}"
+    );
+    Ok(())
+}
