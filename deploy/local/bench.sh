@@ -9,5 +9,12 @@ eval "$(deploy/local/stack.sh env)"
 # Which engine the stack's broker keeps its log in: the figures depend on it.
 storage=$(cat "${STOCKLEDGER_HOME:-$HOME/.stockledger}/tansu.storage" 2>/dev/null || echo "not started by stack.sh")
 echo "bench: broker $KAFKA_BROKERS, tansu storage: $storage" >&2
+# The gateway scenarios' HTTP load generator, built once from crates.io.
+OHA_VERSION=1.16.0
+oha="${STOCKLEDGER_HOME:-$HOME/.stockledger}/oha/bin/oha"
+if ! "$oha" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
+  echo "bench: installing oha $OHA_VERSION (the HTTP load generator) into ${oha%/bin/oha}" >&2
+  cargo install "oha@$OHA_VERSION" --locked --quiet --root "${oha%/bin/oha}"
+fi
 cargo build --release --locked --quiet -p stockledger-cli -p stockledger-bench
 exec "${CARGO_TARGET_DIR:-$PWD/target}/release/stockledger-bench" "$@"

@@ -15,6 +15,11 @@
 //! - `memory`: e2e-uniform at a tenth of its records and at all of them,
 //!   applied and archived by `stockledger apply` and `stockledger archive`
 //!   processes, with each one's peak resident set (Linux `VmHWM`).
+//! - `gateway-5k`: deducts through the HTTP gateway (`stockledger serve`)
+//!   offered at 5,000/s by oha, each waiting for its decision; p50, p99 and
+//!   p999 next to `latency-5k`'s.
+//! - `gateway-max`: as many deducts as the gateway takes, without waiting,
+//!   next to the producer library's rate on the same topic.
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -43,6 +48,7 @@ use crate::process::Component;
 use crate::report::{memory_growth, write_results};
 
 mod baselines;
+mod gateway;
 mod process;
 mod report;
 
@@ -102,10 +108,13 @@ pub enum Scenario {
     PgRow,
     PgBuckets,
     Memory,
+    #[value(name = "gateway-5k")]
+    Gateway5k,
+    GatewayMax,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 10] = [
+    const ALL: [Scenario; 12] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -113,6 +122,8 @@ impl Scenario {
         Self::E2eHot,
         Self::Latency5k,
         Self::Latency20k,
+        Self::Gateway5k,
+        Self::GatewayMax,
         Self::Replay,
         Self::Archive,
         Self::Memory,
@@ -130,6 +141,8 @@ impl Scenario {
             Self::PgRow => "pg-row",
             Self::PgBuckets => "pg-buckets",
             Self::Memory => "memory",
+            Self::Gateway5k => "gateway-5k",
+            Self::GatewayMax => "gateway-max",
         }
     }
 }
@@ -258,6 +271,13 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                     4 * counts.latency,
                 )
                 .await?
+            }
+            Scenario::Gateway5k => {
+                gateway::fixed_rate(g, &args, &run_id, scenario.name(), 5_000, counts.latency)
+                    .await?
+            }
+            Scenario::GatewayMax => {
+                gateway::throughput(g, &args, &run_id, scenario.name(), counts.records).await?
             }
             Scenario::Memory => unreachable!("measured above"),
             Scenario::Replay | Scenario::Archive => {
