@@ -22,9 +22,6 @@ fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// Status, content type and JSON body of an answer.
-type Answer = (u16, String, Value);
-
 /// Status, content type and JSON body of a response.
 async fn answer(response: reqwest::Response) -> anyhow::Result<(u16, String, Value)> {
     let status = response.status().as_u16();
@@ -83,7 +80,8 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
             "10",
         ],
     )?);
-    let (_gateway, base) = serve(&h, &[])?;
+    let serve_metrics = format!("127.0.0.1:{}", free_port()?);
+    let (_gateway, base) = serve(&h, &["--metrics-addr", &serve_metrics])?;
     until_ready(&format!("http://{apply_metrics}/readyz")).await?;
     until_ready(&format!("http://{archive_metrics}/readyz")).await?;
     until_ready(&format!("{base}/readyz")).await?;
@@ -268,6 +266,16 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
             &[route]
         ) >= 4.0
     );
+    // The gateway's --metrics-addr renders the same registry.
+    let elsewhere = text(&format!("http://{serve_metrics}/metrics")).await?;
+    assert_eq!(
+        sample(
+            &elsewhere,
+            "stockledger_gateway_published_total",
+            &[r#"command="DEDUCT""#]
+        ),
+        2.0
+    );
     let applier = text(&format!("http://{apply_metrics}/metrics")).await?;
     assert_eq!(
         sample(
@@ -325,212 +333,64 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// A bad request: what it is, path and query, content type, body (None: a
+/// GET), the status expected and the field it names.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<String>,
+    u16,
+    Option<&'a str>,
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() -> anyhow::Result<()>
 {
     let h = Harness::new("http-invalid", 1).await?;
     let (_gateway, base) = serve(&h, &[])?;
     until_ready(&format!("{base}/readyz")).await?;
-    let deduct = format!("{base}/v1/skus/SKU/orders/o1/deduct");
-    let raw = |url: String, content_type: &'static str, body: String| async move {
-        let response = client()
-            .post(url)
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await?;
-        answer(response).await
-    };
-    let json_body = "application/json";
-    let cases: Vec<(&str, Answer, u16, Option<&str>)> = vec![
-        (
-            "malformed JSON",
-            raw(deduct.clone(), json_body, "{\"quantity\": ".into()).await?,
-            400,
-            None,
-        ),
-        (
-            "a wrong type",
-            raw(deduct.clone(), json_body, r#"{"quantity": "two"}"#.into()).await?,
-            422,
-            Some("quantity"),
-        ),
-        (
-            "an unknown field",
-            raw(
-                deduct.clone(),
-                json_body,
-                r#"{"quantity": 1, "colour": "red"}"#.into(),
-            )
-            .await?,
-            422,
-            Some("colour"),
-        ),
-        (
-            "a missing field",
-            raw(deduct.clone(), json_body, "{}".into()).await?,
-            422,
-            None,
-        ),
-        (
-            "a quantity of zero",
-            raw(deduct.clone(), json_body, r#"{"quantity": 0}"#.into()).await?,
-            422,
-            Some("quantity"),
-        ),
-        (
-            "a quantity above the maximum",
-            raw(
-                deduct.clone(),
-                json_body,
-                r#"{"quantity": 1000000001}"#.into(),
-            )
-            .await?,
-            422,
-            Some("quantity"),
-        ),
-        (
-            "a quantity beyond i64",
-            raw(
-                deduct.clone(),
-                json_body,
-                r#"{"quantity": 99999999999999999999}"#.into(),
-            )
-            .await?,
-            422,
-            Some("quantity"),
-        ),
-        (
-            "not JSON",
-            raw(deduct.clone(), "text/plain", "quantity=1".into()).await?,
-            415,
-            None,
-        ),
-        (
-            "a body over the limit",
-            raw(
-                deduct.clone(),
-                json_body,
-                format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000)),
-            )
-            .await?,
-            413,
-            None,
-        ),
-        (
-            "a SKU with a brace",
-            raw(
-                format!("{base}/v1/skus/S%7BKU/orders/o1/deduct"),
-                json_body,
-                r#"{"quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("sku"),
-        ),
-        (
-            "an order id too long",
-            raw(
-                format!("{base}/v1/skus/SKU/orders/{}/deduct", "o".repeat(200)),
-                json_body,
-                r#"{"quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("order_id"),
-        ),
-        (
-            "a control character",
-            raw(
-                format!("{base}/v1/skus/SKU/orders/o%0A1/deduct"),
-                json_body,
-                r#"{"quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("order_id"),
-        ),
-        (
-            "a wait too long",
-            raw(
-                format!("{deduct}?wait_ms=3600000"),
-                json_body,
-                r#"{"quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("wait_ms"),
-        ),
-        (
-            "an unknown query parameter",
-            raw(
-                format!("{deduct}?wiat_ms=10"),
-                json_body,
-                r#"{"quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("wiat_ms"),
-        ),
-        (
-            "a restock mode",
-            raw(
-                format!("{base}/v1/skus/SKU/restocks/a1"),
-                json_body,
-                r#"{"mode": "MULTIPLY", "quantity": 1}"#.into(),
-            )
-            .await?,
-            422,
-            Some("mode"),
-        ),
-        (
-            "a restock of zero",
-            raw(
-                format!("{base}/v1/skus/SKU/restocks/a1"),
-                json_body,
-                r#"{"mode": "ADD", "quantity": 0}"#.into(),
-            )
-            .await?,
-            422,
-            Some("quantity"),
-        ),
-        (
-            "a rollback reason too long",
-            raw(
-                format!("{base}/v1/skus/SKU/orders/o1/rollback"),
-                json_body,
-                format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000)),
-            )
-            .await?,
-            422,
-            Some("reason"),
-        ),
-        (
-            "a history limit",
-            get(&format!("{base}/v1/history?sku=SKU&limit=5000")).await?,
-            422,
-            Some("limit"),
-        ),
-        (
-            "a history cursor",
-            get(&format!("{base}/v1/history?sku=SKU&after=nope")).await?,
-            422,
-            Some("after"),
-        ),
-        (
-            "a history of nothing",
-            get(&format!("{base}/v1/history")).await?,
-            422,
-            Some("sku"),
-        ),
-        (
-            "an unknown route",
-            get(&format!("{base}/v2/nothing")).await?,
-            404,
-            None,
-        ),
+    const DEDUCT: &str = "/v1/skus/SKU/orders/o1/deduct";
+    const RESTOCK: &str = "/v1/skus/SKU/restocks/a1";
+    const JSON: &str = "application/json";
+    let one = r#"{"quantity": 1}"#.to_owned();
+    let long_order = format!("/v1/skus/SKU/orders/{}/deduct", "o".repeat(200));
+    let padded = format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000));
+    let long_reason = format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000));
+    #[rustfmt::skip]
+    let cases: [Case; 21] = [
+        ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
+        ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
+        ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
+        ("a missing field", DEDUCT, JSON, Some("{}".into()), 422, None),
+        ("a quantity of zero", DEDUCT, JSON, Some(r#"{"quantity": 0}"#.into()), 422, Some("quantity")),
+        ("a quantity above the maximum", DEDUCT, JSON, Some(r#"{"quantity": 1000000001}"#.into()), 422, Some("quantity")),
+        ("a quantity beyond i64", DEDUCT, JSON, Some(r#"{"quantity": 99999999999999999999}"#.into()), 422, Some("quantity")),
+        ("not JSON", DEDUCT, "text/plain", Some("quantity=1".into()), 415, None),
+        ("a body over the limit", DEDUCT, JSON, Some(padded), 413, None),
+        ("a SKU with a brace", "/v1/skus/S%7BKU/orders/o1/deduct", JSON, Some(one.clone()), 422, Some("sku")),
+        ("an order id too long", &long_order, JSON, Some(one.clone()), 422, Some("order_id")),
+        ("a control character", "/v1/skus/SKU/orders/o%0A1/deduct", JSON, Some(one.clone()), 422, Some("order_id")),
+        ("a wait too long", "/v1/skus/SKU/orders/o1/deduct?wait_ms=3600000", JSON, Some(one.clone()), 422, Some("wait_ms")),
+        ("an unknown query parameter", "/v1/skus/SKU/orders/o1/deduct?wiat_ms=10", JSON, Some(one), 422, Some("wiat_ms")),
+        ("a restock mode", RESTOCK, JSON, Some(r#"{"mode": "MULTIPLY", "quantity": 1}"#.into()), 422, Some("mode")),
+        ("a restock of zero", RESTOCK, JSON, Some(r#"{"mode": "ADD", "quantity": 0}"#.into()), 422, Some("quantity")),
+        ("a rollback reason too long", "/v1/skus/SKU/orders/o1/rollback", JSON, Some(long_reason), 422, Some("reason")),
+        ("a history limit", "/v1/history?sku=SKU&limit=5000", "", None, 422, Some("limit")),
+        ("a history cursor", "/v1/history?sku=SKU&after=nope", "", None, 422, Some("after")),
+        ("a history of nothing", "/v1/history", "", None, 422, Some("sku")),
+        ("an unknown route", "/v2/nothing", "", None, 404, None),
     ];
-    for (what, (status, content_type, body), expected, field) in cases {
+    for (what, path, content_type, body, expected, field) in cases {
+        let url = format!("{base}{path}");
+        let request = match body {
+            Some(body) => client()
+                .post(url)
+                .header("content-type", content_type)
+                .body(body),
+            None => client().get(url),
+        };
+        let (status, content_type, body) = answer(request.send().await?).await?;
         assert_eq!(status, expected, "{what}: {body}");
         assert_eq!(content_type, "application/problem+json", "{what}");
         assert_eq!(body["status"], expected, "{what}: {body}");

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use stockledger_http::{GatewayConfig, Limits};
+use stockledger_http::{GatewayConfig, Limits, Probes};
 
+use super::observe::{self, MetricsArgs};
 use crate::{shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -28,6 +29,10 @@ pub struct Args {
     /// Milliseconds a kept-alive connection may stay silent between requests.
     #[arg(long, env = "STOCKLEDGER_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
+    /// The API's port serves /metrics, /healthz and /readyz; this serves
+    /// them on another address as well (e.g. one only Prometheus reaches).
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -42,6 +47,12 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         ..Limits::default()
     };
+    let _endpoint = observe::start(&args.metrics, || {
+        Probes::new()
+            .kafka(&config.kafka, &config.topic)
+            .redis_url(&config.redis_url)
+    })
+    .await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
