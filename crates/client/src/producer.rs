@@ -3,14 +3,11 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::ClientConfig;
-use tracing::warn;
-
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::Producer;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Deduct, LogPosition, OrderId, Quantity, Restock,
@@ -18,6 +15,7 @@ use stockledger_core::{
 };
 
 use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
+use tracing::warn;
 
 /// Defaults tuned for many small records; each may be overridden.
 const TUNABLE_DEFAULTS: [(&str, &str); 3] = [
@@ -84,9 +82,9 @@ pub struct Receipt {
 /// A producer the brokers fence is replaced by a fresh one (a new
 /// producer id): after a record times out, librdkafka bumps its idempotent
 /// producer's epoch, and brokers that do not follow that bump (tansu 0.6)
-/// refuse every later record with `ProducerFenced`, for good. The send
-/// that met the refusal fails (its command handed back); the next ones go
-/// through the new producer.
+/// refuse every later record with `ProducerFenced`, for good. A refused
+/// record was not written, so it is sent once more through the new
+/// producer.
 #[derive(Clone)]
 pub struct LedgerProducer {
     current: Arc<RwLock<Current>>,
