@@ -113,12 +113,12 @@ pub async fn history_page(
     after: Option<&Cursor>,
     limit: i64,
 ) -> Result<Page, sqlx::Error> {
-    let limit = limit.max(1);
+    // One row beyond the page is read to learn whether another follows.
+    let limit = limit.clamp(1, i64::MAX - 1);
     let (after_sku, after_offset, after_partition) = match after {
         Some(c) => (Some(c.sku.as_str()), c.log_offset, c.partition),
         None => (None, i64::MIN, i32::MIN),
     };
-    // One more than asked for tells whether a next page exists.
     let mut entries: Vec<Entry> = match of {
         HistoryOf::Sku(sku) => {
             sqlx::query_as(&format!(

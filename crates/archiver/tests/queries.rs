@@ -125,6 +125,9 @@ async fn history_pages_follow_their_cursor_to_the_end_without_gaps_or_repeats(
         assert_eq!(seen, sorted, "{of:?}: in order, no repeats");
         assert_eq!(seen.len(), expected, "{of:?}: every entry once");
     }
+    // "Everything" as a limit reads everything (the demo asks so).
+    let all = query::history_page(&pool, "t", &HistoryOf::Sku("A".into()), None, i64::MAX).await?;
+    assert_eq!((all.entries.len(), all.next), (7, None));
     assert!("x:1:A".parse::<query::Cursor>().is_err());
     assert!("1:2:".parse::<query::Cursor>().is_err());
     Ok(())
