@@ -36,6 +36,20 @@ async fn answer(response: reqwest::Response) -> anyhow::Result<(u16, String, Val
     Ok((status, content_type, body))
 }
 
+/// Deducts one unit at `url`: status, `Retry-After` and body.
+async fn deduct_one(
+    url: String,
+) -> anyhow::Result<(u16, Option<reqwest::header::HeaderValue>, Value)> {
+    let response = client()
+        .post(url)
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await?;
+    let retry_after = response.headers().get("retry-after").cloned();
+    let (status, _, body) = answer(response).await?;
+    Ok((status, retry_after, body))
+}
+
 async fn post(url: &str, body: Value) -> anyhow::Result<(u16, String, Value)> {
     answer(client().post(url).json(&body).send().await?).await
 }
@@ -502,16 +516,7 @@ async fn a_full_producer_queue_answers_429_with_retry_after_and_loses_nothing_it
     let requests: Vec<_> = (0..200)
         .map(|i| {
             let url = format!("{base}/v1/skus/SKU-Q/orders/q{i}/deduct");
-            tokio::spawn(async move {
-                let response = client()
-                    .post(url)
-                    .json(&json!({"quantity": 1}))
-                    .send()
-                    .await?;
-                let retry_after = response.headers().get("retry-after").cloned();
-                let (status, _, body) = answer(response).await?;
-                anyhow::Ok((status, retry_after, body))
-            })
+            tokio::spawn(deduct_one(url))
         })
         .collect();
     let (mut accepted, mut refused) = (0, 0);
@@ -557,16 +562,7 @@ async fn with_the_brokers_stopped_commands_get_503_with_retry_after_and_readyz_s
     until_ready(&format!("{base}/readyz")).await?;
     let deduct = |order: &'static str| {
         let url = format!("{base}/v1/skus/SKU-D/orders/{order}/deduct");
-        async move {
-            let response = client()
-                .post(url)
-                .json(&json!({"quantity": 1}))
-                .send()
-                .await?;
-            let retry_after = response.headers().get("retry-after").cloned();
-            let (status, _, body) = answer(response).await?;
-            anyhow::Ok((status, retry_after, body))
-        }
+        deduct_one(url)
     };
     let (status, _, body) = deduct("before").await?;
     assert_eq!(status, 202, "{body}");
