@@ -257,10 +257,7 @@ pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
                 ),
                 (
                     "mode".into(),
-                    match r.mode() {
-                        RestockMode::Add => Value::Enum(0, "ADD".into()),
-                        RestockMode::Set => Value::Enum(1, "SET".into()),
-                    },
+                    restock_mode(r.mode()),
                 ),
                 ("quantity".into(), Value::Long(r.quantity())),
             ])),
@@ -304,11 +301,7 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         )?),
         2 => {
             let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
-            let mode = match body.symbol("mode")?.as_str() {
-                "ADD" => RestockMode::Add,
-                "SET" => RestockMode::Set,
-                other => return Err(shape(format!("mode: unknown symbol {other}"))),
-            };
+            let mode = parse_restock_mode(&body.symbol("mode")?)?;
             CommandBody::Restock(Restock::new(adjustment_id, mode, body.long("quantity")?)?)
         }
         other => return Err(shape(format!("body: unknown union branch {other}"))),
@@ -383,6 +376,17 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
             "occurred_at".into(),
             Value::TimestampMillis(outcome.occurred_at),
         ),
+        (
+            "restock_mode".into(),
+            match outcome.restock_mode {
+                None => Value::Union(0, Box::new(Value::Null)),
+                Some(mode) => Value::Union(1, Box::new(restock_mode(mode))),
+            },
+        ),
+        (
+            "rollback_reason".into(),
+            optional_string(outcome.rollback_reason.as_deref()),
+        ),
     ]);
     SCHEMAS.outcome.encode(&OUTCOME_WRITER, "outcome", value)
 }
@@ -435,6 +439,12 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         quantity,
         decision,
         occurred_at: f.long("occurred_at")?,
+        restock_mode: match f.optional("restock_mode")? {
+            None => None,
+            Some(Value::Enum(_, symbol)) => Some(parse_restock_mode(&symbol)?),
+            Some(other) => return Err(malformed("restock_mode", &other)),
+        },
+        rollback_reason: f.optional_string("rollback_reason")?,
     })
 }
 
@@ -447,6 +457,21 @@ fn optional_string(s: Option<&str>) -> Value {
 
 /// A datum that decoded but does not have the shape of the current schema
 /// (cannot happen after resolution; kept as an error rather than a panic).
+fn restock_mode(mode: RestockMode) -> Value {
+    match mode {
+        RestockMode::Add => Value::Enum(0, "ADD".into()),
+        RestockMode::Set => Value::Enum(1, "SET".into()),
+    }
+}
+
+fn parse_restock_mode(symbol: &str) -> Result<RestockMode, DecodeError> {
+    match symbol {
+        "ADD" => Ok(RestockMode::Add),
+        "SET" => Ok(RestockMode::Set),
+        other => Err(shape(format!("mode: unknown symbol {other}"))),
+    }
+}
+
 fn malformed(field: &str, value: &Value) -> DecodeError {
     shape(format!("{field}: unexpected value {value:?}"))
 }
@@ -686,16 +711,35 @@ mod tests {
         }
     }
 
+    /// `payload` (written with the current outcome schema) as `version`
+    /// writes it: the fields that version has, under its fingerprint.
+    fn as_written_by(payload: &[u8], version: &Released, fingerprint: u64) -> Vec<u8> {
+        let current = &schema::current(Subject::Outcome).schema;
+        let Value::Record(fields) =
+            apache_avro::from_avro_datum(current, &mut &payload[10..], None).unwrap()
+        else {
+            panic!("an outcome is a record")
+        };
+        let Schema::Record(record) = &version.schema else {
+            panic!("Outcome is a record schema")
+        };
+        let kept: Vec<(String, Value)> = fields
+            .into_iter()
+            .filter(|(name, _)| record.lookup.contains_key(name))
+            .collect();
+        let mut bytes = vec![0xC3, 0x01];
+        bytes.extend_from_slice(&fingerprint.to_le_bytes());
+        bytes.extend(apache_avro::to_avro_datum(&version.schema, Value::Record(kept)).unwrap());
+        bytes
+    }
+
     #[test]
     fn outcomes_of_every_released_version_resolve_into_the_current_one() {
-        // Outcome v1 lacks only the MISROUTED symbol; every other outcome is
-        // the same datum under v1, whose enum indexes are a prefix of v2's.
         let position = LogPosition {
             topic: "t".into(),
             partition: 3,
             offset: 99,
         };
-        let c = command(bodies().remove(0));
         let decision = decision(
             ResultCode::Duplicate,
             0,
@@ -703,13 +747,34 @@ mod tests {
             10,
             Some("order already deducted"),
         );
-        let o = Outcome::for_command(position, &c, decision);
-        let current = encode_outcome(&o).unwrap();
-        let v1 = schema::versions(Subject::Outcome).next().unwrap();
-        assert_ne!(v1.version, schema::current(Subject::Outcome).version);
-        for fingerprint in [v1.fingerprint, v1.legacy_fingerprint.unwrap()] {
-            let old = reframed(&current, fingerprint);
-            assert_eq!(decode_outcome(&old).unwrap(), o, "{fingerprint:016x}");
+        for body in bodies() {
+            let c = command(body);
+            let o = Outcome::for_command(position.clone(), &c, decision.clone());
+            let current = encode_outcome(&o).unwrap();
+            for version in schema::versions(Subject::Outcome) {
+                // Versions before 3 did not carry what the command said.
+                let expected = if version.version < 3 {
+                    Outcome {
+                        restock_mode: None,
+                        rollback_reason: None,
+                        ..o.clone()
+                    }
+                } else {
+                    o.clone()
+                };
+                for fingerprint in [Some(version.fingerprint), version.legacy_fingerprint]
+                    .into_iter()
+                    .flatten()
+                {
+                    let old = as_written_by(&current, version, fingerprint);
+                    assert_eq!(
+                        decode_outcome(&old).unwrap(),
+                        expected,
+                        "v{} {fingerprint:016x}",
+                        version.version
+                    );
+                }
+            }
         }
     }
 

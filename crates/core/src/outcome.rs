@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::command::{Command, CommandBody, CommandKind};
+use crate::command::{Command, CommandBody, CommandKind, RestockMode};
 
 /// Where a record sits in the log: its identity for exactly-once effect and
 /// for the archive's primary key.
@@ -111,6 +111,11 @@ pub struct Outcome {
     /// The command's own `occurred_at` or, for an invalid record, the record's
     /// timestamp (milliseconds since the Unix epoch).
     pub occurred_at: i64,
+    /// A restock's mode (outcomes written before schema v3 have none).
+    pub restock_mode: Option<RestockMode>,
+    /// The reason a rollback gave, if any (the order service's words, not
+    /// the ledger's: that is `decision.reason`).
+    pub rollback_reason: Option<String>,
 }
 
 impl Outcome {
@@ -129,6 +134,14 @@ impl Outcome {
             quantity: command.body.quantity(),
             decision,
             occurred_at: command.occurred_at,
+            restock_mode: match &command.body {
+                CommandBody::Restock(r) => Some(r.mode()),
+                _ => None,
+            },
+            rollback_reason: match &command.body {
+                CommandBody::Rollback(r) => r.reason.clone(),
+                _ => None,
+            },
         }
     }
 
@@ -151,6 +164,8 @@ impl Outcome {
                 reason: Some(reason),
             },
             occurred_at: timestamp,
+            restock_mode: None,
+            rollback_reason: None,
         }
     }
 }

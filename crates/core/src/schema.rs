@@ -68,7 +68,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 3] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 4] = [
     (
         Subject::Command,
         1,
@@ -85,6 +85,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 3] = [
         Subject::Outcome,
         2,
         include_str!("../../../schemas/history/Outcome.v2.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        3,
+        include_str!("../../../schemas/history/Outcome.v3.avsc"),
         None,
     ),
 ];
@@ -532,10 +538,11 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 1] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 2] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
+        (Subject::Outcome, 1, 3),
     ];
 
     #[test]
