@@ -4,11 +4,13 @@
 //! whatever arrived within `page_wait` of its first record. Each page is one
 //! transaction: a single multi-row `INSERT … SELECT FROM UNNEST(…)` with
 //! `ON CONFLICT DO NOTHING` on the log position, plus the archiver's
-//! per-partition progress. Kafka offsets are committed after the
+//! per-partition progress (and, for the first row of a month, the creation
+//! of that month's partition of `ledger_entries`). Kafka offsets are
+//! committed after the
 //! transaction; if that commit is lost, the redelivered page is skipped by
 //! the stored progress and, failing that, collapses on the primary key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -138,6 +140,8 @@ pub async fn run(
             other => ArchiverError::Database(other),
         })?;
     let mut progress = load_progress(&pool, &config).await?;
+    // Months whose partition of ledger_entries this run knows exists.
+    let mut months = HashSet::new();
     let mut settings = vec![
         ("group.id", config.group_id.as_str()),
         ("enable.auto.commit", "false"),
@@ -217,9 +221,12 @@ pub async fn run(
                 Err(_) => break,
             }
         }
-        if !write_page_with_retry(&pool, &config, &page, &mut progress, &mut stats, &mut stop)
-            .await?
-        {
+        let mut state = PageState {
+            progress: &mut progress,
+            months: &mut months,
+            stats: &mut stats,
+        };
+        if !write_page_with_retry(&pool, &config, &page, &mut state, &mut stop).await? {
             break;
         }
         let offsets = offsets_of(&config.outcomes_topic, &progress);
@@ -268,20 +275,29 @@ async fn load_progress(
     Ok(rows.into_iter().collect())
 }
 
+/// What writing a page reads and advances.
+struct PageState<'a> {
+    /// Next offset to archive, per partition of the outcomes topic.
+    progress: &'a mut HashMap<i32, i64>,
+    /// Months (year, month) known to have their partition.
+    months: &'a mut HashSet<(i64, u32)>,
+    stats: &'a mut ArchiverStats,
+}
+
 /// Writes the page, retrying with backoff while PostgreSQL is unreachable.
 /// Returns `false` if asked to stop while waiting (nothing was written).
 async fn write_page_with_retry(
     pool: &PgPool,
     config: &ArchiverConfig,
     page: &[OwnedMessage],
-    progress: &mut HashMap<i32, i64>,
-    stats: &mut ArchiverStats,
+    state: &mut PageState<'_>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<bool, ArchiverError> {
+    let (progress, months) = (&*state.progress, &*state.months);
     let written = retry::until_stopped(
         || async {
             let started = Instant::now();
-            let written = write_page(pool, config, page, progress).await;
+            let written = write_page(pool, config, page, progress, months).await;
             metrics::histogram!(PAGE_SECONDS_METRIC).record(started.elapsed().as_secs_f64());
             written
         },
@@ -298,6 +314,7 @@ async fn write_page_with_retry(
     let Some(written) = written else {
         return Ok(false);
     };
+    let stats = &mut *state.stats;
     stats.rows += written.rows;
     stats.undecodable += written.undecodable;
     stats.pages += 1;
@@ -305,8 +322,9 @@ async fn write_page_with_retry(
     metrics::counter!(UNDECODABLE_METRIC).increment(written.undecodable);
     metrics::histogram!(PAGE_ROWS_METRIC).record(page.len() as f64);
     for (partition, next) in written.next_offsets {
-        progress.insert(partition, next);
+        state.progress.insert(partition, next);
     }
+    state.months.extend(written.new_months);
     Ok(true)
 }
 
@@ -323,6 +341,8 @@ struct Written {
     rows: u64,
     undecodable: u64,
     next_offsets: HashMap<i32, i64>,
+    /// Months whose partition the page made sure of.
+    new_months: Vec<(i64, u32)>,
 }
 
 /// What a page adds to the archive: its rows not archived yet, the next
@@ -375,6 +395,8 @@ struct Columns {
     total_after: Vec<i64>,
     reason: Vec<Option<String>>,
     occurred_at_ms: Vec<i64>,
+    restock_mode: Vec<Option<&'static str>>,
+    rollback_reason: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -394,7 +416,41 @@ impl Columns {
         self.total_after.push(o.decision.total);
         self.reason.push(o.decision.reason);
         self.occurred_at_ms.push(o.occurred_at);
+        self.restock_mode.push(o.restock_mode.map(|m| m.as_str()));
+        self.rollback_reason.push(o.rollback_reason);
     }
+}
+
+/// The UTC (year, month) of an instant in milliseconds since the Unix epoch
+/// (the proleptic Gregorian calendar, as PostgreSQL counts).
+fn utc_month(ms: i64) -> (i64, u32) {
+    // Howard Hinnant's civil_from_days.
+    let days = ms.div_euclid(86_400_000) + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153; // March = 0
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month as u32)
+}
+
+/// The months of `instants` not in `known`, each with one of its instants.
+fn unknown_months(instants: &[i64], known: &HashSet<(i64, u32)>) -> Vec<((i64, u32), i64)> {
+    let mut found: Vec<((i64, u32), i64)> = Vec::new();
+    for &ms in instants {
+        let month = utc_month(ms);
+        if !known.contains(&month) && !found.iter().any(|(m, _)| *m == month) {
+            found.push((month, ms));
+        }
+    }
+    found
 }
 
 #[instrument(name = "page", skip_all, fields(messages = page.len()))]
@@ -403,6 +459,7 @@ async fn write_page(
     config: &ArchiverConfig,
     page: &[OwnedMessage],
     progress: &HashMap<i32, i64>,
+    months: &HashSet<(i64, u32)>,
 ) -> Result<Written, sqlx::Error> {
     let PageRows {
         columns,
@@ -410,22 +467,35 @@ async fn write_page(
         undecodable,
     } = page_rows(page, progress);
     let rows = columns.offset.len() as u64;
+    let new_months = unknown_months(&columns.occurred_at_ms, months);
     let mut tx = pool.begin().await?;
+    if !new_months.is_empty() {
+        let instants: Vec<i64> = new_months.iter().map(|&(_, ms)| ms).collect();
+        sqlx::query(
+            "SELECT ledger_entries_ensure_months(ARRAY(
+                 SELECT timestamptz 'epoch' + ms * interval '1 millisecond'
+                 FROM UNNEST($1::bigint[]) AS ms))",
+        )
+        .bind(&instants)
+        .execute(&mut *tx)
+        .await?;
+    }
     if rows > 0 {
         sqlx::query(
             "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
                  order_id, adjustment_id, quantity, result, delta, available_after, total_after,
-                 reason, occurred_at)
+                 reason, occurred_at, restock_mode, rollback_reason)
              SELECT topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                 timestamptz 'epoch' + occurred_ms * interval '1 millisecond'
+                 timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
+                 rollback_reason
              FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
                  $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
-                 $13::bigint[], $14::text[], $15::bigint[])
+                 $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[])
                  AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                      adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                     occurred_ms)
-             ON CONFLICT (topic, partition, log_offset) DO NOTHING",
+                     occurred_ms, restock_mode, rollback_reason)
+             ON CONFLICT DO NOTHING",
         )
         .bind(&columns.topic)
         .bind(&columns.partition)
@@ -442,6 +512,8 @@ async fn write_page(
         .bind(&columns.total_after)
         .bind(&columns.reason)
         .bind(&columns.occurred_at_ms)
+        .bind(&columns.restock_mode)
+        .bind(&columns.rollback_reason)
         .execute(&mut *tx)
         .await?;
     }
@@ -467,6 +539,7 @@ async fn write_page(
         rows,
         undecodable,
         next_offsets,
+        new_months: new_months.into_iter().map(|(month, _)| month).collect(),
     })
 }
 
@@ -525,6 +598,26 @@ mod tests {
         assert_eq!(rows.columns.partition, [1, 0, 2]);
         assert_eq!(rows.undecodable, 1);
         assert_eq!(rows.next_offsets, HashMap::from([(0, 9), (1, 5), (2, 1)]));
+    }
+
+    #[test]
+    fn instants_fall_in_their_utc_month_on_both_sides_of_the_epoch() {
+        assert_eq!(utc_month(0), (1970, 1));
+        assert_eq!(utc_month(-1), (1969, 12));
+        // 2024-02-29T23:59:59.999Z and the next millisecond.
+        assert_eq!(utc_month(1_709_251_199_999), (2024, 2));
+        assert_eq!(utc_month(1_709_251_200_000), (2024, 3));
+        // 2026-12-31T23:59:59.999Z and 2027-01-01T00:00:00Z.
+        assert_eq!(utc_month(1_798_761_599_999), (2026, 12));
+        assert_eq!(utc_month(1_798_761_600_000), (2027, 1));
+        let known = HashSet::from([(2024, 2)]);
+        assert_eq!(
+            unknown_months(
+                &[1_709_251_199_999, 1_709_251_200_000, 1_709_251_200_001, 0],
+                &known
+            ),
+            [((2024, 3), 1_709_251_200_000), ((1970, 1), 0)]
+        );
     }
 
     #[test]

@@ -5,14 +5,17 @@
 //!   `ON CONFLICT DO NOTHING` on the log position.
 //! - [`compact`]: pruning archived history older than a retention window
 //!   from Redis.
-//! - [`query`]: reading the archive back (history of a SKU or an order,
-//!   counts), for the CLI and the checks.
+//! - [`query`]: reading the archive back (history pages with time ranges
+//!   and result filters, stock as of a time or an offset, per-interval
+//!   reports, counts), for the CLI, the HTTP gateway and the checks.
+//! - [`export`]: archived rows to a CSV or Parquet file.
 //! - [`reconcile`]: checking Redis against the archive, SKU by SKU.
 //! - [`snapshot`]: snapshots of the projection, and restoring one.
 //! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
 
 pub mod archiver;
 pub mod compact;
+pub mod export;
 pub mod query;
 pub mod reconcile;
 pub mod snapshot;

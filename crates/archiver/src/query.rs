@@ -1,6 +1,7 @@
 //! Reading the archive.
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use stockledger_core::ResultCode;
 
 /// One archived decision, as analysts see it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -10,6 +11,7 @@ pub struct Entry {
     pub log_offset: i64,
     pub sku: String,
     pub command: Option<String>,
+    pub command_id: Option<String>,
     pub order_id: Option<String>,
     pub adjustment_id: Option<String>,
     pub quantity: Option<i64>,
@@ -20,6 +22,12 @@ pub struct Entry {
     pub reason: Option<String>,
     /// RFC 3339, UTC, millisecond precision.
     pub occurred_at: String,
+    /// `occurred_at` in milliseconds since the Unix epoch.
+    pub occurred_at_ms: i64,
+    /// `ADD` or `SET`, for a restock archived from outcome schema v3 on.
+    pub restock_mode: Option<String>,
+    /// The reason a rollback gave (from outcome schema v3 on).
+    pub rollback_reason: Option<String>,
 }
 
 /// Which history to read.
@@ -33,15 +41,22 @@ pub enum HistoryOf {
     },
 }
 
-const ENTRY_COLUMNS: &str = "topic, partition, log_offset, sku, command, order_id, adjustment_id,
-    quantity, result, delta, available_after, total_after, reason,
-    to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS occurred_at";
+/// Most entries one page of history may ask for.
+pub const MAX_PAGE: i64 = 10_000;
 
-/// Where a page of history ended: the last entry's SKU and log position.
-/// Its text form, `PARTITION:OFFSET:SKU`, is what `after` takes to read
-/// the next page.
+const ENTRY_COLUMNS: &str = "topic, partition, log_offset, sku, command, command_id, order_id,
+    adjustment_id,
+    quantity, result, delta, available_after, total_after, reason,
+    to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS occurred_at,
+    (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
+    restock_mode, rollback_reason";
+
+/// Where a page of history ended: the last entry's command topic, log
+/// position and SKU. Its text form, `TOPIC:PARTITION:OFFSET:SKU`, is what
+/// `after` takes to read the next page (a topic name has no `:`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
+    pub topic: String,
     pub partition: i32,
     pub log_offset: i64,
     pub sku: String,
@@ -50,6 +65,7 @@ pub struct Cursor {
 impl Cursor {
     fn of(entry: &Entry) -> Self {
         Self {
+            topic: entry.topic.clone(),
             partition: entry.partition,
             log_offset: entry.log_offset,
             sku: entry.sku.clone(),
@@ -59,7 +75,11 @@ impl Cursor {
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}", self.partition, self.log_offset, self.sku)
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.topic, self.partition, self.log_offset, self.sku
+        )
     }
 }
 
@@ -69,14 +89,16 @@ impl std::str::FromStr for Cursor {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || {
             format!(
-                "{s:?} is not a cursor (PARTITION:OFFSET:SKU, as a page's next cursor gives it)"
+                "{s:?} is not a cursor (TOPIC:PARTITION:OFFSET:SKU, as a page's next cursor gives it)"
             )
         };
-        let mut parts = s.splitn(3, ':');
+        let mut parts = s.splitn(4, ':');
+        let topic = parts.next().filter(|t| !t.is_empty()).ok_or_else(bad)?;
         let partition = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let log_offset = parts.next().and_then(|o| o.parse().ok()).ok_or_else(bad)?;
         let sku = parts.next().filter(|s| !s.is_empty()).ok_or_else(bad)?;
         Ok(Self {
+            topic: topic.to_owned(),
             partition,
             log_offset,
             sku: sku.to_owned(),
@@ -92,6 +114,72 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+/// A history question: whose, which records, in which direction, from where.
+#[derive(Debug, Clone)]
+pub struct HistoryQuery {
+    pub of: HistoryOf,
+    /// Records with `occurred_at` at or after this (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Records with `occurred_at` before this (ms since the epoch).
+    pub until_ms: Option<i64>,
+    /// Only these results (all when empty).
+    pub results: Vec<ResultCode>,
+    /// Newest first (log order reversed) instead of oldest first.
+    pub newest_first: bool,
+    /// Continue after this entry (the previous page's `next`).
+    pub after: Option<Cursor>,
+    /// Most entries, 1 to [`MAX_PAGE`].
+    pub limit: i64,
+}
+
+impl HistoryQuery {
+    /// The first `limit` entries of `of`, oldest first, unfiltered.
+    pub fn of(of: HistoryOf, limit: i64) -> Self {
+        Self {
+            of,
+            since_ms: None,
+            until_ms: None,
+            results: Vec::new(),
+            newest_first: false,
+            after: None,
+            limit,
+        }
+    }
+}
+
+/// A question the archive refuses to answer as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// A parameter is out of its rules; `field` names it.
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+    #[error("PostgreSQL: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl QueryError {
+    fn invalid(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Checks a time range given as `since` / `until` (ms since the epoch).
+pub fn check_range(since_ms: Option<i64>, until_ms: Option<i64>) -> Result<(), QueryError> {
+    match (since_ms, until_ms) {
+        (Some(since), Some(until)) if since >= until => Err(QueryError::invalid(
+            "since",
+            "must be before until (the range is since <= occurred_at < until)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Up to `limit` entries of the ledger on command topic `topic`, in log
 /// order (the oldest first).
 pub async fn history(
@@ -99,62 +187,87 @@ pub async fn history(
     topic: &str,
     of: &HistoryOf,
     limit: i64,
-) -> Result<Vec<Entry>, sqlx::Error> {
-    Ok(history_page(pool, topic, of, None, limit).await?.entries)
+) -> Result<Vec<Entry>, QueryError> {
+    let limit = limit.clamp(1, MAX_PAGE);
+    let page = history_page(pool, topic, &HistoryQuery::of(of.clone(), limit)).await?;
+    Ok(page.entries)
 }
 
-/// The page of up to `limit` entries that follows `after` (from the first
-/// when `None`), ordered by SKU, then log offset, then partition: a SKU's
-/// entries in log order.
+/// One page of the history `q` asks for on command topic `topic`: a SKU's
+/// entries in log order, an order's ordered by SKU and then log order
+/// (reversed when newest first), with the cursor of the next page.
 pub async fn history_page(
     pool: &PgPool,
     topic: &str,
-    of: &HistoryOf,
-    after: Option<&Cursor>,
-    limit: i64,
-) -> Result<Page, sqlx::Error> {
-    // One row beyond the page is read to learn whether another follows.
-    let limit = limit.clamp(1, i64::MAX - 1);
-    let (after_sku, after_offset, after_partition) = match after {
-        Some(c) => (Some(c.sku.as_str()), c.log_offset, c.partition),
-        None => (None, i64::MIN, i32::MIN),
+    q: &HistoryQuery,
+) -> Result<Page, QueryError> {
+    if !(1..=MAX_PAGE).contains(&q.limit) {
+        return Err(QueryError::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}, got {}", q.limit),
+        ));
+    }
+    check_range(q.since_ms, q.until_ms)?;
+    if let Some(after) = &q.after {
+        if after.topic != topic {
+            return Err(QueryError::invalid(
+                "after",
+                format!(
+                    "the cursor is a position in topic {}, not in {topic}",
+                    after.topic
+                ),
+            ));
+        }
+    }
+    let (cmp, dir) = if q.newest_first {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
     };
-    let mut entries: Vec<Entry> = match of {
+    let mut sql = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = "
+    ));
+    sql.push_bind(topic);
+    let order_by = match &q.of {
         HistoryOf::Sku(sku) => {
-            sqlx::query_as(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1 AND sku = $2
-                 AND ($3::text IS NULL OR (log_offset, partition) > ($4, $5))
-                 ORDER BY log_offset, partition LIMIT $6"
-            ))
-            .bind(topic)
-            .bind(sku)
-            .bind(after_sku)
-            .bind(after_offset)
-            .bind(after_partition)
-            .bind(limit + 1)
-            .fetch_all(pool)
-            .await?
+            sql.push(" AND sku = ").push_bind(sku);
+            if let Some(after) = &q.after {
+                sql.push(format!(" AND (log_offset, partition) {cmp} ("))
+                    .push_bind(after.log_offset)
+                    .push(", ")
+                    .push_bind(after.partition)
+                    .push(")");
+            }
+            format!("log_offset {dir}, partition {dir}")
         }
         HistoryOf::Order { order_id, sku } => {
-            sqlx::query_as(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM ledger_entries
-                 WHERE topic = $1 AND order_id = $2 AND ($3::text IS NULL OR sku = $3)
-                 AND ($4::text IS NULL OR (sku, log_offset, partition) > ($4, $5, $6))
-                 ORDER BY sku, log_offset, partition LIMIT $7"
-            ))
-            .bind(topic)
-            .bind(order_id)
-            .bind(sku)
-            .bind(after_sku)
-            .bind(after_offset)
-            .bind(after_partition)
-            .bind(limit + 1)
-            .fetch_all(pool)
-            .await?
+            sql.push(" AND order_id = ").push_bind(order_id);
+            if let Some(sku) = sku {
+                sql.push(" AND sku = ").push_bind(sku);
+            }
+            if let Some(after) = &q.after {
+                sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
+                    .push_bind(&after.sku)
+                    .push(", ")
+                    .push_bind(after.log_offset)
+                    .push(", ")
+                    .push_bind(after.partition)
+                    .push(")");
+            }
+            format!("sku {dir}, log_offset {dir}, partition {dir}")
         }
     };
-    let more = entries.len() as i64 > limit;
-    entries.truncate(limit as usize);
+    push_time_range(&mut sql, q.since_ms, q.until_ms);
+    if !q.results.is_empty() {
+        let results: Vec<&str> = q.results.iter().map(|r| r.as_str()).collect();
+        sql.push(" AND result = ANY(").push_bind(results).push(")");
+    }
+    // One row beyond the page is read to learn whether another follows.
+    sql.push(format!(" ORDER BY {order_by} LIMIT "))
+        .push_bind(q.limit + 1);
+    let mut entries: Vec<Entry> = sql.build_query_as().fetch_all(pool).await?;
+    let more = entries.len() as i64 > q.limit;
+    entries.truncate(q.limit as usize);
     let next = if more {
         entries.last().map(Cursor::of)
     } else {
@@ -162,6 +275,223 @@ pub async fn history_page(
     };
     Ok(Page { entries, next })
 }
+
+/// `AND since <= occurred_at AND occurred_at < until`, for the bounds given.
+fn push_time_range(
+    sql: &mut QueryBuilder<'_, Postgres>,
+    since_ms: Option<i64>,
+    until_ms: Option<i64>,
+) {
+    if let Some(since) = since_ms {
+        sql.push(" AND occurred_at >= timestamptz 'epoch' + interval '1 millisecond' * ")
+            .push_bind(since);
+    }
+    if let Some(until) = until_ms {
+        sql.push(" AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * ")
+            .push_bind(until);
+    }
+}
+
+/// The moment of the ledger a stock question is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// Just after the SKU's newest record (by `occurred_at`, then log
+    /// position) that occurred at or before this instant (ms since the epoch).
+    Time(i64),
+    /// Just after the SKU's newest record at or before this log offset of
+    /// its partition.
+    Offset(i64),
+}
+
+/// The newest archived record of a command partition: how far the archive
+/// reaches in it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Reach {
+    pub partition: i32,
+    pub log_offset: i64,
+    /// RFC 3339, UTC, millisecond precision.
+    pub occurred_at: String,
+}
+
+/// What the archive says a SKU's stock was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StockAsOf {
+    /// The stock right after `entry`; `reach` is how far the archive goes in
+    /// the SKU's partition.
+    Known { entry: Entry, reach: Reach },
+    /// The SKU had no record yet at that moment; `first` is its first
+    /// archived one.
+    BeforeFirst { first: Entry },
+    /// The offset asked for is beyond what the archive holds of the SKU's
+    /// partition: the archiver is behind (or the log ends before it).
+    NotArchivedYet { asked: i64, reach: Reach },
+    /// No valid record of the SKU is archived at all.
+    Unknown,
+}
+
+/// The stock of `sku` on command topic `topic` at `at`, from the archive.
+///
+/// The archive holds each SKU's decisions in log order with the stock after
+/// each, so the answer is one indexed row. Records refused as invalid or
+/// misrouted carry no stock and are skipped.
+pub async fn stock_as_of(
+    pool: &PgPool,
+    topic: &str,
+    sku: &str,
+    at: AsOf,
+) -> Result<StockAsOf, QueryError> {
+    const VALID: &str = "result NOT IN ('INVALID', 'MISROUTED')";
+    let first: Option<Entry> = sqlx::query_as(&format!(
+        "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1 AND sku = $2 AND {VALID}
+         ORDER BY log_offset, partition LIMIT 1"
+    ))
+    .bind(topic)
+    .bind(sku)
+    .fetch_optional(pool)
+    .await?;
+    let Some(first) = first else {
+        return Ok(StockAsOf::Unknown);
+    };
+    let reach: Reach = sqlx::query_as(
+        "SELECT partition, log_offset,
+             to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+                 AS occurred_at
+         FROM ledger_entries WHERE topic = $1 AND partition = $2
+         ORDER BY log_offset DESC LIMIT 1",
+    )
+    .bind(topic)
+    .bind(first.partition)
+    .fetch_one(pool)
+    .await?;
+    let entry: Option<Entry> = match at {
+        AsOf::Offset(offset) => {
+            if offset > reach.log_offset {
+                return Ok(StockAsOf::NotArchivedYet {
+                    asked: offset,
+                    reach,
+                });
+            }
+            sqlx::query_as(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM ledger_entries
+                 WHERE topic = $1 AND sku = $2 AND partition = $3 AND log_offset <= $4 AND {VALID}
+                 ORDER BY log_offset DESC LIMIT 1"
+            ))
+            .bind(topic)
+            .bind(sku)
+            .bind(first.partition)
+            .bind(offset)
+            .fetch_optional(pool)
+            .await?
+        }
+        AsOf::Time(ms) => {
+            sqlx::query_as(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM ledger_entries
+                 WHERE topic = $1 AND sku = $2 AND partition = $3 AND {VALID}
+                   AND occurred_at <= timestamptz 'epoch' + interval '1 millisecond' * $4
+                 ORDER BY occurred_at DESC, log_offset DESC LIMIT 1"
+            ))
+            .bind(topic)
+            .bind(sku)
+            .bind(first.partition)
+            .bind(ms)
+            .fetch_optional(pool)
+            .await?
+        }
+    };
+    Ok(match entry {
+        Some(entry) => StockAsOf::Known { entry, reach },
+        None => StockAsOf::BeforeFirst { first },
+    })
+}
+
+/// One SKU's totals over one interval (see the `ledger_report` SQL function).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReportRow {
+    pub sku: String,
+    /// The interval's start, RFC 3339 UTC.
+    pub bucket: String,
+    pub records: i64,
+    pub deducts_applied: i64,
+    pub units_taken: i64,
+    pub rollbacks_applied: i64,
+    pub units_returned: i64,
+    pub net_taken: i64,
+    pub restocks_applied: i64,
+    pub restock_delta: i64,
+    pub rejected_insufficient: i64,
+    pub rejected_cancelled: i64,
+    pub rejected_restock: i64,
+    pub ignored_no_deduction: i64,
+    pub duplicates: i64,
+    pub invalid: i64,
+    pub lowest_available: Option<i64>,
+    /// When the SKU sold out within the interval, RFC 3339 UTC.
+    pub sold_out_at: Option<String>,
+}
+
+/// Per-SKU (or one SKU's) totals per interval of `every_secs` seconds,
+/// aligned on the Unix epoch, for records with `since <= occurred_at < until`.
+pub async fn report(
+    pool: &PgPool,
+    topic: &str,
+    every_secs: i64,
+    since_ms: i64,
+    until_ms: i64,
+    sku: Option<&str>,
+) -> Result<Vec<ReportRow>, QueryError> {
+    if every_secs < 1 {
+        return Err(QueryError::invalid(
+            "every",
+            format!("must be at least one second, got {every_secs} s"),
+        ));
+    }
+    check_range(Some(since_ms), Some(until_ms))?;
+    const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'";
+    let rows = sqlx::query_as(&format!(
+        "SELECT sku, to_char(bucket AT TIME ZONE 'UTC', {RFC3339}) AS bucket, records,
+             deducts_applied, units_taken, rollbacks_applied, units_returned, net_taken,
+             restocks_applied, restock_delta, rejected_insufficient, rejected_cancelled,
+             rejected_restock, ignored_no_deduction, duplicates, invalid, lowest_available,
+             to_char(sold_out_at AT TIME ZONE 'UTC', {RFC3339}) AS sold_out_at
+         FROM ledger_report($1, make_interval(secs => $2),
+             timestamptz 'epoch' + interval '1 millisecond' * $3,
+             timestamptz 'epoch' + interval '1 millisecond' * $4, $5)"
+    ))
+    .bind(topic)
+    .bind(every_secs as f64)
+    .bind(since_ms)
+    .bind(until_ms)
+    .bind(sku)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
+/// Every archived entry of command topic `topic` with
+/// `since <= occurred_at < until`, by `occurred_at` then log position, as
+/// a stream (rows are fetched as they are consumed).
+pub fn entries_between<'a>(
+    pool: &'a PgPool,
+    topic: &'a str,
+    since_ms: i64,
+    until_ms: i64,
+) -> impl futures::Stream<Item = Result<Entry, sqlx::Error>> + Send + 'a {
+    let sql: &'static str = &EXPORT_SQL;
+    sqlx::query_as(sql)
+        .bind(topic)
+        .bind(since_ms)
+        .bind(until_ms)
+        .fetch(pool)
+}
+
+static EXPORT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1
+           AND occurred_at >= timestamptz 'epoch' + interval '1 millisecond' * $2
+           AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * $3
+         ORDER BY occurred_at, partition, log_offset"
+    )
+});
 
 /// Number of archived rows whose command record is on `topic`.
 pub async fn count_rows(pool: &PgPool, topic: &str) -> Result<i64, sqlx::Error> {
@@ -185,6 +515,22 @@ pub async fn count_by_result(
     .await
 }
 
+/// Rows of `sku` on `topic` per command and result.
+pub async fn count_by_command_and_result(
+    pool: &PgPool,
+    topic: &str,
+    sku: &str,
+) -> Result<Vec<(Option<String>, String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT command, result, count(*) FROM ledger_entries WHERE topic = $1 AND sku = $2
+         GROUP BY command, result ORDER BY command, result",
+    )
+    .bind(topic)
+    .bind(sku)
+    .fetch_all(pool)
+    .await
+}
+
 /// The lowest `available_after` ever archived for `topic` (None if no rows).
 pub async fn min_available(pool: &PgPool, topic: &str) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar(
@@ -194,4 +540,129 @@ pub async fn min_available(pool: &PgPool, topic: &str) -> Result<Option<i64>, sq
     .bind(topic)
     .fetch_one(pool)
     .await
+}
+
+/// Parses an instant as the CLI and the HTTP API take it: RFC 3339 with a
+/// zone (`2026-11-23T10:00:00Z`, `2026-11-23T11:00:00.250+01:00`), `now`, or
+/// an offset from `now_ms` like `-15m`, `-2h`, `-7d` (units s, m, h, d, w).
+/// Milliseconds since the Unix epoch.
+pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now_ms);
+    }
+    if let Some(relative) = text.strip_prefix('-') {
+        let ms = parse_span_ms(relative).map_err(|e| format!("{text:?}: {e}"))?;
+        return Ok(now_ms.saturating_sub(ms));
+    }
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            format!(
+                "{text:?} is not a time: {e} (give RFC 3339 like 2026-11-23T10:00:00Z, \
+                 `now`, or a time ago like -15m)"
+            )
+        })?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| format!("{text:?} is out of range"))
+}
+
+/// Parses a span like `90s`, `15m`, `1h`, `1d` or `1w` into milliseconds.
+pub fn parse_span_ms(text: &str) -> Result<i64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a span (a whole number and s, m, h, d or w)"))?;
+    let unit_ms: i64 = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m, h, d or w)")),
+    };
+    match n.checked_mul(unit_ms) {
+        Some(ms) if ms > 0 => Ok(ms),
+        Some(_) => Err(format!("{text:?} must be longer than zero")),
+        None => Err(format!("{text:?} is too long")),
+    }
+}
+
+/// An instant (ms since the epoch) in RFC 3339, UTC, to the millisecond.
+pub fn format_instant(ms: i64) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_000_000_000;
+
+    #[test]
+    fn instants_are_rfc3339_now_or_a_time_ago() {
+        assert_eq!(parse_instant("1970-01-01T00:00:00Z", NOW), Ok(0));
+        assert_eq!(parse_instant("1970-01-01T01:00:00.250+01:00", NOW), Ok(250));
+        assert_eq!(parse_instant("now", NOW), Ok(NOW));
+        assert_eq!(parse_instant("-15m", NOW), Ok(NOW - 900_000));
+        assert_eq!(parse_instant("-2d", NOW), Ok(NOW - 172_800_000));
+        assert_eq!(format_instant(250), "1970-01-01T00:00:00.250Z");
+        let text = format_instant(NOW + 7);
+        assert_eq!(parse_instant(&text, 0), Ok(NOW + 7));
+        for bad in [
+            "",
+            "yesterday",
+            "2026-11-23",
+            "2026-11-23T10:00:00",
+            "-15",
+            "-15y",
+            "-0m",
+        ] {
+            let e = parse_instant(bad, NOW).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn spans_take_whole_numbers_of_one_unit() {
+        assert_eq!(parse_span_ms("1m"), Ok(60_000));
+        assert_eq!(parse_span_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_span_ms("1w"), Ok(604_800_000));
+        assert!(parse_span_ms("1.5h").is_err());
+        assert!(parse_span_ms("h").is_err());
+        assert!(parse_span_ms("99999999999999999d").is_err());
+    }
+
+    #[test]
+    fn a_cursor_names_its_topic_and_keeps_colons_in_the_sku() {
+        let c: Cursor = "stock.ledger:3:42:a:b".parse().unwrap();
+        assert_eq!(
+            c,
+            Cursor {
+                topic: "stock.ledger".into(),
+                partition: 3,
+                log_offset: 42,
+                sku: "a:b".into()
+            }
+        );
+        assert_eq!(c.to_string(), "stock.ledger:3:42:a:b");
+        for bad in ["3:42:a", ":3:42:a", "t:x:42:a", "t:3:42:", "t:3:42"] {
+            assert!(bad.parse::<Cursor>().is_err(), "{bad}");
+        }
+    }
 }

@@ -165,12 +165,16 @@ pub enum Command {
     Rollback(rollback::Args),
     /// Add to, or set, a SKU's stock.
     Restock(restock::Args),
-    /// Show a SKU's stock from Redis.
+    /// Show a SKU's stock from Redis, or from the archive as it was (--as-of).
     Stock(stock::Args),
     /// Show one order of a SKU from Redis.
     Order(order::Args),
-    /// Show archived decisions of a SKU or an order on the command topic, oldest first.
+    /// Show archived decisions of a SKU or an order, a page at a time (time range, results, newest first).
     History(history::Args),
+    /// Per-SKU totals per interval from the archive: taken, returned, refused, lowest stock, sold out.
+    Report(report::Args),
+    /// Write archived rows of a time range to a CSV or Parquet file.
+    Export(export::Args),
     /// Rebuild the projection from the log into a fresh prefix (and swap it in).
     Replay(replay::Args),
     /// Copy the command log into a new topic with another partition count
@@ -246,6 +250,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Stock(args) => stock::run(g, args).await,
         Command::Order(args) => order::run(g, args).await,
         Command::History(args) => history::run(g, args).await,
+        Command::Report(args) => report::run(g, args).await,
+        Command::Export(args) => export::run(g, args).await,
         Command::Replay(args) => replay::run(g, args).await,
         Command::Repartition(args) => repartition::run(g, args).await,
         Command::Snapshot(args) => snapshot::run(g, args).await,

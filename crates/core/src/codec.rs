@@ -255,10 +255,7 @@ pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
                     "adjustment_id".into(),
                     Value::String(r.adjustment_id.as_str().into()),
                 ),
-                (
-                    "mode".into(),
-                    restock_mode(r.mode()),
-                ),
+                ("mode".into(), restock_mode(r.mode())),
                 ("quantity".into(), Value::Long(r.quantity())),
             ])),
         ),

@@ -155,22 +155,13 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
 
     let by_result = query::count_by_result(&pool, &topic).await?;
-    let history = query::history(
-        &pool,
-        &topic,
-        &query::HistoryOf::Sku(HOT_SKU.into()),
-        i64::MAX,
-    )
-    .await?;
+    let counts = query::count_by_command_and_result(&pool, &topic, HOT_SKU).await?;
     let count = |command: &str, result: ResultCode| {
-        history
+        counts
             .iter()
-            .filter(|e| {
-                e.topic == topic
-                    && e.command.as_deref() == Some(command)
-                    && e.result == result.as_str()
-            })
-            .count()
+            .filter(|(c, r, _)| c.as_deref() == Some(command) && r == result.as_str())
+            .map(|(_, _, n)| n)
+            .sum::<i64>()
     };
     println!();
     let lines = [

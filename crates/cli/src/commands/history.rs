@@ -1,12 +1,16 @@
-//! `stockledger history`: archived decisions of a SKU or an order.
+//! `stockledger history`: archived decisions of a SKU or an order, a page at
+//! a time.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_archiver::query::{self, HistoryOf};
+use serde_json::{json, Value};
+use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
 use stockledger_core::ids::{OrderId, Sku};
+use stockledger_core::ResultCode;
 
-use super::{parse_order_id, parse_sku};
+use super::table::{self, Format};
+use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, query_error};
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -18,11 +22,33 @@ pub struct Args {
     /// History of this order.
     #[arg(long, value_parser = parse_order_id)]
     pub order: Option<OrderId>,
-    /// Most entries shown.
-    #[arg(long, default_value_t = 100)]
-    pub limit: i64,
-    /// One JSON object per line instead of a table.
+    /// Only records that occurred at or after this: RFC 3339
+    /// (2026-11-23T10:00:00Z), `now`, or a time ago (-15m, -2h, -7d).
+    #[arg(long, value_parser = parse_time, allow_hyphen_values = true)]
+    pub since: Option<i64>,
+    /// Only records that occurred before this (same forms as --since).
+    #[arg(long, value_parser = parse_time, allow_hyphen_values = true)]
+    pub until: Option<i64>,
+    /// Only these results (repeat the flag or separate with commas), e.g.
+    /// REJECTED_INSUFFICIENT.
+    #[arg(long, value_parser = parse_result, value_delimiter = ',')]
+    pub result: Vec<ResultCode>,
+    /// Newest first (log order reversed).
     #[arg(long)]
+    pub newest_first: bool,
+    /// Continue after this position: the cursor printed at the end of the
+    /// previous page (TOPIC:PARTITION:OFFSET:SKU). Give the same filters.
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Entries per page, at most 10000.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=MAX_PAGE))]
+    pub limit: i64,
+    /// How to print the entries. With json and csv, the next page's cursor
+    /// goes to standard error.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Same as --format json (kept for scripts written before --format).
+    #[arg(long, hide = true, conflicts_with = "format")]
     pub json: bool,
 }
 
@@ -35,55 +61,106 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         (None, Some(sku)) => HistoryOf::Sku(sku.into_string()),
         (None, None) => anyhow::bail!("history needs --sku or --order"),
     };
+    check_range(args.since, args.until)?;
+    let after = args
+        .after
+        .as_deref()
+        .map(str::parse::<Cursor>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--after: {e}"))?;
+    let format = if args.json { Format::Json } else { args.format };
+    let q = HistoryQuery {
+        of,
+        since_ms: args.since,
+        until_ms: args.until,
+        results: args.result,
+        newest_first: args.newest_first,
+        after,
+        limit: args.limit,
+    };
     let pool = connect_archive(g, 1).await?;
-    let entries = query::history(&pool, &g.topic, &of, args.limit.max(1)).await?;
-    print_history(&entries, args.json);
+    let page = query::history_page(&pool, &g.topic, &q)
+        .await
+        .map_err(query_error)?;
+    print_page(&page, format);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_history(entries: &[query::Entry], json: bool) {
-    if json {
-        for e in entries {
-            let line = serde_json::json!({
+const COLUMNS: [&str; 14] = [
+    "occurred_at",
+    "position",
+    "sku",
+    "command",
+    "order/adjustment",
+    "quantity",
+    "result",
+    "delta",
+    "available",
+    "total",
+    "reason",
+    "rollback_reason",
+    "restock_mode",
+    "command_id",
+];
+
+fn print_page(page: &query::Page, format: Format) {
+    if format == Format::Json {
+        // The fields as the archive names them (stable for scripts).
+        for e in &page.entries {
+            let line = json!({
                 "topic": e.topic, "partition": e.partition, "offset": e.log_offset,
-                "sku": e.sku, "command": e.command, "order_id": e.order_id,
-                "adjustment_id": e.adjustment_id, "quantity": e.quantity, "result": e.result,
+                "sku": e.sku, "command": e.command, "command_id": e.command_id,
+                "order_id": e.order_id, "adjustment_id": e.adjustment_id,
+                "quantity": e.quantity, "restock_mode": e.restock_mode, "result": e.result,
                 "delta": e.delta, "available_after": e.available_after,
-                "total_after": e.total_after, "reason": e.reason, "occurred_at": e.occurred_at,
+                "total_after": e.total_after, "reason": e.reason,
+                "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
             });
             println!("{line}");
         }
-        return;
+    } else {
+        let rows: Vec<Vec<Value>> = page
+            .entries
+            .iter()
+            .map(|e| {
+                vec![
+                    json!(e.occurred_at),
+                    json!(format!("{}@{}", e.partition, e.log_offset)),
+                    json!(e.sku),
+                    json!(e.command),
+                    json!(e.order_id.as_deref().or(e.adjustment_id.as_deref())),
+                    json!(e.quantity),
+                    json!(e.result),
+                    json!(e.delta),
+                    json!(e.available_after),
+                    json!(e.total_after),
+                    json!(e.reason),
+                    json!(e.rollback_reason),
+                    json!(e.restock_mode),
+                    json!(e.command_id),
+                ]
+            })
+            .collect();
+        // The table leaves out what CSV carries for tools: the restock mode
+        // (a restock's delta shows its effect) and the command id.
+        let shown = if format == Format::Table {
+            12
+        } else {
+            COLUMNS.len()
+        };
+        let rows: Vec<Vec<Value>> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.truncate(shown);
+                r
+            })
+            .collect();
+        table::print(format, &COLUMNS[..shown], &rows);
     }
-    println!(
-        "{:<24} {:<14} {:<9} {:<16} {:<22} {:>6} {:>9} {:>9}  reason",
-        "occurred_at",
-        "position",
-        "command",
-        "order/adjustment",
-        "result",
-        "delta",
-        "available",
-        "total"
-    );
-    for e in entries {
-        println!(
-            "{:<24} {:<14} {:<9} {:<16} {:<22} {:>6} {:>9} {:>9}  {}",
-            e.occurred_at,
-            format!("{}@{}", e.partition, e.log_offset),
-            e.command.as_deref().unwrap_or("-"),
-            e.order_id
-                .as_deref()
-                .or(e.adjustment_id.as_deref())
-                .unwrap_or("-"),
-            e.result,
-            e.delta,
-            e.available_after,
-            e.total_after,
-            e.reason.as_deref().unwrap_or("")
-        );
-    }
-    if entries.is_empty() {
-        println!("(no archived entries)");
+    match (&page.next, format) {
+        (Some(next), Format::Table) => println!("more: --after {next}"),
+        (Some(next), _) => eprintln!("more: --after {next}"),
+        (None, Format::Table) if page.entries.is_empty() => println!("(no archived entries)"),
+        (None, _) => {}
     }
 }

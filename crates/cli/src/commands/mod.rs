@@ -8,21 +8,26 @@ pub mod archive;
 pub mod compact;
 pub mod deduct;
 pub mod demo;
+pub mod export;
 pub mod history;
 pub mod observe;
 pub mod order;
 pub mod reconcile;
 pub mod repartition;
 pub mod replay;
+pub mod report;
 pub mod restock;
 pub mod rollback;
 mod send;
 pub mod serve;
 pub mod snapshot;
 pub mod stock;
+mod table;
 pub mod topics;
 
+use stockledger_archiver::query;
 use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku};
+use stockledger_core::ResultCode;
 
 pub(crate) fn parse_sku(s: &str) -> Result<Sku, String> {
     Sku::new(s).map_err(|e| e.to_string())
@@ -41,4 +46,41 @@ pub(crate) fn parse_quantity(s: &str) -> Result<Quantity, String> {
         .parse()
         .map_err(|_| format!("quantity: {s:?} is not a whole number"))?;
     Quantity::new(n).map_err(|e| e.to_string())
+}
+
+/// An instant: RFC 3339, `now`, or a time ago like `-15m` (ms since the epoch).
+pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
+    query::parse_instant(s, query::now_ms())
+}
+
+/// A span like `1m`, `1h`, `1d` (milliseconds).
+pub(crate) fn parse_span(s: &str) -> Result<i64, String> {
+    query::parse_span_ms(s)
+}
+
+/// A result name, as the decision table spells it.
+pub(crate) fn parse_result(s: &str) -> Result<ResultCode, String> {
+    ResultCode::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+        let names: Vec<&str> = ResultCode::ALL.iter().map(|r| r.as_str()).collect();
+        format!("{s:?} is not a result (one of {})", names.join(", "))
+    })
+}
+
+/// `since` must come before `until`.
+pub(crate) fn check_range(since: Option<i64>, until: Option<i64>) -> anyhow::Result<()> {
+    query::check_range(since, until).map_err(|_| {
+        anyhow::anyhow!(
+            "--since must be before --until (the range is since <= occurred_at < until)"
+        )
+    })
+}
+
+/// A refusal from the archive's queries, naming the flag.
+pub(crate) fn query_error(e: query::QueryError) -> anyhow::Error {
+    match e {
+        query::QueryError::Invalid { field, problem } => {
+            anyhow::anyhow!("--{field}: {problem}")
+        }
+        other => other.into(),
+    }
 }

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use stockledger_archiver::query::{self, Cursor, HistoryOf};
+use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, QueryError};
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::{
@@ -192,7 +192,17 @@ pub struct HistoryParams {
     pub sku: Option<String>,
     /// History of this order, on every SKU.
     pub order_id: Option<String>,
-    /// The `next` cursor of the previous page.
+    /// Only records that occurred at or after this: RFC 3339
+    /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).
+    pub since: Option<String>,
+    /// Only records that occurred before this (same forms as `since`).
+    pub until: Option<String>,
+    /// Only these results, comma-separated (e.g. `REJECTED_INSUFFICIENT,DUPLICATE`).
+    pub result: Option<String>,
+    /// `true`: newest first (log order reversed).
+    pub newest_first: Option<bool>,
+    /// The `next` cursor of the previous page (`TOPIC:PARTITION:OFFSET:SKU`);
+    /// give the same filters with it.
     pub after: Option<String>,
     /// Entries per page, 1 to 1,000 (default 100).
     pub limit: Option<i64>,
@@ -218,11 +228,17 @@ pub struct HistoryEntry {
     pub total_after: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The reason a rollback gave (archived from outcome schema v3 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_reason: Option<String>,
+    /// `ADD` or `SET`, for a restock (archived from outcome schema v3 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restock_mode: Option<String>,
     /// RFC 3339, UTC, milliseconds.
     pub occurred_at: String,
 }
 
-/// A page of history, oldest first.
+/// A page of history, oldest first (newest first when asked).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct HistoryPage {
     pub entries: Vec<HistoryEntry>,
@@ -463,16 +479,43 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
         .map(|a| a.parse())
         .transpose()
         .map_err(|e: String| Problem::invalid("after", e))?;
+    let now = query::now_ms();
+    let instant = |field: &'static str, text: Option<String>| {
+        text.map(|t| query::parse_instant(&t, now))
+            .transpose()
+            .map_err(|e| Problem::invalid(field, e))
+    };
+    let results = params
+        .result
+        .iter()
+        .flat_map(|r| r.split(','))
+        .map(|r| {
+            ResultCode::parse(r.trim())
+                .ok_or_else(|| Problem::invalid("result", format!("{r:?} is not a result name")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let q = HistoryQuery {
+        of,
+        since_ms: instant("since", params.since)?,
+        until_ms: instant("until", params.until)?,
+        results,
+        newest_first: params.newest_first.unwrap_or(false),
+        after,
+        limit,
+    };
     let pool = &gateway.archive;
-    let page = query::history_page(pool, &gateway.topic, &of, after.as_ref(), limit)
+    let page = query::history_page(pool, &gateway.topic, &q)
         .await
-        .map_err(|e| {
-            warn!(error = %e, "reading the archive failed");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the archive could not be read: {e}"),
-            )
-            .retry_after(1)
+        .map_err(|e| match e {
+            QueryError::Invalid { field, problem } => Problem::invalid(field, problem),
+            QueryError::Database(e) => {
+                warn!(error = %e, "reading the archive failed");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the archive could not be read: {e}"),
+                )
+                .retry_after(1)
+            }
         })?;
     let entries = page
         .entries
@@ -493,6 +536,8 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
             available_after: e.available_after,
             total_after: e.total_after,
             reason: e.reason,
+            rollback_reason: e.rollback_reason,
+            restock_mode: e.restock_mode,
             occurred_at: e.occurred_at,
         })
         .collect();

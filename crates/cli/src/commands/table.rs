@@ -1,0 +1,78 @@
+//! Rows printed as an aligned table, JSON lines or CSV, for the commands
+//! that read the archive.
+
+use clap::ValueEnum;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns, for people.
+    Table,
+    /// One JSON object per line.
+    Json,
+    /// Comma-separated, with a header line.
+    Csv,
+}
+
+/// Prints `rows` (each the same columns, in order) in `format`. Numbers stay
+/// numbers in JSON; absent values are `null` in JSON, empty elsewhere.
+pub fn print(format: Format, columns: &[&str], rows: &[Vec<Value>]) {
+    match format {
+        Format::Json => {
+            for row in rows {
+                let object: Map<String, Value> = columns
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .zip(row.iter().cloned())
+                    .collect();
+                println!("{}", Value::Object(object));
+            }
+        }
+        Format::Csv => {
+            let mut out = csv::Writer::from_writer(std::io::stdout().lock());
+            let written = out.write_record(columns).and_then(|()| {
+                rows.iter()
+                    .try_for_each(|row| out.write_record(row.iter().map(text)))
+            });
+            if let Err(e) = written.and_then(|()| Ok(out.flush()?)) {
+                eprintln!("error: writing CSV to standard output: {e}");
+            }
+        }
+        Format::Table => {
+            let cells: Vec<Vec<String>> =
+                rows.iter().map(|r| r.iter().map(text).collect()).collect();
+            let widths: Vec<usize> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    cells
+                        .iter()
+                        .map(|r| r[i].chars().count())
+                        .chain([c.len()])
+                        .max()
+                        .unwrap_or_default()
+                })
+                .collect();
+            let line = |values: Vec<&str>| {
+                let padded: Vec<String> = values
+                    .iter()
+                    .zip(&widths)
+                    .map(|(v, w)| format!("{v:<w$}"))
+                    .collect();
+                println!("{}", padded.join("  ").trim_end());
+            };
+            line(columns.to_vec());
+            for row in &cells {
+                line(row.iter().map(String::as_str).collect());
+            }
+        }
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
