@@ -226,7 +226,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     p.rollback("C1", "gone", None).await?; // tombstone
     p.deduct("C1", "kept", 2).await?;
     p.deduct("C1", "cancel", 1).await?;
-    p.rollback("C1", "cancel", None).await?;
+    p.rollback("C1", "cancel", Some("payment failed")).await?;
     h.wait_for_archive(5).await?;
     let redis = h.projection.connection();
 
@@ -268,6 +268,24 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     );
     let agree = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
     assert!(agree.differences.is_empty(), "{:?}", agree.differences);
+
+    // The archive keeps what compaction pruned from Redis: the stock as of
+    // every offset is still answered, and what the commands said is there.
+    {
+        use stockledger_archiver::query::{history, stock_as_of, AsOf, HistoryOf, StockAsOf};
+        for (offset, expected) in [(0, 10), (1, 10), (2, 8), (3, 7), (4, 8)] {
+            match stock_as_of(&h.pool, &h.ns.topic, "C1", AsOf::Offset(offset)).await? {
+                StockAsOf::Known { entry, .. } => {
+                    assert_eq!(entry.available_after, expected, "as of offset {offset}")
+                }
+                other => panic!("as of offset {offset}: {other:?}"),
+            }
+        }
+        let rows = history(&h.pool, &h.ns.topic, &HistoryOf::Sku("C1".into()), 10).await?;
+        assert_eq!(rows[0].restock_mode.as_deref(), Some("SET"));
+        assert_eq!(rows[4].rollback_reason.as_deref(), Some("payment failed"));
+        assert_eq!(rows[1].rollback_reason, None);
+    }
 
     // Documented: the tombstone is gone, so a late deduct is a new order;
     // the kept deduction can still be rolled back.

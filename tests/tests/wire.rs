@@ -281,6 +281,9 @@ async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_
         .take(4)
     {
         let payload = record.payload.as_deref().unwrap_or_default();
+        // As the previous release wrote it: v1's fields only.
+        let old =
+            codec::encode_outcome_as(&codec::decode_outcome(payload)?, v1_outcome, *fingerprint)?;
         let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
         let producer: rdkafka::producer::FutureProducer = h.kafka.client_config(&[]).create()?;
         producer
@@ -288,7 +291,7 @@ async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_
                 rdkafka::producer::FutureRecord::to(&h.ns.outcomes_topic)
                     .partition(record.partition)
                     .key(&key)
-                    .payload(&reframed(payload, *fingerprint)),
+                    .payload(&old),
                 CATCH_UP,
             )
             .await

@@ -430,7 +430,8 @@ pub struct ReportRow {
 }
 
 /// Per-SKU (or one SKU's) totals per interval of `every_secs` seconds,
-/// aligned on the Unix epoch, for records with `since <= occurred_at < until`.
+/// aligned on the Unix epoch, for records with `since <= occurred_at < until`;
+/// refused (`max_rows`) when there would be more than `max_rows` rows.
 pub async fn report(
     pool: &PgPool,
     topic: &str,
@@ -438,6 +439,7 @@ pub async fn report(
     since_ms: i64,
     until_ms: i64,
     sku: Option<&str>,
+    max_rows: i64,
 ) -> Result<Vec<ReportRow>, QueryError> {
     if every_secs < 1 {
         return Err(QueryError::invalid(
@@ -447,7 +449,8 @@ pub async fn report(
     }
     check_range(Some(since_ms), Some(until_ms))?;
     const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'";
-    let rows = sqlx::query_as(&format!(
+    let max_rows = max_rows.clamp(1, i64::MAX - 1);
+    let rows: Vec<ReportRow> = sqlx::query_as(&format!(
         "SELECT sku, to_char(bucket AT TIME ZONE 'UTC', {RFC3339}) AS bucket, records,
              deducts_applied, units_taken, rollbacks_applied, units_returned, net_taken,
              restocks_applied, restock_delta, rejected_insufficient, rejected_cancelled,
@@ -455,15 +458,23 @@ pub async fn report(
              to_char(sold_out_at AT TIME ZONE 'UTC', {RFC3339}) AS sold_out_at
          FROM ledger_report($1, make_interval(secs => $2),
              timestamptz 'epoch' + interval '1 millisecond' * $3,
-             timestamptz 'epoch' + interval '1 millisecond' * $4, $5)"
+             timestamptz 'epoch' + interval '1 millisecond' * $4, $5)
+         LIMIT $6"
     ))
     .bind(topic)
     .bind(every_secs as f64)
     .bind(since_ms)
     .bind(until_ms)
     .bind(sku)
+    .bind(max_rows + 1)
     .fetch_all(pool)
     .await?;
+    if rows.len() as i64 > max_rows {
+        return Err(QueryError::invalid(
+            "max_rows",
+            format!("the report has more than {max_rows} rows; ask for one SKU or a shorter range"),
+        ));
+    }
     Ok(rows)
 }
 

@@ -377,7 +377,7 @@ async fn a_report_totals_each_sku_per_interval(pool: PgPool) -> anyhow::Result<(
         ],
     )
     .await?;
-    let rows = query::report(&pool, "t", 60, T0, T0 + 2 * minute, None).await?;
+    let rows = query::report(&pool, "t", 60, T0, T0 + 2 * minute, None, 100).await?;
     let keys: Vec<(&str, &str)> = rows.iter().map(|r| (&*r.sku, &*r.bucket)).collect();
     assert_eq!(
         keys,
@@ -418,12 +418,19 @@ async fn a_report_totals_each_sku_per_interval(pool: PgPool) -> anyhow::Result<(
         (Some(2), None)
     );
     // One SKU, one interval covering both minutes.
-    let a_only = query::report(&pool, "t", 3600, T0, T0 + 2 * minute, Some("A")).await?;
+    let a_only = query::report(&pool, "t", 3600, T0, T0 + 2 * minute, Some("A"), 100).await?;
     assert_eq!(a_only.len(), 1);
     assert_eq!((a_only[0].records, a_only[0].net_taken), (7, 1));
     assert!(matches!(
-        query::report(&pool, "t", 0, T0, T0 + 1, None).await,
+        query::report(&pool, "t", 0, T0, T0 + 1, None, 100).await,
         Err(QueryError::Invalid { field: "every", .. })
+    ));
+    assert!(matches!(
+        query::report(&pool, "t", 60, T0, T0 + 2 * minute, None, 2).await,
+        Err(QueryError::Invalid {
+            field: "max_rows",
+            ..
+        })
     ));
     Ok(())
 }

@@ -47,6 +47,7 @@ use crate::baselines::{pg_rows, redis_lua_direct};
 use crate::process::Component;
 use crate::report::{memory_growth, write_results};
 
+mod analyst;
 mod baselines;
 mod gateway;
 mod process;
@@ -92,6 +93,10 @@ pub struct BenchArgs {
     /// in the e2e scenarios (as `apply --batch-wait-ms`).
     #[arg(long, default_value_t = 1)]
     pub batch_wait_ms: u64,
+    /// Rows of the analyst scenario's archive [default: 10000000, or 100000
+    /// with --quick].
+    #[arg(long)]
+    pub analyst_rows: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -111,10 +116,12 @@ pub enum Scenario {
     #[value(name = "gateway-5k")]
     Gateway5k,
     GatewayMax,
+    /// The archive's queries on a large archive (its own database).
+    Analyst,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 12] = [
+    const ALL: [Scenario; 13] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -127,6 +134,7 @@ impl Scenario {
         Self::Replay,
         Self::Archive,
         Self::Memory,
+        Self::Analyst,
     ];
 
     fn name(self) -> &'static str {
@@ -143,6 +151,7 @@ impl Scenario {
             Self::Memory => "memory",
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
+            Self::Analyst => "analyst",
         }
     }
 }
@@ -224,6 +233,19 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             }
             continue;
         }
+        if scenario == Scenario::Analyst {
+            let (rows, samples) = if args.quick {
+                (100_000, 20)
+            } else {
+                (10_000_000, 200)
+            };
+            let rows = args.analyst_rows.unwrap_or(rows).max(analyst::MIN_ROWS);
+            for m in analyst::analyst(g, &run_id, rows, samples, args.keep).await? {
+                print_measurement(&m);
+                results.push(m);
+            }
+            continue;
+        }
         let m = match scenario {
             Scenario::RedisLuaDirect => {
                 redis_lua_direct(g, &run_id, &counts, args.concurrency).await?
@@ -279,7 +301,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             Scenario::GatewayMax => {
                 gateway::throughput(g, &args, &run_id, scenario.name(), counts.records).await?
             }
-            Scenario::Memory => unreachable!("measured above"),
+            Scenario::Memory | Scenario::Analyst => unreachable!("measured above"),
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match &uniform {
                     Some(l) => l,

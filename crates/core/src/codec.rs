@@ -312,6 +312,44 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
 }
 
 pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
+    SCHEMAS
+        .outcome
+        .encode(&OUTCOME_WRITER, "outcome", outcome_value(outcome))
+}
+
+/// `outcome` as released `version` of the Outcome schema wrote it (only the
+/// fields that version has), framed with `fingerprint` (one of the
+/// version's): the bytes a log written by an earlier release holds, for
+/// tests of logs that span versions.
+pub fn encode_outcome_as(
+    outcome: &Outcome,
+    version: &Released,
+    fingerprint: u64,
+) -> Result<Vec<u8>, EncodeError> {
+    let failed = |message: String| EncodeError {
+        what: "outcome",
+        message,
+    };
+    let (Value::Record(fields), Schema::Record(record)) = (outcome_value(outcome), &version.schema)
+    else {
+        return Err(failed(format!(
+            "Outcome.v{} is not a record",
+            version.version
+        )));
+    };
+    let kept = fields
+        .into_iter()
+        .filter(|(name, _)| record.lookup.contains_key(name))
+        .collect();
+    let mut out = Header(fingerprint).build_header();
+    let datum = apache_avro::to_avro_datum(&version.schema, Value::Record(kept))
+        .map_err(|e| failed(e.to_string()))?;
+    out.extend(datum);
+    Ok(out)
+}
+
+/// The current schema's datum of `outcome`.
+fn outcome_value(outcome: &Outcome) -> Value {
     let kind = match outcome.kind {
         None => Value::Union(0, Box::new(Value::Null)),
         Some(kind) => {
@@ -327,7 +365,7 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
         .iter()
         .position(|r| *r == result)
         .unwrap_or_default();
-    let value = Value::Record(vec![
+    Value::Record(vec![
         (
             "topic".into(),
             Value::String(outcome.position.topic.clone()),
@@ -384,8 +422,7 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
             "rollback_reason".into(),
             optional_string(outcome.rollback_reason.as_deref()),
         ),
-    ]);
-    SCHEMAS.outcome.encode(&OUTCOME_WRITER, "outcome", value)
+    ])
 }
 
 pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
@@ -708,28 +745,6 @@ mod tests {
         }
     }
 
-    /// `payload` (written with the current outcome schema) as `version`
-    /// writes it: the fields that version has, under its fingerprint.
-    fn as_written_by(payload: &[u8], version: &Released, fingerprint: u64) -> Vec<u8> {
-        let current = &schema::current(Subject::Outcome).schema;
-        let Value::Record(fields) =
-            apache_avro::from_avro_datum(current, &mut &payload[10..], None).unwrap()
-        else {
-            panic!("an outcome is a record")
-        };
-        let Schema::Record(record) = &version.schema else {
-            panic!("Outcome is a record schema")
-        };
-        let kept: Vec<(String, Value)> = fields
-            .into_iter()
-            .filter(|(name, _)| record.lookup.contains_key(name))
-            .collect();
-        let mut bytes = vec![0xC3, 0x01];
-        bytes.extend_from_slice(&fingerprint.to_le_bytes());
-        bytes.extend(apache_avro::to_avro_datum(&version.schema, Value::Record(kept)).unwrap());
-        bytes
-    }
-
     #[test]
     fn outcomes_of_every_released_version_resolve_into_the_current_one() {
         let position = LogPosition {
@@ -747,7 +762,6 @@ mod tests {
         for body in bodies() {
             let c = command(body);
             let o = Outcome::for_command(position.clone(), &c, decision.clone());
-            let current = encode_outcome(&o).unwrap();
             for version in schema::versions(Subject::Outcome) {
                 // Versions before 3 did not carry what the command said.
                 let expected = if version.version < 3 {
@@ -763,7 +777,7 @@ mod tests {
                     .into_iter()
                     .flatten()
                 {
-                    let old = as_written_by(&current, version, fingerprint);
+                    let old = encode_outcome_as(&o, version, fingerprint).unwrap();
                     assert_eq!(
                         decode_outcome(&old).unwrap(),
                         expected,

@@ -63,6 +63,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         args.since,
         args.until,
         args.sku.as_ref().map(Sku::as_str),
+        i64::MAX,
     )
     .await
     .map_err(query_error)?;

@@ -247,8 +247,8 @@ pub struct HistoryPage {
     pub next: Option<String>,
 }
 
-type Shared = State<Arc<Gateway>>;
-type Answer = Result<Response, Problem>;
+pub(super) type Shared = State<Arc<Gateway>>;
+pub(super) type Answer = Result<Response, Problem>;
 
 fn sku_and_order(
     path: Result<Path<(String, String)>, PathRejection>,
@@ -257,7 +257,7 @@ fn sku_and_order(
     Ok((Sku::new(sku)?, OrderId::new(order_id)?))
 }
 
-fn path_problem(rejection: PathRejection) -> Problem {
+pub(super) fn path_problem(rejection: PathRejection) -> Problem {
     Problem::new(StatusCode::BAD_REQUEST, rejection.body_text())
 }
 
@@ -503,20 +503,9 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
         after,
         limit,
     };
-    let pool = &gateway.archive;
-    let page = query::history_page(pool, &gateway.topic, &q)
+    let page = query::history_page(&gateway.archive, &gateway.topic, &q)
         .await
-        .map_err(|e| match e {
-            QueryError::Invalid { field, problem } => Problem::invalid(field, problem),
-            QueryError::Database(e) => {
-                warn!(error = %e, "reading the archive failed");
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("the archive could not be read: {e}"),
-                )
-                .retry_after(1)
-            }
-        })?;
+        .map_err(archive_problem)?;
     let entries = page
         .entries
         .into_iter()
@@ -559,6 +548,22 @@ fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
         order,
     })
     .into_response()
+}
+
+/// A refused question (`422` naming the parameter), or an unreachable
+/// archive (`503`).
+pub(super) fn archive_problem(e: QueryError) -> Problem {
+    match e {
+        QueryError::Invalid { field, problem } => Problem::invalid(field, problem),
+        QueryError::Database(e) => {
+            warn!(error = %e, "reading the archive failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the archive could not be read: {e}"),
+            )
+            .retry_after(1)
+        }
+    }
 }
 
 pub(super) fn redis_problem(e: &dyn std::fmt::Display) -> Problem {

@@ -8,6 +8,7 @@
 //! bodies, [`ApiDoc`] the OpenAPI document served at `/openapi.json` and
 //! checked in as `docs/openapi.json`.
 
+pub mod analysts;
 pub mod api;
 pub mod problem;
 
@@ -140,7 +141,7 @@ pub(crate) struct Gateway {
 #[openapi(
     info(
         title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock) and reads (stock, one order, archived history) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field."
+        description = "Commands (deduct, rollback, restock) and reads (stock, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field."
     ),
     paths(
         api::deduct,
@@ -149,6 +150,8 @@ pub(crate) struct Gateway {
         api::stock,
         api::order,
         api::history,
+        analysts::as_of,
+        analysts::report,
         observe::healthz,
         observe::readyz_doc
     ),
@@ -256,7 +259,9 @@ fn router(gateway: Arc<Gateway>, body_timeout: Duration, max_wait: Duration) -> 
         )
         .route("/v1/skus/{sku}", get(api::stock))
         .route("/v1/skus/{sku}/orders/{order_id}", get(api::order))
+        .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
         .route("/v1/history", get(api::history))
+        .route("/v1/report", get(analysts::report))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

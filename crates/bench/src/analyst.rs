@@ -1,0 +1,341 @@
+//! The analyst scenario: an archive of many rows, and the time each
+//! documented query takes on it.
+//!
+//! The rows go into a database of their own (created, migrated with the
+//! archiver's migrations, dropped at the end unless `--keep`), so the fill
+//! neither slows nor is slowed by the rest of the run. They are generated in
+//! PostgreSQL with `INSERT … SELECT generate_series`, the archiver's own
+//! insert shape (every column, through the partitioned table and all its
+//! indexes) without the Kafka consumer in front. 10,000 SKUs over ten days;
+//! each SKU's rows in log order with rising `occurred_at`.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Executor, PgPool};
+use stockledger_archiver::query::{self, AsOf, HistoryOf, HistoryQuery};
+use stockledger_cli::Global;
+
+use crate::Measurement;
+
+const SKUS: i64 = 10_000;
+const DAYS: i64 = 10;
+const TOPIC: &str = "stock.ledger";
+/// 2026-11-01T00:00:00Z: the generated log's first instant.
+const START_MS: i64 = 1_793_491_200_000;
+const DAY_MS: i64 = 86_400_000;
+/// Fewest rows the scenario fills: one per SKU per day.
+pub const MIN_ROWS: i64 = SKUS * DAYS;
+/// Rows per INSERT while filling (one transaction each).
+const FILL_CHUNK: i64 = 1_000_000;
+
+/// Fills an archive of `rows` rows and times the queries; one measurement
+/// per query (its count and p50/p99/p999 latency).
+pub async fn analyst(
+    g: &Global,
+    run_id: &str,
+    rows: i64,
+    samples: u64,
+    keep: bool,
+) -> anyhow::Result<Vec<Measurement>> {
+    let database = format!("stockledger_{}", run_id.replace('-', "_"));
+    let admin = PgConnectOptions::from_str(&g.database_url)?.disable_statement_logging();
+    let mut conn = admin.connect().await.context("connecting to PostgreSQL")?;
+    conn.execute(format!("CREATE DATABASE {database}").as_str())
+        .await
+        .with_context(|| format!("creating the scratch database {database}"))?;
+    let options = admin.clone().database(&database);
+    let measured = fill_and_measure(options, rows, samples).await;
+    if keep {
+        println!("  kept the analyst archive in database {database}");
+    } else {
+        conn.execute(format!("DROP DATABASE {database} WITH (FORCE)").as_str())
+            .await
+            .with_context(|| format!("dropping the scratch database {database}"))?;
+    }
+    measured
+}
+
+async fn fill_and_measure(
+    options: PgConnectOptions,
+    rows: i64,
+    samples: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await?;
+    stockledger_archiver::MIGRATOR.run(&pool).await?;
+    let started = Instant::now();
+    fill(&pool, rows).await?;
+    let fill_seconds = started.elapsed().as_secs_f64();
+    sqlx::query("VACUUM ANALYZE ledger_entries")
+        .execute(&pool)
+        .await?;
+    let mut results = vec![Measurement {
+        scenario: "analyst-fill",
+        records: rows as u64,
+        seconds: fill_seconds,
+        setup: format!(
+            "{rows} rows, {SKUS} SKUs over {DAYS} days, bulk INSERT through the partitioned table and its indexes"
+        ),
+        latency_ms: None,
+        peak_rss_mib: None,
+    }];
+    let span_ms = DAYS * DAY_MS;
+    let per_sku = (rows / SKUS).max(1);
+    // Same seed every run: the same SKUs and instants are asked for.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut pick = move || {
+        let sku = format!("SKU-{}", rng.gen_range(0..SKUS));
+        let at = START_MS + rng.gen_range(0..span_ms - 600_000);
+        let offset = rng.gen_range(0..rows);
+        (sku, at, offset)
+    };
+    let rows_of_five_minutes = per_sku * 5 * 60_000 / span_ms;
+    results.push(
+        timed(
+            "q-sku-5min",
+            &format!("history of one SKU over 5 minutes (~{rows_of_five_minutes} rows), log order"),
+            samples,
+            || {
+                let (sku, at, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 100);
+                    q.since_ms = Some(at);
+                    q.until_ms = Some(at + 300_000);
+                    query::history_page(&pool, TOPIC, &q).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-sku-page",
+            &format!("newest 100 of one SKU's {per_sku} rows, refusals only"),
+            samples,
+            || {
+                let (sku, _, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 100);
+                    q.newest_first = true;
+                    q.results = vec![stockledger_core::ResultCode::RejectedInsufficient];
+                    query::history_page(&pool, TOPIC, &q).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-as-of-time",
+            "stock of one SKU as of a time",
+            samples,
+            || {
+                let (sku, at, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    query::stock_as_of(&pool, TOPIC, &sku, AsOf::Time(at)).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-as-of-offset",
+            "stock of one SKU as of a log offset",
+            samples,
+            || {
+                let (sku, _, offset) = pick();
+                let pool = pool.clone();
+                async move {
+                    query::stock_as_of(&pool, TOPIC, &sku, AsOf::Offset(offset)).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-report-sku-day",
+            "one SKU, one day, per hour",
+            samples,
+            || {
+                let (sku, at, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    let day = START_MS + (at - START_MS) / DAY_MS * DAY_MS;
+                    query::report(&pool, TOPIC, 3600, day, day + DAY_MS, Some(&sku), i64::MAX)
+                        .await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    let rows_per_day = rows / DAYS;
+    results.push(
+        timed(
+            "q-report-all-day",
+            &format!("every SKU ({SKUS}), one day (~{rows_per_day} rows), per hour"),
+            (samples / 20).max(3),
+            || {
+                let (_, at, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    let day = START_MS + (at - START_MS) / DAY_MS * DAY_MS;
+                    query::report(&pool, TOPIC, 3600, day, day + DAY_MS, None, i64::MAX).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-sell-outs-sku",
+            "ledger_sell_outs view, one SKU",
+            samples,
+            || {
+                let (sku, _, _) = pick();
+                let pool = pool.clone();
+                async move {
+                    sqlx::query(
+                        "SELECT * FROM ledger_sell_outs WHERE topic = $1 AND sku = $2
+                         ORDER BY occurred_at DESC LIMIT 10",
+                    )
+                    .bind(TOPIC)
+                    .bind(sku)
+                    .fetch_all(&pool)
+                    .await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    results.push(
+        timed(
+            "q-order-timeline",
+            "ledger_order_timeline view, one order",
+            samples,
+            || {
+                let (_, _, offset) = pick();
+                let pool = pool.clone();
+                async move {
+                    sqlx::query(
+                        "SELECT * FROM ledger_order_timeline WHERE order_id = $1
+                         ORDER BY sku, log_offset",
+                    )
+                    .bind(format!("o-{}", offset / 10))
+                    .fetch_all(&pool)
+                    .await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    Ok(results)
+}
+
+/// Generates `rows` rows in chunks, creating the months' partitions first.
+async fn fill(pool: &PgPool, rows: i64) -> anyhow::Result<()> {
+    let step_ms = (DAYS * DAY_MS / rows).max(1);
+    sqlx::query(
+        "SELECT ledger_entries_ensure_months(ARRAY(
+             SELECT timestamptz 'epoch' + interval '1 millisecond' * ($1 + d * 86400000)
+             FROM generate_series(0, $2) AS d))",
+    )
+    .bind(START_MS)
+    .bind(DAYS)
+    .execute(pool)
+    .await?;
+    let mut from = 0;
+    while from < rows {
+        let to = (from + FILL_CHUNK).min(rows) - 1;
+        // Row i: SKU i % SKUS on partition (i % SKUS) % 8, log offset i.
+        // Most are applied deducts of orders o-(i/10); every 10th a
+        // rollback, every 13th refused, each SKU restocked every 1000th row.
+        sqlx::query(
+            "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
+                 order_id, adjustment_id, quantity, result, delta, available_after, total_after,
+                 reason, occurred_at, restock_mode, rollback_reason)
+             SELECT $1, (i % $4)::int % 8, i, 'SKU-' || (i % $4),
+                 CASE WHEN kind = 'R' THEN 'RESTOCK' WHEN kind = 'B' THEN 'ROLLBACK' ELSE 'DEDUCT' END,
+                 md5(i::text),
+                 CASE WHEN kind = 'R' THEN NULL ELSE 'o-' || (i / 10) END,
+                 CASE WHEN kind = 'R' THEN 'a-' || i END,
+                 CASE WHEN kind = 'B' THEN NULL ELSE 1 + i % 3 END,
+                 CASE WHEN kind = 'X' THEN 'REJECTED_INSUFFICIENT' ELSE 'APPLIED' END,
+                 CASE kind WHEN 'R' THEN 100 WHEN 'B' THEN 1 WHEN 'X' THEN 0 ELSE -1 END,
+                 (1000 - (i / $4) % 1000)::bigint, 1000,
+                 CASE WHEN kind = 'X' THEN 'insufficient stock' END,
+                 timestamptz 'epoch' + interval '1 millisecond' * ($5 + i * $6),
+                 CASE WHEN kind = 'R' THEN 'ADD' END,
+                 CASE WHEN kind = 'B' THEN 'payment failed' END
+             FROM (SELECT i, CASE WHEN (i / $4) % 1000 = 0 THEN 'R' WHEN i % 10 = 7 THEN 'B'
+                                  WHEN i % 13 = 5 THEN 'X' ELSE 'D' END AS kind
+                   FROM generate_series($2::bigint, $3::bigint) AS i) AS g",
+        )
+        .bind(TOPIC)
+        .bind(from)
+        .bind(to)
+        .bind(SKUS)
+        .bind(START_MS)
+        .bind(step_ms)
+        .execute(pool)
+        .await?;
+        from = to + 1;
+    }
+    Ok(())
+}
+
+/// Runs `samples` queries from `next`, one at a time; their latencies.
+async fn timed<F, Fut>(
+    scenario: &'static str,
+    what: &str,
+    samples: u64,
+    mut next: F,
+) -> anyhow::Result<Measurement>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut latencies = Histogram::<u64>::new(3)?;
+    let started = Instant::now();
+    for _ in 0..samples {
+        let one = Instant::now();
+        next()
+            .await
+            .with_context(|| format!("{scenario}: {what}"))?;
+        latencies.record(duration_us(one.elapsed()))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let ms = |q: f64| latencies.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (ms(0.50), ms(0.99), ms(0.999));
+    Ok(Measurement {
+        scenario,
+        records: samples,
+        seconds,
+        setup: format!("{what}: p50 {p50:.1} ms, p99 {p99:.1} ms, max {p999:.1} ms"),
+        latency_ms: Some([p50, p99, p999]),
+        peak_rss_mib: None,
+    })
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}

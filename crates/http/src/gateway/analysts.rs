@@ -1,0 +1,219 @@
+//! The archive's answers for analysts over HTTP: a SKU's stock as of a time
+//! or a log offset, and per-SKU totals per interval (`stockledger stock
+//! --as-of` and `stockledger report`). History is in `api`.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use stockledger_archiver::query::{self, AsOf, StockAsOf};
+use stockledger_core::Sku;
+use utoipa::{IntoParams, ToSchema};
+
+use super::api::{archive_problem, path_problem, Answer, Position, Shared};
+use super::problem::{Problem, Query};
+
+/// Most rows one report answers; a larger one asks for a SKU or a shorter range.
+pub const MAX_REPORT_ROWS: i64 = 100_000;
+
+/// `GET /v1/skus/{sku}/as-of` parameters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AsOfParams {
+    /// A log offset of the SKU's partition (a whole number), or a time: RFC
+    /// 3339, `now`, or a time ago like `-15m`.
+    pub at: String,
+}
+
+/// A SKU's stock at a past moment, from the archive.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AsOfBody {
+    pub sku: String,
+    pub available: i64,
+    pub total: i64,
+    pub held: i64,
+    /// The record the stock is the state after.
+    pub after: Position,
+    /// That record's `occurred_at`, RFC 3339 UTC.
+    pub occurred_at: String,
+    /// The newest archived record of the SKU's partition: how far the
+    /// archive reaches.
+    pub archive_reach: Position,
+}
+
+/// The stock of a SKU as it was just after its newest record at or before a
+/// time (by `occurred_at`, then log position) or a log offset, from the
+/// archive.
+#[utoipa::path(get, path = "/v1/skus/{sku}/as-of", tag = "reads",
+    params(("sku" = String, Path, description = "The SKU"), AsOfParams),
+    responses(
+        (status = 200, description = "The stock at that moment", body = AsOfBody),
+        (status = 404, description = "No archived record of the SKU, or none yet at that moment", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A parameter is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The archive does not reach that offset yet (the archiver is behind), or is unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn as_of(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+    Query(params): Query<AsOfParams>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let at = params.at.trim();
+    let at = if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) {
+        at.parse()
+            .map(AsOf::Offset)
+            .map_err(|_| Problem::invalid("at", format!("{at:?}: offset out of range")))?
+    } else {
+        AsOf::Time(
+            query::parse_instant(at, query::now_ms()).map_err(|e| Problem::invalid("at", e))?,
+        )
+    };
+    let topic = &gateway.topic;
+    let answer = query::stock_as_of(&gateway.archive, topic, sku.as_str(), at)
+        .await
+        .map_err(archive_problem)?;
+    let position = |partition, offset| Position {
+        topic: topic.clone(),
+        partition,
+        offset,
+    };
+    match answer {
+        StockAsOf::Known { entry, reach } => Ok(Json(AsOfBody {
+            sku: sku.to_string(),
+            available: entry.available_after,
+            total: entry.total_after,
+            held: entry.total_after - entry.available_after,
+            after: position(entry.partition, entry.log_offset),
+            occurred_at: entry.occurred_at,
+            archive_reach: position(reach.partition, reach.log_offset),
+        })
+        .into_response()),
+        StockAsOf::BeforeFirst { first } => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "sku {sku} had no record yet; its first archived record is {}@{}, occurred {}",
+                first.partition, first.log_offset, first.occurred_at
+            ),
+        )),
+        StockAsOf::NotArchivedYet { asked, reach } => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "offset {asked} is not archived yet: the archive holds partition {} up to offset {} \
+                 (the archiver is behind, or the log does not reach offset {asked})",
+                reach.partition, reach.log_offset
+            ),
+        )
+        .retry_after(1)),
+        StockAsOf::Unknown => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("no archived record of sku {sku}"),
+        )),
+    }
+}
+
+/// `GET /v1/report` parameters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ReportParams {
+    /// Interval length: `1m`, `15m`, `1h`, `1d`, … (default `1h`; aligned on
+    /// the Unix epoch, UTC).
+    pub every: Option<String>,
+    /// Start of the range, inclusive (default `-1d`): RFC 3339, `now`, or a
+    /// time ago.
+    pub since: Option<String>,
+    /// End of the range, exclusive (default `now`).
+    pub until: Option<String>,
+    /// One SKU only.
+    pub sku: Option<String>,
+}
+
+/// Per-SKU totals per interval, `sku` then interval.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReportBody {
+    pub rows: Vec<ReportRowBody>,
+}
+
+/// One SKU's totals over one interval.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReportRowBody {
+    pub sku: String,
+    /// The interval's start, RFC 3339 UTC.
+    pub interval_start: String,
+    pub records: i64,
+    pub deducts_applied: i64,
+    pub units_taken: i64,
+    pub rollbacks_applied: i64,
+    pub units_returned: i64,
+    /// Units taken by deducts minus units given back by rollbacks.
+    pub net_taken: i64,
+    pub restocks_applied: i64,
+    pub restock_delta: i64,
+    pub rejected_insufficient: i64,
+    pub rejected_cancelled: i64,
+    pub rejected_restock: i64,
+    pub ignored_no_deduction: i64,
+    pub duplicates: i64,
+    pub invalid: i64,
+    pub lowest_available: Option<i64>,
+    /// When an applied record took available stock to zero in the interval.
+    pub sold_out_at: Option<String>,
+}
+
+/// Per-SKU (or one SKU's) totals per interval, from the archive.
+#[utoipa::path(get, path = "/v1/report", tag = "reads",
+    params(ReportParams),
+    responses(
+        (status = 200, description = "The report", body = ReportBody),
+        (status = 422, description = "A parameter is refused, or the report would exceed 100,000 rows", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The archive is unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportParams>) -> Answer {
+    let now = query::now_ms();
+    let instant = |field: &'static str, text: Option<String>, default: &str| {
+        query::parse_instant(text.as_deref().unwrap_or(default), now)
+            .map_err(|e| Problem::invalid(field, e))
+    };
+    let since = instant("since", params.since, "-1d")?;
+    let until = instant("until", params.until, "now")?;
+    let every_ms = query::parse_span_ms(params.every.as_deref().unwrap_or("1h"))
+        .map_err(|e| Problem::invalid("every", e))?;
+    let sku = params.sku.map(Sku::new).transpose()?;
+    let rows = query::report(
+        &gateway.archive,
+        &gateway.topic,
+        every_ms / 1000,
+        since,
+        until,
+        sku.as_ref().map(Sku::as_str),
+        MAX_REPORT_ROWS,
+    )
+    .await
+    .map_err(archive_problem)?;
+    let rows = rows
+        .into_iter()
+        .map(|r| ReportRowBody {
+            sku: r.sku,
+            interval_start: r.bucket,
+            records: r.records,
+            deducts_applied: r.deducts_applied,
+            units_taken: r.units_taken,
+            rollbacks_applied: r.rollbacks_applied,
+            units_returned: r.units_returned,
+            net_taken: r.net_taken,
+            restocks_applied: r.restocks_applied,
+            restock_delta: r.restock_delta,
+            rejected_insufficient: r.rejected_insufficient,
+            rejected_cancelled: r.rejected_cancelled,
+            rejected_restock: r.rejected_restock,
+            ignored_no_deduction: r.ignored_no_deduction,
+            duplicates: r.duplicates,
+            invalid: r.invalid,
+            lowest_available: r.lowest_available,
+            sold_out_at: r.sold_out_at,
+        })
+        .collect();
+    Ok(Json(ReportBody { rows }).into_response())
+}
