@@ -2,8 +2,10 @@
 //! Parquet (one row group per 64k rows, Snappy-compressed).
 //!
 //! Rows stream from PostgreSQL as they are written, so memory holds one row
-//! group at most. The file is created new: an existing path is refused, and
-//! a file left half-written by an error is removed.
+//! group at most. They go to a hidden `.NAME.partial-PID` file beside the
+//! target, which takes the target's name only once complete and synced, and
+//! never over an existing file: a failed or killed export leaves no file
+//! that reads as a complete, shorter one.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -118,24 +120,39 @@ pub async fn export(
     path: &Path,
 ) -> Result<u64, ExportError> {
     query::check_range(Some(since_ms), Some(until_ms))?;
+    let exists = || ExportError::Exists {
+        path: path.to_owned(),
+    };
+    if path.exists() {
+        return Err(exists());
+    }
+    let name = path
+        .file_name()
+        .map_or_else(|| "export".into(), |n| n.to_string_lossy().into_owned());
+    let partial = path.with_file_name(format!(".{name}.partial-{}", std::process::id()));
     let file = OpenOptions::new()
         .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::AlreadyExists => ExportError::Exists {
-                path: path.to_owned(),
-            },
-            _ => ExportError::Create {
-                path: path.to_owned(),
-                source,
-            },
+        .create(true)
+        .truncate(true)
+        .open(&partial)
+        .map_err(|source| ExportError::Create {
+            path: path.to_owned(),
+            source,
         })?;
-    let written = write_rows(pool, topic, since_ms, until_ms, format, path, file).await;
-    if written.is_err() {
-        // Half a file reads as a complete, shorter export: leave none.
-        let _ = std::fs::remove_file(path);
-    }
+    let written = write_rows(pool, topic, since_ms, until_ms, format, path, file)
+        .await
+        .and_then(|rows| {
+            // A hard link takes the name only if nothing has it.
+            std::fs::hard_link(&partial, path).map_err(|source| match source.kind() {
+                std::io::ErrorKind::AlreadyExists => exists(),
+                _ => ExportError::Create {
+                    path: path.to_owned(),
+                    source,
+                },
+            })?;
+            Ok(rows)
+        });
+    let _ = std::fs::remove_file(&partial);
     written
 }
 

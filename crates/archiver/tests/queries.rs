@@ -505,6 +505,12 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(std::fs::read(&csv_path)?, before);
+    // No partial file is left beside them.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    assert_eq!(names, ["range.csv", "range.parquet"]);
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
