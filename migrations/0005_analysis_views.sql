@@ -32,6 +32,8 @@ WHERE result = 'APPLIED' AND delta < 0 AND available_after = 0;
 -- epoch, UTC; e.g. '1 minute', '1 hour', '1 day'), for records with
 -- since <= occurred_at < until: what was taken, given back, refused and
 -- restocked, the lowest available stock seen and when the SKU sold out.
+-- When `every`, `since` and `until` are whole hours it sums ledger_hourly;
+-- otherwise it reads the rows themselves.
 CREATE FUNCTION ledger_report(
     p_topic text, every interval, since timestamptz, until timestamptz, p_sku text DEFAULT NULL)
 RETURNS TABLE (
@@ -53,29 +55,42 @@ RETURNS TABLE (
     invalid               bigint,
     lowest_available      bigint,
     sold_out_at           timestamptz)
-LANGUAGE sql STABLE AS $$
-    SELECT e.sku,
-           date_bin(every, e.occurred_at, timestamptz '1970-01-01 00:00:00+00') AS bucket,
-           count(*),
-           count(*) FILTER (WHERE e.result = 'APPLIED' AND e.command = 'DEDUCT'),
-           coalesce(sum(-e.delta) FILTER (WHERE e.result = 'APPLIED' AND e.command = 'DEDUCT'), 0),
-           count(*) FILTER (WHERE e.result = 'APPLIED' AND e.command = 'ROLLBACK'),
-           coalesce(sum(e.delta) FILTER (WHERE e.result = 'APPLIED' AND e.command = 'ROLLBACK'), 0),
-           coalesce(sum(-e.delta) FILTER (WHERE e.command IN ('DEDUCT', 'ROLLBACK')), 0),
-           count(*) FILTER (WHERE e.result = 'APPLIED' AND e.command = 'RESTOCK'),
-           coalesce(sum(e.delta) FILTER (WHERE e.command = 'RESTOCK'), 0),
-           count(*) FILTER (WHERE e.result = 'REJECTED_INSUFFICIENT'),
-           count(*) FILTER (WHERE e.result = 'REJECTED_CANCELLED'),
-           count(*) FILTER (WHERE e.result = 'REJECTED_RESTOCK'),
-           count(*) FILTER (WHERE e.result = 'IGNORED_NO_DEDUCTION'),
-           count(*) FILTER (WHERE e.result = 'DUPLICATE'),
-           count(*) FILTER (WHERE e.result IN ('INVALID', 'MISROUTED')),
-           min(e.available_after) FILTER (WHERE e.result NOT IN ('INVALID', 'MISROUTED')),
-           min(e.occurred_at) FILTER (
-               WHERE e.result = 'APPLIED' AND e.delta < 0 AND e.available_after = 0)
-    FROM ledger_entries e
-    WHERE e.topic = p_topic AND e.occurred_at >= since AND e.occurred_at < until
-      AND (p_sku IS NULL OR e.sku = p_sku)
-    GROUP BY 1, 2
-    ORDER BY 1, 2
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF extract(epoch FROM every) > 0 AND extract(epoch FROM every) % 3600 = 0
+       AND extract(epoch FROM since) % 3600 = 0 AND extract(epoch FROM until) % 3600 = 0 THEN
+        RETURN QUERY EXECUTE $q$
+            SELECT h.sku, date_bin($2, h.hour, timestamptz 'epoch'),
+                   sum(h.records)::bigint, sum(h.deducts_applied)::bigint,
+                   sum(h.units_taken)::bigint, sum(h.rollbacks_applied)::bigint,
+                   sum(h.units_returned)::bigint, sum(h.net_taken)::bigint,
+                   sum(h.restocks_applied)::bigint, sum(h.restock_delta)::bigint,
+                   sum(h.rejected_insufficient)::bigint, sum(h.rejected_cancelled)::bigint,
+                   sum(h.rejected_restock)::bigint, sum(h.ignored_no_deduction)::bigint,
+                   sum(h.duplicates)::bigint, sum(h.invalid)::bigint,
+                   min(h.lowest_available), min(h.sold_out_at)
+            FROM ledger_hourly h
+            WHERE h.topic = $1 AND h.hour >= $3 AND h.hour < $4
+              AND ($5::text IS NULL OR h.sku = $5)
+            GROUP BY 1, 2 ORDER BY 1, 2
+        $q$ USING p_topic, every, since, until, p_sku;
+    ELSE
+        RETURN QUERY EXECUTE
+            'SELECT t.sku, t.bucket, t.records, t.deducts_applied, t.units_taken,
+                    t.rollbacks_applied, t.units_returned, t.net_taken, t.restocks_applied,
+                    t.restock_delta, t.rejected_insufficient, t.rejected_cancelled,
+                    t.rejected_restock, t.ignored_no_deduction, t.duplicates, t.invalid,
+                    t.lowest_available, t.sold_out_at
+             FROM (' || ledger_totals_sql(
+                 'ledger_entries WHERE topic = $1 AND occurred_at >= $3 AND occurred_at < $4
+                      AND ($5::text IS NULL OR sku = $5)',
+                 $b$date_bin($2, occurred_at, timestamptz 'epoch')$b$)
+            || ' GROUP BY 1, 2, 3) AS t (topic, bucket, sku, records, deducts_applied,
+                    units_taken, rollbacks_applied, units_returned, net_taken, restocks_applied,
+                    restock_delta, rejected_insufficient, rejected_cancelled, rejected_restock,
+                    ignored_no_deduction, duplicates, invalid, lowest_available, sold_out_at)
+             ORDER BY 1, 2'
+        USING p_topic, every, since, until, p_sku;
+    END IF;
+END
 $$;

@@ -329,12 +329,16 @@ async fn write_page_with_retry(
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
-/// a pool out of connections).
+/// a pool out of connections), or the page may go through when written
+/// again (a deadlock or serialization failure with another archiver
+/// updating the same hours of `ledger_hourly` during a rebalance).
 fn is_transient(e: &sqlx::Error) -> bool {
     matches!(
         e,
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_)
-    ) || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03"))
+    ) || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| {
+        c.starts_with("08") || ["57P01", "57P03", "40P01", "40001"].contains(&c.as_ref())
+    }))
 }
 
 struct Written {

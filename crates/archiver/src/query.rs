@@ -430,8 +430,10 @@ pub struct ReportRow {
 }
 
 /// Per-SKU (or one SKU's) totals per interval of `every_secs` seconds,
-/// aligned on the Unix epoch, for records with `since <= occurred_at < until`;
-/// refused (`max_rows`) when there would be more than `max_rows` rows.
+/// aligned on the Unix epoch, for records with `since <= occurred_at < until`
+/// once the range is widened to whole intervals (so the first and last are
+/// whole too, and whole hours are summed from `ledger_hourly`); refused
+/// (`max_rows`) when there would be more than `max_rows` rows.
 pub async fn report(
     pool: &PgPool,
     topic: &str,
@@ -448,6 +450,12 @@ pub async fn report(
         ));
     }
     check_range(Some(since_ms), Some(until_ms))?;
+    let every_ms = every_secs.saturating_mul(1000);
+    let since_ms = since_ms.div_euclid(every_ms) * every_ms;
+    let until_ms = until_ms
+        .div_euclid(every_ms)
+        .saturating_add(i64::from(until_ms.rem_euclid(every_ms) != 0))
+        .saturating_mul(every_ms);
     const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'";
     let max_rows = max_rows.clamp(1, i64::MAX - 1);
     let rows: Vec<ReportRow> = sqlx::query_as(&format!(

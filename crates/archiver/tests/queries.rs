@@ -514,3 +514,51 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
+
+#[sqlx::test(migrator = "stockledger_archiver::MIGRATOR")]
+async fn hourly_totals_count_each_row_once_and_match_the_rows_themselves(
+    pool: PgPool,
+) -> anyhow::Result<()> {
+    let hour = 3_600_000;
+    let mut rows = Vec::new();
+    for i in 0..60 {
+        let (result, delta) = match i % 4 {
+            0 => ("REJECTED_INSUFFICIENT", 0),
+            1 => ("DUPLICATE", 0),
+            _ => ("APPLIED", -1),
+        };
+        let sku = if i % 3 == 0 { "A" } else { "B" };
+        rows.push(
+            Row::new(i32::from(sku == "B"), i, sku, result)
+                .stock("DEDUCT", delta, 100 - i)
+                .at(T0 + i * 7 * 60_000),
+        );
+    }
+    archive(&pool, &rows).await?;
+    // Outcomes published twice collapse on the primary key and add nothing.
+    sqlx::query(
+        "INSERT INTO ledger_entries SELECT * FROM ledger_entries WHERE log_offset < 10
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&pool)
+    .await?;
+    // Whole hours come from ledger_hourly; 30-minute intervals from the rows.
+    let (since, until) = (T0, T0 + 8 * hour);
+    let hourly = query::report(&pool, "t", 3600, since, until, None, 1000).await?;
+    let halves = query::report(&pool, "t", 1800, since, until, None, 1000).await?;
+    assert_eq!(hourly.iter().map(|r| r.records).sum::<i64>(), 60);
+    for h in &hourly {
+        let parts: Vec<_> = halves
+            .iter()
+            .filter(|r| r.sku == h.sku && r.bucket[..13] == h.bucket[..13])
+            .collect();
+        let sum = |f: fn(&query::ReportRow) -> i64| parts.iter().map(|r| f(r)).sum::<i64>();
+        assert_eq!(sum(|r| r.records), h.records, "{h:?}");
+        assert_eq!(sum(|r| r.units_taken), h.units_taken, "{h:?}");
+        assert_eq!(sum(|r| r.rejected_insufficient), h.rejected_insufficient);
+        assert_eq!(sum(|r| r.duplicates), h.duplicates);
+        let lowest = parts.iter().filter_map(|r| r.lowest_available).min();
+        assert_eq!(lowest, h.lowest_available, "{h:?}");
+    }
+    Ok(())
+}

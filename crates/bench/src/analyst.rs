@@ -5,8 +5,9 @@
 //! archiver's migrations, dropped at the end unless `--keep`), so the fill
 //! neither slows nor is slowed by the rest of the run. They are generated in
 //! PostgreSQL with `INSERT … SELECT generate_series`, the archiver's own
-//! insert shape (every column, through the partitioned table and all its
-//! indexes) without the Kafka consumer in front. 10,000 SKUs over ten days;
+//! insert shape (every column, through the partitioned table, its indexes
+//! and the trigger that keeps `ledger_hourly`) without the Kafka consumer in
+//! front. 10,000 SKUs over ten days;
 //! each SKU's rows in log order with rising `occurred_at`.
 
 use std::str::FromStr;
@@ -92,23 +93,25 @@ async fn fill_and_measure(
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut pick = move || {
         let sku = format!("SKU-{}", rng.gen_range(0..SKUS));
-        let at = START_MS + rng.gen_range(0..span_ms - 600_000);
+        let at = START_MS + rng.gen_range(0..span_ms - DAY_MS);
         let offset = rng.gen_range(0..rows);
         (sku, at, offset)
     };
-    let rows_of_five_minutes = per_sku * 5 * 60_000 / span_ms;
     results.push(
         timed(
-            "q-sku-5min",
-            &format!("history of one SKU over 5 minutes (~{rows_of_five_minutes} rows), log order"),
+            "q-sku-day",
+            &format!(
+                "history of one SKU over a day (~{} rows), log order",
+                per_sku / DAYS
+            ),
             samples,
             || {
                 let (sku, at, _) = pick();
                 let pool = pool.clone();
                 async move {
-                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 100);
+                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 1000);
                     q.since_ms = Some(at);
-                    q.until_ms = Some(at + 300_000);
+                    q.until_ms = Some(at + DAY_MS);
                     query::history_page(&pool, TOPIC, &q).await?;
                     Ok(())
                 }

@@ -766,6 +766,10 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
         .execute(pool)
         .await?
         .rows_affected();
+    sqlx::query("DELETE FROM ledger_hourly WHERE topic = ANY($1)")
+        .bind(&topics)
+        .execute(pool)
+        .await?;
     sqlx::query("DELETE FROM archiver_progress WHERE topic = ANY($1)")
         .bind(&topics)
         .execute(pool)
