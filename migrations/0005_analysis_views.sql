@@ -57,7 +57,21 @@ RETURNS TABLE (
     sold_out_at           timestamptz)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF extract(epoch FROM every) > 0 AND extract(epoch FROM every) % 3600 = 0
+    IF every = interval '1 hour'
+       AND extract(epoch FROM since) % 3600 = 0 AND extract(epoch FROM until) % 3600 = 0 THEN
+        -- The hours as they are: nothing to add up.
+        RETURN QUERY EXECUTE $q$
+            SELECT h.sku, h.hour, h.records, h.deducts_applied, h.units_taken,
+                   h.rollbacks_applied, h.units_returned, h.net_taken, h.restocks_applied,
+                   h.restock_delta, h.rejected_insufficient, h.rejected_cancelled,
+                   h.rejected_restock, h.ignored_no_deduction, h.duplicates, h.invalid,
+                   h.lowest_available, h.sold_out_at
+            FROM ledger_hourly h
+            WHERE h.topic = $1 AND h.hour >= $2 AND h.hour < $3
+              AND ($4::text IS NULL OR h.sku = $4)
+            ORDER BY 1, 2
+        $q$ USING p_topic, since, until, p_sku;
+    ELSIF extract(epoch FROM every) > 0 AND extract(epoch FROM every) % 3600 = 0
        AND extract(epoch FROM since) % 3600 = 0 AND extract(epoch FROM until) % 3600 = 0 THEN
         RETURN QUERY EXECUTE $q$
             SELECT h.sku, date_bin($2, h.hour, timestamptz 'epoch'),
