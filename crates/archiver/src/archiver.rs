@@ -425,24 +425,14 @@ impl Columns {
     }
 }
 
-/// The UTC (year, month) of an instant in milliseconds since the Unix epoch
-/// (the proleptic Gregorian calendar, as PostgreSQL counts).
+/// The UTC (year, month) of an instant in milliseconds since the Unix epoch.
+/// Instants beyond year 9999 either way (which PostgreSQL's timestamps do not
+/// hold anyway) fall in (±10000, 0).
 fn utc_month(ms: i64) -> (i64, u32) {
-    // Howard Hinnant's civil_from_days.
-    let days = ms.div_euclid(86_400_000) + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153; // March = 0
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month as u32)
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(t) => (i64::from(t.year()), u32::from(u8::from(t.month()))),
+        Err(_) => (ms.signum() * 10_000, 0),
+    }
 }
 
 /// The months of `instants` not in `known`, each with one of its instants.
