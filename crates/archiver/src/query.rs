@@ -44,12 +44,32 @@ pub enum HistoryOf {
 /// Most entries one page of history may ask for.
 pub const MAX_PAGE: i64 = 10_000;
 
-const ENTRY_COLUMNS: &str = "topic, partition, log_offset, sku, command, command_id, order_id,
-    adjustment_id,
-    quantity, result, delta, available_after, total_after, reason,
-    to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS occurred_at,
-    (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
-    restock_mode, rollback_reason";
+/// The SQL of a `timestamptz` column as text: RFC 3339, UTC, milliseconds.
+macro_rules! rfc3339 {
+    ($column:literal) => {
+        concat!(
+            "to_char(",
+            $column,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS ",
+            $column
+        )
+    };
+}
+
+/// The columns an [`Entry`] is read from.
+macro_rules! entry_columns {
+    () => {
+        concat!(
+            "topic, partition, log_offset, sku, command, command_id, order_id, adjustment_id,
+             quantity, result, delta, available_after, total_after, reason, ",
+            rfc3339!("occurred_at"),
+            ", (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
+             restock_mode, rollback_reason"
+        )
+    };
+}
+
+const ENTRY_COLUMNS: &str = entry_columns!();
 
 /// Where a page of history ended: the last entry's command topic, log
 /// position and SKU. Its text form, `TOPIC:PARTITION:OFFSET:SKU`, is what
@@ -352,13 +372,12 @@ pub async fn stock_as_of(
     let Some(first) = first else {
         return Ok(StockAsOf::Unknown);
     };
-    let reach: Reach = sqlx::query_as(
-        "SELECT partition, log_offset,
-             to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
-                 AS occurred_at
-         FROM ledger_entries WHERE topic = $1 AND partition = $2
-         ORDER BY log_offset DESC LIMIT 1",
-    )
+    let reach: Reach = sqlx::query_as(concat!(
+        "SELECT partition, log_offset, ",
+        rfc3339!("occurred_at"),
+        " FROM ledger_entries WHERE topic = $1 AND partition = $2
+             ORDER BY log_offset DESC LIMIT 1"
+    ))
     .bind(topic)
     .bind(first.partition)
     .fetch_one(pool)
@@ -456,15 +475,15 @@ pub async fn report(
         .div_euclid(every_ms)
         .saturating_add(i64::from(until_ms.rem_euclid(every_ms) != 0))
         .saturating_mul(every_ms);
-    const RFC3339: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'";
     let max_rows = max_rows.clamp(1, i64::MAX - 1);
-    let rows: Vec<ReportRow> = sqlx::query_as(&format!(
-        "SELECT sku, to_char(bucket AT TIME ZONE 'UTC', {RFC3339}) AS bucket, records,
-             deducts_applied, units_taken, rollbacks_applied, units_returned, net_taken,
+    let rows: Vec<ReportRow> = sqlx::query_as(concat!(
+        "SELECT sku, ",
+        rfc3339!("bucket"),
+        ", records, deducts_applied, units_taken, rollbacks_applied, units_returned, net_taken,
              restocks_applied, restock_delta, rejected_insufficient, rejected_cancelled,
-             rejected_restock, ignored_no_deduction, duplicates, invalid, lowest_available,
-             to_char(sold_out_at AT TIME ZONE 'UTC', {RFC3339}) AS sold_out_at
-         FROM ledger_report($1, make_interval(secs => $2),
+             rejected_restock, ignored_no_deduction, duplicates, invalid, lowest_available, ",
+        rfc3339!("sold_out_at"),
+        " FROM ledger_report($1, make_interval(secs => $2),
              timestamptz 'epoch' + interval '1 millisecond' * $3,
              timestamptz 'epoch' + interval '1 millisecond' * $4, $5)
          LIMIT $6"
@@ -495,22 +514,19 @@ pub fn entries_between<'a>(
     since_ms: i64,
     until_ms: i64,
 ) -> impl futures::Stream<Item = Result<Entry, sqlx::Error>> + Send + 'a {
-    let sql: &'static str = &EXPORT_SQL;
-    sqlx::query_as(sql)
-        .bind(topic)
-        .bind(since_ms)
-        .bind(until_ms)
-        .fetch(pool)
-}
-
-static EXPORT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1
+    sqlx::query_as(concat!(
+        "SELECT ",
+        entry_columns!(),
+        " FROM ledger_entries WHERE topic = $1
            AND occurred_at >= timestamptz 'epoch' + interval '1 millisecond' * $2
            AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * $3
          ORDER BY occurred_at, partition, log_offset"
-    )
-});
+    ))
+    .bind(topic)
+    .bind(since_ms)
+    .bind(until_ms)
+    .fetch(pool)
+}
 
 /// Number of archived rows whose command record is on `topic`.
 pub async fn count_rows(pool: &PgPool, topic: &str) -> Result<i64, sqlx::Error> {
@@ -583,6 +599,19 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
         })?;
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| format!("{text:?} is out of range"))
+}
+
+/// Parses the moment of an as-of question: a log offset (a whole number),
+/// or an instant as [`parse_instant`] takes it.
+pub fn parse_as_of(text: &str, now_ms: i64) -> Result<AsOf, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map(AsOf::Offset)
+            .map_err(|_| format!("{text:?}: offset out of range"));
+    }
+    parse_instant(text, now_ms).map(AsOf::Time)
 }
 
 /// Parses a span like `90s`, `15m`, `1h`, `1d` or `1w` into milliseconds.

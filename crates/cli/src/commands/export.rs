@@ -20,19 +20,14 @@ pub struct Args {
     /// csv (with a header line) or parquet.
     #[arg(long, value_parser = str::parse::<Format>)]
     pub format: Format,
-    /// The file to write; it must not exist.
+    /// The file to write; it must not exist (the export refuses it before
+    /// reading anything).
     #[arg(long)]
     pub out: PathBuf,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     check_range(Some(args.since), Some(args.until))?;
-    if args.out.exists() {
-        anyhow::bail!(
-            "--out: {} already exists; an export never overwrites a file",
-            args.out.display()
-        );
-    }
     let pool = connect_archive(g, 1).await?;
     let rows = export::export(
         &pool,

@@ -8,7 +8,7 @@ use stockledger_archiver::query::{self, AsOf, StockAsOf};
 use stockledger_core::ids::Sku;
 use stockledger_projection::Projection;
 
-use super::{parse_sku, parse_time, query_error};
+use super::{parse_sku, query_error};
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -23,13 +23,7 @@ pub struct Args {
 }
 
 fn parse_as_of(s: &str) -> Result<AsOf, String> {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s
-            .parse()
-            .map(AsOf::Offset)
-            .map_err(|_| format!("{s:?}: offset out of range"));
-    }
-    parse_time(s).map(AsOf::Time)
+    query::parse_as_of(s, query::now_ms())
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {

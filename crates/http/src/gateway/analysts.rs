@@ -8,11 +8,11 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use stockledger_archiver::query::{self, AsOf, StockAsOf};
+use stockledger_archiver::query::{self, StockAsOf};
 use stockledger_core::Sku;
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::{archive_problem, path_problem, Answer, Position, Shared};
+use super::api::{archive_problem, instant_param, path_problem, Answer, Position, Shared};
 use super::problem::{Problem, Query};
 
 /// Most rows one report answers; a larger one asks for a SKU or a shorter range.
@@ -61,16 +61,8 @@ pub(crate) async fn as_of(
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
-    let at = params.at.trim();
-    let at = if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) {
-        at.parse()
-            .map(AsOf::Offset)
-            .map_err(|_| Problem::invalid("at", format!("{at:?}: offset out of range")))?
-    } else {
-        AsOf::Time(
-            query::parse_instant(at, query::now_ms()).map_err(|e| Problem::invalid("at", e))?,
-        )
-    };
+    let at =
+        query::parse_as_of(&params.at, query::now_ms()).map_err(|e| Problem::invalid("at", e))?;
     let topic = &gateway.topic;
     let answer = query::stock_as_of(&gateway.archive, topic, sku.as_str(), at)
         .await
@@ -172,12 +164,8 @@ pub struct ReportRowBody {
         (status = 503, description = "The archive is unreachable", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportParams>) -> Answer {
     let now = query::now_ms();
-    let instant = |field: &'static str, text: Option<String>, default: &str| {
-        query::parse_instant(text.as_deref().unwrap_or(default), now)
-            .map_err(|e| Problem::invalid(field, e))
-    };
-    let since = instant("since", params.since, "-1d")?;
-    let until = instant("until", params.until, "now")?;
+    let since = instant_param("since", params.since.as_deref().unwrap_or("-1d"), now)?;
+    let until = instant_param("until", params.until.as_deref().unwrap_or("now"), now)?;
     let every_ms = query::parse_span_ms(params.every.as_deref().unwrap_or("1h"))
         .map_err(|e| Problem::invalid("every", e))?;
     let sku = params.sku.map(Sku::new).transpose()?;

@@ -480,11 +480,6 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
         .transpose()
         .map_err(|e: String| Problem::invalid("after", e))?;
     let now = query::now_ms();
-    let instant = |field: &'static str, text: Option<String>| {
-        text.map(|t| query::parse_instant(&t, now))
-            .transpose()
-            .map_err(|e| Problem::invalid(field, e))
-    };
     let results = params
         .result
         .iter()
@@ -496,8 +491,16 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
         .collect::<Result<Vec<_>, _>>()?;
     let q = HistoryQuery {
         of,
-        since_ms: instant("since", params.since)?,
-        until_ms: instant("until", params.until)?,
+        since_ms: params
+            .since
+            .as_deref()
+            .map(|t| instant_param("since", t, now))
+            .transpose()?,
+        until_ms: params
+            .until
+            .as_deref()
+            .map(|t| instant_param("until", t, now))
+            .transpose()?,
         results,
         newest_first: params.newest_first.unwrap_or(false),
         after,
@@ -548,6 +551,12 @@ fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
         order,
     })
     .into_response()
+}
+
+/// A time query parameter (`since`, `until`): RFC 3339, `now`, or a time
+/// ago; ms since the epoch.
+pub(super) fn instant_param(field: &'static str, text: &str, now_ms: i64) -> Result<i64, Problem> {
+    query::parse_instant(text, now_ms).map_err(|e| Problem::invalid(field, e))
 }
 
 /// A refused question (`422` naming the parameter), or an unreachable
