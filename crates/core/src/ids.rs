@@ -15,6 +15,11 @@ pub const MAX_QUANTITY: i64 = 1_000_000_000;
 /// Lua scripts, whose numbers are doubles, compute every value exactly.
 pub const MAX_STOCK: i64 = 1_000_000_000_000_000;
 
+/// Longest hold a reservation may ask for: seven days, in milliseconds.
+/// A deadline further ahead is a mistake (seconds sent as milliseconds, a
+/// year typed wrong), not a checkout.
+pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
 /// A value was refused; `field` names the input, `problem` says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
@@ -125,6 +130,12 @@ id_type!(
     /// Names one restock so that sending it twice applies it once.
     AdjustmentId,
     "adjustment_id"
+);
+id_type!(
+    /// The buyer a deduct or reservation is for, counted against a SKU's
+    /// per-user limit.
+    UserId,
+    "user_id"
 );
 id_type!(
     /// Unique id of one command, chosen by the producer.

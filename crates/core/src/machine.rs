@@ -4,27 +4,46 @@
 //! same rules inside Redis; every reason string below appears there too, and
 //! the differential tests hold the two to the same outcomes and state.
 //!
-//! Per SKU the machine keeps available and total stock (total − available is
-//! what live deductions hold), the partition its records live on and the
-//! offset of the last record applied there, each
-//! order's state, the applied restock adjustments and the decision taken for
-//! every offset, so that a redelivered record is answered with the decision
-//! it got the first time and changes nothing.
+//! Per SKU the machine keeps available, reserved and total stock (total −
+//! available − reserved is what is sold), the per-user limit and each
+//! user's counted units, the partition its records live on and the offset
+//! of the last record applied there, each order's state, the applied
+//! restock adjustments and the decision taken for every offset, so that a
+//! redelivered record is answered with the decision it got the first time
+//! and changes nothing.
+//!
+//! Time enters only as each record's timestamp in the log: a reservation's
+//! deadline is compared with the timestamp of the confirm or expire that
+//! meets it, so a replay decides every expiry as the live run did. The
+//! deadline is the last millisecond at which a confirm is on time: a
+//! confirm stamped at the deadline confirms, an expire stamped at it is
+//! not due yet.
 
 use std::collections::BTreeMap;
 
-use crate::command::{Command, CommandBody, Deduct, Restock, RestockMode, Rollback};
+use crate::command::{
+    check_deadline, CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode,
+    Rollback,
+};
 use crate::ids::MAX_STOCK;
 use crate::outcome::{Decision, ResultCode};
+use crate::Command;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OrderStatus {
-    /// The deduction took stock that the order still holds.
+    /// A plain deduction took stock that the order still has (sold).
     Deducted,
-    /// The deduction was given back by a rollback.
+    /// The deduction or reservation was given back by a rollback.
     RolledBack,
     /// A rollback came first: a tombstone that refuses the late deduction.
     Cancelled,
+    /// A reservation holds stock until its deadline.
+    Reserved,
+    /// A reservation was confirmed in time: its units are sold (less what
+    /// was refunded).
+    Confirmed,
+    /// A reservation's deadline passed unconfirmed: its units came back.
+    Expired,
 }
 
 impl OrderStatus {
@@ -33,6 +52,9 @@ impl OrderStatus {
             Self::Deducted => "DEDUCTED",
             Self::RolledBack => "ROLLED_BACK",
             Self::Cancelled => "CANCELLED",
+            Self::Reserved => "RESERVED",
+            Self::Confirmed => "CONFIRMED",
+            Self::Expired => "EXPIRED",
         }
     }
 }
@@ -41,10 +63,38 @@ impl OrderStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderEntry {
     pub status: OrderStatus,
-    /// Units taken by the deduction (0 for a tombstone).
+    /// Units taken by the deduction or reservation (0 for a tombstone).
     pub quantity: i64,
     /// Offset of the record that last changed this entry.
     pub offset: i64,
+    /// The buyer the units count against, if the deduct named one.
+    pub user: Option<String>,
+    /// A reservation's deadline.
+    pub expires_at: Option<i64>,
+    /// Units of a confirmed order refunded so far.
+    pub refunded: i64,
+}
+
+impl OrderEntry {
+    fn new(status: OrderStatus, quantity: i64, offset: i64) -> Self {
+        Self {
+            status,
+            quantity,
+            offset,
+            user: None,
+            expires_at: None,
+            refunded: 0,
+        }
+    }
+
+    /// Units this order still takes from the SKU (held or sold).
+    pub fn live_units(&self) -> i64 {
+        match self.status {
+            OrderStatus::Deducted | OrderStatus::Reserved => self.quantity,
+            OrderStatus::Confirmed => self.quantity - self.refunded,
+            OrderStatus::RolledBack | OrderStatus::Cancelled | OrderStatus::Expired => 0,
+        }
+    }
 }
 
 /// Where a record was read, and where its SKU belongs.
@@ -88,12 +138,19 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
 pub struct SkuState {
     pub available: i64,
     pub total: i64,
+    /// Units held by live reservations.
+    pub reserved: i64,
+    /// Units one user may hold and buy, if limited.
+    pub limit: Option<i64>,
     /// The partition whose records built this state (`None` for state
     /// written before partitions were recorded: its home partition owns it).
     pub partition: Option<i32>,
     /// The offset, on [`SkuState::partition`], of the last record applied.
     pub last_offset: Option<i64>,
     pub orders: BTreeMap<String, OrderEntry>,
+    /// Per user, the units their live orders hold or bought (users at zero
+    /// are not kept).
+    pub users: BTreeMap<String, i64>,
     /// Applied restock adjustment ids and the offset that applied each.
     pub adjustments: BTreeMap<String, i64>,
     /// The decision taken for every offset applied to this SKU.
@@ -101,9 +158,15 @@ pub struct SkuState {
 }
 
 impl SkuState {
-    /// Units held by live deductions.
+    /// Units taken by live orders: held by reservations or sold.
     pub fn held(&self) -> i64 {
         self.total - self.available
+    }
+
+    /// Units sold (by plain deductions and confirmed reservations, less
+    /// refunds).
+    pub fn sold(&self) -> i64 {
+        self.total - self.available - self.reserved
     }
 
     /// The partition this SKU's records must be on.
@@ -111,12 +174,13 @@ impl SkuState {
         self.partition.unwrap_or(home)
     }
 
-    /// Applies the record at `offset` of `at.partition`. A record on another
-    /// partition than the SKU's owner is [`misrouted`]: its offset means
-    /// nothing here, so it is neither applied nor compared. A record at or
-    /// below the last applied offset is a redelivery: it gets the decision
-    /// stored for it and changes nothing.
-    pub fn apply(&mut self, at: Placement, offset: i64, body: &CommandBody) -> Decision {
+    /// Applies the record at `offset` of `at.partition`, whose timestamp in
+    /// the log is `time` (milliseconds since the Unix epoch). A record on
+    /// another partition than the SKU's owner is [`misrouted`]: its offset
+    /// means nothing here, so it is neither applied nor compared. A record
+    /// at or below the last applied offset is a redelivery: it gets the
+    /// decision stored for it and changes nothing.
+    pub fn apply(&mut self, at: Placement, offset: i64, time: i64, body: &CommandBody) -> Decision {
         let owner = self.owner(at.home);
         if at.partition != owner {
             return misrouted(at.partition, owner);
@@ -131,9 +195,13 @@ impl SkuState {
             });
         }
         let decision = match body {
-            CommandBody::Deduct(d) => self.deduct(offset, d),
+            CommandBody::Deduct(d) => self.deduct(offset, time, d),
             CommandBody::Rollback(r) => self.rollback(offset, r),
             CommandBody::Restock(r) => self.restock(offset, r),
+            CommandBody::Confirm(c) => self.confirm(offset, time, c),
+            CommandBody::Refund(r) => self.refund(offset, r),
+            CommandBody::Expire(e) => self.expire(offset, time, e),
+            CommandBody::Limit(l) => self.set_limit(l),
         };
         self.decisions.insert(offset, decision.clone());
         self.partition = Some(at.partition);
@@ -151,30 +219,95 @@ impl SkuState {
         }
     }
 
-    fn deduct(&mut self, offset: i64, d: &Deduct) -> Decision {
+    fn refuse(&self, result: ResultCode, reason: impl Into<String>) -> Decision {
+        self.decide(result, 0, Some(reason.into()))
+    }
+
+    /// Counts `units` (negative: stops counting them) against `user`.
+    fn count(&mut self, user: Option<&str>, units: i64) {
+        let Some(user) = user else { return };
+        let counted = self.users.get(user).copied().unwrap_or(0) + units;
+        if counted > 0 {
+            self.users.insert(user.to_owned(), counted);
+        } else {
+            self.users.remove(user);
+        }
+    }
+
+    /// Gives back the units an order still holds or bought, setting its
+    /// new status at `offset`; the units returned.
+    fn release(&mut self, id: &str, status: OrderStatus, offset: i64) -> i64 {
+        let Some(entry) = self.orders.get_mut(id) else {
+            return 0;
+        };
+        let units = entry.live_units();
+        if entry.status == OrderStatus::Reserved {
+            self.reserved -= units;
+        }
+        entry.status = status;
+        entry.offset = offset;
+        let user = entry.user.clone();
+        self.available += units;
+        self.count(user.as_deref(), -units);
+        units
+    }
+
+    fn deduct(&mut self, offset: i64, time: i64, d: &Deduct) -> Decision {
         let quantity = d.quantity.get();
         if let Some(entry) = self.orders.get(d.order_id.as_str()) {
             let (result, reason) = match entry.status {
                 OrderStatus::Deducted => (ResultCode::Duplicate, "order already deducted"),
+                OrderStatus::Reserved => (ResultCode::Duplicate, "order already reserved"),
+                OrderStatus::Confirmed => (ResultCode::Duplicate, "order already confirmed"),
                 OrderStatus::RolledBack => (ResultCode::RejectedCancelled, "order was rolled back"),
                 OrderStatus::Cancelled => (
                     ResultCode::RejectedCancelled,
                     "order was cancelled before its deduction",
                 ),
+                OrderStatus::Expired => {
+                    (ResultCode::RejectedExpired, "order's reservation expired")
+                }
             };
-            return self.decide(result, 0, Some(reason.into()));
+            return self.refuse(result, reason);
+        }
+        if let Some(deadline) = d.expires_at {
+            if let Err(e) = check_deadline(deadline, time) {
+                return self.refuse(ResultCode::RejectedDeadline, e.to_string());
+            }
+        }
+        let user = d.user_id.as_ref().map(|u| u.as_str());
+        if let Some(limit) = self.limit {
+            let Some(user) = user else {
+                let reason = format!("the sku has a per-user limit of {limit}; name a user_id");
+                return self.refuse(ResultCode::RejectedLimit, reason);
+            };
+            let counted = self.users.get(user).copied().unwrap_or(0);
+            if counted + quantity > limit {
+                let reason = format!(
+                    "user {user} has {counted} of the per-user limit of {limit}; requested {quantity}"
+                );
+                return self.refuse(ResultCode::RejectedLimit, reason);
+            }
         }
         if quantity > self.available {
             let reason = format!("requested {quantity}, available {}", self.available);
-            return self.decide(ResultCode::RejectedInsufficient, 0, Some(reason));
+            return self.refuse(ResultCode::RejectedInsufficient, reason);
         }
         self.available -= quantity;
+        let status = match d.expires_at {
+            Some(_) => {
+                self.reserved += quantity;
+                OrderStatus::Reserved
+            }
+            None => OrderStatus::Deducted,
+        };
+        self.count(user, quantity);
         self.orders.insert(
             d.order_id.as_str().to_owned(),
             OrderEntry {
-                status: OrderStatus::Deducted,
-                quantity,
-                offset,
+                user: user.map(str::to_owned),
+                expires_at: d.expires_at,
+                ..OrderEntry::new(status, quantity, offset)
             },
         );
         self.decide(ResultCode::Applied, -quantity, None)
@@ -182,45 +315,148 @@ impl SkuState {
 
     fn rollback(&mut self, offset: i64, r: &Rollback) -> Decision {
         let key = r.order_id.as_str();
-        match self.orders.get(key).map(|e| (e.status, e.quantity)) {
-            Some((OrderStatus::Deducted, quantity)) => {
-                self.available += quantity;
-                self.orders.insert(
-                    key.to_owned(),
-                    OrderEntry {
-                        status: OrderStatus::RolledBack,
-                        quantity,
-                        offset,
-                    },
-                );
-                self.decide(ResultCode::Applied, quantity, None)
+        let Some(status) = self.orders.get(key).map(|e| e.status) else {
+            self.orders.insert(
+                key.to_owned(),
+                OrderEntry::new(OrderStatus::Cancelled, 0, offset),
+            );
+            return self.refuse(
+                ResultCode::IgnoredNoDeduction,
+                "no deduction for this order; tombstone left",
+            );
+        };
+        match status {
+            OrderStatus::Deducted | OrderStatus::Reserved => {
+                let units = self.release(key, OrderStatus::RolledBack, offset);
+                self.decide(ResultCode::Applied, units, None)
             }
-            Some((OrderStatus::RolledBack, _)) => self.decide(
-                ResultCode::Duplicate,
-                0,
-                Some("order already rolled back".into()),
+            OrderStatus::RolledBack => {
+                self.refuse(ResultCode::Duplicate, "order already rolled back")
+            }
+            OrderStatus::Cancelled => self.refuse(ResultCode::Duplicate, "order already cancelled"),
+            OrderStatus::Expired => {
+                self.refuse(ResultCode::Duplicate, "order's reservation already expired")
+            }
+            OrderStatus::Confirmed => self.refuse(
+                ResultCode::RejectedNotReserved,
+                "order was confirmed; refund it instead",
             ),
-            Some((OrderStatus::Cancelled, _)) => self.decide(
-                ResultCode::Duplicate,
-                0,
-                Some("order already cancelled".into()),
+        }
+    }
+
+    fn confirm(&mut self, offset: i64, time: i64, c: &Confirm) -> Decision {
+        let key = c.order_id.as_str();
+        let Some(entry) = self.orders.get(key) else {
+            return self.refuse(
+                ResultCode::RejectedNotReserved,
+                "no reservation for this order",
+            );
+        };
+        match entry.status {
+            OrderStatus::Reserved => {
+                let (quantity, deadline) = (entry.quantity, entry.expires_at.unwrap_or(i64::MAX));
+                if time > deadline {
+                    let units = self.release(key, OrderStatus::Expired, offset);
+                    let reason = format!(
+                        "confirmed at {time}, after the deadline {deadline}; the hold expired"
+                    );
+                    return self.decide(ResultCode::RejectedExpired, units, Some(reason));
+                }
+                self.reserved -= quantity;
+                if let Some(entry) = self.orders.get_mut(key) {
+                    entry.status = OrderStatus::Confirmed;
+                    entry.offset = offset;
+                }
+                self.decide(ResultCode::Confirmed, 0, None)
+            }
+            OrderStatus::Confirmed => self.refuse(ResultCode::Duplicate, "order already confirmed"),
+            OrderStatus::Expired => {
+                self.refuse(ResultCode::RejectedExpired, "order's reservation expired")
+            }
+            OrderStatus::Deducted => self.refuse(
+                ResultCode::RejectedNotReserved,
+                "order was deducted without a hold; nothing to confirm",
             ),
-            None => {
-                self.orders.insert(
-                    key.to_owned(),
-                    OrderEntry {
-                        status: OrderStatus::Cancelled,
-                        quantity: 0,
-                        offset,
-                    },
-                );
-                self.decide(
-                    ResultCode::IgnoredNoDeduction,
-                    0,
-                    Some("no deduction for this order; tombstone left".into()),
+            OrderStatus::RolledBack => {
+                self.refuse(ResultCode::RejectedCancelled, "order was rolled back")
+            }
+            OrderStatus::Cancelled => self.refuse(
+                ResultCode::RejectedCancelled,
+                "order was cancelled before its reservation",
+            ),
+        }
+    }
+
+    fn expire(&mut self, offset: i64, time: i64, e: &Expire) -> Decision {
+        let key = e.order_id.as_str();
+        let Some(entry) = self.orders.get(key) else {
+            return self.refuse(
+                ResultCode::RejectedNotReserved,
+                "no reservation for this order",
+            );
+        };
+        match entry.status {
+            OrderStatus::Reserved => {
+                let deadline = entry.expires_at.unwrap_or(i64::MAX);
+                if time <= deadline {
+                    let reason = format!("the hold lasts until {deadline}; record time {time}");
+                    return self.refuse(ResultCode::IgnoredNotDue, reason);
+                }
+                let units = self.release(key, OrderStatus::Expired, offset);
+                self.decide(ResultCode::Expired, units, None)
+            }
+            OrderStatus::Expired => self.refuse(ResultCode::Duplicate, "order already expired"),
+            other => self.refuse(
+                ResultCode::RejectedNotReserved,
+                format!("no live hold for this order (it is {})", other.as_str()),
+            ),
+        }
+    }
+
+    fn refund(&mut self, offset: i64, r: &Refund) -> Decision {
+        let key = r.order_id.as_str();
+        let entry = match self.orders.get(key) {
+            Some(entry) if entry.status == OrderStatus::Confirmed => entry,
+            Some(entry) if entry.status == OrderStatus::Deducted => {
+                return self.refuse(
+                    ResultCode::RejectedNotSold,
+                    "order was deducted without a hold; roll it back instead",
                 )
             }
+            Some(entry) => {
+                let reason = format!("order sold nothing (it is {})", entry.status.as_str());
+                return self.refuse(ResultCode::RejectedNotSold, reason);
+            }
+            None => return self.refuse(ResultCode::RejectedNotSold, "no sale for this order"),
+        };
+        let (bought, refunded) = (entry.quantity, entry.refunded);
+        let target = r.quantity.map_or(bought, |q| q.get());
+        if target > bought {
+            let reason = format!("refund total {target} is more than the {bought} units bought");
+            return self.refuse(ResultCode::RejectedRefund, reason);
         }
+        if target < refunded {
+            let reason = format!("{refunded} units are already refunded; a refund total cannot go down to {target}");
+            return self.refuse(ResultCode::RejectedRefund, reason);
+        }
+        if target == refunded {
+            let reason = format!("order already refunded {refunded}");
+            return self.refuse(ResultCode::Duplicate, reason);
+        }
+        let units = target - refunded;
+        let user = entry.user.clone();
+        if let Some(entry) = self.orders.get_mut(key) {
+            entry.refunded = target;
+            entry.offset = offset;
+        }
+        self.available += units;
+        self.count(user.as_deref(), -units);
+        self.decide(ResultCode::Refunded, units, None)
+    }
+
+    fn set_limit(&mut self, l: &Limit) -> Decision {
+        self.limit = l.per_user.map(|q| q.get());
+        self.decide(ResultCode::Applied, 0, None)
     }
 
     fn restock(&mut self, offset: i64, r: &Restock) -> Decision {
@@ -282,22 +518,23 @@ impl Ledger {
         }
     }
 
-    /// Applies the record at `partition`/`offset`. A misrouted record
-    /// leaves no trace, not even an empty state for its SKU.
-    pub fn apply(&mut self, partition: i32, offset: i64, command: &Command) -> Decision {
+    /// Applies the record at `partition`/`offset` stamped `time` in the
+    /// log. A misrouted record leaves no trace, not even an empty state for
+    /// its SKU.
+    pub fn apply(&mut self, partition: i32, offset: i64, time: i64, command: &Command) -> Decision {
         let sku = command.sku.as_str();
         let at = Placement {
             partition,
             home: crate::partition::home_partition(sku.as_bytes(), self.partitions),
         };
         match self.skus.get_mut(sku) {
-            Some(state) => state.apply(at, offset, &command.body),
+            Some(state) => state.apply(at, offset, time, &command.body),
             None if partition != at.home => misrouted(partition, at.home),
             None => self
                 .skus
                 .entry(sku.to_owned())
                 .or_default()
-                .apply(at, offset, &command.body),
+                .apply(at, offset, time, &command.body),
         }
     }
 
@@ -317,11 +554,59 @@ mod tests {
         home: 0,
     };
 
+    /// The timestamp of records whose time does not matter.
+    const T: i64 = 1_000;
+
     fn deduct(order: &str, q: i64) -> CommandBody {
+        CommandBody::Deduct(Deduct::new(
+            OrderId::new(order).unwrap(),
+            Quantity::new(q).unwrap(),
+        ))
+    }
+
+    /// A reservation of `q` for `user` until `deadline`.
+    fn reserve(order: &str, q: i64, user: Option<&str>, deadline: i64) -> CommandBody {
         CommandBody::Deduct(Deduct {
-            order_id: OrderId::new(order).unwrap(),
-            quantity: Quantity::new(q).unwrap(),
+            user_id: user.map(|u| crate::ids::UserId::new(u).unwrap()),
+            expires_at: Some(deadline),
+            ..Deduct::new(OrderId::new(order).unwrap(), Quantity::new(q).unwrap())
         })
+    }
+
+    fn confirm(order: &str) -> CommandBody {
+        CommandBody::Confirm(Confirm {
+            order_id: OrderId::new(order).unwrap(),
+        })
+    }
+
+    fn expire(order: &str) -> CommandBody {
+        CommandBody::Expire(Expire {
+            order_id: OrderId::new(order).unwrap(),
+        })
+    }
+
+    fn refund(order: &str, total: Option<i64>) -> CommandBody {
+        CommandBody::Refund(Refund {
+            order_id: OrderId::new(order).unwrap(),
+            quantity: total.map(|q| Quantity::new(q).unwrap()),
+        })
+    }
+
+    fn limit(per_user: Option<i64>) -> CommandBody {
+        CommandBody::Limit(Limit {
+            per_user: per_user.map(|q| Quantity::new(q).unwrap()),
+        })
+    }
+
+    /// (result, delta, available, reserved, total) after applying `body`.
+    fn step(
+        s: &mut SkuState,
+        offset: i64,
+        time: i64,
+        body: &CommandBody,
+    ) -> (ResultCode, i64, i64, i64, i64) {
+        let d = s.apply(P, offset, time, body);
+        (d.result, d.delta, s.available, s.reserved, s.total)
     }
 
     fn rollback(order: &str) -> CommandBody {
@@ -336,11 +621,11 @@ mod tests {
     fn stocked() -> SkuState {
         let mut s = SkuState::default();
         assert_eq!(
-            s.apply(P, 0, &restock("a0", RestockMode::Set, 10)).result,
+            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10)).result,
             ResultCode::Applied
         );
         assert_eq!(
-            s.apply(P, 1, &deduct("held", 3)).result,
+            s.apply(P, 1, T, &deduct("held", 3)).result,
             ResultCode::Applied
         );
         s
@@ -350,14 +635,25 @@ mod tests {
         let mut s = stocked();
         match status {
             OrderStatus::Deducted => {
-                s.apply(P, 2, &deduct("o", 2));
+                s.apply(P, 2, T, &deduct("o", 2));
             }
             OrderStatus::RolledBack => {
-                s.apply(P, 2, &deduct("o", 2));
-                s.apply(P, 3, &rollback("o"));
+                s.apply(P, 2, T, &deduct("o", 2));
+                s.apply(P, 3, T, &rollback("o"));
             }
             OrderStatus::Cancelled => {
-                s.apply(P, 2, &rollback("o"));
+                s.apply(P, 2, T, &rollback("o"));
+            }
+            OrderStatus::Reserved => {
+                s.apply(P, 2, T, &reserve("o", 2, None, T + 10));
+            }
+            OrderStatus::Confirmed => {
+                s.apply(P, 2, T, &reserve("o", 2, None, T + 10));
+                s.apply(P, 3, T, &confirm("o"));
+            }
+            OrderStatus::Expired => {
+                s.apply(P, 2, T, &reserve("o", 2, None, T + 10));
+                s.apply(P, 3, T + 11, &expire("o"));
             }
         }
         assert_eq!(s.orders["o"].status, status);
@@ -367,20 +663,16 @@ mod tests {
     #[test]
     fn deduct_on_a_new_order_takes_stock_or_is_refused_when_short() {
         let mut s = stocked();
-        let d = s.apply(P, 5, &deduct("o", 7));
+        let d = s.apply(P, 5, T, &deduct("o", 7));
         assert_eq!(
             (d.result, d.delta, d.available, d.total),
             (ResultCode::Applied, -7, 0, 10)
         );
         assert_eq!(
             s.orders["o"],
-            OrderEntry {
-                status: OrderStatus::Deducted,
-                quantity: 7,
-                offset: 5
-            }
+            OrderEntry::new(OrderStatus::Deducted, 7, 5)
         );
-        let short = s.apply(P, 6, &deduct("p", 1));
+        let short = s.apply(P, 6, T, &deduct("p", 1));
         assert_eq!(short.result, ResultCode::RejectedInsufficient);
         assert_eq!(short.reason.as_deref(), Some("requested 1, available 0"));
         assert!(
@@ -395,11 +687,14 @@ mod tests {
             (OrderStatus::Deducted, ResultCode::Duplicate),
             (OrderStatus::RolledBack, ResultCode::RejectedCancelled),
             (OrderStatus::Cancelled, ResultCode::RejectedCancelled),
+            (OrderStatus::Reserved, ResultCode::Duplicate),
+            (OrderStatus::Confirmed, ResultCode::Duplicate),
+            (OrderStatus::Expired, ResultCode::RejectedExpired),
         ];
         for (status, expected) in cases {
             let mut s = order_with(status);
             let before = (s.available, s.total, s.orders.clone());
-            let d = s.apply(P, 10, &deduct("o", 1));
+            let d = s.apply(P, 10, T, &deduct("o", 1));
             assert_eq!((d.result, d.delta), (expected, 0), "{status:?}");
             assert_eq!(
                 before,
@@ -412,7 +707,7 @@ mod tests {
     #[test]
     fn rollback_on_each_order_state() {
         let mut s = order_with(OrderStatus::Deducted);
-        let d = s.apply(P, 10, &rollback("o"));
+        let d = s.apply(P, 10, T, &rollback("o"));
         assert_eq!(
             (d.result, d.delta, d.available),
             (ResultCode::Applied, 2, 7)
@@ -422,7 +717,7 @@ mod tests {
         for status in [OrderStatus::RolledBack, OrderStatus::Cancelled] {
             let mut s = order_with(status);
             let available = s.available;
-            let d = s.apply(P, 10, &rollback("o"));
+            let d = s.apply(P, 10, T, &rollback("o"));
             assert_eq!(
                 (d.result, d.delta),
                 (ResultCode::Duplicate, 0),
@@ -435,14 +730,14 @@ mod tests {
     #[test]
     fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct() {
         let mut s = stocked();
-        let r = s.apply(P, 2, &rollback("late"));
+        let r = s.apply(P, 2, T, &rollback("late"));
         assert_eq!(r.result, ResultCode::IgnoredNoDeduction);
         assert_eq!(s.orders["late"].status, OrderStatus::Cancelled);
-        let d = s.apply(P, 3, &deduct("late", 1));
+        let d = s.apply(P, 3, T, &deduct("late", 1));
         assert_eq!(d.result, ResultCode::RejectedCancelled);
         assert_eq!((s.available, s.total), (7, 10));
         assert_eq!(
-            s.apply(P, 4, &rollback("late")).result,
+            s.apply(P, 4, T, &rollback("late")).result,
             ResultCode::Duplicate
         );
         assert_eq!((s.available, s.total), (7, 10));
@@ -451,35 +746,35 @@ mod tests {
     #[test]
     fn restock_add_and_set_respect_held_stock() {
         let mut s = stocked(); // 7 available, 3 held
-        let add = s.apply(P, 2, &restock("a1", RestockMode::Add, -7));
+        let add = s.apply(P, 2, T, &restock("a1", RestockMode::Add, -7));
         assert_eq!(
             (add.result, add.available, add.total),
             (ResultCode::Applied, 0, 3)
         );
-        let neg = s.apply(P, 3, &restock("a2", RestockMode::Add, -1));
+        let neg = s.apply(P, 3, T, &restock("a2", RestockMode::Add, -1));
         assert_eq!(neg.result, ResultCode::RejectedRestock);
         assert_eq!(
             neg.reason.as_deref(),
             Some("ADD -1 would leave available at -1")
         );
-        let below = s.apply(P, 4, &restock("a3", RestockMode::Set, 2));
+        let below = s.apply(P, 4, T, &restock("a3", RestockMode::Set, 2));
         assert_eq!(below.result, ResultCode::RejectedRestock);
         assert_eq!(
             below.reason.as_deref(),
             Some("SET 2 is below the 3 units held by orders")
         );
-        let set = s.apply(P, 5, &restock("a4", RestockMode::Set, 20));
+        let set = s.apply(P, 5, T, &restock("a4", RestockMode::Set, 20));
         assert_eq!(
             (set.result, set.delta, set.available, set.total),
             (ResultCode::Applied, 17, 17, 20)
         );
-        let dup = s.apply(P, 6, &restock("a4", RestockMode::Set, 50));
+        let dup = s.apply(P, 6, T, &restock("a4", RestockMode::Set, 50));
         assert_eq!((dup.result, s.total), (ResultCode::Duplicate, 20));
-        let big = s.apply(P, 7, &restock("a5", RestockMode::Add, MAX_STOCK));
+        let big = s.apply(P, 7, T, &restock("a5", RestockMode::Add, MAX_STOCK));
         assert_eq!(big.result, ResultCode::RejectedRestock);
         // A refused adjustment may be sent again once it fits.
         assert_eq!(
-            s.apply(P, 8, &restock("a2", RestockMode::Add, -1)).result,
+            s.apply(P, 8, T, &restock("a2", RestockMode::Add, -1)).result,
             ResultCode::Applied
         );
     }
@@ -487,11 +782,11 @@ mod tests {
     #[test]
     fn redelivered_offsets_get_their_first_decision_and_change_nothing() {
         let mut s = stocked();
-        let first = s.apply(P, 2, &deduct("o", 7));
+        let first = s.apply(P, 2, T, &deduct("o", 7));
         let after = s.clone();
-        assert_eq!(s.apply(P, 2, &deduct("o", 7)), first);
+        assert_eq!(s.apply(P, 2, T, &deduct("o", 7)), first);
         assert_eq!(
-            s.apply(P, 0, &restock("a0", RestockMode::Set, 10)).result,
+            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10)).result,
             ResultCode::Applied
         );
         assert_eq!(s, after);
@@ -506,7 +801,7 @@ mod tests {
             home: 0,
         };
         // Offset 2 is new on partition 0, yet the record is not applied.
-        let d = s.apply(elsewhere, 2, &deduct("o", 1));
+        let d = s.apply(elsewhere, 2, T, &deduct("o", 1));
         assert_eq!(d, misrouted(1, 0));
         assert_eq!(
             d.reason.as_deref(),
@@ -517,7 +812,7 @@ mod tests {
         );
         // Offset 0 was applied on partition 0: still not a redelivery.
         assert_eq!(
-            s.apply(elsewhere, 0, &deduct("o", 1)).result,
+            s.apply(elsewhere, 0, T, &deduct("o", 1)).result,
             ResultCode::Misrouted
         );
         assert_eq!(s, before);
@@ -532,12 +827,12 @@ mod tests {
             partition: 5,
             home: 5,
         };
-        assert_eq!(s.apply(moved, 9, &deduct("o", 1)), misrouted(5, 0));
+        assert_eq!(s.apply(moved, 9, T, &deduct("o", 1)), misrouted(5, 0));
         let old = Placement {
             partition: 0,
             home: 5,
         };
-        assert_eq!(s.apply(old, 9, &deduct("o", 1)).result, ResultCode::Applied);
+        assert_eq!(s.apply(old, 9, T, &deduct("o", 1)).result, ResultCode::Applied);
     }
 
     #[test]
@@ -552,14 +847,173 @@ mod tests {
         let home = crate::partition::home_partition(b"SKU-1", 4);
         let away = (home + 1) % 4;
         assert_eq!(
-            ledger.apply(away, 0, &command("SKU-1")),
+            ledger.apply(away, 0, T, &command("SKU-1")),
             misrouted(away, home)
         );
         assert!(ledger.sku("SKU-1").is_none());
         assert_eq!(
-            ledger.apply(home, 0, &command("SKU-1")).result,
+            ledger.apply(home, 0, T, &command("SKU-1")).result,
             ResultCode::Applied
         );
         assert_eq!(ledger.sku("SKU-1").unwrap().partition, Some(home));
+    }
+
+    #[test]
+    fn a_reservation_holds_until_confirmed_and_a_confirm_at_the_deadline_is_on_time() {
+        let mut s = stocked(); // 7 available, 3 sold
+        assert_eq!(
+            step(&mut s, 2, 100, &reserve("o", 2, None, 200)),
+            (ResultCode::Applied, -2, 5, 2, 10)
+        );
+        assert_eq!(s.orders["o"].status, OrderStatus::Reserved);
+        assert_eq!((s.held(), s.sold()), (5, 3));
+        // At the deadline the confirm is on time, and the expire is not due.
+        let mut racing = s.clone();
+        assert_eq!(
+            step(&mut racing, 3, 200, &expire("o")),
+            (ResultCode::IgnoredNotDue, 0, 5, 2, 10)
+        );
+        assert_eq!(
+            step(&mut s, 3, 200, &confirm("o")),
+            (ResultCode::Confirmed, 0, 5, 0, 10)
+        );
+        assert_eq!((s.held(), s.sold()), (5, 5));
+        assert_eq!(
+            step(&mut s, 4, 900, &confirm("o")),
+            (ResultCode::Duplicate, 0, 5, 0, 10)
+        );
+        assert_eq!(step(&mut s, 5, 900, &expire("o")).0, ResultCode::RejectedNotReserved);
+        let late = s.apply(P, 6, 900, &rollback("o"));
+        assert_eq!(late.result, ResultCode::RejectedNotReserved);
+        assert_eq!(late.reason.as_deref(), Some("order was confirmed; refund it instead"));
+        assert_eq!((s.available, s.reserved), (5, 0));
+    }
+
+    #[test]
+    fn a_hold_expires_by_record_time_and_a_late_confirm_expires_it_itself() {
+        let mut s = stocked();
+        s.apply(P, 2, 100, &reserve("a", 2, None, 200));
+        s.apply(P, 3, 100, &reserve("b", 1, None, 200));
+        assert_eq!(
+            step(&mut s, 4, 201, &expire("a")),
+            (ResultCode::Expired, 2, 6, 1, 10)
+        );
+        assert_eq!(
+            step(&mut s, 5, 300, &expire("a")),
+            (ResultCode::Duplicate, 0, 6, 1, 10)
+        );
+        let late = s.apply(P, 6, 250, &confirm("a"));
+        assert_eq!(
+            (late.result, late.reason.as_deref()),
+            (ResultCode::RejectedExpired, Some("order's reservation expired"))
+        );
+        // No expire came for b; its confirm after the deadline ends it.
+        let late = s.apply(P, 7, 201, &confirm("b"));
+        assert_eq!((late.result, late.delta), (ResultCode::RejectedExpired, 1));
+        assert_eq!(
+            late.reason.as_deref(),
+            Some("confirmed at 201, after the deadline 200; the hold expired")
+        );
+        assert_eq!((s.available, s.reserved, s.orders["b"].status), (7, 0, OrderStatus::Expired));
+        // Expired orders refuse a resent deduct and ignore a rollback.
+        assert_eq!(step(&mut s, 8, 300, &reserve("a", 2, None, 900)).0, ResultCode::RejectedExpired);
+        assert_eq!(step(&mut s, 9, 300, &rollback("a")).0, ResultCode::Duplicate);
+        assert_eq!(s.available, 7);
+    }
+
+    #[test]
+    fn a_rollback_releases_a_hold_before_confirmation() {
+        let mut s = stocked();
+        s.apply(P, 2, 100, &reserve("o", 4, Some("u"), 200));
+        assert_eq!(
+            step(&mut s, 3, 150, &rollback("o")),
+            (ResultCode::Applied, 4, 7, 0, 10)
+        );
+        assert!(s.users.is_empty(), "released units stop counting");
+        assert_eq!(step(&mut s, 4, 150, &confirm("o")).0, ResultCode::RejectedCancelled);
+        assert_eq!(step(&mut s, 5, 250, &expire("o")).0, ResultCode::RejectedNotReserved);
+    }
+
+    #[test]
+    fn deadlines_in_the_past_or_beyond_seven_days_are_refused() {
+        let mut s = stocked();
+        let past = s.apply(P, 2, 500, &reserve("o", 1, None, 500));
+        assert_eq!(past.result, ResultCode::RejectedDeadline);
+        assert_eq!(
+            past.reason.as_deref(),
+            Some("expires_at: 500 is not after the time of the request (500)")
+        );
+        let far = s.apply(P, 3, 500, &reserve("o", 1, None, 501 + crate::ids::MAX_HOLD_MS));
+        assert_eq!(far.result, ResultCode::RejectedDeadline);
+        assert!(!s.orders.contains_key("o"));
+        assert_eq!(s.available, 7);
+    }
+
+    #[test]
+    fn refunds_are_running_totals_up_to_what_was_bought() {
+        let mut s = stocked();
+        s.apply(P, 2, 100, &reserve("o", 4, Some("u"), 200));
+        assert_eq!(step(&mut s, 3, 100, &refund("o", None)).0, ResultCode::RejectedNotSold);
+        s.apply(P, 4, 150, &confirm("o"));
+        let over = s.apply(P, 5, 150, &refund("o", Some(5)));
+        assert_eq!(
+            (over.result, over.reason.as_deref()),
+            (ResultCode::RejectedRefund, Some("refund total 5 is more than the 4 units bought"))
+        );
+        assert_eq!(
+            step(&mut s, 6, 150, &refund("o", Some(1))),
+            (ResultCode::Refunded, 1, 4, 0, 10)
+        );
+        assert_eq!(s.users["u"], 3);
+        assert_eq!(
+            step(&mut s, 7, 150, &refund("o", Some(1))),
+            (ResultCode::Duplicate, 0, 4, 0, 10)
+        );
+        assert_eq!(step(&mut s, 8, 150, &refund("o", None)), (ResultCode::Refunded, 3, 7, 0, 10));
+        assert!(s.users.is_empty());
+        assert_eq!(step(&mut s, 9, 150, &refund("o", Some(2))).0, ResultCode::RejectedRefund);
+        let plain = s.apply(P, 10, 150, &refund("held", None));
+        assert_eq!(
+            (plain.result, plain.reason.as_deref()),
+            (
+                ResultCode::RejectedNotSold,
+                Some("order was deducted without a hold; roll it back instead")
+            )
+        );
+        assert_eq!(step(&mut s, 11, 150, &refund("nobody", None)).0, ResultCode::RejectedNotSold);
+        assert_eq!(step(&mut s, 12, 150, &confirm("nobody")).0, ResultCode::RejectedNotReserved);
+        assert_eq!((s.available, s.total), (7, 10));
+    }
+
+    #[test]
+    fn a_per_user_limit_counts_live_holds_and_sales_only() {
+        let mut s = stocked();
+        assert_eq!(step(&mut s, 2, 100, &limit(Some(3))).0, ResultCode::Applied);
+        assert_eq!(s.limit, Some(3));
+        s.apply(P, 3, 100, &reserve("a", 2, Some("u"), 200));
+        let over = s.apply(P, 4, 100, &reserve("b", 2, Some("u"), 200));
+        assert_eq!(
+            (over.result, over.reason.as_deref()),
+            (
+                ResultCode::RejectedLimit,
+                Some("user u has 2 of the per-user limit of 3; requested 2")
+            )
+        );
+        let anonymous = s.apply(P, 5, 100, &deduct("c", 1));
+        assert_eq!(
+            (anonymous.result, anonymous.reason.as_deref()),
+            (
+                ResultCode::RejectedLimit,
+                Some("the sku has a per-user limit of 3; name a user_id")
+            )
+        );
+        assert_eq!(step(&mut s, 6, 100, &reserve("d", 1, Some("v"), 200)).0, ResultCode::Applied);
+        // a's hold expires: u may buy again.
+        s.apply(P, 7, 201, &expire("a"));
+        assert_eq!(s.users.get("u"), None);
+        assert_eq!(step(&mut s, 8, 201, &reserve("b2", 3, Some("u"), 400)).0, ResultCode::Applied);
+        assert_eq!(step(&mut s, 9, 201, &limit(None)).0, ResultCode::Applied);
+        assert_eq!(step(&mut s, 10, 201, &deduct("e", 1)).0, ResultCode::Applied);
+        assert_eq!(s.users["u"], 3);
     }
 }

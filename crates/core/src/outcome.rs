@@ -43,11 +43,38 @@ pub enum ResultCode {
     /// would compare it with another partition's offsets, so it is not
     /// applied, and it is dead-lettered naming both partitions.
     Misrouted,
+    /// A confirm on time: the reservation's units are sold.
+    Confirmed,
+    /// An expire after the deadline: the reservation's units are back.
+    Expired,
+    /// A refund: units a confirmed order bought are back.
+    Refunded,
+    /// A confirm after the deadline, or for a reservation that expired; if
+    /// the hold was still there, it expires with this record (its units
+    /// come back in `delta`).
+    RejectedExpired,
+    /// A reservation whose deadline was not after its record's timestamp,
+    /// or more than seven days after it.
+    RejectedDeadline,
+    /// A confirm or expire with no live hold to act on (no such order, a
+    /// plain deduction, or one already sold), or a rollback of a confirmed
+    /// order (refund it instead).
+    RejectedNotReserved,
+    /// A refund of an order that sold nothing.
+    RejectedNotSold,
+    /// A refund whose total is above what the order bought or below what
+    /// was already refunded.
+    RejectedRefund,
+    /// A deduct that would take the user above the SKU's per-user limit, or
+    /// that names no user where a limit is set.
+    RejectedLimit,
+    /// An expire before the deadline: the hold stays.
+    IgnoredNotDue,
 }
 
 impl ResultCode {
     /// In the order of the `OutcomeResult` enum's symbols.
-    pub const ALL: [ResultCode; 8] = [
+    pub const ALL: [ResultCode; 18] = [
         Self::Applied,
         Self::RejectedInsufficient,
         Self::RejectedCancelled,
@@ -56,6 +83,16 @@ impl ResultCode {
         Self::Duplicate,
         Self::Invalid,
         Self::Misrouted,
+        Self::Confirmed,
+        Self::Expired,
+        Self::Refunded,
+        Self::RejectedExpired,
+        Self::RejectedDeadline,
+        Self::RejectedNotReserved,
+        Self::RejectedNotSold,
+        Self::RejectedRefund,
+        Self::RejectedLimit,
+        Self::IgnoredNotDue,
     ];
 
     /// The symbol used in Avro, Redis, Lua and PostgreSQL.
@@ -69,6 +106,16 @@ impl ResultCode {
             Self::Duplicate => "DUPLICATE",
             Self::Invalid => "INVALID",
             Self::Misrouted => "MISROUTED",
+            Self::Confirmed => "CONFIRMED",
+            Self::Expired => "EXPIRED",
+            Self::Refunded => "REFUNDED",
+            Self::RejectedExpired => "REJECTED_EXPIRED",
+            Self::RejectedDeadline => "REJECTED_DEADLINE",
+            Self::RejectedNotReserved => "REJECTED_NOT_RESERVED",
+            Self::RejectedNotSold => "REJECTED_NOT_SOLD",
+            Self::RejectedRefund => "REJECTED_REFUND",
+            Self::RejectedLimit => "REJECTED_LIMIT",
+            Self::IgnoredNotDue => "IGNORED_NOT_DUE",
         }
     }
 
@@ -116,6 +163,10 @@ pub struct Outcome {
     /// The reason a rollback gave, if any (the order service's words, not
     /// the ledger's: that is `decision.reason`).
     pub rollback_reason: Option<String>,
+    /// The buyer a deduct named (outcomes before schema v4 have none).
+    pub user_id: Option<String>,
+    /// A reservation's deadline, milliseconds since the Unix epoch.
+    pub expires_at: Option<i64>,
 }
 
 impl Outcome {
@@ -142,6 +193,8 @@ impl Outcome {
                 CommandBody::Rollback(r) => r.reason.clone(),
                 _ => None,
             },
+            user_id: command.body.user_id().map(|u| u.as_str().to_owned()),
+            expires_at: command.body.expires_at(),
         }
     }
 
@@ -166,6 +219,8 @@ impl Outcome {
             occurred_at: timestamp,
             restock_mode: None,
             rollback_reason: None,
+            user_id: None,
+            expires_at: None,
         }
     }
 }

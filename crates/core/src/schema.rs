@@ -68,12 +68,18 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 4] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 6] = [
     (
         Subject::Command,
         1,
         include_str!("../../../schemas/history/Command.v1.avsc"),
         Some(0x0ae8_de4f_582d_44c9),
+    ),
+    (
+        Subject::Command,
+        2,
+        include_str!("../../../schemas/history/Command.v2.avsc"),
+        None,
     ),
     (
         Subject::Outcome,
@@ -91,6 +97,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 4] = [
         Subject::Outcome,
         3,
         include_str!("../../../schemas/history/Outcome.v3.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        4,
+        include_str!("../../../schemas/history/Outcome.v4.avsc"),
         None,
     ),
 ];
@@ -426,7 +438,7 @@ mod tests {
     }
 
     /// The one-type-per-file schemas in `schemas/`, by full name.
-    const CURRENT_FILES: [(&str, &str); 8] = [
+    const CURRENT_FILES: [(&str, &str); 12] = [
         (
             "stockledger.RestockMode",
             include_str!("../../../schemas/RestockMode.avsc"),
@@ -442,6 +454,22 @@ mod tests {
         (
             "stockledger.Restock",
             include_str!("../../../schemas/Restock.avsc"),
+        ),
+        (
+            "stockledger.Confirm",
+            include_str!("../../../schemas/Confirm.avsc"),
+        ),
+        (
+            "stockledger.Refund",
+            include_str!("../../../schemas/Refund.avsc"),
+        ),
+        (
+            "stockledger.Expire",
+            include_str!("../../../schemas/Expire.avsc"),
+        ),
+        (
+            "stockledger.Limit",
+            include_str!("../../../schemas/Limit.avsc"),
         ),
         (
             "stockledger.Command",
@@ -538,11 +566,17 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 2] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 6] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
         (Subject::Outcome, 1, 3),
+        // Command v2 added the Confirm, Refund, Expire and Limit branches;
+        // Outcome v4 their kinds and the reservation results.
+        (Subject::Command, 1, 2),
+        (Subject::Outcome, 1, 4),
+        (Subject::Outcome, 2, 4),
+        (Subject::Outcome, 3, 4),
     ];
 
     #[test]

@@ -29,10 +29,10 @@ fn valid_payloads() -> Vec<Vec<u8>> {
         body,
     };
     vec![
-        codec::encode_command(&command(CommandBody::Deduct(Deduct {
-            order_id: OrderId::new("o").unwrap(),
-            quantity: Quantity::new(3).unwrap(),
-        })))
+        codec::encode_command(&command(CommandBody::Deduct(Deduct::new(
+            OrderId::new("o").unwrap(),
+            Quantity::new(3).unwrap(),
+        ))))
         .unwrap(),
         codec::encode_command(&command(CommandBody::Rollback(
             Rollback::new(OrderId::new("o").unwrap(), Some("r".into())).unwrap(),
