@@ -219,9 +219,9 @@ fn deduct(sku: &str, order: &str) -> Command {
         command_id: CommandId::new(format!("c-{order}")).unwrap_or_else(|e| panic!("{e}")),
         sku: Sku::new(sku).unwrap_or_else(|e| panic!("{e}")),
         occurred_at: 1_700_000_000_000,
-        body: CommandBody::Deduct(Deduct {
-            order_id: OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
-            quantity: Quantity::new(1).unwrap_or_else(|e| panic!("{e}")),
-        }),
+        body: CommandBody::Deduct(Deduct::new(
+            OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
+            Quantity::new(1).unwrap_or_else(|e| panic!("{e}")),
+        )),
     }
 }

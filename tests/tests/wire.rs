@@ -26,10 +26,10 @@ fn deduct(sku: &str, order: &str, quantity: i64) -> Command {
         command_id: CommandId::new(format!("c-{sku}-{order}")).unwrap_or_else(|e| panic!("{e}")),
         sku: Sku::new(sku).unwrap_or_else(|e| panic!("{e}")),
         occurred_at: 1_700_000_000_000,
-        body: CommandBody::Deduct(Deduct {
-            order_id: OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
-            quantity: Quantity::new(quantity).unwrap_or_else(|e| panic!("{e}")),
-        }),
+        body: CommandBody::Deduct(Deduct::new(
+            OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
+            Quantity::new(quantity).unwrap_or_else(|e| panic!("{e}")),
+        )),
     }
 }
 

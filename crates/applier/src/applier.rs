@@ -670,7 +670,12 @@ impl Applier {
         let batch = Batch::group(
             items.iter().filter_map(|item| {
                 let command = item.command.as_ref().ok()?;
-                Some((item.position.partition, item.position.offset, command))
+                Some((
+                    item.position.partition,
+                    item.position.offset,
+                    item.timestamp,
+                    command,
+                ))
             }),
             self.partitions,
         );

@@ -16,7 +16,8 @@ pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
     let mut ledger = Ledger::new(partitions);
     for record in records {
         if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
-            ledger.apply(record.partition, record.offset, &command);
+            let timestamp = record.timestamp.unwrap_or_default();
+            ledger.apply(record.partition, record.offset, timestamp, &command);
         }
     }
     ledger

@@ -324,14 +324,19 @@ async fn apply(
     partitions: i32,
     swapped: &HashSet<String>,
 ) -> Result<(), ProjectionError> {
-    let commands: Vec<(i32, i64, stockledger_core::Command)> = batch
+    let commands: Vec<(i32, i64, i64, stockledger_core::Command)> = batch
         .iter()
         .filter_map(|m| {
             let command = interpret(m.key(), m.payload()).ok()?;
-            (!swapped.contains(command.sku.as_str())).then(|| (m.partition(), m.offset(), command))
+            let timestamp = m.timestamp().to_millis().unwrap_or_default();
+            (!swapped.contains(command.sku.as_str()))
+                .then(|| (m.partition(), m.offset(), timestamp, command))
         })
         .collect();
-    let grouped = Batch::group(commands.iter().map(|(p, o, c)| (*p, *o, c)), partitions);
+    let grouped = Batch::group(
+        commands.iter().map(|(p, o, t, c)| (*p, *o, *t, c)),
+        partitions,
+    );
     target.apply(&grouped.runs).await?;
     debug!(runs = grouped.runs.len(), "applied to the target prefix");
     Ok(())

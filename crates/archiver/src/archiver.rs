@@ -401,6 +401,8 @@ struct Columns {
     occurred_at_ms: Vec<i64>,
     restock_mode: Vec<Option<&'static str>>,
     rollback_reason: Vec<Option<String>>,
+    user_id: Vec<Option<String>>,
+    expires_at_ms: Vec<Option<i64>>,
 }
 
 impl Columns {
@@ -422,6 +424,8 @@ impl Columns {
         self.occurred_at_ms.push(o.occurred_at);
         self.restock_mode.push(o.restock_mode.map(|m| m.as_str()));
         self.rollback_reason.push(o.rollback_reason);
+        self.user_id.push(o.user_id);
+        self.expires_at_ms.push(o.expires_at);
     }
 }
 
@@ -478,17 +482,19 @@ async fn write_page(
         sqlx::query(
             "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
                  order_id, adjustment_id, quantity, result, delta, available_after, total_after,
-                 reason, occurred_at, restock_mode, rollback_reason)
+                 reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at)
              SELECT topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
                  timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
-                 rollback_reason
+                 rollback_reason, user_id,
+                 timestamptz 'epoch' + expires_ms * interval '1 millisecond'
              FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
                  $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
-                 $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[])
+                 $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
+                 $19::bigint[])
                  AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                      adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                     occurred_ms, restock_mode, rollback_reason)
+                     occurred_ms, restock_mode, rollback_reason, user_id, expires_ms)
              ON CONFLICT DO NOTHING",
         )
         .bind(&columns.topic)
@@ -508,6 +514,8 @@ async fn write_page(
         .bind(&columns.occurred_at_ms)
         .bind(&columns.restock_mode)
         .bind(&columns.rollback_reason)
+        .bind(&columns.user_id)
+        .bind(&columns.expires_at_ms)
         .execute(&mut *tx)
         .await?;
     }

@@ -103,8 +103,19 @@ pub async fn take(
 
 type Hash = BTreeMap<String, String>;
 
-/// sku, partition, last offset, available, total, orders, adjustments.
-type SkuRow = (String, Option<i32>, i64, i64, i64, String, String);
+/// sku, partition, last offset, available, total, reserved, per-user
+/// limit, orders, adjustments.
+type SkuRow = (
+    String,
+    Option<i32>,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    String,
+    String,
+);
 
 /// A page of SKU states as columns, for `UNNEST`.
 #[derive(Default)]
@@ -114,6 +125,8 @@ struct Columns {
     last_offset: Vec<i64>,
     available: Vec<i64>,
     total: Vec<i64>,
+    reserved: Vec<i64>,
+    limit: Vec<Option<i64>>,
     orders: Vec<String>,
     adjustments: Vec<String>,
 }
@@ -129,6 +142,8 @@ async fn write_page(pool: &PgPool, states: &[SkuExport], id: i64) -> Result<i64,
         columns.last_offset.push(state.stock.offset);
         columns.available.push(state.stock.available);
         columns.total.push(state.stock.total);
+        columns.reserved.push(state.stock.reserved);
+        columns.limit.push(state.stock.limit);
         // Maps of strings always serialize.
         columns
             .orders
@@ -138,10 +153,14 @@ async fn write_page(pool: &PgPool, states: &[SkuExport], id: i64) -> Result<i64,
             .push(serde_json::to_string(&state.adjustments).unwrap_or_default());
     }
     sqlx::query(
-        "INSERT INTO snapshot_skus (snapshot_id, sku, partition, last_offset, available, total, orders, adjustments)
-         SELECT $1, sku, partition, last_offset, available, total, orders::jsonb, adjustments::jsonb
-         FROM UNNEST($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
-             AS s(sku, partition, last_offset, available, total, orders, adjustments)",
+        "INSERT INTO snapshot_skus (snapshot_id, sku, partition, last_offset, available, total,
+             reserved, per_user_limit, orders, adjustments)
+         SELECT $1, sku, partition, last_offset, available, total, reserved, per_user_limit,
+             orders::jsonb, adjustments::jsonb
+         FROM UNNEST($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::bigint[],
+             $7::bigint[], $8::bigint[], $9::text[], $10::text[])
+             AS s(sku, partition, last_offset, available, total, reserved, per_user_limit,
+                 orders, adjustments)",
     )
     .bind(id)
     .bind(&columns.sku)
@@ -149,6 +168,8 @@ async fn write_page(pool: &PgPool, states: &[SkuExport], id: i64) -> Result<i64,
     .bind(&columns.last_offset)
     .bind(&columns.available)
     .bind(&columns.total)
+    .bind(&columns.reserved)
+    .bind(&columns.limit)
     .bind(&columns.orders)
     .bind(&columns.adjustments)
     .execute(pool)
@@ -194,7 +215,8 @@ pub async fn restore(
     let mut written = 0;
     loop {
         let rows: Vec<SkuRow> = sqlx::query_as(
-            "SELECT sku, partition, last_offset, available, total, orders::text, adjustments::text
+            "SELECT sku, partition, last_offset, available, total, reserved, per_user_limit,
+                 orders::text, adjustments::text
              FROM snapshot_skus WHERE snapshot_id = $1 AND sku > $2 ORDER BY sku LIMIT $3",
         )
         .bind(snapshot.id)
@@ -207,7 +229,8 @@ pub async fn restore(
         };
         after = last.0.clone();
         let mut states = Vec::with_capacity(rows.len());
-        for (sku, partition, offset, available, total, orders, adjustments) in rows {
+        for (sku, partition, offset, available, total, reserved, limit, orders, adjustments) in rows
+        {
             let corrupt = |problem: String| SnapshotError::Corrupt {
                 snapshot: snapshot.id,
                 sku: sku.clone(),
@@ -222,6 +245,8 @@ pub async fn restore(
                     total,
                     offset,
                     partition,
+                    reserved,
+                    limit,
                 },
                 sku,
                 orders,

@@ -10,8 +10,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Deduct, LogPosition, OrderId, Quantity, Restock,
-    RestockMode, Rollback, Sku, ValidationError,
+    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LogPosition,
+    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
 };
 
 use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
@@ -180,10 +180,71 @@ impl LedgerProducer {
         order_id: &str,
         quantity: i64,
     ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Deduct(Deduct::new(
+            OrderId::new(order_id)?,
+            Quantity::new(quantity)?,
+        ));
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Holds `quantity` units of `sku` for `order_id` until `expires_at`
+    /// (milliseconds since the Unix epoch; after now and at most seven days
+    /// ahead), counted against `user_id` when the SKU has a per-user limit.
+    pub async fn reserve(
+        &self,
+        sku: &str,
+        order_id: &str,
+        quantity: i64,
+        user_id: Option<&str>,
+        expires_at: i64,
+    ) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Deduct(Deduct {
-            order_id: OrderId::new(order_id)?,
-            quantity: Quantity::new(quantity)?,
+            user_id: user_id.map(UserId::new).transpose()?,
+            expires_at: Some(expires_at),
+            ..Deduct::new(OrderId::new(order_id)?, Quantity::new(quantity)?)
         });
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Sells what the reservation `order_id` of `sku` holds.
+    pub async fn confirm(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Confirm(Confirm {
+            order_id: OrderId::new(order_id)?,
+        });
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Refunds a confirmed order of `sku` up to `total` units refunded in
+    /// all (`None`: everything it bought). A running total, so a resend
+    /// refunds once.
+    pub async fn refund(
+        &self,
+        sku: &str,
+        order_id: &str,
+        total: Option<i64>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Refund(Refund {
+            order_id: OrderId::new(order_id)?,
+            quantity: total.map(Quantity::new).transpose()?,
+        });
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Asks the ledger to end the reservation `order_id` of `sku`: it does
+    /// once the record's timestamp is past the deadline.
+    pub async fn expire(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Expire(Expire {
+            order_id: OrderId::new(order_id)?,
+        });
+        self.send(Sku::new(sku)?, body).await
+    }
+
+    /// Caps the units one user may hold and buy of `sku` (`None` lifts it).
+    pub async fn limit(&self, sku: &str, per_user: Option<i64>) -> Result<Receipt, ProducerError> {
+        let per_user = per_user
+            .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem)))
+            .transpose()?;
+        let body = CommandBody::Limit(Limit { per_user });
         self.send(Sku::new(sku)?, body).await
     }
 
@@ -304,10 +365,14 @@ impl LedgerProducer {
             key: CONTENT_TYPE_HEADER,
             value: Some(CONTENT_TYPE),
         });
+        // The record's timestamp is the command's own time, the instant its
+        // deadline was checked against: the ledger compares deadlines with
+        // record timestamps.
         FutureRecord::to(&self.topic)
             .key(command.sku.as_str())
             .payload(payload)
             .headers(headers)
+            .timestamp(command.occurred_at)
     }
 
     fn receipt(&self, command: &Command, partition: i32, offset: i64) -> Receipt {
@@ -354,11 +419,17 @@ fn is_fenced(error: &KafkaError) -> bool {
 }
 
 /// A command for `sku` with a fresh command id, stamped now.
+/// A command with a fresh id, stamped now; a reservation's deadline is
+/// checked against that instant (after it, at most seven days ahead).
 fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
+    let occurred_at = now_millis();
+    if let CommandBody::Deduct(d) = &body {
+        d.check_deadline(occurred_at)?;
+    }
     Ok(Command {
         command_id: CommandId::new(uuid::Uuid::new_v4().to_string())?,
         sku,
-        occurred_at: now_millis(),
+        occurred_at,
         body,
     })
 }

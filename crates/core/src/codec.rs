@@ -285,7 +285,10 @@ fn command_value(command: &Command) -> Value {
             4,
             Box::new(Value::Record(vec![
                 ("order_id".into(), Value::String(r.order_id.as_str().into())),
-                ("quantity".into(), optional_long(r.quantity.map(Quantity::get))),
+                (
+                    "quantity".into(),
+                    optional_long(r.quantity.map(Quantity::get)),
+                ),
             ])),
         ),
         CommandBody::Expire(e) => Value::Union(
@@ -333,8 +336,14 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         0 => CommandBody::Deduct(Deduct {
             order_id: OrderId::new(body.string("order_id")?)?,
             quantity: Quantity::new(body.long("quantity")?)?,
-            user_id: body.optional_string("user_id")?.map(UserId::new).transpose()?,
-            expires_at: body.optional_long("expires_at")?,
+            user_id: body
+                .optional_string("user_id")?
+                .map(UserId::new)
+                .transpose()?,
+            expires_at: body
+                .optional_long("expires_at")?
+                .map(crate::command::check_expires_at)
+                .transpose()?,
         }),
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
@@ -350,7 +359,10 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         }),
         4 => CommandBody::Refund(Refund {
             order_id: OrderId::new(body.string("order_id")?)?,
-            quantity: body.optional_long("quantity")?.map(Quantity::new).transpose()?,
+            quantity: body
+                .optional_long("quantity")?
+                .map(Quantity::new)
+                .transpose()?,
         }),
         5 => CommandBody::Expire(Expire {
             order_id: OrderId::new(body.string("order_id")?)?,
@@ -358,9 +370,9 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         6 => CommandBody::Limit(Limit {
             per_user: match body.optional_long("per_user")? {
                 None => None,
-                Some(n) => Some(Quantity::new(n).map_err(|e| {
-                    ValidationError::new("per_user", e.problem)
-                })?),
+                Some(n) => Some(
+                    Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem))?,
+                ),
             },
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
@@ -409,11 +421,10 @@ fn encode_as(
 ) -> Result<Vec<u8>, EncodeError> {
     let value = only_fields_of(value, &version.schema);
     let mut out = Header(fingerprint).build_header();
-    let datum =
-        apache_avro::to_avro_datum(&version.schema, value).map_err(|e| EncodeError {
-            what,
-            message: format!("as {}.v{}: {e}", version.subject.as_str(), version.version),
-        })?;
+    let datum = apache_avro::to_avro_datum(&version.schema, value).map_err(|e| EncodeError {
+        what,
+        message: format!("as {}.v{}: {e}", version.subject.as_str(), version.version),
+    })?;
     out.extend(datum);
     Ok(out)
 }
@@ -432,12 +443,10 @@ fn only_fields_of(value: Value, schema: &Schema) -> Value {
                 })
                 .collect(),
         ),
-        (Value::Union(i, inner), Schema::Union(union)) => {
-            match union.variants().get(i as usize) {
-                Some(branch) => Value::Union(i, Box::new(only_fields_of(*inner, branch))),
-                None => Value::Union(i, inner),
-            }
-        }
+        (Value::Union(i, inner), Schema::Union(union)) => match union.variants().get(i as usize) {
+            Some(branch) => Value::Union(i, Box::new(only_fields_of(*inner, branch))),
+            None => Value::Union(i, inner),
+        },
         (value, _) => value,
     }
 }
@@ -516,7 +525,10 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "rollback_reason".into(),
             optional_string(outcome.rollback_reason.as_deref()),
         ),
-        ("user_id".into(), optional_string(outcome.user_id.as_deref())),
+        (
+            "user_id".into(),
+            optional_string(outcome.user_id.as_deref()),
+        ),
         ("expires_at".into(), optional_timestamp(outcome.expires_at)),
     ])
 }

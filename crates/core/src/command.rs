@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::ids::{
     AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError, MAX_HOLD_MS,
-    MAX_STOCK,
+    MAX_STOCK, MAX_TIMESTAMP_MS,
 };
 
 /// Longest free-text reason a rollback may carry, in bytes.
@@ -124,6 +124,28 @@ impl Deduct {
     }
 }
 
+/// A record's timestamp as the ledger compares it with deadlines: clamped
+/// into 0..=[`MAX_TIMESTAMP_MS`] (a record without a timestamp counts as
+/// the epoch), so every comparison is exact in Lua too.
+pub fn record_time(timestamp_ms: i64) -> i64 {
+    timestamp_ms.clamp(0, MAX_TIMESTAMP_MS)
+}
+
+/// Checks that a deadline read from a record is an instant the ledger can
+/// compare exactly: between the epoch and the end of year 9999.
+pub fn check_expires_at(deadline: i64) -> Result<i64, ValidationError> {
+    if (0..=MAX_TIMESTAMP_MS).contains(&deadline) {
+        Ok(deadline)
+    } else {
+        Err(ValidationError::new(
+            "expires_at",
+            format!(
+                "{deadline} is not between 0 and {MAX_TIMESTAMP_MS} (9999-12-31T23:59:59.999Z)"
+            ),
+        ))
+    }
+}
+
 /// Why a reservation's deadline `deadline` is refused at time `now`, if it is.
 pub fn check_deadline(deadline: i64, now: i64) -> Result<(), ValidationError> {
     if deadline <= now {
@@ -132,7 +154,7 @@ pub fn check_deadline(deadline: i64, now: i64) -> Result<(), ValidationError> {
             format!("{deadline} is not after the time of the request ({now})"),
         ));
     }
-    if deadline - now > MAX_HOLD_MS {
+    if deadline.saturating_sub(now) > MAX_HOLD_MS {
         return Err(ValidationError::new(
             "expires_at",
             format!(

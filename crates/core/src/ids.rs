@@ -20,6 +20,11 @@ pub const MAX_STOCK: i64 = 1_000_000_000_000_000;
 /// year typed wrong), not a checkout.
 pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
+/// Latest instant a deadline may name (9999-12-31T23:59:59.999Z), in
+/// milliseconds since the Unix epoch: well below 2^53, so the Lua scripts
+/// compare and print every deadline and record time exactly.
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
 /// A value was refused; `field` names the input, `problem` says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]

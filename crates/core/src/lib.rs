@@ -4,7 +4,8 @@
 //! - [`ids`]: validated identifiers and quantities; a bad value is refused
 //!   with a [`ValidationError`] naming the field.
 //! - [`command`]: the commands order services append to the log
-//!   (`Deduct`, `Rollback`, `Restock`).
+//!   (`Deduct`, which may be a reservation, `Rollback`, `Restock`,
+//!   `Confirm`, `Refund`, `Expire`, `Limit`).
 //! - [`outcome`]: log positions, the decision taken for one record, and the
 //!   outcome message archived for it.
 //! - [`machine`]: the reference state machine. The applier's Lua scripts
@@ -24,7 +25,10 @@ pub mod outcome;
 pub mod partition;
 pub mod schema;
 
-pub use command::{Command, CommandBody, CommandKind, Deduct, Restock, RestockMode, Rollback};
-pub use ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, ValidationError};
+pub use command::{
+    Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
+    RestockMode, Rollback,
+};
+pub use ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError};
 pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState};
 pub use outcome::{Decision, LogPosition, Outcome, ResultCode};

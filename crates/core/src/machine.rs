@@ -436,7 +436,9 @@ impl SkuState {
             return self.refuse(ResultCode::RejectedRefund, reason);
         }
         if target < refunded {
-            let reason = format!("{refunded} units are already refunded; a refund total cannot go down to {target}");
+            let reason = format!(
+                "{refunded} units are already refunded; a refund total cannot go down to {target}"
+            );
             return self.refuse(ResultCode::RejectedRefund, reason);
         }
         if target == refunded {
@@ -519,9 +521,10 @@ impl Ledger {
     }
 
     /// Applies the record at `partition`/`offset` stamped `time` in the
-    /// log. A misrouted record leaves no trace, not even an empty state for
+    /// log (clamped by [`crate::command::record_time`]). A misrouted record leaves no trace, not even an empty state for
     /// its SKU.
     pub fn apply(&mut self, partition: i32, offset: i64, time: i64, command: &Command) -> Decision {
+        let time = crate::command::record_time(time);
         let sku = command.sku.as_str();
         let at = Placement {
             partition,
@@ -530,11 +533,12 @@ impl Ledger {
         match self.skus.get_mut(sku) {
             Some(state) => state.apply(at, offset, time, &command.body),
             None if partition != at.home => misrouted(partition, at.home),
-            None => self
-                .skus
-                .entry(sku.to_owned())
-                .or_default()
-                .apply(at, offset, time, &command.body),
+            None => {
+                self.skus
+                    .entry(sku.to_owned())
+                    .or_default()
+                    .apply(at, offset, time, &command.body)
+            }
         }
     }
 
@@ -621,7 +625,8 @@ mod tests {
     fn stocked() -> SkuState {
         let mut s = SkuState::default();
         assert_eq!(
-            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10)).result,
+            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10))
+                .result,
             ResultCode::Applied
         );
         assert_eq!(
@@ -668,10 +673,7 @@ mod tests {
             (d.result, d.delta, d.available, d.total),
             (ResultCode::Applied, -7, 0, 10)
         );
-        assert_eq!(
-            s.orders["o"],
-            OrderEntry::new(OrderStatus::Deducted, 7, 5)
-        );
+        assert_eq!(s.orders["o"], OrderEntry::new(OrderStatus::Deducted, 7, 5));
         let short = s.apply(P, 6, T, &deduct("p", 1));
         assert_eq!(short.result, ResultCode::RejectedInsufficient);
         assert_eq!(short.reason.as_deref(), Some("requested 1, available 0"));
@@ -774,7 +776,8 @@ mod tests {
         assert_eq!(big.result, ResultCode::RejectedRestock);
         // A refused adjustment may be sent again once it fits.
         assert_eq!(
-            s.apply(P, 8, T, &restock("a2", RestockMode::Add, -1)).result,
+            s.apply(P, 8, T, &restock("a2", RestockMode::Add, -1))
+                .result,
             ResultCode::Applied
         );
     }
@@ -786,7 +789,8 @@ mod tests {
         let after = s.clone();
         assert_eq!(s.apply(P, 2, T, &deduct("o", 7)), first);
         assert_eq!(
-            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10)).result,
+            s.apply(P, 0, T, &restock("a0", RestockMode::Set, 10))
+                .result,
             ResultCode::Applied
         );
         assert_eq!(s, after);
@@ -832,7 +836,10 @@ mod tests {
             partition: 0,
             home: 5,
         };
-        assert_eq!(s.apply(old, 9, T, &deduct("o", 1)).result, ResultCode::Applied);
+        assert_eq!(
+            s.apply(old, 9, T, &deduct("o", 1)).result,
+            ResultCode::Applied
+        );
     }
 
     #[test]
@@ -882,10 +889,16 @@ mod tests {
             step(&mut s, 4, 900, &confirm("o")),
             (ResultCode::Duplicate, 0, 5, 0, 10)
         );
-        assert_eq!(step(&mut s, 5, 900, &expire("o")).0, ResultCode::RejectedNotReserved);
+        assert_eq!(
+            step(&mut s, 5, 900, &expire("o")).0,
+            ResultCode::RejectedNotReserved
+        );
         let late = s.apply(P, 6, 900, &rollback("o"));
         assert_eq!(late.result, ResultCode::RejectedNotReserved);
-        assert_eq!(late.reason.as_deref(), Some("order was confirmed; refund it instead"));
+        assert_eq!(
+            late.reason.as_deref(),
+            Some("order was confirmed; refund it instead")
+        );
         assert_eq!((s.available, s.reserved), (5, 0));
     }
 
@@ -905,7 +918,10 @@ mod tests {
         let late = s.apply(P, 6, 250, &confirm("a"));
         assert_eq!(
             (late.result, late.reason.as_deref()),
-            (ResultCode::RejectedExpired, Some("order's reservation expired"))
+            (
+                ResultCode::RejectedExpired,
+                Some("order's reservation expired")
+            )
         );
         // No expire came for b; its confirm after the deadline ends it.
         let late = s.apply(P, 7, 201, &confirm("b"));
@@ -914,10 +930,19 @@ mod tests {
             late.reason.as_deref(),
             Some("confirmed at 201, after the deadline 200; the hold expired")
         );
-        assert_eq!((s.available, s.reserved, s.orders["b"].status), (7, 0, OrderStatus::Expired));
+        assert_eq!(
+            (s.available, s.reserved, s.orders["b"].status),
+            (7, 0, OrderStatus::Expired)
+        );
         // Expired orders refuse a resent deduct and ignore a rollback.
-        assert_eq!(step(&mut s, 8, 300, &reserve("a", 2, None, 900)).0, ResultCode::RejectedExpired);
-        assert_eq!(step(&mut s, 9, 300, &rollback("a")).0, ResultCode::Duplicate);
+        assert_eq!(
+            step(&mut s, 8, 300, &reserve("a", 2, None, 900)).0,
+            ResultCode::RejectedExpired
+        );
+        assert_eq!(
+            step(&mut s, 9, 300, &rollback("a")).0,
+            ResultCode::Duplicate
+        );
         assert_eq!(s.available, 7);
     }
 
@@ -930,8 +955,14 @@ mod tests {
             (ResultCode::Applied, 4, 7, 0, 10)
         );
         assert!(s.users.is_empty(), "released units stop counting");
-        assert_eq!(step(&mut s, 4, 150, &confirm("o")).0, ResultCode::RejectedCancelled);
-        assert_eq!(step(&mut s, 5, 250, &expire("o")).0, ResultCode::RejectedNotReserved);
+        assert_eq!(
+            step(&mut s, 4, 150, &confirm("o")).0,
+            ResultCode::RejectedCancelled
+        );
+        assert_eq!(
+            step(&mut s, 5, 250, &expire("o")).0,
+            ResultCode::RejectedNotReserved
+        );
     }
 
     #[test]
@@ -943,7 +974,12 @@ mod tests {
             past.reason.as_deref(),
             Some("expires_at: 500 is not after the time of the request (500)")
         );
-        let far = s.apply(P, 3, 500, &reserve("o", 1, None, 501 + crate::ids::MAX_HOLD_MS));
+        let far = s.apply(
+            P,
+            3,
+            500,
+            &reserve("o", 1, None, 501 + crate::ids::MAX_HOLD_MS),
+        );
         assert_eq!(far.result, ResultCode::RejectedDeadline);
         assert!(!s.orders.contains_key("o"));
         assert_eq!(s.available, 7);
@@ -953,12 +989,18 @@ mod tests {
     fn refunds_are_running_totals_up_to_what_was_bought() {
         let mut s = stocked();
         s.apply(P, 2, 100, &reserve("o", 4, Some("u"), 200));
-        assert_eq!(step(&mut s, 3, 100, &refund("o", None)).0, ResultCode::RejectedNotSold);
+        assert_eq!(
+            step(&mut s, 3, 100, &refund("o", None)).0,
+            ResultCode::RejectedNotSold
+        );
         s.apply(P, 4, 150, &confirm("o"));
         let over = s.apply(P, 5, 150, &refund("o", Some(5)));
         assert_eq!(
             (over.result, over.reason.as_deref()),
-            (ResultCode::RejectedRefund, Some("refund total 5 is more than the 4 units bought"))
+            (
+                ResultCode::RejectedRefund,
+                Some("refund total 5 is more than the 4 units bought")
+            )
         );
         assert_eq!(
             step(&mut s, 6, 150, &refund("o", Some(1))),
@@ -969,9 +1011,15 @@ mod tests {
             step(&mut s, 7, 150, &refund("o", Some(1))),
             (ResultCode::Duplicate, 0, 4, 0, 10)
         );
-        assert_eq!(step(&mut s, 8, 150, &refund("o", None)), (ResultCode::Refunded, 3, 7, 0, 10));
+        assert_eq!(
+            step(&mut s, 8, 150, &refund("o", None)),
+            (ResultCode::Refunded, 3, 7, 0, 10)
+        );
         assert!(s.users.is_empty());
-        assert_eq!(step(&mut s, 9, 150, &refund("o", Some(2))).0, ResultCode::RejectedRefund);
+        assert_eq!(
+            step(&mut s, 9, 150, &refund("o", Some(2))).0,
+            ResultCode::RejectedRefund
+        );
         let plain = s.apply(P, 10, 150, &refund("held", None));
         assert_eq!(
             (plain.result, plain.reason.as_deref()),
@@ -980,8 +1028,14 @@ mod tests {
                 Some("order was deducted without a hold; roll it back instead")
             )
         );
-        assert_eq!(step(&mut s, 11, 150, &refund("nobody", None)).0, ResultCode::RejectedNotSold);
-        assert_eq!(step(&mut s, 12, 150, &confirm("nobody")).0, ResultCode::RejectedNotReserved);
+        assert_eq!(
+            step(&mut s, 11, 150, &refund("nobody", None)).0,
+            ResultCode::RejectedNotSold
+        );
+        assert_eq!(
+            step(&mut s, 12, 150, &confirm("nobody")).0,
+            ResultCode::RejectedNotReserved
+        );
         assert_eq!((s.available, s.total), (7, 10));
     }
 
@@ -1007,13 +1061,22 @@ mod tests {
                 Some("the sku has a per-user limit of 3; name a user_id")
             )
         );
-        assert_eq!(step(&mut s, 6, 100, &reserve("d", 1, Some("v"), 200)).0, ResultCode::Applied);
+        assert_eq!(
+            step(&mut s, 6, 100, &reserve("d", 1, Some("v"), 200)).0,
+            ResultCode::Applied
+        );
         // a's hold expires: u may buy again.
         s.apply(P, 7, 201, &expire("a"));
         assert_eq!(s.users.get("u"), None);
-        assert_eq!(step(&mut s, 8, 201, &reserve("b2", 3, Some("u"), 400)).0, ResultCode::Applied);
+        assert_eq!(
+            step(&mut s, 8, 201, &reserve("b2", 3, Some("u"), 400)).0,
+            ResultCode::Applied
+        );
         assert_eq!(step(&mut s, 9, 201, &limit(None)).0, ResultCode::Applied);
-        assert_eq!(step(&mut s, 10, 201, &deduct("e", 1)).0, ResultCode::Applied);
+        assert_eq!(
+            step(&mut s, 10, 201, &deduct("e", 1)).0,
+            ResultCode::Applied
+        );
         assert_eq!(s.users["u"], 3);
     }
 }

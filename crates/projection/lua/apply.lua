@@ -5,35 +5,54 @@
 -- reason string here appears there too, and the differential tests hold the
 -- two to the same decisions and state.
 --
--- KEYS[1] stock hash        available, total, partition (whose records
---                           built it), offset (last record applied there)
--- KEYS[2] orders hash       order id -> "D|quantity|offset" (deducted),
---                           "R|quantity|offset" (rolled back),
---                           "C|0|offset" (tombstone: rollback came first)
+-- KEYS[1] stock hash        available, total, reserved, partition (whose
+--                           records built it), offset (last record applied
+--                           there), limit (units per user, when set)
+-- KEYS[2] orders hash       order id -> "STATUS|quantity|offset", or, when
+--                           the order names a user, has a deadline or was
+--                           refunded, "STATUS|quantity|offset|expires_at|
+--                           refunded|user" (expires_at may be empty).
+--                           STATUS: D deducted, H held (reserved), S sold
+--                           (confirmed), R rolled back, X expired, C
+--                           tombstone (rollback came first).
+--                           Also "{user}" .. user id -> units that user's
+--                           live orders hold or bought (an order id cannot
+--                           contain a brace, so the two never meet).
 -- KEYS[3] adjustments hash  restock adjustment id -> offset that applied it
 -- KEYS[4] decisions hash    offset -> "RESULT|delta|available|total|reason"
 -- ARGV[1]                   the maximum stock level
 -- ARGV[2]                   the partition the records are on
 -- ARGV[3]                   the sku's home partition (murmur2 of the key):
 --                           its owner until the stock hash names one
--- ARGV[4..]                 five per record: offset, kind (D, R or S),
---                           order or adjustment id, quantity, mode (ADD, SET
---                           or empty)
+-- ARGV[4]                   the longest hold, in milliseconds
+-- ARGV[5..]                 eight per record: offset, timestamp (ms), kind
+--                           (D deduct, R rollback, S restock, F confirm, U
+--                           refund, X expire, L limit), order or adjustment
+--                           id, quantity (0 for none), mode (ADD or SET for
+--                           a restock), user id, expires_at (may be empty)
 -- Returns one decision string per record.
 --
 -- Records on another partition than the sku's owner are MISROUTED: their
 -- offsets mean nothing here, so they are neither applied nor stored.
 -- A record at or below the stored offset is a redelivery: it is answered
 -- with the decision stored for it and changes nothing.
+-- Deadlines are compared with record timestamps only: a confirm stamped at
+-- the deadline is on time, an expire stamped at it is not due.
 
-local stock = redis.call('HMGET', KEYS[1], 'available', 'total', 'offset', 'partition')
+local PER = 8
+local stock = redis.call('HMGET', KEYS[1], 'available', 'total', 'offset', 'partition', 'reserved', 'limit')
 local available = tonumber(stock[1]) or 0
 local total = tonumber(stock[2]) or 0
 local last = tonumber(stock[3])
+local reserved = tonumber(stock[5]) or 0
+local limit = tonumber(stock[6])
+local limit_changed = false
 local max_stock = tonumber(ARGV[1])
 local partition = tonumber(ARGV[2])
 local owner = tonumber(stock[4]) or tonumber(ARGV[3])
+local max_hold = tonumber(ARGV[4])
 local changed = false
+local USER = '{user}'
 
 local function n(x)
   return string.format('%d', x)
@@ -43,7 +62,7 @@ if partition ~= owner then
   local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
     ' but the sku lives on partition ' .. n(owner) .. ' (produce with the murmur2 partitioner)'
   local out = {}
-  for _ = 4, #ARGV, 5 do
+  for _ = 5, #ARGV, PER do
     out[#out + 1] = d
   end
   return out
@@ -53,41 +72,217 @@ local function decide(result, delta, reason)
   return result .. '|' .. n(delta) .. '|' .. n(available) .. '|' .. n(total) .. '|' .. (reason or '')
 end
 
-local function deduct(offset, id, qty)
+local STATUS = { D = 'DEDUCTED', H = 'RESERVED', S = 'CONFIRMED', R = 'ROLLED_BACK', X = 'EXPIRED', C = 'CANCELLED' }
+
+local function load(id)
   local entry = redis.call('HGET', KEYS[2], id)
-  if entry then
-    local status = string.sub(entry, 1, 1)
-    if status == 'D' then
+  if not entry then
+    return nil
+  end
+  local code, qty, offset, rest = string.match(entry, '^(%u)|(%d+)|(%d+)(.*)$')
+  local e = { code = code, qty = tonumber(qty), offset = offset, refunded = 0 }
+  if rest ~= '' then
+    local expires, refunded, user = string.match(rest, '^|(%-?%d*)|(%d+)|(.*)$')
+    e.expires = tonumber(expires)
+    e.refunded = tonumber(refunded)
+    if user ~= '' then
+      e.user = user
+    end
+  end
+  return e
+end
+
+local function store(id, e)
+  local s = e.code .. '|' .. n(e.qty) .. '|' .. e.offset
+  if e.user or e.expires or e.refunded > 0 then
+    s = s .. '|' .. (e.expires and n(e.expires) or '') .. '|' .. n(e.refunded) .. '|' .. (e.user or '')
+  end
+  redis.call('HSET', KEYS[2], id, s)
+end
+
+local function counted(user)
+  return tonumber(redis.call('HGET', KEYS[2], USER .. user) or '0')
+end
+
+local function count(user, units)
+  if not user then
+    return
+  end
+  local c = counted(user) + units
+  if c > 0 then
+    redis.call('HSET', KEYS[2], USER .. user, n(c))
+  else
+    redis.call('HDEL', KEYS[2], USER .. user)
+  end
+end
+
+local function live_units(e)
+  if e.code == 'D' or e.code == 'H' then
+    return e.qty
+  elseif e.code == 'S' then
+    return e.qty - e.refunded
+  end
+  return 0
+end
+
+-- Gives back what order `id` still holds or bought; its new status is
+-- `code`, set at `offset`. Returns the units returned.
+local function release(id, e, code, offset)
+  local units = live_units(e)
+  if e.code == 'H' then
+    reserved = reserved - units
+  end
+  e.code = code
+  e.offset = offset
+  store(id, e)
+  available = available + units
+  count(e.user, -units)
+  return units
+end
+
+local function deduct(offset, time, id, qty, user, expires)
+  local e = load(id)
+  if e then
+    if e.code == 'D' then
       return decide('DUPLICATE', 0, 'order already deducted')
-    elseif status == 'R' then
+    elseif e.code == 'H' then
+      return decide('DUPLICATE', 0, 'order already reserved')
+    elseif e.code == 'S' then
+      return decide('DUPLICATE', 0, 'order already confirmed')
+    elseif e.code == 'R' then
       return decide('REJECTED_CANCELLED', 0, 'order was rolled back')
+    elseif e.code == 'X' then
+      return decide('REJECTED_EXPIRED', 0, "order's reservation expired")
     end
     return decide('REJECTED_CANCELLED', 0, 'order was cancelled before its deduction')
+  end
+  if expires then
+    if expires <= time then
+      return decide('REJECTED_DEADLINE', 0, 'expires_at: ' .. n(expires) ..
+        ' is not after the time of the request (' .. n(time) .. ')')
+    end
+    if expires - time > max_hold then
+      return decide('REJECTED_DEADLINE', 0, 'expires_at: ' .. n(expires) .. ' is more than ' ..
+        n(max_hold) .. ' ms (7 days) after the time of the request (' .. n(time) .. ')')
+    end
+  end
+  if limit then
+    if not user then
+      return decide('REJECTED_LIMIT', 0, 'the sku has a per-user limit of ' .. n(limit) .. '; name a user_id')
+    end
+    local c = counted(user)
+    if c + qty > limit then
+      return decide('REJECTED_LIMIT', 0, 'user ' .. user .. ' has ' .. n(c) .. ' of the per-user limit of ' ..
+        n(limit) .. '; requested ' .. n(qty))
+    end
   end
   if qty > available then
     return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available ' .. n(available))
   end
   available = available - qty
-  redis.call('HSET', KEYS[2], id, 'D|' .. n(qty) .. '|' .. offset)
+  local code = 'D'
+  if expires then
+    reserved = reserved + qty
+    code = 'H'
+  end
+  count(user, qty)
+  store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires })
   return decide('APPLIED', -qty)
 end
 
 local function rollback(offset, id)
-  local entry = redis.call('HGET', KEYS[2], id)
-  if not entry then
+  local e = load(id)
+  if not e then
     redis.call('HSET', KEYS[2], id, 'C|0|' .. offset)
     return decide('IGNORED_NO_DEDUCTION', 0, 'no deduction for this order; tombstone left')
   end
-  local status = string.sub(entry, 1, 1)
-  if status == 'D' then
-    local qty = tonumber(string.match(entry, '^D|(%d+)|'))
-    available = available + qty
-    redis.call('HSET', KEYS[2], id, 'R|' .. n(qty) .. '|' .. offset)
-    return decide('APPLIED', qty)
-  elseif status == 'R' then
+  if e.code == 'D' or e.code == 'H' then
+    return decide('APPLIED', release(id, e, 'R', offset))
+  elseif e.code == 'R' then
     return decide('DUPLICATE', 0, 'order already rolled back')
+  elseif e.code == 'C' then
+    return decide('DUPLICATE', 0, 'order already cancelled')
+  elseif e.code == 'X' then
+    return decide('DUPLICATE', 0, "order's reservation already expired")
   end
-  return decide('DUPLICATE', 0, 'order already cancelled')
+  return decide('REJECTED_NOT_RESERVED', 0, 'order was confirmed; refund it instead')
+end
+
+local function confirm(offset, time, id)
+  local e = load(id)
+  if not e then
+    return decide('REJECTED_NOT_RESERVED', 0, 'no reservation for this order')
+  end
+  if e.code == 'H' then
+    if time > e.expires then
+      local deadline = e.expires
+      local units = release(id, e, 'X', offset)
+      return decide('REJECTED_EXPIRED', units, 'confirmed at ' .. n(time) .. ', after the deadline ' ..
+        n(deadline) .. '; the hold expired')
+    end
+    reserved = reserved - e.qty
+    e.code = 'S'
+    e.offset = offset
+    store(id, e)
+    return decide('CONFIRMED', 0)
+  elseif e.code == 'S' then
+    return decide('DUPLICATE', 0, 'order already confirmed')
+  elseif e.code == 'X' then
+    return decide('REJECTED_EXPIRED', 0, "order's reservation expired")
+  elseif e.code == 'D' then
+    return decide('REJECTED_NOT_RESERVED', 0, 'order was deducted without a hold; nothing to confirm')
+  elseif e.code == 'R' then
+    return decide('REJECTED_CANCELLED', 0, 'order was rolled back')
+  end
+  return decide('REJECTED_CANCELLED', 0, 'order was cancelled before its reservation')
+end
+
+local function expire(offset, time, id)
+  local e = load(id)
+  if not e then
+    return decide('REJECTED_NOT_RESERVED', 0, 'no reservation for this order')
+  end
+  if e.code == 'H' then
+    if time <= e.expires then
+      return decide('IGNORED_NOT_DUE', 0, 'the hold lasts until ' .. n(e.expires) .. '; record time ' .. n(time))
+    end
+    return decide('EXPIRED', release(id, e, 'X', offset))
+  elseif e.code == 'X' then
+    return decide('DUPLICATE', 0, 'order already expired')
+  end
+  return decide('REJECTED_NOT_RESERVED', 0, 'no live hold for this order (it is ' .. STATUS[e.code] .. ')')
+end
+
+local function refund(offset, id, qty)
+  local e = load(id)
+  if not e then
+    return decide('REJECTED_NOT_SOLD', 0, 'no sale for this order')
+  elseif e.code == 'D' then
+    return decide('REJECTED_NOT_SOLD', 0, 'order was deducted without a hold; roll it back instead')
+  elseif e.code ~= 'S' then
+    return decide('REJECTED_NOT_SOLD', 0, 'order sold nothing (it is ' .. STATUS[e.code] .. ')')
+  end
+  local target = e.qty
+  if qty > 0 then
+    target = qty
+  end
+  if target > e.qty then
+    return decide('REJECTED_REFUND', 0, 'refund total ' .. n(target) .. ' is more than the ' .. n(e.qty) .. ' units bought')
+  end
+  if target < e.refunded then
+    return decide('REJECTED_REFUND', 0, n(e.refunded) ..
+      ' units are already refunded; a refund total cannot go down to ' .. n(target))
+  end
+  if target == e.refunded then
+    return decide('DUPLICATE', 0, 'order already refunded ' .. n(e.refunded))
+  end
+  local units = target - e.refunded
+  e.refunded = target
+  e.offset = offset
+  store(id, e)
+  available = available + units
+  count(e.user, -units)
+  return decide('REFUNDED', units)
 end
 
 local function restock(offset, id, qty, mode)
@@ -121,20 +316,38 @@ local function restock(offset, id, qty, mode)
 end
 
 local out = {}
-for i = 4, #ARGV, 5 do
+for i = 5, #ARGV, PER do
   local offset = ARGV[i]
-  local kind, id, qty, mode = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local time, kind, id, qty = tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local mode, user, expires = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
+  if user == '' then
+    user = nil
+  end
   local d
   if last and tonumber(offset) <= last then
     d = redis.call('HGET', KEYS[4], offset)
       or decide('DUPLICATE', 0, 'redelivered record; its first decision was pruned')
   else
     if kind == 'D' then
-      d = deduct(offset, id, qty)
+      d = deduct(offset, time, id, qty, user, expires)
     elseif kind == 'R' then
       d = rollback(offset, id)
-    else
+    elseif kind == 'S' then
       d = restock(offset, id, qty, mode)
+    elseif kind == 'F' then
+      d = confirm(offset, time, id)
+    elseif kind == 'U' then
+      d = refund(offset, id, qty)
+    elseif kind == 'X' then
+      d = expire(offset, time, id)
+    else
+      if qty > 0 then
+        limit = qty
+      else
+        limit = nil
+      end
+      limit_changed = true
+      d = decide('APPLIED', 0)
     end
     redis.call('HSET', KEYS[4], offset, d)
     last = tonumber(offset)
@@ -143,7 +356,14 @@ for i = 4, #ARGV, 5 do
   out[#out + 1] = d
 end
 if changed then
-  redis.call('HSET', KEYS[1], 'available', n(available), 'total', n(total),
+  redis.call('HSET', KEYS[1], 'available', n(available), 'total', n(total), 'reserved', n(reserved),
     'partition', n(partition), 'offset', n(last))
+  if limit_changed then
+    if limit then
+      redis.call('HSET', KEYS[1], 'limit', n(limit))
+    else
+      redis.call('HDEL', KEYS[1], 'limit')
+    end
+  end
 end
 return out

@@ -4,15 +4,17 @@
 -- ARGV[1] the newest offset whose record is both archived and older than
 --         the retention window
 -- Removes the decisions at or below that offset, and the orders whose final
--- state (rolled back, or cancelled by a tombstone) was set at or below it.
--- Deducted orders stay: a later rollback must still give their stock back.
+-- state (rolled back, expired, or cancelled by a tombstone) was set at or
+-- below it. Deducted, held and sold orders stay: a later rollback, confirm
+-- or refund must still find them. Users' counters ("{user}…" fields) are
+-- numbers, never order entries, so they stay too.
 -- Returns { orders removed, decisions removed }.
 
 local cutoff = tonumber(ARGV[1])
 local orders, decisions = 0, 0
 local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
-  local status, offset = string.match(entries[i + 1], '^([RC])|%d+|(%d+)$')
+  local status, offset = string.match(entries[i + 1], '^([RCX])|%d+|(%d+)')
   if status and tonumber(offset) <= cutoff then
     redis.call('HDEL', KEYS[1], entries[i])
     orders = orders + 1

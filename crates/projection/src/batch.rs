@@ -12,7 +12,8 @@ pub struct Run<'a> {
     pub sku: &'a str,
     /// Where the records are, and where the SKU belongs.
     pub at: Placement,
-    pub records: Vec<(i64, &'a CommandBody)>,
+    /// (offset, record timestamp in ms, command).
+    pub records: Vec<(i64, i64, &'a CommandBody)>,
 }
 
 /// The runs of one batch: records grouped by (partition, SKU), log order
@@ -26,15 +27,15 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    /// Groups `(partition, offset, command)` records of a topic with
-    /// `partitions` partitions, in delivery order.
+    /// Groups `(partition, offset, timestamp, command)` records of a topic
+    /// with `partitions` partitions, in delivery order.
     pub fn group(
-        records: impl IntoIterator<Item = (i32, i64, &'a Command)>,
+        records: impl IntoIterator<Item = (i32, i64, i64, &'a Command)>,
         partitions: i32,
     ) -> Self {
         let mut batch = Batch::default();
         let mut run_of: HashMap<(i32, &'a str), usize> = HashMap::new();
-        for (partition, offset, command) in records {
+        for (partition, offset, timestamp, command) in records {
             let sku = command.sku.as_str();
             let runs = &mut batch.runs;
             let r = *run_of.entry((partition, sku)).or_insert_with(|| {
@@ -49,7 +50,9 @@ impl<'a> Batch<'a> {
                 runs.len() - 1
             });
             batch.slots.push((r, batch.runs[r].records.len()));
-            batch.runs[r].records.push((offset, &command.body));
+            batch.runs[r]
+                .records
+                .push((offset, timestamp, &command.body));
         }
         batch
     }
@@ -74,10 +77,10 @@ mod tests {
             command_id: CommandId::new(format!("{sku}-{order}")).unwrap(),
             sku: Sku::new(sku).unwrap(),
             occurred_at: 0,
-            body: CommandBody::Deduct(Deduct {
-                order_id: OrderId::new(order).unwrap(),
-                quantity: Quantity::new(1).unwrap(),
-            }),
+            body: CommandBody::Deduct(Deduct::new(
+                OrderId::new(order).unwrap(),
+                Quantity::new(1).unwrap(),
+            )),
         }
     }
 
@@ -97,7 +100,10 @@ mod tests {
         // (partition, offset): A on 0 twice, B on 1, A again on 1 (misrouted).
         let placed = [(0, 10), (1, 20), (0, 11), (1, 21), (1, 22)];
         let batch = Batch::group(
-            placed.iter().zip(&commands).map(|(&(p, o), c)| (p, o, c)),
+            placed
+                .iter()
+                .zip(&commands)
+                .map(|(&(p, o), c)| (p, o, 0, c)),
             2,
         );
         type Shown<'a> = (i32, &'a str, Vec<(i64, &'a str)>);
@@ -105,7 +111,11 @@ mod tests {
             .runs
             .iter()
             .map(|r| {
-                let records = r.records.iter().map(|(o, b)| (*o, order_of(b))).collect();
+                let records = r
+                    .records
+                    .iter()
+                    .map(|(o, _, b)| (*o, order_of(b)))
+                    .collect();
                 (r.at.partition, r.sku, records)
             })
             .collect();
@@ -127,7 +137,10 @@ mod tests {
     fn decisions_come_back_in_the_order_records_were_given() {
         let commands = [deduct("A", "1"), deduct("B", "2"), deduct("A", "3")];
         let batch = Batch::group(
-            commands.iter().enumerate().map(|(i, c)| (0, i as i64, c)),
+            commands
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (0, i as i64, 0, c)),
             1,
         );
         let decision = |delta| Decision {

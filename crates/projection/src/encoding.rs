@@ -12,6 +12,21 @@ pub const TOTAL: &str = "total";
 pub const PARTITION: &str = "partition";
 /// The last offset applied from that partition.
 pub const OFFSET: &str = "offset";
+/// Units held by live reservations (absent in state written before
+/// reservations existed: none).
+pub const RESERVED: &str = "reserved";
+/// Units one user may hold and buy (absent: no limit).
+pub const LIMIT: &str = "limit";
+
+/// In the orders hash, the field of a user's counted units is this prefix
+/// and the user id. Order ids cannot contain a brace, so no order's field
+/// starts with it.
+pub const USER_FIELD_PREFIX: &str = "{user}";
+
+/// The user whose counter field of the orders hash `field` is, if it is one.
+pub fn user_of_field(field: &str) -> Option<&str> {
+    field.strip_prefix(USER_FIELD_PREFIX)
+}
 
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
 /// returned by the apply script (reason may be empty and is last, so it may
@@ -50,6 +65,9 @@ fn status_code(status: OrderStatus) -> char {
         OrderStatus::Deducted => 'D',
         OrderStatus::RolledBack => 'R',
         OrderStatus::Cancelled => 'C',
+        OrderStatus::Reserved => 'H',
+        OrderStatus::Confirmed => 'S',
+        OrderStatus::Expired => 'X',
     }
 }
 
@@ -58,19 +76,32 @@ fn status_of(code: char) -> Option<OrderStatus> {
         'D' => Some(OrderStatus::Deducted),
         'R' => Some(OrderStatus::RolledBack),
         'C' => Some(OrderStatus::Cancelled),
+        'H' => Some(OrderStatus::Reserved),
+        'S' => Some(OrderStatus::Confirmed),
+        'X' => Some(OrderStatus::Expired),
         _ => None,
     }
 }
 
-/// `D|quantity|offset` (deducted), `R|…` (rolled back), `C|0|offset`
-/// (tombstone): an order's entry in the orders hash.
+/// An order's entry in the orders hash: `STATUS|quantity|offset`, and when
+/// the order names a user, has a deadline or was refunded,
+/// `STATUS|quantity|offset|expires_at|refunded|user` (`expires_at` empty
+/// when there is none; the user last, as it may contain `|`). STATUS is
+/// `D` deducted, `H` held (reserved), `S` sold (confirmed), `R` rolled
+/// back, `X` expired, `C` tombstone.
 pub fn encode_order(e: &OrderEntry) -> String {
-    format!("{}|{}|{}", status_code(e.status), e.quantity, e.offset)
+    let mut s = format!("{}|{}|{}", status_code(e.status), e.quantity, e.offset);
+    if e.user.is_some() || e.expires_at.is_some() || e.refunded > 0 {
+        let expires_at = e.expires_at.map(|t| t.to_string()).unwrap_or_default();
+        let user = e.user.as_deref().unwrap_or("");
+        s.push_str(&format!("|{expires_at}|{}|{user}", e.refunded));
+    }
+    s
 }
 
 /// Parses [`encode_order`]'s form; `None` if it is not one.
 pub fn decode_order(s: &str) -> Option<OrderEntry> {
-    let mut parts = s.split('|');
+    let mut parts = s.splitn(6, '|');
     let mut code = parts.next()?.chars();
     let status = status_of(code.next()?)?;
     if code.next().is_some() {
@@ -78,13 +109,25 @@ pub fn decode_order(s: &str) -> Option<OrderEntry> {
     }
     let quantity = parts.next()?.parse().ok()?;
     let offset = parts.next()?.parse().ok()?;
-    if parts.next().is_some() {
-        return None;
-    }
+    let (expires_at, refunded, user) = match parts.next() {
+        None => (None, 0, None),
+        Some(expires_at) => {
+            let expires_at = match expires_at {
+                "" => None,
+                t => Some(t.parse().ok()?),
+            };
+            let refunded = parts.next()?.parse().ok()?;
+            let user = Some(parts.next()?).filter(|u| !u.is_empty());
+            (expires_at, refunded, user.map(str::to_owned))
+        }
+    };
     Some(OrderEntry {
         status,
         quantity,
         offset,
+        user,
+        expires_at,
+        refunded,
     })
 }
 
@@ -109,29 +152,49 @@ mod tests {
         assert_eq!(decode_decision("APPLIED|x|1|1|"), None);
     }
 
+    fn entry(status: OrderStatus) -> OrderEntry {
+        OrderEntry {
+            status,
+            quantity: 3,
+            offset: 42,
+            user: None,
+            expires_at: None,
+            refunded: 0,
+        }
+    }
+
     #[test]
     fn order_entries_round_trip() {
         for status in [
             OrderStatus::Deducted,
             OrderStatus::RolledBack,
             OrderStatus::Cancelled,
+            OrderStatus::Reserved,
+            OrderStatus::Confirmed,
+            OrderStatus::Expired,
         ] {
-            let e = OrderEntry {
-                status,
-                quantity: 3,
-                offset: 42,
-            };
+            let e = entry(status);
             assert_eq!(decode_order(&encode_order(&e)), Some(e));
         }
-        assert_eq!(
-            encode_order(&OrderEntry {
-                status: OrderStatus::Cancelled,
-                quantity: 0,
-                offset: 42
-            }),
-            "C|0|42"
-        );
-        assert_eq!(decode_order("X|0|42"), None);
+        assert_eq!(encode_order(&entry(OrderStatus::Cancelled)), "C|3|42");
+        let sold = OrderEntry {
+            user: Some("u|1".into()),
+            expires_at: Some(1_700_000_000_000),
+            refunded: 1,
+            ..entry(OrderStatus::Confirmed)
+        };
+        assert_eq!(encode_order(&sold), "S|3|42|1700000000000|1|u|1");
+        assert_eq!(decode_order(&encode_order(&sold)), Some(sold));
+        let no_deadline = OrderEntry {
+            user: Some("u".into()),
+            ..entry(OrderStatus::Deducted)
+        };
+        assert_eq!(encode_order(&no_deadline), "D|3|42||0|u");
+        assert_eq!(decode_order("D|3|42||0|u"), Some(no_deadline));
+        assert_eq!(decode_order("Q|0|42"), None);
         assert_eq!(decode_order("D|1|2|3"), None);
+        assert_eq!(decode_order("D|1|2|x|0|"), None);
+        assert_eq!(user_of_field("{user}alice"), Some("alice"));
+        assert_eq!(user_of_field("alice"), None);
     }
 }

@@ -4,13 +4,17 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use redis::{ErrorKind, Script, ServerErrorKind};
-use stockledger_core::ids::MAX_STOCK;
+use stockledger_core::command::record_time;
+use stockledger_core::ids::{MAX_HOLD_MS, MAX_STOCK};
 use stockledger_core::machine::misrouted;
 use stockledger_core::{CommandBody, Decision, OrderEntry, SkuState};
 use stockledger_io::{KeyScan, RedisConn};
 
 use crate::batch::Run;
-use crate::encoding::{decode_decision, decode_order, AVAILABLE, OFFSET, PARTITION, TOTAL};
+use crate::encoding::{
+    decode_decision, decode_order, user_of_field, AVAILABLE, LIMIT, OFFSET, PARTITION, RESERVED,
+    TOTAL,
+};
 use crate::keys::{self, SkuKeys};
 
 /// The script that applies records; see the file for its contract.
@@ -207,10 +211,20 @@ impl Projection {
                     for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
                         cmd.arg(key);
                     }
-                    cmd.arg(MAX_STOCK).arg(run.at.partition).arg(run.at.home);
-                    for (offset, body) in &run.records {
-                        let (kind, id, quantity, mode) = script_args(body);
-                        cmd.arg(offset).arg(kind).arg(id).arg(quantity).arg(mode);
+                    cmd.arg(MAX_STOCK)
+                        .arg(run.at.partition)
+                        .arg(run.at.home)
+                        .arg(MAX_HOLD_MS);
+                    for &(offset, timestamp, body) in &run.records {
+                        let args = ScriptArgs::of(body);
+                        cmd.arg(offset)
+                            .arg(record_time(timestamp))
+                            .arg(args.kind)
+                            .arg(args.id)
+                            .arg(args.quantity)
+                            .arg(args.mode)
+                            .arg(args.user)
+                            .arg(args.expires_at.map(|t| t.to_string()).unwrap_or_default());
                     }
                     cmd
                 })
@@ -321,16 +335,29 @@ impl Projection {
             None => None, // written before partitions were recorded
             Some(p) => Some(p.parse().map_err(|_| corrupt(&keys.stock, p))?),
         };
+        let optional = |field: &str| -> Result<Option<i64>, ProjectionError> {
+            stock
+                .get(field)
+                .map(|v| v.parse().map_err(|_| corrupt(&keys.stock, v)))
+                .transpose()
+        };
         let mut state = SkuState {
             available: number(AVAILABLE)?,
             total: number(TOTAL)?,
+            reserved: optional(RESERVED)?.unwrap_or(0),
+            limit: optional(LIMIT)?,
             partition,
             last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
-        for (order, value) in orders {
+        for (field, value) in orders {
+            if let Some(user) = user_of_field(&field) {
+                let units = value.parse().map_err(|_| corrupt(&keys.orders, &value))?;
+                state.users.insert(user.to_owned(), units);
+                continue;
+            }
             let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
-            state.orders.insert(order, entry);
+            state.orders.insert(field, entry);
         }
         for (adjustment, value) in adjustments {
             let offset = value
@@ -476,21 +503,32 @@ impl Projection {
             .map(|sku| {
                 let mut cmd = redis::cmd("HMGET");
                 cmd.arg(SkuKeys::new(&self.prefix, sku).stock)
-                    .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION]);
+                    .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION, RESERVED, LIMIT]);
                 cmd
             })
             .collect();
-        type Fields = (Option<i64>, Option<i64>, Option<i64>, Option<i32>);
+        type Fields = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+            Option<i64>,
+        );
         let rows: Vec<Fields> = self.redis.query_each(reads).await?;
         Ok(rows
             .into_iter()
             .map(|row| match row {
-                (Some(available), Some(total), Some(offset), partition) => Some(Stock {
-                    available,
-                    total,
-                    offset,
-                    partition,
-                }),
+                (Some(available), Some(total), Some(offset), partition, reserved, limit) => {
+                    Some(Stock {
+                        available,
+                        total,
+                        offset,
+                        partition,
+                        reserved: reserved.unwrap_or(0),
+                        limit,
+                    })
+                }
                 _ => None,
             })
             .collect())
@@ -525,6 +563,8 @@ impl Projection {
                         total: number(TOTAL)?,
                         offset: number(OFFSET)?,
                         partition: stock.get(PARTITION).and_then(|v| v.parse().ok()),
+                        reserved: number(RESERVED).unwrap_or(0),
+                        limit: number(LIMIT),
                     },
                     orders,
                     adjustments,
@@ -544,11 +584,15 @@ impl Projection {
             let mut stock = vec![
                 (AVAILABLE, state.stock.available),
                 (TOTAL, state.stock.total),
+                (RESERVED, state.stock.reserved),
             ];
             if let Some(partition) = state.stock.partition {
                 stock.push((PARTITION, i64::from(partition)));
             }
             stock.push((OFFSET, state.stock.offset));
+            if let Some(limit) = state.stock.limit {
+                stock.push((LIMIT, limit));
+            }
             writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
             if !state.orders.is_empty() {
                 let orders: Vec<_> = state.orders.iter().collect();
@@ -644,6 +688,10 @@ pub struct Stock {
     /// The partition whose records built the state (`None` when written
     /// before partitions were recorded).
     pub partition: Option<i32>,
+    /// Units held by live reservations.
+    pub reserved: i64,
+    /// Units one user may hold and buy, if limited.
+    pub limit: Option<i64>,
 }
 
 /// A SKU's state in its stored forms (orders and adjustments as the
@@ -652,22 +700,60 @@ pub struct Stock {
 pub struct SkuExport {
     pub sku: String,
     pub stock: Stock,
-    /// Order id -> the order's encoded entry.
+    /// Order id -> the order's encoded entry, and each user's counted
+    /// units under [`crate::encoding::USER_FIELD_PREFIX`].
     pub orders: BTreeMap<String, String>,
     /// Adjustment id -> the offset that applied it.
     pub adjustments: BTreeMap<String, String>,
 }
 
-/// The script's per-record arguments: kind, id, quantity, mode.
-fn script_args(body: &CommandBody) -> (&'static str, &str, i64, &'static str) {
-    match body {
-        CommandBody::Deduct(d) => ("D", d.order_id.as_str(), d.quantity.get(), ""),
-        CommandBody::Rollback(r) => ("R", r.order_id.as_str(), 0, ""),
-        CommandBody::Restock(r) => (
-            "S",
-            r.adjustment_id.as_str(),
-            r.quantity(),
-            r.mode().as_str(),
-        ),
+/// The script's per-record arguments besides offset and time.
+struct ScriptArgs<'a> {
+    kind: &'static str,
+    /// The order or adjustment id (empty for a limit).
+    id: &'a str,
+    /// 0 where the command names none.
+    quantity: i64,
+    /// A restock's mode, else empty.
+    mode: &'static str,
+    /// A deduct's user id, else empty.
+    user: &'a str,
+    expires_at: Option<i64>,
+}
+
+impl<'a> ScriptArgs<'a> {
+    fn of(body: &'a CommandBody) -> Self {
+        let plain = |kind, id| Self {
+            kind,
+            id,
+            quantity: 0,
+            mode: "",
+            user: "",
+            expires_at: None,
+        };
+        match body {
+            CommandBody::Deduct(d) => Self {
+                quantity: d.quantity.get(),
+                user: d.user_id.as_ref().map_or("", |u| u.as_str()),
+                expires_at: d.expires_at,
+                ..plain("D", d.order_id.as_str())
+            },
+            CommandBody::Rollback(r) => plain("R", r.order_id.as_str()),
+            CommandBody::Restock(r) => Self {
+                quantity: r.quantity(),
+                mode: r.mode().as_str(),
+                ..plain("S", r.adjustment_id.as_str())
+            },
+            CommandBody::Confirm(c) => plain("F", c.order_id.as_str()),
+            CommandBody::Refund(r) => Self {
+                quantity: r.quantity.map_or(0, |q| q.get()),
+                ..plain("U", r.order_id.as_str())
+            },
+            CommandBody::Expire(e) => plain("X", e.order_id.as_str()),
+            CommandBody::Limit(l) => Self {
+                quantity: l.per_user.map_or(0, |q| q.get()),
+                ..plain("L", "")
+            },
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! Random command logs and delivery schedules for property tests.
 //!
-//! A [`Scenario`] is a log (commands over a few SKUs in two partitions,
-//! with offsets per partition as Kafka assigns them; now and then a record
-//! on the wrong partition, as a producer with another partitioner would
-//! write it) and the order in which
+//! A [`Scenario`] is a log (every kind of command over a few SKUs in two
+//! partitions: deducts, reservations with deadlines a few milliseconds
+//! either side of the records that meet them, confirms, expires, refunds,
+//! limits and restocks, for a few users; whole checkouts now and then;
+//! offsets per partition as Kafka assigns them, timestamps mostly rising
+//! but sometimes behind; now and then a record on the wrong partition, as
+//! a producer with another partitioner would write it) and the order in which
 //! an applier is handed its records: every record in log order, plus
 //! redeliveries of single earlier records and rewinds (a suffix of the log
 //! delivered again, as after a crash before the offset commit), cut into
@@ -15,11 +18,11 @@
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use stockledger_core::ids::{MAX_QUANTITY, MAX_STOCK};
+use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Deduct, OrderId, Quantity, Restock, RestockMode,
-    Rollback, Sku,
+    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, OrderId,
+    Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId,
 };
 
 /// The partitions of generated logs.
@@ -33,6 +36,9 @@ pub const SKUS: [&str; 3] = ["S0", "S1", "S2"];
 pub struct Record {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp in the log (ms): mostly rising, sometimes
+    /// equal to or behind the one before, as producers' clocks are.
+    pub timestamp: i64,
     pub command: Command,
 }
 
@@ -63,8 +69,13 @@ impl Scenario {
 
 #[derive(Debug, Clone)]
 enum Step {
-    /// A command for SKU `.0`, on its home partition unless `.2`.
-    Send(usize, CommandBody, bool),
+    /// A command for SKU `.0`, on its home partition unless `.2`, stamped
+    /// `.3` ms after the step's own instant (negative: a clock behind).
+    Send(usize, Body, bool, i64),
+    /// One buyer's checkout on SKU `.0`: a reservation (the body, always
+    /// a `Body::Reserve`), its confirm and a refund of up to `.2` units,
+    /// in consecutive steps.
+    Checkout(usize, Body, Option<i64>),
     Redeliver(Index),
     Rewind(Index),
 }
@@ -73,11 +84,63 @@ fn order_id() -> impl Strategy<Value = OrderId> {
     (0..6u8).prop_map(|n| OrderId::new(format!("o{n}")).unwrap())
 }
 
-fn body() -> impl Strategy<Value = CommandBody> {
-    let quantity =
-        prop_oneof![8 => 1..=3i64, 1 => Just(MAX_QUANTITY)].prop_map(|q| Quantity::new(q).unwrap());
-    let deduct = (order_id(), quantity)
-        .prop_map(|(order_id, quantity)| CommandBody::Deduct(Deduct { order_id, quantity }));
+/// A command body, or a reservation whose deadline is relative to its
+/// record's timestamp (fixed once the timestamp is known).
+#[derive(Debug, Clone)]
+enum Body {
+    Ready(CommandBody),
+    Reserve(Deduct, i64),
+}
+
+fn user_id() -> impl Strategy<Value = Option<UserId>> {
+    prop_oneof![1 => Just(None), 2 => (0..3u8).prop_map(|n| Some(UserId::new(format!("u{n}")).unwrap()))]
+}
+
+fn quantity() -> impl Strategy<Value = Quantity> {
+    prop_oneof![8 => 1..=3i64, 1 => Just(MAX_QUANTITY)].prop_map(|q| Quantity::new(q).unwrap())
+}
+
+/// A reservation, its deadline from before its record (refused) to past
+/// the longest hold.
+fn reserve() -> impl Strategy<Value = Body> {
+    let hold = prop_oneof![
+        1 => -1..=0i64,
+        8 => 1..=8i64,
+        1 => Just(MAX_HOLD_MS),
+        1 => Just(MAX_HOLD_MS + 1),
+    ];
+    (order_id(), quantity(), user_id(), hold).prop_map(|(order_id, quantity, user_id, hold)| {
+        Body::Reserve(
+            Deduct {
+                user_id,
+                ..Deduct::new(order_id, quantity)
+            },
+            hold,
+        )
+    })
+}
+
+fn body() -> impl Strategy<Value = Body> {
+    let deduct = (order_id(), quantity(), user_id()).prop_map(|(order_id, quantity, user_id)| {
+        CommandBody::Deduct(Deduct {
+            user_id,
+            ..Deduct::new(order_id, quantity)
+        })
+    });
+    let reserve = reserve();
+    let confirm = order_id().prop_map(|order_id| CommandBody::Confirm(Confirm { order_id }));
+    let expire = order_id().prop_map(|order_id| CommandBody::Expire(Expire { order_id }));
+    let refund = (order_id(), prop::option::of(1..=6i64)).prop_map(|(order_id, q)| {
+        CommandBody::Refund(Refund {
+            order_id,
+            quantity: q.map(|q| Quantity::new(q).unwrap()),
+        })
+    });
+    let limit = prop::option::of(1..=4i64).prop_map(|q| {
+        CommandBody::Limit(Limit {
+            per_user: q.map(|q| Quantity::new(q).unwrap()),
+        })
+    });
     let rollback = order_id()
         .prop_map(|order_id| CommandBody::Rollback(Rollback::new(order_id, None).unwrap()));
     let add = prop_oneof![
@@ -91,16 +154,73 @@ fn body() -> impl Strategy<Value = CommandBody> {
         let id = AdjustmentId::new(format!("a{a}")).unwrap();
         CommandBody::Restock(Restock::new(id, mode, q).unwrap())
     });
-    prop_oneof![5 => deduct, 3 => rollback, 2 => restock]
+    prop_oneof![
+        3 => deduct.prop_map(Body::Ready),
+        4 => reserve,
+        3 => rollback.prop_map(Body::Ready),
+        3 => restock.prop_map(Body::Ready),
+        3 => confirm.prop_map(Body::Ready),
+        2 => expire.prop_map(Body::Ready),
+        2 => refund.prop_map(Body::Ready),
+        1 => limit.prop_map(Body::Ready),
+    ]
 }
+
+/// The instant of the first step.
+const T0: i64 = 1_700_000_000_000;
+
+/// Milliseconds between consecutive steps' instants.
+const STEP_MS: i64 = 2;
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (0..SKUS.len(), body()).prop_map(|(sku, body)| Step::Send(sku, body, false)),
-        1 => (0..SKUS.len(), body()).prop_map(|(sku, body)| Step::Send(sku, body, true)),
+        12 => (0..SKUS.len(), body(), skew()).prop_map(|(sku, body, skew)| Step::Send(sku, body, false, skew)),
+        1 => (0..SKUS.len(), body(), skew()).prop_map(|(sku, body, skew)| Step::Send(sku, body, true, skew)),
+        2 => (0..SKUS.len(), reserve(), prop::option::of(1..=4i64))
+            .prop_map(|(sku, reserve, refund)| Step::Checkout(sku, reserve, refund)),
         1 => any::<Index>().prop_map(Step::Redeliver),
         1 => any::<Index>().prop_map(Step::Rewind),
     ]
+}
+
+/// `steps` with each checkout spelled out as the records it sends.
+fn spelled_out(steps: Vec<Step>) -> Vec<Step> {
+    let mut out = Vec::with_capacity(steps.len());
+    for step in steps {
+        let Step::Checkout(sku, reserve, refund) = step else {
+            out.push(step);
+            continue;
+        };
+        let Body::Reserve(d, _) = &reserve else {
+            out.push(Step::Send(sku, reserve, false, 0));
+            continue;
+        };
+        let order_id = d.order_id.clone();
+        out.push(Step::Send(sku, reserve.clone(), false, 0));
+        out.push(Step::Send(
+            sku,
+            Body::Ready(CommandBody::Confirm(Confirm {
+                order_id: order_id.clone(),
+            })),
+            false,
+            0,
+        ));
+        out.push(Step::Send(
+            sku,
+            Body::Ready(CommandBody::Refund(Refund {
+                order_id,
+                quantity: refund.map(|q| Quantity::new(q).unwrap()),
+            })),
+            false,
+            0,
+        ));
+    }
+    out
+}
+
+/// How far a record's timestamp is from its step's instant.
+fn skew() -> impl Strategy<Value = i64> {
+    prop_oneof![6 => Just(0i64), 1 => -3..=3i64]
 }
 
 /// Scenarios of up to `max_steps` steps.
@@ -113,9 +233,17 @@ pub fn scenario(max_steps: usize) -> impl Strategy<Value = Scenario> {
             let mut log: Vec<Record> = Vec::new();
             let mut deliveries = Vec::new();
             let mut next_offset = [0i64; PARTITIONS as usize];
-            for (n, step) in steps.into_iter().enumerate() {
+            for (n, step) in spelled_out(steps).into_iter().enumerate() {
                 match step {
-                    Step::Send(sku, body, misrouted) => {
+                    Step::Send(sku, body, misrouted, skew) => {
+                        let timestamp = T0 + n as i64 * STEP_MS + skew;
+                        let body = match body {
+                            Body::Ready(body) => body,
+                            Body::Reserve(d, hold) => CommandBody::Deduct(Deduct {
+                                expires_at: Some(timestamp + hold),
+                                ..d
+                            }),
+                        };
                         let home = home_partition(SKUS[sku].as_bytes(), PARTITIONS);
                         let partition = if misrouted { 1 - home } else { home };
                         let offset = next_offset[partition as usize];
@@ -123,6 +251,7 @@ pub fn scenario(max_steps: usize) -> impl Strategy<Value = Scenario> {
                         log.push(Record {
                             partition,
                             offset,
+                            timestamp,
                             command: Command {
                                 command_id: CommandId::new(format!("c{n}")).unwrap(),
                                 sku: Sku::new(SKUS[sku]).unwrap(),
@@ -136,7 +265,7 @@ pub fn scenario(max_steps: usize) -> impl Strategy<Value = Scenario> {
                     Step::Rewind(i) if !log.is_empty() => {
                         deliveries.extend(i.index(log.len())..log.len())
                     }
-                    Step::Redeliver(_) | Step::Rewind(_) => {}
+                    Step::Redeliver(_) | Step::Rewind(_) | Step::Checkout(..) => {}
                 }
             }
             Scenario {

@@ -307,10 +307,7 @@ pub(crate) async fn deduct(
             return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
         }
     }
-    let body = CommandBody::Deduct(Deduct {
-        order_id: order_id.clone(),
-        quantity,
-    });
+    let body = CommandBody::Deduct(Deduct::new(order_id.clone(), quantity));
     gateway.command(sku, Some(order_id), body, wait).await
 }
 
