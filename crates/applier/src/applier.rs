@@ -39,6 +39,7 @@ use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
+use crate::expiry;
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_projection::{Batch, Marker, Projection, ProjectionError, Run};
@@ -514,10 +515,18 @@ impl Applier {
         );
         let mut in_flight: Option<InFlight> = None;
         let mut unfinished: Vec<InFlight> = Vec::new();
+        let mut expiry = tokio::time::interval(expiry::INTERVAL);
+        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
                 biased;
-                _ = stop.wait_for(|s| *s) => break,
+                // Unit, not the borrow `wait_for` returns: a branch below
+                // awaits, and the borrow would make this future not `Send`.
+                () = async { let _ = stop.wait_for(|s| *s).await; } => break,
+                _ = expiry.tick() => {
+                    self.expire_due().await;
+                    continue;
+                }
                 _ = ticker.tick() => {
                     let (at, records) = last_report;
                     let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
@@ -615,6 +624,35 @@ impl Applier {
         }
         info!(records = stats.records, "applier stopped");
         Ok(stats)
+    }
+
+    /// Appends an expire for each due hold of the partitions this member
+    /// holds (see [`crate::expiry`]). A failure is logged: the next look
+    /// tries again.
+    async fn expire_due(&self) {
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let partitions: Vec<i32> = assignment
+            .elements_for_topic(&self.config.topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        if partitions.is_empty() {
+            return;
+        }
+        let result = expiry::expire_due(
+            &self.projection,
+            &self.producer,
+            &self.config.topic,
+            &partitions,
+        )
+        .await;
+        match result {
+            Ok(0) => {}
+            Ok(sent) => debug!(sent, "expires appended for due holds"),
+            Err(e) => warn!(error = %e, "cannot look up due holds; trying again shortly"),
+        }
     }
 
     async fn fill_batch(&self, first: OwnedMessage) -> Vec<OwnedMessage> {

@@ -4,6 +4,8 @@
 //! - [`applier`]: the consumer-group member that turns the command log into
 //!   decisions: batches per partition, one Lua call per SKU run, outcomes
 //!   published, offsets committed after, undecodable records dead-lettered.
+//! - [`expiry`]: the expirer, which appends an `Expire` record for each
+//!   reservation past its deadline, so the log decides every expiry.
 //! - [`check`]: the reference fold of the command log, and comparing the
 //!   projection with it.
 //! - [`record`]: what a command-topic record means (command or refusal).
@@ -13,6 +15,7 @@
 
 pub mod applier;
 pub mod check;
+pub mod expiry;
 pub mod record;
 pub mod repartition;
 pub mod replay;

@@ -280,6 +280,9 @@ pub async fn replay(
             let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
             live.mark(&config.topic, partitions.len() as i32).await?;
             live.record_applied(&marks_of(&reached)).await?;
+            target
+                .copy_holds_into(&live, partitions.len() as i32)
+                .await?;
             target.unmark().await?;
             break;
         }

@@ -159,9 +159,15 @@ pub enum Command {
     Archive(archive::Args),
     /// Run the HTTP gateway: commands and reads as a JSON API (OpenAPI at /openapi.json).
     Serve(serve::Args),
-    /// Take stock for an order.
+    /// Take stock for an order (with --hold: reserve it until confirmed).
     Deduct(deduct::Args),
-    /// Give back what an order took (before its deduction: refuse that deduction).
+    /// Sell what a reservation holds (on time up to its deadline).
+    Confirm(confirm::Args),
+    /// Give back units a confirmed order bought.
+    Refund(refund::Args),
+    /// Cap the units one user may hold and buy of a SKU.
+    Limit(limit::Args),
+    /// Give back what an order took or holds (before its deduction: refuse that deduction).
     Rollback(rollback::Args),
     /// Add to, or set, a SKU's stock.
     Restock(restock::Args),
@@ -246,6 +252,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(g, args).await,
         Command::Deduct(args) => deduct::run(g, args).await,
         Command::Rollback(args) => rollback::run(g, args).await,
+        Command::Confirm(args) => confirm::run(g, args).await,
+        Command::Refund(args) => refund::run(g, args).await,
+        Command::Limit(args) => limit::run(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,
         Command::Stock(args) => stock::run(g, args).await,
         Command::Order(args) => order::run(g, args).await,

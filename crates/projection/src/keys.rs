@@ -50,6 +50,25 @@ impl SkuKeys {
     }
 }
 
+/// The sorted set of live reservations whose SKUs live on `partition`:
+/// member [`hold_member`], score the deadline (ms). The expirer reads it
+/// to know which holds are due; the apply path keeps it. Each member is
+/// touched alone, so it needs no hash tag in a Redis Cluster.
+pub fn holds_key(prefix: &str, partition: i32) -> String {
+    format!("{prefix}:holds:{partition}")
+}
+
+/// A member of [`holds_key`]: the SKU and the order, split by a newline
+/// (identifiers cannot hold control characters).
+pub fn hold_member(sku: &str, order_id: &str) -> String {
+    format!("{sku}\n{order_id}")
+}
+
+/// The SKU and order of a [`hold_member`], if it is one.
+pub fn decode_hold_member(member: &str) -> Option<(&str, &str)> {
+    member.split_once('\n')
+}
+
 /// The pattern matching every SKU's stock key under `prefix` (for `SCAN`).
 pub fn stock_key_pattern(prefix: &str) -> String {
     format!("{prefix}:{{*}}:stock")
@@ -107,6 +126,14 @@ mod tests {
         assert_eq!(sku_of_stock_key("sl", &k.stock), Some("SKU-1"));
         assert_eq!(sku_of_stock_key("other", &k.stock), None);
         assert_eq!(stock_key_pattern("sl"), "sl:{*}:stock");
+    }
+
+    #[test]
+    fn hold_members_name_their_sku_and_order() {
+        assert_eq!(holds_key("sl", 3), "sl:holds:3");
+        let member = hold_member("SKU-1", "o-1");
+        assert_eq!(decode_hold_member(&member), Some(("SKU-1", "o-1")));
+        assert_eq!(decode_hold_member("no separator"), None);
     }
 
     #[test]

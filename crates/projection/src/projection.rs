@@ -7,7 +7,7 @@ use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::command::record_time;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_STOCK};
 use stockledger_core::machine::misrouted;
-use stockledger_core::{CommandBody, Decision, OrderEntry, SkuState};
+use stockledger_core::{CommandBody, Decision, OrderEntry, ResultCode, SkuState};
 use stockledger_io::{KeyScan, RedisConn};
 
 use crate::batch::Run;
@@ -240,7 +240,8 @@ impl Projection {
             }
             other => other?,
         };
-        runs.iter()
+        let decisions = runs
+            .iter()
             .zip(replies)
             .map(|(run, reply)| {
                 if reply.len() != run.records.len() {
@@ -260,7 +261,136 @@ impl Projection {
                     })
                     .collect()
             })
+            .collect::<Result<Vec<Vec<Decision>>, _>>()?;
+        self.index_holds(runs, &decisions).await?;
+        Ok(decisions)
+    }
+
+    /// Keeps the [`keys::holds_key`] index of live reservations after a
+    /// batch: a reservation taken is added with its deadline; a confirm,
+    /// rollback or expire that leaves no hold removes its order. Safe to
+    /// repeat (a redelivered batch does it again); an entry left behind
+    /// only makes the expirer send an expire that changes nothing.
+    async fn index_holds(
+        &self,
+        runs: &[Run<'_>],
+        decisions: &[Vec<Decision>],
+    ) -> Result<(), ProjectionError> {
+        let mut writes: Vec<redis::Cmd> = Vec::new();
+        for (run, decisions) in runs.iter().zip(decisions) {
+            let key = keys::holds_key(&self.prefix, run.at.partition);
+            for ((_, _, body), decision) in run.records.iter().zip(decisions) {
+                let Some(order) = body.order_id() else {
+                    continue;
+                };
+                let member = keys::hold_member(run.sku, order.as_str());
+                match (body, decision.result) {
+                    (CommandBody::Deduct(d), ResultCode::Applied) => {
+                        if let Some(deadline) = d.expires_at {
+                            writes.push(redis::Cmd::zadd(&key, member, deadline));
+                        }
+                    }
+                    (
+                        CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_),
+                        result,
+                    ) if result != ResultCode::IgnoredNotDue && result != ResultCode::Misrouted => {
+                        writes.push(redis::Cmd::zrem(&key, member));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !writes.is_empty() {
+            let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` holds of `partition` whose deadline is before `now`
+    /// (ms): (sku, order id, deadline), earliest first.
+    pub async fn due_holds(
+        &self,
+        partition: i32,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, String, i64)>, ProjectionError> {
+        let key = keys::holds_key(&self.prefix, partition);
+        let due: Vec<(String, i64)> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(format!("({now}"))
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .arg("WITHSCORES")
+            .query_async(&mut self.redis.clone())
+            .await?;
+        due.into_iter()
+            .map(
+                |(member, deadline)| match keys::decode_hold_member(&member) {
+                    Some((sku, order)) => Ok((sku.to_owned(), order.to_owned(), deadline)),
+                    None => Err(ProjectionError::Corrupt {
+                        key: key.clone(),
+                        value: member,
+                    }),
+                },
+            )
             .collect()
+    }
+
+    /// Puts off the holds of `partition` named by `members` (sku, order)
+    /// until `retry_at` (ms), if they are still indexed: an expire was
+    /// sent for each, and is tried again then if it did not end the hold.
+    pub async fn defer_holds(
+        &self,
+        partition: i32,
+        members: &[(String, String)],
+        retry_at: i64,
+    ) -> Result<(), ProjectionError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(keys::holds_key(&self.prefix, partition)).arg("XX");
+        for (sku, order) in members {
+            cmd.arg(retry_at).arg(keys::hold_member(sku, order));
+        }
+        let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
+        Ok(())
+    }
+
+    /// Adds this prefix's index of holds to `live`'s, for each of
+    /// `partitions` (a rebuilt prefix swapped in whole: the live index may
+    /// have been lost with the live state).
+    pub async fn copy_holds_into(
+        &self,
+        live: &Projection,
+        partitions: i32,
+    ) -> Result<(), ProjectionError> {
+        for partition in 0..partitions {
+            let from = keys::holds_key(&self.prefix, partition);
+            let holds: Vec<(String, i64)> = redis::cmd("ZRANGE")
+                .arg(&from)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut self.redis.clone())
+                .await?;
+            for page in holds.chunks(1000) {
+                let mut cmd = redis::cmd("ZADD");
+                cmd.arg(keys::holds_key(&live.prefix, partition));
+                for (member, deadline) in page {
+                    cmd.arg(deadline).arg(member);
+                }
+                let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
+            }
+            let _: i64 = redis::cmd("DEL")
+                .arg(&from)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Publishes on the prefix's [`keys::applied_channel`] that `marks`

@@ -1,13 +1,15 @@
-//! `stockledger deduct`: take stock for an order.
+//! `stockledger deduct`: take stock for an order, at once or as a
+//! reservation that lapses unless confirmed.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{OrderId, Quantity, Sku};
+use stockledger_core::ids::{OrderId, Quantity, Sku, UserId};
+use stockledger_core::{CommandBody, Deduct};
 
 use super::send::{report_sent, WaitArgs};
-use super::{parse_order_id, parse_quantity, parse_sku};
+use super::{parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
 use crate::Global;
 
 #[derive(Debug, ClapArgs)]
@@ -18,18 +20,27 @@ pub struct Args {
     pub order_id: OrderId,
     #[arg(value_parser = parse_quantity, allow_negative_numbers = true)]
     pub quantity: Quantity,
+    /// The buyer, counted against the SKU's per-user limit (`limit`).
+    #[arg(long, value_name = "USER_ID", value_parser = parse_user_id)]
+    pub user: Option<UserId>,
+    /// Hold the units for this long (e.g. 15m, at most 7d) instead of
+    /// selling them: `confirm` sells them, `rollback` releases them, and
+    /// past the deadline they come back by themselves.
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub hold: Option<i64>,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
-    let receipt = producer
-        .deduct(
-            args.sku.as_str(),
-            args.order_id.as_str(),
-            args.quantity.get(),
-        )
-        .await?;
+    let body = CommandBody::Deduct(Deduct {
+        user_id: args.user,
+        expires_at: args
+            .hold
+            .map(|hold| stockledger_archiver::query::now_ms().saturating_add(hold)),
+        ..Deduct::new(args.order_id, args.quantity)
+    });
+    let receipt = producer.send(args.sku, body).await?;
     report_sent(g, &receipt, &args.wait).await
 }

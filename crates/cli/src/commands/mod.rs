@@ -1,18 +1,21 @@
 //! One module per subcommand, each in the same three steps: its `Args`
 //! (clap derive; a flag's doc comment is its help), a call into a library
-//! crate, and what it prints. `send` holds what the three commands that
-//! publish share.
+//! crate, and what it prints. `send` holds what the commands that publish
+//! share.
 
 pub mod apply;
 pub mod archive;
 pub mod compact;
+pub mod confirm;
 pub mod deduct;
 pub mod demo;
 pub mod export;
 pub mod history;
+pub mod limit;
 pub mod observe;
 pub mod order;
 pub mod reconcile;
+pub mod refund;
 pub mod repartition;
 pub mod replay;
 pub mod report;
@@ -26,7 +29,7 @@ mod table;
 pub mod topics;
 
 use stockledger_archiver::query;
-use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku};
+use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::ResultCode;
 
 pub(crate) fn parse_sku(s: &str) -> Result<Sku, String> {
@@ -35,6 +38,10 @@ pub(crate) fn parse_sku(s: &str) -> Result<Sku, String> {
 
 pub(crate) fn parse_order_id(s: &str) -> Result<OrderId, String> {
     OrderId::new(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_user_id(s: &str) -> Result<UserId, String> {
+    UserId::new(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn parse_adjustment_id(s: &str) -> Result<AdjustmentId, String> {

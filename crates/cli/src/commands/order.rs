@@ -22,14 +22,29 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
     let entry = projection.order(sku.as_str(), order_id.as_str()).await?;
     match entry {
-        Some(e) => println!(
-            "{sku} / {order_id}: {}, quantity {}, at offset {}",
-            e.status.as_str(),
-            e.quantity,
-            e.offset
-        ),
+        Some(e) => {
+            let mut extra = String::new();
+            if let Some(user) = &e.user {
+                extra.push_str(&format!(", user {user}"));
+            }
+            if let Some(deadline) = e.expires_at {
+                extra.push_str(&format!(
+                    ", hold until {}",
+                    stockledger_archiver::query::format_instant(deadline)
+                ));
+            }
+            if e.refunded > 0 {
+                extra.push_str(&format!(", refunded {}", e.refunded));
+            }
+            println!(
+                "{sku} / {order_id}: {}, quantity {}{extra}, at offset {}",
+                e.status.as_str(),
+                e.quantity,
+                e.offset
+            )
+        }
         None => {
-            println!("{sku} / {order_id}: unknown (no deduct or rollback applied)");
+            println!("{sku} / {order_id}: unknown (no deduct, reservation or rollback applied)");
             return Ok(ExitCode::from(1));
         }
     }

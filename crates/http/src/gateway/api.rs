@@ -116,11 +116,20 @@ impl From<Decision> for DecisionBody {
 pub struct OrderBody {
     pub sku: String,
     pub order_id: String,
-    /// `DEDUCTED`, `ROLLED_BACK` or `CANCELLED` (rolled back before any deduct).
+    /// `DEDUCTED`, `RESERVED`, `CONFIRMED`, `EXPIRED`, `ROLLED_BACK` or
+    /// `CANCELLED` (rolled back before any deduct).
     pub status: String,
     pub quantity: i64,
     /// Offset of the order's last step on the SKU's partition.
     pub offset: i64,
+    /// The buyer the units count against, if the deduct named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// A reservation's deadline (ms since the Unix epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// Units of a confirmed order refunded so far.
+    pub refunded: i64,
 }
 
 impl OrderBody {
@@ -131,6 +140,9 @@ impl OrderBody {
             status: e.status.as_str().to_owned(),
             quantity: e.quantity,
             offset: e.offset,
+            user_id: e.user.clone(),
+            expires_at: e.expires_at,
+            refunded: e.refunded,
         }
     }
 }

@@ -1,0 +1,128 @@
+//! The expirer: turns reservations whose deadline has passed into
+//! `Expire` records on the command log.
+//!
+//! The applier never compares a deadline with its own clock. Instead, a few
+//! times a second, it looks up in Redis the holds of its partitions whose
+//! deadline is before now and appends an `Expire` for each, stamped now, to
+//! the hold's own partition. The apply script then decides it against that
+//! record's timestamp like any other record, so the expiry is in the log:
+//! a replay decides it identically, on any day, and a confirm that reached
+//! the log first still wins. A hold whose expire did not end it (lost, or
+//! still on its way) is tried again after [`RETRY_MS`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use stockledger_core::codec;
+use stockledger_core::{Command, CommandBody, CommandId, Expire, OrderId, Sku};
+use stockledger_projection::{Projection, ProjectionError};
+use tracing::{debug, warn};
+
+/// How often the expirer looks for due holds: a hold ends well within a
+/// second of its deadline while the applier keeps up.
+pub const INTERVAL: Duration = Duration::from_millis(200);
+
+/// How long an expire is given to end its hold before another is sent.
+pub const RETRY_MS: i64 = 5_000;
+
+/// Most expires sent per partition per look.
+const PAGE: usize = 1_000;
+
+/// Counter: expire records the expirer appended to the command log.
+pub const EXPIRES_METRIC: &str = "stockledger_applier_expires_sent_total";
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// The expire record for `order_id` of `sku`, stamped `now`.
+pub fn expire_command(sku: &str, order_id: &str, now: i64) -> Option<Command> {
+    Some(Command {
+        command_id: CommandId::new(
+            format!("expire-{now}-{order_id}")
+                .chars()
+                .take(128)
+                .collect::<String>(),
+        )
+        .ok()?,
+        sku: Sku::new(sku).ok()?,
+        occurred_at: now,
+        body: CommandBody::Expire(Expire {
+            order_id: OrderId::new(order_id).ok()?,
+        }),
+    })
+}
+
+/// Appends an expire for every due hold of `partitions` of `topic`;
+/// returns how many were handed to the producer. Deliveries are not
+/// awaited: a lost one is retried after [`RETRY_MS`].
+pub async fn expire_due(
+    projection: &Projection,
+    producer: &FutureProducer,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<usize, ProjectionError> {
+    let now = now_ms();
+    let mut sent_total = 0;
+    for &partition in partitions {
+        let due = projection.due_holds(partition, now, PAGE).await?;
+        if due.is_empty() {
+            continue;
+        }
+        let mut sent = Vec::with_capacity(due.len());
+        for (sku, order, deadline) in due {
+            let Some(command) = expire_command(&sku, &order, now) else {
+                warn!(%sku, %order, "a hold in the index names an invalid sku or order; skipped");
+                continue;
+            };
+            let payload = match codec::encode_command(&command) {
+                Ok(payload) => payload,
+                Err(e) => {
+                    warn!(error = %e, "cannot encode an expire");
+                    continue;
+                }
+            };
+            let record = FutureRecord::to(topic)
+                .partition(partition)
+                .key(sku.as_str())
+                .payload(&payload)
+                .timestamp(now);
+            match producer.send_result(record) {
+                Ok(_delivery) => {
+                    debug!(%sku, %order, deadline, "expire sent");
+                    sent.push((sku, order));
+                }
+                Err((e, _)) => {
+                    warn!(error = %e, "cannot hand an expire to the producer; trying again shortly");
+                    break;
+                }
+            }
+        }
+        sent_total += sent.len();
+        metrics::counter!(EXPIRES_METRIC).increment(sent.len() as u64);
+        projection
+            .defer_holds(partition, &sent, now + RETRY_MS)
+            .await?;
+    }
+    Ok(sent_total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expire_names_its_order_and_is_stamped_now() {
+        let c = expire_command("SKU-1", "o-1", 1_700_000_000_000).unwrap();
+        assert_eq!(c.sku.as_str(), "SKU-1");
+        assert_eq!(c.occurred_at, 1_700_000_000_000);
+        assert!(matches!(&c.body, CommandBody::Expire(e) if e.order_id.as_str() == "o-1"));
+        let long = expire_command("S", &"o".repeat(128), 1).unwrap();
+        assert_eq!(long.command_id.as_str().len(), 128);
+        assert!(expire_command("S{", "o", 1).is_none());
+    }
+}

@@ -1,0 +1,29 @@
+//! `stockledger confirm`: sell what a reservation holds.
+
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use stockledger_client::LedgerProducer;
+use stockledger_core::ids::{OrderId, Sku};
+
+use super::send::{report_sent, WaitArgs};
+use super::{parse_order_id, parse_sku};
+use crate::Global;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    #[arg(value_parser = parse_sku)]
+    pub sku: Sku,
+    #[arg(value_parser = parse_order_id)]
+    pub order_id: OrderId,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
+    let receipt = producer
+        .confirm(args.sku.as_str(), args.order_id.as_str())
+        .await?;
+    report_sent(g, &receipt, &args.wait).await
+}

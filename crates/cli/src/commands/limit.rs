@@ -1,0 +1,33 @@
+//! `stockledger limit`: cap the units one user may hold and buy of a SKU.
+
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use stockledger_client::LedgerProducer;
+use stockledger_core::ids::Sku;
+
+use super::parse_sku;
+use super::send::{report_sent, WaitArgs};
+use crate::Global;
+
+#[derive(Debug, ClapArgs)]
+#[command(group(clap::ArgGroup::new("cap").required(true).args(["per_user", "none"])))]
+pub struct Args {
+    #[arg(value_parser = parse_sku)]
+    pub sku: Sku,
+    /// Units one user's live reservations and purchases may add up to
+    /// (at least 1); deducts must then name a --user.
+    #[arg(long, value_name = "UNITS", allow_negative_numbers = true)]
+    pub per_user: Option<i64>,
+    /// Lift the limit.
+    #[arg(long)]
+    pub none: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
+    let receipt = producer.limit(args.sku.as_str(), args.per_user).await?;
+    report_sent(g, &receipt, &args.wait).await
+}

@@ -1,0 +1,38 @@
+//! `stockledger refund`: give back units a confirmed order bought.
+
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use stockledger_client::LedgerProducer;
+use stockledger_core::ids::{OrderId, Quantity, Sku};
+
+use super::send::{report_sent, WaitArgs};
+use super::{parse_order_id, parse_quantity, parse_sku};
+use crate::Global;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    #[arg(value_parser = parse_sku)]
+    pub sku: Sku,
+    #[arg(value_parser = parse_order_id)]
+    pub order_id: OrderId,
+    /// The order's refunded units once this refund is done, a running
+    /// total (so sending it twice refunds once); without it, everything
+    /// the order bought.
+    #[arg(long, value_name = "UNITS", value_parser = parse_quantity, allow_negative_numbers = true)]
+    pub total: Option<Quantity>,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
+    let receipt = producer
+        .refund(
+            args.sku.as_str(),
+            args.order_id.as_str(),
+            args.total.map(Quantity::get),
+        )
+        .await?;
+    report_sent(g, &receipt, &args.wait).await
+}

@@ -1,0 +1,183 @@
+//! Reservations end to end: a hold on a SKU that sees no further traffic
+//! expires by a record the applier's expirer appends, the log alone
+//! decides it (the reference fold of the log equals Redis), limits and
+//! refunds hold, and the archive keeps the buyer and the deadline.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stockledger_client::producer::{ProducerError, Receipt};
+use stockledger_client::OutcomeReader;
+use stockledger_core::{Decision, OrderStatus, RestockMode, ResultCode};
+use stockledger_testkit::{wait_until, Harness};
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {
+    Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)
+}
+
+fn refused_field(e: ProducerError) -> &'static str {
+    match e {
+        ProducerError::Invalid(v) => v.field,
+        other => panic!("expected a refused field, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() -> anyhow::Result<()>
+{
+    let h = Harness::new("reservations", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let wait = Duration::from_secs(30);
+
+    let p = &h.producer;
+    assert_eq!(
+        decided(
+            &reader,
+            p.restock("SKU-R", "a0", RestockMode::Set, 5).await?
+        )
+        .await?
+        .result,
+        ResultCode::Applied
+    );
+    assert_eq!(
+        decided(&reader, p.limit("SKU-R", Some(2)).await?)
+            .await?
+            .result,
+        ResultCode::Applied
+    );
+
+    // u1 holds 2 for a moment; a third unit is over u1's limit.
+    let deadline = now_ms() + 1_500;
+    let held = decided(
+        &reader,
+        p.reserve("SKU-R", "a", 2, Some("u1"), deadline).await?,
+    )
+    .await?;
+    assert_eq!((held.result, held.available), (ResultCode::Applied, 3));
+    let over = decided(
+        &reader,
+        p.reserve("SKU-R", "b", 1, Some("u1"), deadline).await?,
+    )
+    .await?;
+    assert_eq!(over.result, ResultCode::RejectedLimit);
+    // u2 buys 2 and has 1 refunded (a running total: sent twice, refunded once).
+    let c_deadline = now_ms() + 60_000;
+    decided(
+        &reader,
+        p.reserve("SKU-R", "c", 2, Some("u2"), c_deadline).await?,
+    )
+    .await?;
+    assert_eq!(
+        decided(&reader, p.confirm("SKU-R", "c").await?)
+            .await?
+            .result,
+        ResultCode::Confirmed
+    );
+    assert_eq!(
+        decided(&reader, p.refund("SKU-R", "c", Some(1)).await?)
+            .await?
+            .result,
+        ResultCode::Refunded
+    );
+    assert_eq!(
+        decided(&reader, p.refund("SKU-R", "c", Some(1)).await?)
+            .await?
+            .result,
+        ResultCode::Duplicate
+    );
+    let too_much = decided(&reader, p.refund("SKU-R", "c", Some(3)).await?).await?;
+    assert_eq!(too_much.result, ResultCode::RejectedRefund);
+
+    // Nothing more is sent for SKU-R: the expirer must end hold "a".
+    let expired = wait_until("hold a to expire", Duration::from_secs(30), || async {
+        let order = h.projection.order("SKU-R", "a").await?;
+        Ok(order.filter(|o| o.status == OrderStatus::Expired))
+    })
+    .await?;
+    assert_eq!(expired.quantity, 2);
+    let state = h
+        .projection
+        .read_sku("SKU-R")
+        .await?
+        .expect("SKU-R has state");
+    assert_eq!((state.available, state.reserved, state.total), (4, 0, 5));
+    assert_eq!(state.users.get("u1"), None, "expired units stop counting");
+    assert_eq!(state.users.get("u2"), Some(&1));
+    let late = decided(&reader, p.confirm("SKU-R", "a").await?).await?;
+    assert_eq!(late.result, ResultCode::RejectedExpired);
+
+    // The log alone decides: its reference fold (expire records and their
+    // timestamps included) is what Redis holds.
+    h.assert_projection_matches_log().await?;
+
+    // Bad input is refused before anything is sent.
+    assert_eq!(
+        refused_field(
+            p.reserve("SKU-R", "d", 1, None, now_ms() - 1)
+                .await
+                .unwrap_err()
+        ),
+        "expires_at"
+    );
+    let far = now_ms() + 8 * 24 * 3_600_000;
+    assert_eq!(
+        refused_field(p.reserve("SKU-R", "d", 1, None, far).await.unwrap_err()),
+        "expires_at"
+    );
+    assert_eq!(
+        refused_field(p.limit("SKU-R", Some(0)).await.unwrap_err()),
+        "per_user"
+    );
+    assert_eq!(
+        refused_field(p.refund("SKU-R", "c", Some(0)).await.unwrap_err()),
+        "quantity"
+    );
+    assert_eq!(
+        refused_field(
+            p.reserve("SKU-R", "d", 1, Some(" u"), far)
+                .await
+                .unwrap_err()
+        ),
+        "user_id"
+    );
+
+    // The archive keeps the buyer, the deadline and the expiry.
+    let rows: Vec<(String, String, Option<String>, Option<i64>)> =
+        wait_until("the expiry in the archive", wait, || async {
+            let rows: Vec<(String, String, Option<String>, Option<i64>)> = sqlx::query_as(
+                "SELECT command, result, user_id,
+                        (extract(epoch FROM expires_at) * 1000)::bigint
+                 FROM ledger_entries WHERE topic = $1 AND order_id = 'a' ORDER BY log_offset",
+            )
+            .bind(&h.ns.topic)
+            .fetch_all(&h.pool)
+            .await?;
+            Ok(rows.iter().any(|r| r.1 == "EXPIRED").then_some(rows))
+        })
+        .await?;
+    assert_eq!(
+        rows[0],
+        (
+            "DEDUCT".into(),
+            "APPLIED".into(),
+            Some("u1".into()),
+            Some(deadline)
+        )
+    );
+    assert!(
+        rows.iter().any(|r| r.0 == "EXPIRE" && r.1 == "EXPIRED"),
+        "{rows:?}"
+    );
+
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
