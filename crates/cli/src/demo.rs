@@ -1,5 +1,6 @@
-//! The flash sale of `stockledger demo`, as a library the tests use too:
-//! the buyers' workload and the contract's checks.
+//! The checkout of `stockledger demo`, as a library the tests use too:
+//! the buyers' workload, waiting for the sale to settle, and the
+//! contract's checks.
 
 use std::time::Duration;
 
@@ -8,36 +9,55 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;
 use stockledger_archiver::query;
-use stockledger_client::LedgerProducer;
+use stockledger_client::{LedgerProducer, OutcomeReader};
+use stockledger_core::{OrderStatus, ResultCode};
 use stockledger_io::topic;
 use stockledger_io::KafkaConfig;
 use stockledger_projection::Projection;
+use tokio::time::Instant;
 
 /// The SKU every buyer wants.
 pub const HOT_SKU: &str = "DEMO-HOT";
 
-/// Who buys, and how they misbehave.
+/// How long a buyer waits for the decision on their reservation.
+const DECISION_WAIT: Duration = Duration::from_secs(60);
+
+/// Who buys, and how they behave. Order `i` is placed by user
+/// `user-{i / 2}` (each user tries twice, so a per-user limit of one
+/// refuses the second) and handled by task `i % buyers`.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
     /// Orders placed in total.
     pub orders: usize,
-    /// Concurrent buyers placing them (order `i` is buyer `i % buyers`'s).
+    /// Concurrent tasks placing them.
     pub buyers: usize,
-    /// Percent of orders cancelled after their deduct (rolled back).
+    /// How long each reservation holds its unit (ms).
+    pub hold_ms: i64,
+    /// Percent of reserved orders released by a rollback (the buyer
+    /// cancelled before paying).
     pub cancel_percent: u32,
-    /// Percent of orders whose deduct is sent twice (a client retry).
+    /// Percent of reserved orders never paid: their holds expire.
+    pub abandon_percent: u32,
+    /// Percent of reserved orders paid, then refunded.
+    pub refund_percent: u32,
+    /// Percent of orders whose reservation is sent twice (a client retry).
     pub duplicate_percent: u32,
-    /// Percent of orders whose rollback is sent before their deduct.
+    /// Percent of orders whose rollback is sent before their reservation.
     pub early_rollback_percent: u32,
-    /// Seed of each buyer's random choices.
+    /// Seed of each task's random choices.
     pub seed: u64,
 }
 
-/// What the buyers sent.
+/// What the buyers sent, and what the ledger answered them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Sent {
     pub records: u64,
+    /// Reservations the ledger granted.
+    pub reserved: u64,
+    pub paid: u64,
     pub cancelled: u64,
+    pub abandoned: u64,
+    pub refunded: u64,
     pub duplicated: u64,
     pub early_rollbacks: u64,
 }
@@ -45,15 +65,30 @@ pub struct Sent {
 impl std::ops::AddAssign for Sent {
     fn add_assign(&mut self, o: Self) {
         self.records += o.records;
+        self.reserved += o.reserved;
+        self.paid += o.paid;
         self.cancelled += o.cancelled;
+        self.abandoned += o.abandoned;
+        self.refunded += o.refunded;
         self.duplicated += o.duplicated;
         self.early_rollbacks += o.early_rollbacks;
     }
 }
 
-/// Lets `workload.buyers` concurrent buyers place their orders of one unit
-/// of [`HOT_SKU`] through `producer`; returns what they sent.
-pub async fn buy(producer: &LedgerProducer, workload: &Workload) -> anyhow::Result<Sent> {
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    query::now_ms()
+}
+
+/// Lets `workload.buyers` concurrent tasks check out their orders of one
+/// unit of [`HOT_SKU`] through `producer`: each reserves, waits for the
+/// ledger's answer (read through `reader`), and when granted pays,
+/// cancels, abandons, or pays and is refunded. Returns what was sent.
+pub async fn buy(
+    producer: &LedgerProducer,
+    reader: &OutcomeReader,
+    workload: &Workload,
+) -> anyhow::Result<Sent> {
     anyhow::ensure!(workload.buyers > 0, "buyers must be at least 1");
     let buyers = (0..workload.buyers).map(|buyer| async move {
         let w = workload;
@@ -61,29 +96,49 @@ pub async fn buy(producer: &LedgerProducer, workload: &Workload) -> anyhow::Resu
         let mut sent = Sent::default();
         for order in (buyer..w.orders).step_by(w.buyers) {
             let order_id = format!("order-{order}");
+            let user = format!("user-{}", order / 2);
+            let reserve =
+                || producer.reserve(HOT_SKU, &order_id, 1, Some(&user), now_ms() + w.hold_ms);
             let roll: u32 = rng.gen_range(0..100);
             if roll < w.early_rollback_percent {
                 producer
-                    .rollback(HOT_SKU, &order_id, Some("cancelled before paying"))
+                    .rollback(HOT_SKU, &order_id, Some("cancelled before reserving"))
                     .await?;
-                producer.deduct(HOT_SKU, &order_id, 1).await?;
+                reserve().await?;
                 sent.early_rollbacks += 1;
                 sent.records += 2;
-            } else if roll < w.early_rollback_percent + w.cancel_percent {
-                producer.deduct(HOT_SKU, &order_id, 1).await?;
+                continue;
+            }
+            let receipt = reserve().await?;
+            sent.records += 1;
+            if rng.gen_range(0..100) < w.duplicate_percent {
+                reserve().await?;
+                sent.duplicated += 1;
+                sent.records += 1;
+            }
+            let decision = reader.wait(&receipt, DECISION_WAIT).await?;
+            if decision.result != ResultCode::Applied {
+                continue;
+            }
+            sent.reserved += 1;
+            let then: u32 = rng.gen_range(0..100);
+            if then < w.cancel_percent {
                 producer
-                    .rollback(HOT_SKU, &order_id, Some("cancelled"))
+                    .rollback(HOT_SKU, &order_id, Some("changed their mind"))
                     .await?;
                 sent.cancelled += 1;
-                sent.records += 2;
-            } else if roll < w.early_rollback_percent + w.cancel_percent + w.duplicate_percent {
-                producer.deduct(HOT_SKU, &order_id, 1).await?;
-                producer.deduct(HOT_SKU, &order_id, 1).await?;
-                sent.duplicated += 1;
-                sent.records += 2;
-            } else {
-                producer.deduct(HOT_SKU, &order_id, 1).await?;
                 sent.records += 1;
+            } else if then < w.cancel_percent + w.abandon_percent {
+                sent.abandoned += 1;
+            } else {
+                producer.confirm(HOT_SKU, &order_id).await?;
+                sent.paid += 1;
+                sent.records += 1;
+                if then < w.cancel_percent + w.abandon_percent + w.refund_percent {
+                    producer.refund(HOT_SKU, &order_id, None).await?;
+                    sent.refunded += 1;
+                    sent.records += 1;
+                }
             }
         }
         Ok::<_, anyhow::Error>(sent)
@@ -93,6 +148,32 @@ pub async fn buy(producer: &LedgerProducer, workload: &Workload) -> anyhow::Resu
         sent += s;
     }
     Ok(sent)
+}
+
+/// Waits until no hold of [`HOT_SKU`] is left (abandoned ones expire by
+/// the applier's expire records) and the archive has a row for every
+/// record of `topic`; returns the rows archived, or what was reached when
+/// `timeout` ran out (the checks then say what is missing).
+pub async fn settle(
+    kafka: &KafkaConfig,
+    pool: &PgPool,
+    projection: &Projection,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<i64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let held = projection
+            .read_sku(HOT_SKU)
+            .await?
+            .map_or(0, |s| s.reserved);
+        let rows = query::count_rows(pool, topic).await?;
+        let done = held == 0 && rows >= topic::record_count(kafka, topic).await?;
+        if done || Instant::now() >= deadline {
+            return Ok(rows);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One of the contract's checks, passed or failed, and what it compared.
@@ -114,9 +195,10 @@ pub struct Run<'a> {
     pub archived: i64,
 }
 
-/// The contract, once the pipeline has caught up: stock never below zero
+/// The contract, once the sale has settled: stock never below zero
 /// (archive and Redis), Redis equal to the reference fold of the whole log,
-/// one archived row per log record.
+/// one archived row per log record, every reservation ended (confirmed,
+/// released or expired), no user above the per-user limit.
 pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     let lowest = query::min_available(run.pool, run.topic).await?;
@@ -151,6 +233,45 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
             "archive rows equal log records ({} = {})",
             run.archived,
             records.len()
+        ),
+    });
+    let counts = query::count_by_command_and_result(run.pool, run.topic, HOT_SKU).await?;
+    let granted: i64 = counts
+        .iter()
+        .filter(|(c, r, _)| c.as_deref() == Some("DEDUCT") && r == ResultCode::Applied.as_str())
+        .map(|(_, _, n)| n)
+        .sum();
+    let status = |wanted: OrderStatus| {
+        state.as_ref().map_or(0, |s| {
+            s.orders
+                .values()
+                .filter(|o| o.expires_at.is_some() && o.status == wanted)
+                .count() as i64
+        })
+    };
+    let (held, confirmed, released, expired) = (
+        status(OrderStatus::Reserved),
+        status(OrderStatus::Confirmed),
+        status(OrderStatus::RolledBack),
+        status(OrderStatus::Expired),
+    );
+    checks.push(Check {
+        ok: held == 0 && confirmed + released + expired == granted,
+        what: format!(
+            "every reservation ended confirmed, released or expired ({granted} granted = \
+             {confirmed} confirmed + {released} released + {expired} expired; {held} still held)"
+        ),
+    });
+    let limit = state.as_ref().and_then(|s| s.limit);
+    let highest = state
+        .as_ref()
+        .and_then(|s| s.users.values().max().copied())
+        .unwrap_or(0);
+    checks.push(Check {
+        ok: limit.is_none_or(|l| highest <= l),
+        what: format!(
+            "no user above the per-user limit (highest {highest}, limit {})",
+            limit.map_or("none".into(), |l| l.to_string())
         ),
     });
     Ok(checks)

@@ -1,8 +1,9 @@
-//! The demo's flash sale, run from its library through a test's own
+//! The demo's checkout, run from its library through a test's own
 //! pipeline: the contract's checks pass, and they fail on a broken state.
 
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
-use stockledger_core::RestockMode;
+use stockledger_client::OutcomeReader;
+use stockledger_core::{OrderStatus, RestockMode};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
 
@@ -12,21 +13,28 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
     let h = Harness::new("demo-sale", 4).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     h.producer
         .restock(HOT_SKU, "initial", RestockMode::Set, 40)
         .await?;
+    h.producer.limit(HOT_SKU, Some(1)).await?;
     let workload = Workload {
         orders: 300,
         buyers: 30,
+        hold_ms: 1_000,
         cancel_percent: 10,
+        abandon_percent: 20,
+        refund_percent: 10,
         duplicate_percent: 5,
         early_rollback_percent: 3,
         seed: 7,
     };
-    let sent = demo::buy(&h.producer, &workload).await?;
-    assert!(sent.records >= 300 && sent.cancelled > 0, "{sent:?}");
-    let records = sent.records as i64 + 1;
-    h.wait_for_archive(records).await?;
+    let sent = demo::buy(&h.producer, &reader, &workload).await?;
+    assert!(
+        sent.records >= 300 && sent.cancelled > 0 && sent.abandoned > 0 && sent.refunded > 0,
+        "{sent:?}"
+    );
+    let records = demo::settle(&h.kafka, &h.pool, &h.projection, &h.ns.topic, CATCH_UP).await?;
     applier.stop().await?;
     archiver.stop().await?;
 
@@ -38,14 +46,20 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         archived: records,
     };
     let checks = demo::check_contract(&run, CATCH_UP).await?;
-    assert_eq!(checks.len(), 3);
+    assert_eq!(checks.len(), 5);
     assert!(checks.iter().all(|c| c.ok), "{checks:#?}");
     let state = h
         .projection
         .read_sku(HOT_SKU)
         .await?
         .expect("the hot SKU has state");
-    assert_eq!(state.available, 0, "300 buyers of 40 units sell out");
+    assert_eq!(state.reserved, 0, "every hold ended");
+    let expired = state
+        .orders
+        .values()
+        .filter(|o| o.status == OrderStatus::Expired)
+        .count();
+    assert!(expired > 0, "abandoned holds expired by themselves");
 
     // A unit conjured into Redis behind the applier's back is caught.
     let stock = stockledger_projection::keys::SkuKeys::new(&h.ns.prefix, HOT_SKU).stock;
@@ -58,5 +72,21 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
     let checks = demo::check_contract(&run, CATCH_UP).await?;
     assert!(!checks[1].ok, "{checks:#?}");
     assert!(checks[1].what.contains("available"), "{}", checks[1].what);
+
+    // A hold that never ended is caught.
+    let orders = stockledger_projection::keys::SkuKeys::new(&h.ns.prefix, HOT_SKU).orders;
+    let _: () = redis::cmd("HSET")
+        .arg(&orders)
+        .arg("stuck")
+        .arg("H|1|1|1700000000000|0|")
+        .query_async(&mut h.projection.connection())
+        .await?;
+    let checks = demo::check_contract(&run, CATCH_UP).await?;
+    assert!(!checks[3].ok, "{checks:#?}");
+    assert!(
+        checks[3].what.contains("1 still held"),
+        "{}",
+        checks[3].what
+    );
     Ok(())
 }

@@ -64,6 +64,28 @@ pub async fn partition_count(kafka: &KafkaConfig, topic: &str) -> Result<i32, Lo
     .map_err(|e| LogError::Task(e.to_string()))?
 }
 
+/// How many records `topic` holds (the sum over its partitions of the high
+/// watermark less the first offset kept).
+pub async fn record_count(kafka: &KafkaConfig, topic: &str) -> Result<i64, LogError> {
+    let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let partitions = partitions_of(&consumer, &topic)?;
+        if partitions.is_empty() {
+            return Err(LogError::NoSuchTopic(topic));
+        }
+        let mut records = 0;
+        for partition in partitions {
+            let (low, high) =
+                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+            records += high - low;
+        }
+        Ok(records)
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
+}
+
 /// The names of the topics on the brokers that start with `prefix`.
 pub async fn topics_starting_with(
     kafka: &KafkaConfig,

@@ -1,4 +1,4 @@
-//! `stockledger demo`: the flash sale of [`crate::demo`] through the whole
+//! `stockledger demo`: the checkout of [`crate::demo`] through the whole
 //! pipeline, in one process, against the configured services, ending with
 //! the contract's checks.
 
@@ -27,13 +27,25 @@ pub struct DemoArgs {
     /// Units of the hot SKU put on sale.
     #[arg(long, default_value_t = 1000)]
     pub stock: i64,
-    /// Percent of orders cancelled after their deduct (rolled back).
+    /// Units one user may hold and buy (each user places two orders).
+    #[arg(long, default_value_t = 1)]
+    pub limit_per_user: i64,
+    /// How long a reservation holds its unit, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub hold_ms: i64,
+    /// Percent of reserved orders cancelled before paying (released).
     #[arg(long, default_value_t = 10)]
     pub cancel_percent: u32,
-    /// Percent of orders whose deduct is sent twice (a client retry).
+    /// Percent of reserved orders never paid (their holds expire).
+    #[arg(long, default_value_t = 15)]
+    pub abandon_percent: u32,
+    /// Percent of reserved orders paid, then refunded.
+    #[arg(long, default_value_t = 5)]
+    pub refund_percent: u32,
+    /// Percent of orders whose reservation is sent twice (a client retry).
     #[arg(long, default_value_t = 5)]
     pub duplicate_percent: u32,
-    /// Percent of orders whose rollback is sent before their deduct.
+    /// Percent of orders whose rollback is sent before their reservation.
     #[arg(long, default_value_t = 3)]
     pub early_rollback_percent: u32,
     /// Partitions of the demo's topics.
@@ -112,28 +124,30 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         decision.result == ResultCode::Applied,
         "initial restock: {decision:?}"
     );
+    let limit = producer.limit(HOT_SKU, Some(args.limit_per_user)).await?;
+    let decision = reader.wait(&limit, timeout).await?;
+    anyhow::ensure!(
+        decision.result == ResultCode::Applied,
+        "per-user limit: {decision:?}"
+    );
 
     let started = Instant::now();
     let workload = Workload {
         orders: args.orders,
         buyers: args.buyers,
+        hold_ms: args.hold_ms,
         cancel_percent: args.cancel_percent,
+        abandon_percent: args.abandon_percent,
+        refund_percent: args.refund_percent,
         duplicate_percent: args.duplicate_percent,
         early_rollback_percent: args.early_rollback_percent,
         seed: args.seed,
     };
-    let sent = demo::buy(&producer, &workload).await?;
+    let sent = demo::buy(&producer, &reader, &workload).await?;
     let produced_in = started.elapsed();
-    let expected_rows = sent.records as i64 + 1; // + the initial restock
-
-    let deadline = Instant::now() + timeout;
-    let archived = loop {
-        let rows = query::count_rows(&pool, &topic).await?;
-        if rows >= expected_rows || Instant::now() >= deadline {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let projection =
+        stockledger_projection::Projection::connect(&g.redis_url, prefix.clone()).await?;
+    let archived = demo::settle(&kafka, &pool, &projection, &topic, timeout).await?;
     let end_to_end = started.elapsed();
     let _ = stop_applier.send(());
     let _ = stop_archiver.send(());
@@ -141,17 +155,31 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     archiver_task.await.context("archiver task")??;
 
     println!(
-        "  workload {} orders from {} buyers on {HOT_SKU} ({} units): {} cancelled, {} duplicated, {} rolled back before their deduct",
-        args.orders, args.buyers, args.stock, sent.cancelled, sent.duplicated, sent.early_rollbacks
+        "  workload {} orders of {} users ({} tasks) on {HOT_SKU} ({} units, {} per user, held {} ms): \
+         {} reserved, {} paid, {} cancelled, {} abandoned, {} refunded, {} sent twice, \
+         {} rolled back before their reservation",
+        args.orders,
+        args.orders.div_ceil(2),
+        args.buyers,
+        args.stock,
+        args.limit_per_user,
+        args.hold_ms,
+        sent.reserved,
+        sent.paid,
+        sent.cancelled,
+        sent.abandoned,
+        sent.refunded,
+        sent.duplicated,
+        sent.early_rollbacks
     );
-    let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
+    let rate = |n: i64, d: Duration| (n as f64 / d.as_secs_f64()).round();
     println!(
-        "  log      {} records: produced in {:.2} s ({}/s), decided and archived in {:.2} s ({}/s)",
-        expected_rows,
+        "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
+         {archived} decided and archived, expiries included, in {:.2} s",
+        sent.records,
         produced_in.as_secs_f64(),
-        rate(sent.records, produced_in),
+        rate(sent.records as i64, produced_in),
         end_to_end.as_secs_f64(),
-        rate(sent.records, end_to_end),
     );
 
     let by_result = query::count_by_result(&pool, &topic).await?;
@@ -165,31 +193,40 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     println!();
     let lines = [
+        ("reservations granted", "DEDUCT", ResultCode::Applied),
         (
-            "orders applied (stock taken)",
-            "DEDUCT",
-            ResultCode::Applied,
-        ),
-        (
-            "orders refused: sold out",
+            "reservations refused: sold out",
             "DEDUCT",
             ResultCode::RejectedInsufficient,
         ),
         (
-            "orders refused: cancelled first",
+            "reservations refused: over the limit",
+            "DEDUCT",
+            ResultCode::RejectedLimit,
+        ),
+        (
+            "reservations refused: cancelled first",
             "DEDUCT",
             ResultCode::RejectedCancelled,
         ),
-        ("duplicate deducts ignored", "DEDUCT", ResultCode::Duplicate),
-        ("cancellations rolled back", "ROLLBACK", ResultCode::Applied),
         (
-            "rollbacks before deduct (tombstones)",
+            "duplicate reservations ignored",
+            "DEDUCT",
+            ResultCode::Duplicate,
+        ),
+        ("paid (confirmed)", "CONFIRM", ResultCode::Confirmed),
+        ("paid too late", "CONFIRM", ResultCode::RejectedExpired),
+        ("cancelled (released)", "ROLLBACK", ResultCode::Applied),
+        ("abandoned (expired)", "EXPIRE", ResultCode::Expired),
+        ("refunded", "REFUND", ResultCode::Refunded),
+        (
+            "rollbacks before reserving (tombstones)",
             "ROLLBACK",
             ResultCode::IgnoredNoDeduction,
         ),
     ];
     for (label, command, result) in lines {
-        println!("  {label:<37} {:>6}", count(command, result));
+        println!("  {label:<40} {:>6}", count(command, result));
     }
     println!(
         "  rows by result: {}",
@@ -200,15 +237,14 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             .join(", ")
     );
 
-    let projection =
-        stockledger_projection::Projection::connect(&g.redis_url, prefix.clone()).await?;
     let state = projection.read_sku(HOT_SKU).await?;
     match &state {
         Some(s) => println!(
-            "  stock left {} of {} ({} held by orders)",
+            "  stock left {} of {} ({} sold, {} still held)",
             s.available,
             s.total,
-            s.held()
+            s.sold(),
+            s.reserved
         ),
         None => println!("  stock left: no state in Redis"),
     }
