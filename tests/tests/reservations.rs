@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stockledger_client::producer::{ProducerError, Receipt};
-use stockledger_client::OutcomeReader;
+use stockledger_client::{OutcomeReader, SoldOutGuard};
 use stockledger_core::{Decision, OrderStatus, RestockMode, ResultCode};
 use stockledger_testkit::{wait_until, Harness};
 
@@ -179,5 +179,54 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
 
     applier.stop().await?;
     archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sold_out_fast_path_refuses_without_logging_only_when_nothing_can_come_back(
+) -> anyhow::Result<()> {
+    let h = Harness::new("sold-out", 1).await?;
+    let applier = h.start_applier();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let guard = SoldOutGuard::new(h.projection.clone());
+    let p = h.producer.clone().with_sold_out_guard(guard.clone());
+
+    // No state yet: not sold out (the first restock may be on its way).
+    let early = decided(&reader, p.deduct("SKU-S", "o0", 1).await?).await?;
+    assert_eq!(early.result, ResultCode::RejectedInsufficient);
+    decided(
+        &reader,
+        p.restock("SKU-S", "a0", RestockMode::Set, 1).await?,
+    )
+    .await?;
+    let hold = decided(
+        &reader,
+        p.reserve("SKU-S", "o1", 1, None, now_ms() + 60_000).await?,
+    )
+    .await?;
+    assert_eq!((hold.result, hold.available), (ResultCode::Applied, 0));
+    // Nothing available but a unit held that may come back: logged.
+    let logged = decided(&reader, p.deduct("SKU-S", "o2", 1).await?).await?;
+    assert_eq!(logged.result, ResultCode::RejectedInsufficient);
+    assert_eq!(guard.refused(), 0);
+    decided(&reader, p.confirm("SKU-S", "o1").await?).await?;
+
+    // Sold: refused here, and the log does not grow.
+    let before = h.read(&h.ns.topic).await?.len();
+    match p.deduct("SKU-S", "o3", 1).await {
+        Err(ProducerError::SoldOut(s)) => {
+            assert_eq!(s.sku, "SKU-S");
+            assert!(format!("{}", ProducerError::SoldOut(s)).contains("not logged"));
+        }
+        other => panic!("expected a sold-out refusal, got {other:?}"),
+    }
+    assert_eq!(guard.refused(), 1);
+    // Other commands pass the guard.
+    decided(&reader, p.refund("SKU-S", "o1", None).await?).await?;
+    assert_eq!(h.read(&h.ns.topic).await?.len(), before + 1);
+    // The refund brought a unit back: deducts are logged again.
+    let again = decided(&reader, p.deduct("SKU-S", "o4", 1).await?).await?;
+    assert_eq!(again.result, ResultCode::Applied);
+    applier.stop().await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;
 use stockledger_archiver::query;
-use stockledger_client::{LedgerProducer, OutcomeReader};
+use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
 use stockledger_core::{OrderStatus, ResultCode};
 use stockledger_io::topic;
 use stockledger_io::KafkaConfig;
@@ -60,6 +60,8 @@ pub struct Sent {
     pub refunded: u64,
     pub duplicated: u64,
     pub early_rollbacks: u64,
+    /// Reservations the sold-out fast path refused without logging them.
+    pub refused_unlogged: u64,
 }
 
 impl std::ops::AddAssign for Sent {
@@ -72,6 +74,7 @@ impl std::ops::AddAssign for Sent {
         self.refunded += o.refunded;
         self.duplicated += o.duplicated;
         self.early_rollbacks += o.early_rollbacks;
+        self.refused_unlogged += o.refused_unlogged;
     }
 }
 
@@ -83,7 +86,9 @@ fn now_ms() -> i64 {
 /// Lets `workload.buyers` concurrent tasks check out their orders of one
 /// unit of [`HOT_SKU`] through `producer`: each reserves, waits for the
 /// ledger's answer (read through `reader`), and when granted pays,
-/// cancels, abandons, or pays and is refunded. Returns what was sent.
+/// cancels, abandons, or pays and is refunded. A reservation the
+/// producer's sold-out guard refuses is counted, not sent. Returns what
+/// was sent.
 pub async fn buy(
     producer: &LedgerProducer,
     reader: &OutcomeReader,
@@ -104,17 +109,31 @@ pub async fn buy(
                 producer
                     .rollback(HOT_SKU, &order_id, Some("cancelled before reserving"))
                     .await?;
-                reserve().await?;
                 sent.early_rollbacks += 1;
-                sent.records += 2;
+                sent.records += 1;
+                match reserve().await {
+                    Ok(_) => sent.records += 1,
+                    Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
+                    Err(e) => return Err(e.into()),
+                }
                 continue;
             }
-            let receipt = reserve().await?;
+            let receipt = match reserve().await {
+                Ok(receipt) => receipt,
+                Err(ProducerError::SoldOut(_)) => {
+                    sent.refused_unlogged += 1;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             sent.records += 1;
             if rng.gen_range(0..100) < w.duplicate_percent {
-                reserve().await?;
+                match reserve().await {
+                    Ok(_) => sent.records += 1,
+                    Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
+                    Err(e) => return Err(e.into()),
+                }
                 sent.duplicated += 1;
-                sent.records += 1;
             }
             let decision = reader.wait(&receipt, DECISION_WAIT).await?;
             if decision.result != ResultCode::Applied {

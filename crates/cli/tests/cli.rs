@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -45,6 +45,27 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             &["restock", "SKU", "--add", "0"],
             "quantity: ADD needs a non-zero amount",
         ),
+        (
+            &["deduct", "SKU", "o1", "1", "--hold", "0s"],
+            "must be longer than zero",
+        ),
+        (
+            &["deduct", "SKU", "o1", "1", "--hold", "8d"],
+            "expires_at: ",
+        ),
+        (
+            &["deduct", "SKU", "o1", "1", "--user", " u"],
+            "user_id: must not start or end with whitespace",
+        ),
+        (
+            &["limit", "SKU", "--per-user", "0"],
+            "per_user: must be at least 1",
+        ),
+        (
+            &["refund", "SKU", "o1", "--total", "-1"],
+            "quantity: must be at least 1",
+        ),
+        (&["confirm", "SKU", "{o}"], "order_id: must not contain '{'"),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;
@@ -112,7 +133,7 @@ async fn cli_sends_commands_waits_for_decisions_and_reads_state() -> anyhow::Res
     let out = stockledger(&h, &["stock", "SKU-C"])?;
     assert_eq!(
         text(&out.stdout).trim(),
-        "SKU-C: available 5, total 5, held 0, last offset 2"
+        "SKU-C: available 5, total 5, held 0 (reserved 0, sold 0), last offset 2"
     );
     let out = stockledger(&h, &["order", "SKU-C", "o1"])?;
     assert!(

@@ -5,6 +5,8 @@
 //!   its log position once the brokers hold it.
 //! - [`outcome`]: [`OutcomeReader`] waits, with a deadline, for the decision
 //!   the applier took for a sent command.
+//! - [`soldout`]: [`SoldOutGuard`], the opt-in sold-out fast path that
+//!   refuses a deduct of a sold-out SKU without writing to the log.
 //!
 //! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings)
 //! comes from `stockledger-io` and is re-exported here, so an order service
@@ -12,7 +14,9 @@
 
 pub mod outcome;
 pub mod producer;
+pub mod soldout;
 
 pub use outcome::OutcomeReader;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
+pub use soldout::{SoldOut, SoldOutGuard};
 pub use stockledger_io::KafkaConfig;

@@ -15,6 +15,9 @@ use stockledger_core::{
 };
 
 use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
+use stockledger_projection::ProjectionError;
+
+use crate::soldout::{SoldOut, SoldOutGuard};
 use tracing::warn;
 
 /// Defaults tuned for many small records; each may be overridden.
@@ -53,6 +56,13 @@ pub enum ProducerError {
     /// encoded command so nothing is dropped silently.
     #[error(transparent)]
     Delivery(Box<DeliveryFailure>),
+    /// The sold-out fast path refused the deduct: nothing was sent, and
+    /// the refusal is not in the log or the archive.
+    #[error("sku {} is sold out (nothing available, nothing held, as of offset {}): refused here, not logged", .0.sku, .0.offset)]
+    SoldOut(SoldOut),
+    /// The sold-out fast path could not read the stock; nothing was sent.
+    #[error("the sold-out check could not read Redis: {0}")]
+    SoldOutCheck(#[source] ProjectionError),
 }
 
 /// A command the brokers did not take. `payload` is the encoded command,
@@ -90,6 +100,7 @@ pub struct LedgerProducer {
     current: Arc<RwLock<Current>>,
     config: Arc<ClientConfig>,
     topic: String,
+    sold_out: Option<SoldOutGuard>,
 }
 
 /// The librdkafka producer in use and how many were replaced before it.
@@ -134,7 +145,15 @@ impl LedgerProducer {
             })),
             config: Arc::new(config),
             topic: topic.into(),
+            sold_out: None,
         })
+    }
+
+    /// This producer, refusing deducts and reservations of a sold-out SKU
+    /// before they reach the log (see [`crate::soldout`]).
+    pub fn with_sold_out_guard(mut self, guard: SoldOutGuard) -> Self {
+        self.sold_out = Some(guard);
+        self
     }
 
     fn current(&self) -> Current {
@@ -278,9 +297,23 @@ impl LedgerProducer {
         self.send(Sku::new(sku)?, body).await
     }
 
-    /// Sends an already validated command body with a fresh command id.
+    /// Sends an already validated command body with a fresh command id
+    /// (a deduct first passes the sold-out guard, if there is one).
     pub async fn send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
-        self.send_command(&new_command(sku, body)?).await
+        let command = new_command(sku, body)?;
+        self.check_sold_out(&command).await?;
+        self.send_command(&command).await
+    }
+
+    async fn check_sold_out(&self, command: &Command) -> Result<(), ProducerError> {
+        let (Some(guard), CommandBody::Deduct(_)) = (&self.sold_out, &command.body) else {
+            return Ok(());
+        };
+        match guard.check(command.sku.as_str()).await {
+            Ok(None) => Ok(()),
+            Ok(Some(sold_out)) => Err(ProducerError::SoldOut(sold_out)),
+            Err(e) => Err(ProducerError::SoldOutCheck(e)),
+        }
     }
 
     /// Like [`LedgerProducer::send`], but refuses at once with
@@ -288,7 +321,9 @@ impl LedgerProducer {
     /// rather than waiting for it: for callers that must answer quickly
     /// and can tell their own caller to come back (the HTTP gateway).
     pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
-        self.deliver(&new_command(sku, body)?, Queue::Refuse).await
+        let command = new_command(sku, body)?;
+        self.check_sold_out(&command).await?;
+        self.deliver(&command, Queue::Refuse).await
     }
 
     /// Whether the brokers answer a metadata request for the command topic

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use stockledger_archiver::query;
-use stockledger_client::{LedgerProducer, OutcomeReader};
+use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
 use stockledger_core::{RestockMode, ResultCode};
 use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use tokio::sync::oneshot;
@@ -48,6 +48,10 @@ pub struct DemoArgs {
     /// Percent of orders whose rollback is sent before their reservation.
     #[arg(long, default_value_t = 3)]
     pub early_rollback_percent: u32,
+    /// Refuse reservations of the sold-out SKU in the producer, without
+    /// logging them (the sold-out fast path), and report how many.
+    #[arg(long)]
+    pub sold_out_fast_path: bool,
     /// Partitions of the demo's topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
@@ -105,7 +109,14 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         let _ = archiver_stopped.await;
     }));
 
-    let producer = LedgerProducer::new(&kafka, topic.clone())?;
+    let mut producer = LedgerProducer::new(&kafka, topic.clone())?;
+    let guard = if args.sold_out_fast_path {
+        let guard = SoldOutGuard::connect(&g.redis_url, &prefix).await?;
+        producer = producer.with_sold_out_guard(guard.clone());
+        Some(guard)
+    } else {
+        None
+    };
     let reader = OutcomeReader::connect(&g.redis_url, prefix.clone()).await?;
     let timeout = Duration::from_secs(args.timeout);
     let restock = producer
@@ -172,6 +183,12 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         sent.duplicated,
         sent.early_rollbacks
     );
+    if let Some(guard) = &guard {
+        println!(
+            "  sold-out fast path: {} reservations refused in the producer, never logged",
+            guard.refused()
+        );
+    }
     let rate = |n: i64, d: Duration| (n as f64 / d.as_secs_f64()).round();
     println!(
         "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \

@@ -29,6 +29,11 @@ pub struct Args {
     /// Milliseconds a kept-alive connection may stay silent between requests.
     #[arg(long, env = "STOCKLEDGER_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
+    /// Refuse a deduct of a SKU with nothing available and nothing held
+    /// before it reaches the log: 409 with `field` `sold_out`, not logged,
+    /// counted in stockledger_client_sold_out_refusals_total.
+    #[arg(long, env = "STOCKLEDGER_SOLD_OUT_FAST_PATH")]
+    pub sold_out_fast_path: bool,
     /// The API's port serves /metrics, /healthz and /readyz; this serves
     /// them on another address as well (e.g. one only Prometheus reaches).
     #[command(flatten)]
@@ -41,6 +46,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.topic = g.topic.clone();
     config.max_wait = Duration::from_millis(args.max_wait_ms);
     config.body_timeout = Duration::from_millis(args.read_timeout_ms);
+    config.sold_out_fast_path = args.sold_out_fast_path;
     config.limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),

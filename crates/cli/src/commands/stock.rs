@@ -34,10 +34,14 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
     match projection.read_sku(sku.as_str()).await? {
         Some(s) => println!(
-            "{sku}: available {}, total {}, held {}, last offset {}",
+            "{sku}: available {}, total {}, held {} (reserved {}, sold {}){}, last offset {}",
             s.available,
             s.total,
             s.held(),
+            s.reserved,
+            s.sold(),
+            s.limit
+                .map_or(String::new(), |l| format!(", limit {l} per user")),
             s.last_offset.map_or("-".into(), |o| o.to_string())
         ),
         None => {

@@ -186,8 +186,14 @@ pub struct StockBody {
     pub sku: String,
     pub available: i64,
     pub total: i64,
-    /// Units taken by orders and not given back: `total - available`.
+    /// Units taken by orders and not given back: `total - available`
+    /// (reserved and sold).
     pub held: i64,
+    /// Units held by live reservations (part of `held`).
+    pub reserved: i64,
+    /// Units one user may hold and buy, when limited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_per_user: Option<i64>,
     /// The partition of the command topic the SKU lives on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition: Option<i32>,
@@ -425,6 +431,8 @@ pub(crate) async fn stock(
             available: s.available,
             total: s.total,
             held: s.total - s.available,
+            reserved: s.reserved,
+            limit_per_user: s.limit,
             partition: s.partition,
             last_offset: s.offset,
         })
@@ -713,6 +721,17 @@ fn position(receipt: &Receipt) -> Position {
 fn publish_problem(e: ProducerError) -> Problem {
     match e {
         ProducerError::Invalid(v) => v.into(),
+        ProducerError::SoldOut(sold_out) => Problem {
+            field: Some("sold_out".into()),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "sku {} is sold out (nothing available, nothing held, as of offset {}); \
+                     refused by the gateway and not logged",
+                    sold_out.sku, sold_out.offset
+                ),
+            )
+        },
         ProducerError::QueueFull { .. } => Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             "the gateway's queue to the brokers is full; nothing was published",

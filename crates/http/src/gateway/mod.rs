@@ -67,6 +67,9 @@ pub struct GatewayConfig {
     /// Time a client has to send a request body.
     pub body_timeout: Duration,
     pub limits: Limits,
+    /// Refuse deducts of a sold-out SKU before they reach the log
+    /// (`409 sold_out`, not logged; see `stockledger_client::soldout`).
+    pub sold_out_fast_path: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -80,6 +83,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("max_wait", &self.max_wait)
             .field("body_timeout", &self.body_timeout)
             .field("limits", &self.limits)
+            .field("sold_out_fast_path", &self.sold_out_fast_path)
             .finish()
     }
 }
@@ -100,6 +104,7 @@ impl GatewayConfig {
             max_wait: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
             limits: Limits::default(),
+            sold_out_fast_path: false,
         }
     }
 }
@@ -187,7 +192,7 @@ pub async fn run(
             GATEWAY_MESSAGE_TIMEOUT_MS.into(),
         ));
     }
-    let producer = LedgerProducer::new(&kafka, config.topic.clone())?;
+    let mut producer = LedgerProducer::new(&kafka, config.topic.clone())?;
     let redis_error = |source| GatewayError::Redis {
         url: redact_url(&config.redis_url).to_string(),
         source,
@@ -195,6 +200,11 @@ pub async fn run(
     let redis = RedisConn::connect(&config.redis_url)
         .await
         .map_err(redis_error)?;
+    if config.sold_out_fast_path {
+        let projection =
+            stockledger_projection::Projection::new(redis.clone(), config.prefix.clone());
+        producer = producer.with_sold_out_guard(stockledger_client::SoldOutGuard::new(projection));
+    }
     let reader = OutcomeReader::connect(&config.redis_url, config.prefix.clone())
         .await
         .map_err(|e| match e {

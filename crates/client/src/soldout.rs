@@ -1,0 +1,74 @@
+//! The sold-out fast path: refusing a deduct before it reaches the log.
+//!
+//! In a flash sale most buyers arrive after the last unit is gone; each of
+//! their deducts would be appended, applied and archived only to be
+//! refused `REJECTED_INSUFFICIENT`. A [`SoldOutGuard`] given to the
+//! producer ([`crate::LedgerProducer::with_sold_out_guard`]) reads the
+//! SKU's stock in Redis first and refuses at once, without writing to the
+//! log, when nothing is available and nothing is held by a reservation
+//! (held units may come back when their holds expire or are released).
+//! Opt-in, because the refusal is decided outside the log: it is reported
+//! as [`crate::ProducerError::SoldOut`], never as an outcome, it is not in
+//! the archive, and units that come back by a restock, a rollback of a
+//! plain deduction or a refund are seen on the next read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use stockledger_projection::{Projection, ProjectionError};
+
+/// Counter: deducts refused by the sold-out fast path (never logged).
+pub const SOLD_OUT_METRIC: &str = "stockledger_client_sold_out_refusals_total";
+
+/// What the fast path saw when it refused a deduct.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoldOut {
+    pub sku: String,
+    /// The offset of the last record applied to the SKU when it was read.
+    pub offset: i64,
+}
+
+/// Reads a SKU's stock before a deduct is sent (see the module docs).
+#[derive(Debug, Clone)]
+pub struct SoldOutGuard {
+    projection: Projection,
+    refused: Arc<AtomicU64>,
+}
+
+impl SoldOutGuard {
+    /// A guard reading the projection under `prefix` at `redis_url`.
+    pub async fn connect(redis_url: &str, prefix: &str) -> Result<Self, ProjectionError> {
+        Ok(Self::new(Projection::connect(redis_url, prefix).await?))
+    }
+
+    pub fn new(projection: Projection) -> Self {
+        Self {
+            projection,
+            refused: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// `Some` when `sku` has nothing available and nothing held by
+    /// reservations; a SKU with no state yet is not sold out (its first
+    /// restock may be on its way).
+    pub async fn check(&self, sku: &str) -> Result<Option<SoldOut>, ProjectionError> {
+        let stock = self.projection.stock(&[sku]).await?;
+        let Some(Some(s)) = stock.into_iter().next() else {
+            return Ok(None);
+        };
+        if s.available > 0 || s.reserved > 0 {
+            return Ok(None);
+        }
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(SOLD_OUT_METRIC).increment(1);
+        Ok(Some(SoldOut {
+            sku: sku.to_owned(),
+            offset: s.offset,
+        }))
+    }
+
+    /// Deducts refused so far by this guard and its clones.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
