@@ -359,6 +359,123 @@ type Case<'a> = (
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_checks_out_reservations_and_refuses_a_sold_out_sku_without_logging(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-checkout", 1).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let (_gateway, base) = serve(&h, &["--sold-out-fast-path"])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let wait = "?wait_ms=30000";
+    let sku = format!("{base}/v1/skus/SKU-Q");
+    let (status, _, body) = post(
+        &format!("{sku}/restocks/r1{wait}"),
+        json!({"mode": "SET", "quantity": 1}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("APPLIED")),
+        "{body}"
+    );
+    let response = client()
+        .put(format!("{sku}/limit{wait}"))
+        .json(&json!({"per_user": 1}))
+        .send()
+        .await?;
+    let (status, _, body) = answer(response).await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("APPLIED")),
+        "{body}"
+    );
+
+    let (status, _, body) = post(
+        &format!("{sku}/orders/o1/deduct{wait}"),
+        json!({"quantity": 1, "user_id": "u1", "hold_ms": 60000}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("APPLIED")),
+        "{body}"
+    );
+    let (_, _, stock) = get(&sku).await?;
+    assert_eq!(
+        (&stock["reserved"], &stock["limit_per_user"]),
+        (&json!(1), &json!(1)),
+        "{stock}"
+    );
+    // Held, not sold: a deduct is still logged (and refused by the ledger).
+    let (status, _, body) = post(
+        &format!("{sku}/orders/o2/deduct{wait}"),
+        json!({"quantity": 1, "user_id": "u2"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("REJECTED_INSUFFICIENT")),
+        "{body}"
+    );
+
+    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!(null)).await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("CONFIRMED")),
+        "{body}"
+    );
+    let (_, _, order) = get(&format!("{sku}/orders/o1")).await?;
+    assert_eq!(
+        (&order["status"], &order["user_id"]),
+        (&json!("CONFIRMED"), &json!("u1")),
+        "{order}"
+    );
+    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!(null)).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("repeat")), "{body}");
+
+    // Sold out, nothing held: refused by the gateway, not logged.
+    let logged = h.read(&h.ns.topic).await?.len();
+    let (status, _, body) = post(
+        &format!("{sku}/orders/o3/deduct{wait}"),
+        json!({"quantity": 1, "user_id": "u3"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["field"]),
+        (409, &json!("sold_out")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("not logged")),
+        "{body}"
+    );
+    assert_eq!(h.read(&h.ns.topic).await?.len(), logged);
+
+    let (status, _, body) = post(
+        &format!("{sku}/orders/o1/refund{wait}"),
+        json!({"total": 1}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("REFUNDED")),
+        "{body}"
+    );
+    let (status, _, body) = post(
+        &format!("{sku}/orders/o4/deduct{wait}"),
+        json!({"quantity": 1, "user_id": "u4"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("APPLIED")),
+        "{body}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() -> anyhow::Result<()>
 {
     let h = Harness::new("http-invalid", 1).await?;
@@ -372,7 +489,7 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
     let padded = format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000));
     let long_reason = format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000));
     #[rustfmt::skip]
-    let cases: [Case; 21] = [
+    let cases: [Case; 26] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
@@ -390,6 +507,11 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("a restock mode", RESTOCK, JSON, Some(r#"{"mode": "MULTIPLY", "quantity": 1}"#.into()), 422, Some("mode")),
         ("a restock of zero", RESTOCK, JSON, Some(r#"{"mode": "ADD", "quantity": 0}"#.into()), 422, Some("quantity")),
         ("a rollback reason too long", "/v1/skus/SKU/orders/o1/rollback", JSON, Some(long_reason), 422, Some("reason")),
+        ("a hold of zero", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 0}"#.into()), 422, Some("hold_ms")),
+        ("a hold and a deadline", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 5, "expires_at": 9}"#.into()), 422, Some("hold_ms")),
+        ("a deadline in the past", DEDUCT, JSON, Some(r#"{"quantity": 1, "expires_at": 1}"#.into()), 422, Some("expires_at")),
+        ("a user id with spaces around", DEDUCT, JSON, Some(r#"{"quantity": 1, "user_id": " u"}"#.into()), 422, Some("user_id")),
+        ("a refund total of zero", "/v1/skus/SKU/orders/o1/refund", JSON, Some(r#"{"total": 0}"#.into()), 422, Some("total")),
         ("a history limit", "/v1/history?sku=SKU&limit=5000", "", None, 422, Some("limit")),
         ("a history cursor", "/v1/history?sku=SKU&after=nope", "", None, 422, Some("after")),
         ("a history of nothing", "/v1/history", "", None, 422, Some("sku")),
@@ -415,6 +537,16 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         if let Some(field) = field {
             assert_eq!(body["field"], field, "{what}: {body}");
         }
+    }
+    for (per_user, field) in [("0", "per_user"), ("\"two\"", "per_user")] {
+        let response = client()
+            .put(format!("{base}/v1/skus/SKU/limit"))
+            .header("content-type", JSON)
+            .body(format!(r#"{{"per_user": {per_user}}}"#))
+            .send()
+            .await?;
+        let (status, _, body) = answer(response).await?;
+        assert_eq!((status, &body["field"]), (422, &json!(field)), "{body}");
     }
     assert!(
         h.read(&h.ns.topic).await?.is_empty(),

@@ -20,8 +20,8 @@ use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, QueryEr
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::{
-    AdjustmentId, CommandBody, Decision, Deduct, OrderEntry, OrderId, OrderStatus, Quantity,
-    Restock, RestockMode, ResultCode, Rollback, Sku,
+    AdjustmentId, CommandBody, Confirm, Decision, Deduct, Limit, OrderEntry, OrderId, OrderStatus,
+    Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, Sku, UserId, ValidationError,
 };
 use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
@@ -49,6 +49,33 @@ pub struct WaitParams {
 pub struct DeductRequest {
     /// Units to take, 1 to 1,000,000,000.
     pub quantity: i64,
+    /// The buyer, counted against the SKU's per-user limit.
+    pub user_id: Option<String>,
+    /// Make it a reservation held this many milliseconds (at most 7 days):
+    /// `confirm` sells it, `rollback` releases it, past the deadline it
+    /// expires by itself.
+    pub hold_ms: Option<i64>,
+    /// Make it a reservation held until this instant (ms since the Unix
+    /// epoch, after now, at most 7 days ahead); not with `hold_ms`.
+    pub expires_at: Option<i64>,
+}
+
+/// Give back units a confirmed order bought.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefundRequest {
+    /// The order's refunded units once this refund is done (a running
+    /// total, so a resend refunds once); absent: everything it bought.
+    pub total: Option<i64>,
+}
+
+/// Cap the units one user may hold and buy of a SKU.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRequest {
+    /// Units one user's live reservations and purchases may add up to (at
+    /// least 1); `null` lifts the limit.
+    pub per_user: Option<i64>,
 }
 
 /// Give back what an order took; before its deduction, refuse that deduction.
@@ -302,11 +329,30 @@ pub(crate) async fn deduct(
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
     let quantity = Quantity::new(request.quantity)?;
+    let user_id = request.user_id.map(UserId::new).transpose()?;
+    let expires_at = match (request.hold_ms, request.expires_at) {
+        (Some(_), Some(_)) => {
+            return Err(
+                ValidationError::new("hold_ms", "give hold_ms or expires_at, not both").into(),
+            )
+        }
+        (Some(hold), None) if hold <= 0 => {
+            return Err(
+                ValidationError::new("hold_ms", format!("must be at least 1, got {hold}")).into(),
+            )
+        }
+        (Some(hold), None) => Some(query::now_ms().saturating_add(hold)),
+        (None, deadline) => deadline,
+    };
     let wait = gateway.wait(&wait)?;
     if let Some(entry) = gateway.held_order(&sku, &order_id).await {
         let deducted = matches!(
             entry.status,
-            OrderStatus::Deducted | OrderStatus::RolledBack
+            OrderStatus::Deducted
+                | OrderStatus::RolledBack
+                | OrderStatus::Reserved
+                | OrderStatus::Confirmed
+                | OrderStatus::Expired
         );
         if deducted && entry.quantity != quantity.get() {
             return Err(Problem {
@@ -325,8 +371,101 @@ pub(crate) async fn deduct(
             return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
         }
     }
-    let body = CommandBody::Deduct(Deduct::new(order_id.clone(), quantity));
+    let body = CommandBody::Deduct(Deduct {
+        user_id,
+        expires_at,
+        ..Deduct::new(order_id.clone(), quantity)
+    });
     gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Sell what the reservation `order_id` of `sku` holds (on time up to its deadline).
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/confirm", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The reserved order"),
+           WaitParams),
+    responses(
+        (status = 200, description = "Decided within wait_ms (CONFIRMED, REJECTED_EXPIRED, …), or a repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn confirm(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.held_order(&sku, &order_id).await {
+        if entry.status == OrderStatus::Confirmed {
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Confirm(Confirm {
+        order_id: order_id.clone(),
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Give back (part of) what the confirmed order `order_id` of `sku` bought.
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/refund", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The confirmed order"),
+           WaitParams),
+    request_body(content = Option<RefundRequest>, description = "Optional: the refunded total after this refund"),
+    responses(
+        (status = 200, description = "Decided within wait_ms (REFUNDED, REJECTED_REFUND, …)", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn refund(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    request: Request,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let body: RefundRequest = Body::optional(request, &()).await?;
+    let quantity = body
+        .total
+        .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("total", e.problem)))
+        .transpose()?;
+    let wait = gateway.wait(&wait)?;
+    let body = CommandBody::Refund(Refund {
+        order_id: order_id.clone(),
+        quantity,
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Cap (or, with `null`, uncap) the units one user may hold and buy of `sku`.
+#[utoipa::path(put, path = "/v1/skus/{sku}/limit", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"), WaitParams),
+    request_body = LimitRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn limit(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<LimitRequest>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let per_user = request
+        .per_user
+        .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem)))
+        .transpose()?;
+    let wait = gateway.wait(&wait)?;
+    gateway
+        .command(sku, None, CommandBody::Limit(Limit { per_user }), wait)
+        .await
 }
 
 /// Give back what `order_id` took of `sku` (before its deduction: refuse that deduction).

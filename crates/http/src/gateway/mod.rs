@@ -21,7 +21,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
 use stockledger_io::{redact_url, KafkaConfig, RedisConn};
@@ -151,6 +151,9 @@ pub(crate) struct Gateway {
     paths(
         api::deduct,
         api::rollback,
+        api::confirm,
+        api::refund,
+        api::limit,
         api::restock,
         api::stock,
         api::order,
@@ -263,6 +266,12 @@ fn router(gateway: Arc<Gateway>, body_timeout: Duration, max_wait: Duration) -> 
             "/v1/skus/{sku}/orders/{order_id}/rollback",
             post(api::rollback),
         )
+        .route(
+            "/v1/skus/{sku}/orders/{order_id}/confirm",
+            post(api::confirm),
+        )
+        .route("/v1/skus/{sku}/orders/{order_id}/refund", post(api::refund))
+        .route("/v1/skus/{sku}/limit", put(api::limit))
         .route(
             "/v1/skus/{sku}/restocks/{adjustment_id}",
             post(api::restock),
