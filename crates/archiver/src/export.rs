@@ -43,7 +43,7 @@ impl std::str::FromStr for Format {
 
 /// The columns of an export, in order; `occurred_at` is RFC 3339 in CSV and
 /// a UTC timestamp (milliseconds) in Parquet.
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 19] = [
     "topic",
     "partition",
     "log_offset",
@@ -61,6 +61,8 @@ pub const COLUMNS: [&str; 17] = [
     "rollback_reason",
     "command_id",
     "occurred_at",
+    "user_id",
+    "expires_at",
 ];
 
 /// Rows per Parquet row group.
@@ -84,6 +86,8 @@ const PARQUET_SCHEMA: &str = "message ledger_entry {
     OPTIONAL BYTE_ARRAY rollback_reason (UTF8);
     OPTIONAL BYTE_ARRAY command_id (UTF8);
     REQUIRED INT64 occurred_at (TIMESTAMP(MILLIS, true));
+    OPTIONAL BYTE_ARRAY user_id (UTF8);
+    OPTIONAL INT64 expires_at (TIMESTAMP(MILLIS, true));
 }";
 
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +228,8 @@ impl Sink for CsvSink {
             text(&e.rollback_reason),
             text(&e.command_id),
             e.occurred_at,
+            text(&e.user_id),
+            text(&e.expires_at),
         ])?;
         Ok(())
     }
@@ -258,6 +264,8 @@ struct Group {
     rollback_reason: Optional<ByteArray>,
     command_id: Optional<ByteArray>,
     occurred_at: Vec<i64>,
+    user_id: Optional<ByteArray>,
+    expires_at: Optional<i64>,
 }
 
 struct Optional<T> {
@@ -356,6 +364,8 @@ impl ParquetSink {
             Some(&g.command_id.levels)
         );
         column!(Int64Type, g.occurred_at, None);
+        column!(ByteArrayType, g.user_id.values, Some(&g.user_id.levels));
+        column!(Int64Type, g.expires_at.values, Some(&g.expires_at.levels));
         rows.close()?;
         Ok(())
     }
@@ -382,6 +392,8 @@ impl Sink for ParquetSink {
         g.rollback_reason.push(e.rollback_reason.map(bytes));
         g.command_id.push(e.command_id.map(bytes));
         g.occurred_at.push(e.occurred_at_ms);
+        g.user_id.push(e.user_id.map(bytes));
+        g.expires_at.push(e.expires_at_ms);
         if g.rows >= ROW_GROUP {
             self.flush_group()?;
         }

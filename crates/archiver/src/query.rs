@@ -28,6 +28,12 @@ pub struct Entry {
     pub restock_mode: Option<String>,
     /// The reason a rollback gave (from outcome schema v3 on).
     pub rollback_reason: Option<String>,
+    /// The buyer a deduct named (from outcome schema v4 on).
+    pub user_id: Option<String>,
+    /// A reservation's deadline: RFC 3339, UTC, millisecond precision.
+    pub expires_at: Option<String>,
+    /// `expires_at` in milliseconds since the Unix epoch.
+    pub expires_at_ms: Option<i64>,
 }
 
 /// Which history to read.
@@ -64,7 +70,9 @@ macro_rules! entry_columns {
              quantity, result, delta, available_after, total_after, reason, ",
             rfc3339!("occurred_at"),
             ", (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
-             restock_mode, rollback_reason"
+             restock_mode, rollback_reason, user_id, ",
+            rfc3339!("expires_at"),
+            ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms"
         )
     };
 }

@@ -86,7 +86,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const COLUMNS: [&str; 14] = [
+const COLUMNS: [&str; 16] = [
     "occurred_at",
     "position",
     "sku",
@@ -101,6 +101,8 @@ const COLUMNS: [&str; 14] = [
     "rollback_reason",
     "restock_mode",
     "command_id",
+    "user_id",
+    "expires_at",
 ];
 
 fn print_page(page: &query::Page, format: Format) {
@@ -115,6 +117,7 @@ fn print_page(page: &query::Page, format: Format) {
                 "delta": e.delta, "available_after": e.available_after,
                 "total_after": e.total_after, "reason": e.reason,
                 "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
+                "user_id": e.user_id, "expires_at": e.expires_at,
             });
             println!("{line}");
         }
@@ -138,6 +141,8 @@ fn print_page(page: &query::Page, format: Format) {
                     json!(e.rollback_reason),
                     json!(e.restock_mode),
                     json!(e.command_id),
+                    json!(e.user_id),
+                    json!(e.expires_at),
                 ]
             })
             .collect();

@@ -258,7 +258,8 @@ pub struct HistoryParams {
 pub struct HistoryEntry {
     pub position: Position,
     pub sku: String,
-    /// `DEDUCT`, `ROLLBACK`, `RESTOCK` (absent for an invalid record).
+    /// `DEDUCT`, `ROLLBACK`, `RESTOCK`, `CONFIRM`, `REFUND`, `EXPIRE` or
+    /// `LIMIT` (absent for an invalid record).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -281,6 +282,12 @@ pub struct HistoryEntry {
     pub restock_mode: Option<String>,
     /// RFC 3339, UTC, milliseconds.
     pub occurred_at: String,
+    /// The buyer a deduct named (archived from outcome schema v4 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// A reservation's deadline: RFC 3339, UTC, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// A page of history, oldest first (newest first when asked).
@@ -687,6 +694,8 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
             rollback_reason: e.rollback_reason,
             restock_mode: e.restock_mode,
             occurred_at: e.occurred_at,
+            user_id: e.user_id,
+            expires_at: e.expires_at,
         })
         .collect();
     Ok(Json(HistoryPage {
