@@ -10,7 +10,7 @@ use stockledger_archiver::query::{self, HistoryOf};
 use stockledger_archiver::reconcile::reconcile;
 use stockledger_archiver::snapshot;
 use stockledger_core::{Decision, ResultCode, SkuState};
-use stockledger_projection::encoding::decode_order;
+use stockledger_projection::encoding::{decode_order, user_of_field};
 use stockledger_projection::Projection;
 use stockledger_testkit::redis_dump::hashes_under;
 use stockledger_testkit::{traffic, Harness};
@@ -78,12 +78,22 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
     // Exported as a snapshot keeps it, in the stored forms.
     for export in h.projection.export(&names).await? {
         let state = &live[&export.sku];
-        let orders: BTreeMap<String, _> = export
+        let (users, orders): (Vec<_>, Vec<_>) = export
             .orders
             .iter()
+            .partition(|(field, _)| user_of_field(field).is_some());
+        let orders: BTreeMap<String, _> = orders
+            .into_iter()
             .map(|(id, entry)| (id.clone(), decode_order(entry).expect("an order entry")))
             .collect();
         assert_eq!(&orders, &state.orders, "{}", export.sku);
+        let users: BTreeMap<String, i64> = users
+            .into_iter()
+            .filter_map(|(field, units)| {
+                Some((user_of_field(field)?.to_owned(), units.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(&users, &state.users, "{}", export.sku);
         assert_eq!(export.adjustments.len(), state.adjustments.len());
     }
 

@@ -176,6 +176,25 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
         rows.iter().any(|r| r.0 == "EXPIRE" && r.1 == "EXPIRED"),
         "{rows:?}"
     );
+    // The analysts' view pairs each reservation with the record that ended
+    // it (c's confirm is before a's expire on the SKU's partition, so it is
+    // archived too).
+    type Ended = (String, Option<String>, Option<String>, Option<String>);
+    let ended: Vec<Ended> = sqlx::query_as(
+        "SELECT order_id, user_id, ended_by, ended_with FROM ledger_reservations
+         WHERE topic = $1 AND sku = 'SKU-R' ORDER BY order_id",
+    )
+    .bind(&h.ns.topic)
+    .fetch_all(&h.pool)
+    .await?;
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        ended,
+        vec![
+            ("a".into(), some("u1"), some("EXPIRE"), some("EXPIRED")),
+            ("c".into(), some("u2"), some("CONFIRM"), some("CONFIRMED")),
+        ]
+    );
 
     applier.stop().await?;
     archiver.stop().await?;

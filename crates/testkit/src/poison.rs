@@ -18,6 +18,8 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
                 Box::new(Value::Record(vec![
                     ("order_id".into(), Value::String(order_id.into())),
                     ("quantity".into(), Value::Long(quantity)),
+                    ("user_id".into(), Value::Union(0, Box::new(Value::Null))),
+                    ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
                 ])),
             ),
         ),

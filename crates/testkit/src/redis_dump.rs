@@ -23,15 +23,35 @@ pub async fn dump_prefix(
         .collect())
 }
 
-/// Every hash under `prefix:` with its fields, keyed by the key name without
-/// the prefix: the contents, free of how each server chose to encode them
-/// (two servers may lay out the same large hash differently in a `DUMP`).
+/// Every hash under `prefix:` with its fields (and every sorted set, with
+/// its members' scores), keyed by the key name without the prefix: the
+/// contents, free of how each server chose to encode them (two servers may
+/// lay out the same large hash differently in a `DUMP`).
 pub async fn hashes_under(
     conn: &RedisConn,
     prefix: &str,
 ) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
     let keys = keys(conn, prefix).await?;
-    let reads: Vec<redis::Cmd> = keys.iter().map(redis::Cmd::hgetall).collect();
+    let types: Vec<String> = conn
+        .query_each(
+            keys.iter()
+                .map(|k| redis::cmd("TYPE").arg(k).clone())
+                .collect(),
+        )
+        .await?;
+    let reads: Vec<redis::Cmd> = keys
+        .iter()
+        .zip(&types)
+        .map(|(key, kind)| match kind.as_str() {
+            "zset" => redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .clone(),
+            _ => redis::Cmd::hgetall(key),
+        })
+        .collect();
     let hashes: Vec<BTreeMap<String, String>> = conn.query_each(reads).await?;
     Ok(keys
         .iter()

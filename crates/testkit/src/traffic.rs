@@ -3,6 +3,16 @@
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
 
+/// How long [`orders`]' reservations hold: longer than any test runs.
+const HOLD_MS: i64 = 10 * 60 * 1000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
 /// Sets every SKU's stock to `units`; returns the records sent.
 pub async fn restock_all(
     producer: &LedgerProducer,
@@ -19,7 +29,11 @@ pub async fn restock_all(
 
 /// Sends orders `first..first + orders` round-robin over `skus`: a deduct
 /// of 1 to 3 units each, every ninth rolled back before its deduct, every
-/// fourth rolled back after it. Returns the records sent.
+/// fourth rolled back after it. Every fifth (from the third) is instead a
+/// reservation by one of seven users, held ten minutes (it never expires
+/// within a test, so the log holds exactly the records sent); every other
+/// one of those not rolled back is confirmed, and every other confirmed
+/// one refunded. Returns the records sent.
 pub async fn orders(
     producer: &LedgerProducer,
     skus: &[&str],
@@ -34,11 +48,27 @@ pub async fn orders(
             producer.rollback(sku, &order, None).await?;
             sent += 1;
         }
-        producer.deduct(sku, &order, 1 + (i % 3) as i64).await?;
+        let quantity = 1 + (i % 3) as i64;
+        if i % 5 == 2 {
+            let user = format!("u{}", i % 7);
+            let deadline = now_ms() + HOLD_MS;
+            producer
+                .reserve(sku, &order, quantity, Some(&user), deadline)
+                .await?;
+        } else {
+            producer.deduct(sku, &order, quantity).await?;
+        }
         sent += 1;
         if i % 4 == 0 {
             producer.rollback(sku, &order, Some("cancelled")).await?;
             sent += 1;
+        } else if i % 10 == 2 {
+            producer.confirm(sku, &order).await?;
+            sent += 1;
+            if i % 20 == 2 {
+                producer.refund(sku, &order, None).await?;
+                sent += 1;
+            }
         }
     }
     Ok(sent)
