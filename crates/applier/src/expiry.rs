@@ -39,16 +39,18 @@ pub fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
-/// The expire record for `order_id` of `sku`, stamped `now`.
-pub fn expire_command(sku: &str, order_id: &str, now: i64) -> Option<Command> {
+/// The expire record for `order_id` of `sku`, stamped `now`; its command
+/// id names the partition, the instant and `seq` (its place among the
+/// expires sent then), as an order id may already take 128 bytes.
+pub fn expire_command(
+    sku: &str,
+    order_id: &str,
+    partition: i32,
+    now: i64,
+    seq: usize,
+) -> Option<Command> {
     Some(Command {
-        command_id: CommandId::new(
-            format!("expire-{now}-{order_id}")
-                .chars()
-                .take(128)
-                .collect::<String>(),
-        )
-        .ok()?,
+        command_id: CommandId::new(format!("expire-{partition}-{now}-{seq}")).ok()?,
         sku: Sku::new(sku).ok()?,
         occurred_at: now,
         body: CommandBody::Expire(Expire {
@@ -68,14 +70,14 @@ pub async fn expire_due(
 ) -> Result<usize, ProjectionError> {
     let now = now_ms();
     let mut sent_total = 0;
-    for &partition in partitions {
-        let due = projection.due_holds(partition, now, PAGE).await?;
+    let due_by_partition = projection.due_holds(partitions, now, PAGE).await?;
+    for (&partition, due) in partitions.iter().zip(due_by_partition) {
         if due.is_empty() {
             continue;
         }
         let mut sent = Vec::with_capacity(due.len());
-        for (sku, order, deadline) in due {
-            let Some(command) = expire_command(&sku, &order, now) else {
+        for (seq, (sku, order, deadline)) in due.into_iter().enumerate() {
+            let Some(command) = expire_command(&sku, &order, partition, now, seq) else {
                 warn!(%sku, %order, "a hold in the index names an invalid sku or order; skipped");
                 continue;
             };
@@ -117,12 +119,12 @@ mod tests {
 
     #[test]
     fn an_expire_names_its_order_and_is_stamped_now() {
-        let c = expire_command("SKU-1", "o-1", 1_700_000_000_000).unwrap();
+        let c = expire_command("SKU-1", "o-1", 3, 1_700_000_000_000, 7).unwrap();
+        assert_eq!(c.command_id.as_str(), "expire-3-1700000000000-7");
         assert_eq!(c.sku.as_str(), "SKU-1");
         assert_eq!(c.occurred_at, 1_700_000_000_000);
         assert!(matches!(&c.body, CommandBody::Expire(e) if e.order_id.as_str() == "o-1"));
-        let long = expire_command("S", &"o".repeat(128), 1).unwrap();
-        assert_eq!(long.command_id.as_str().len(), 128);
-        assert!(expire_command("S{", "o", 1).is_none());
+        assert!(expire_command("S", &"é".repeat(64), 0, 1, 0).is_some());
+        assert!(expire_command("S{", "o", 0, 1, 0).is_none());
     }
 }

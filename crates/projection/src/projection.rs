@@ -306,36 +306,48 @@ impl Projection {
         Ok(())
     }
 
-    /// Up to `limit` holds of `partition` whose deadline is before `now`
-    /// (ms): (sku, order id, deadline), earliest first.
+    /// For each of `partitions`, up to `limit` holds whose deadline is
+    /// before `now` (ms): (sku, order id, deadline), earliest first; one
+    /// pipelined round trip for all of them.
     pub async fn due_holds(
         &self,
-        partition: i32,
+        partitions: &[i32],
         now: i64,
         limit: usize,
-    ) -> Result<Vec<(String, String, i64)>, ProjectionError> {
-        let key = keys::holds_key(&self.prefix, partition);
-        let due: Vec<(String, i64)> = redis::cmd("ZRANGE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(format!("({now}"))
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .arg("WITHSCORES")
-            .query_async(&mut self.redis.clone())
-            .await?;
-        due.into_iter()
-            .map(
-                |(member, deadline)| match keys::decode_hold_member(&member) {
-                    Some((sku, order)) => Ok((sku.to_owned(), order.to_owned(), deadline)),
-                    None => Err(ProjectionError::Corrupt {
-                        key: key.clone(),
-                        value: member,
-                    }),
-                },
-            )
+    ) -> Result<Vec<Vec<(String, String, i64)>>, ProjectionError> {
+        let reads: Vec<redis::Cmd> = partitions
+            .iter()
+            .map(|&partition| {
+                redis::cmd("ZRANGE")
+                    .arg(keys::holds_key(&self.prefix, partition))
+                    .arg("-inf")
+                    .arg(format!("({now}"))
+                    .arg("BYSCORE")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit)
+                    .arg("WITHSCORES")
+                    .clone()
+            })
+            .collect();
+        let due: Vec<Vec<(String, i64)>> = self.redis.query_each(reads).await?;
+        partitions
+            .iter()
+            .zip(due)
+            .map(|(&partition, holds)| {
+                holds
+                    .into_iter()
+                    .map(
+                        |(member, deadline)| match keys::decode_hold_member(&member) {
+                            Some((sku, order)) => Ok((sku.to_owned(), order.to_owned(), deadline)),
+                            None => Err(ProjectionError::Corrupt {
+                                key: keys::holds_key(&self.prefix, partition),
+                                value: member,
+                            }),
+                        },
+                    )
+                    .collect()
+            })
             .collect()
     }
 
