@@ -47,11 +47,13 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     archiver.stop().await?;
     assert_eq!(h.applied(&skus).await?, records);
     let on_cluster = hashes_under(&redis, &h.ns.prefix).await?;
+    let holds = on_cluster.keys().filter(|k| k.contains(":holds:")).count();
     assert_eq!(
-        on_cluster.len(),
+        on_cluster.len() - holds,
         SKU_COUNT * 4 + 1,
         "four hashes per SKU and the marker"
     );
+    assert!(holds > 0, "the traffic's live holds are indexed");
     for port in &cluster.ports {
         let node = RedisConn::connect(&format!("redis://127.0.0.1:{port}")).await;
         // Each node alone is a cluster node: the client must see it as one.

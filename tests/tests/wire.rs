@@ -88,12 +88,12 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
         (
             "SKU-B",
             not_the_schema,
-            "malformed Avro datum for writer schema Command.v1",
+            "malformed Avro datum for writer schema Command.v2",
         ),
         (
             "SKU-B",
             trailing,
-            "2 trailing bytes after the Avro datum of writer schema Command.v1",
+            "2 trailing bytes after the Avro datum of writer schema Command.v2",
         ),
         (
             "",
@@ -245,8 +245,8 @@ async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_
     }
     for sku in skus {
         for (order, quantity) in [("old-1", 3), ("new-1", 1)] {
-            let payload = codec::encode_command(&deduct(sku, order, quantity))?;
-            h.send_raw(sku, &reframed(&payload, legacy)).await?;
+            let payload = codec::encode_command_as(&deduct(sku, order, quantity), v1, legacy)?;
+            h.send_raw(sku, &payload).await?;
             records += 1;
         }
     }
