@@ -96,7 +96,16 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     .await?;
     single_applier.stop().await?;
     let on_single = hashes_under(&single.connection(), &single_prefix).await?;
-    assert_eq!(on_single, on_cluster, "cluster and single Redis differ");
+    let differing: Vec<_> = on_cluster
+        .keys()
+        .chain(on_single.keys())
+        .filter(|k| on_cluster.get(*k) != on_single.get(*k))
+        .map(|k| (k, on_cluster.get(k), on_single.get(k)))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "cluster and single Redis differ: {differing:#?}"
+    );
     delete_prefix(&single.connection(), &single_prefix).await?;
 
     // Snapshot reads each SKU in one MULTI on its own node.

@@ -276,30 +276,42 @@ impl Projection {
         runs: &[Run<'_>],
         decisions: &[Vec<Decision>],
     ) -> Result<(), ProjectionError> {
-        let mut writes: Vec<redis::Cmd> = Vec::new();
+        // Only each hold's last change in the batch is written: on a
+        // cluster the writes are in flight together, so a reservation's
+        // add and its confirm's remove must not both be sent.
+        let mut last: BTreeMap<(i32, String), Option<i64>> = BTreeMap::new();
         for (run, decisions) in runs.iter().zip(decisions) {
-            let key = keys::holds_key(&self.prefix, run.at.partition);
             for ((_, _, body), decision) in run.records.iter().zip(decisions) {
                 let Some(order) = body.order_id() else {
                     continue;
                 };
-                let member = keys::hold_member(run.sku, order.as_str());
-                match (body, decision.result) {
-                    (CommandBody::Deduct(d), ResultCode::Applied) => {
-                        if let Some(deadline) = d.expires_at {
-                            writes.push(redis::Cmd::zadd(&key, member, deadline));
-                        }
-                    }
+                let change = match (body, decision.result) {
+                    (CommandBody::Deduct(d), ResultCode::Applied) => match d.expires_at {
+                        Some(deadline) => Some(deadline),
+                        None => continue,
+                    },
                     (
                         CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_),
                         result,
                     ) if result != ResultCode::IgnoredNotDue && result != ResultCode::Misrouted => {
-                        writes.push(redis::Cmd::zrem(&key, member));
+                        None
                     }
-                    _ => {}
-                }
+                    _ => continue,
+                };
+                let member = keys::hold_member(run.sku, order.as_str());
+                last.insert((run.at.partition, member), change);
             }
         }
+        let writes: Vec<redis::Cmd> = last
+            .into_iter()
+            .map(|((partition, member), change)| {
+                let key = keys::holds_key(&self.prefix, partition);
+                match change {
+                    Some(deadline) => redis::Cmd::zadd(key, member, deadline),
+                    None => redis::Cmd::zrem(key, member),
+                }
+            })
+            .collect();
         if !writes.is_empty() {
             let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
         }
