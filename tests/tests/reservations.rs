@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stockledger_client::producer::{ProducerError, Receipt};
-use stockledger_client::{OutcomeReader, SoldOutGuard};
+use stockledger_client::{OrderChecks, OutcomeReader, SoldOutGuard};
 use stockledger_core::{Decision, OrderStatus, RestockMode, ResultCode};
 use stockledger_testkit::{wait_until, Harness};
 
@@ -113,6 +113,30 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     assert_eq!(state.users.get("u2"), Some(&1));
     let late = decided(&reader, p.confirm("SKU-R", "a").await?).await?;
     assert_eq!(late.result, ResultCode::RejectedExpired);
+    // With the order checks, a refund above what was bought, and a confirm
+    // or refund of an unknown order, are refused before they are published
+    // (no hold is left to expire, so the log must not grow).
+    let checked = p
+        .clone()
+        .with_order_checks(OrderChecks::new(h.projection.clone()));
+    let logged = h.read(&h.ns.topic).await?.len();
+    assert_eq!(
+        refused_field(checked.refund("SKU-R", "c", Some(3)).await.unwrap_err()),
+        "quantity"
+    );
+    assert_eq!(
+        refused_field(checked.confirm("SKU-R", "nobody").await.unwrap_err()),
+        "order_id"
+    );
+    assert_eq!(
+        refused_field(checked.refund("SKU-R", "nobody", None).await.unwrap_err()),
+        "order_id"
+    );
+    assert_eq!(
+        h.read(&h.ns.topic).await?.len(),
+        logged,
+        "nothing was published"
+    );
 
     // The log alone decides: its reference fold (expire records and their
     // timestamps included) is what Redis holds.

@@ -5,6 +5,8 @@
 //!   its log position once the brokers hold it.
 //! - [`outcome`]: [`OutcomeReader`] waits, with a deadline, for the decision
 //!   the applier took for a sent command.
+//! - [`precheck`]: [`OrderChecks`], opt-in checks that refuse a confirm
+//!   or refund of an order the projection does not know before it is sent.
 //! - [`soldout`]: [`SoldOutGuard`], the opt-in sold-out fast path that
 //!   refuses a deduct of a sold-out SKU without writing to the log.
 //!
@@ -13,10 +15,12 @@
 //! needs this crate alone.
 
 pub mod outcome;
+pub mod precheck;
 pub mod producer;
 pub mod soldout;
 
 pub use outcome::OutcomeReader;
+pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
 pub use stockledger_io::KafkaConfig;

@@ -17,6 +17,7 @@ use stockledger_core::{
 use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
 use stockledger_projection::ProjectionError;
 
+use crate::precheck::OrderChecks;
 use crate::soldout::{SoldOut, SoldOutGuard};
 use tracing::warn;
 
@@ -60,9 +61,10 @@ pub enum ProducerError {
     /// the refusal is not in the log or the archive.
     #[error("sku {} is sold out (nothing available, nothing held, as of offset {}): refused here, not logged", .0.sku, .0.offset)]
     SoldOut(SoldOut),
-    /// The sold-out fast path could not read the stock; nothing was sent.
-    #[error("the sold-out check could not read Redis: {0}")]
-    SoldOutCheck(#[source] ProjectionError),
+    /// The sold-out guard or the order checks could not read Redis;
+    /// nothing was sent.
+    #[error("checking the ledger's state before sending failed: {0}")]
+    StateCheck(#[source] ProjectionError),
 }
 
 /// A command the brokers did not take. `payload` is the encoded command,
@@ -101,6 +103,7 @@ pub struct LedgerProducer {
     config: Arc<ClientConfig>,
     topic: String,
     sold_out: Option<SoldOutGuard>,
+    order_checks: Option<OrderChecks>,
 }
 
 /// The librdkafka producer in use and how many were replaced before it.
@@ -146,7 +149,15 @@ impl LedgerProducer {
             config: Arc::new(config),
             topic: topic.into(),
             sold_out: None,
+            order_checks: None,
         })
+    }
+
+    /// This producer, refusing confirms and refunds the projection shows
+    /// to be wrong before they reach the log (see [`crate::precheck`]).
+    pub fn with_order_checks(mut self, checks: OrderChecks) -> Self {
+        self.order_checks = Some(checks);
+        self
     }
 
     /// This producer, refusing deducts and reservations of a sold-out SKU
@@ -301,18 +312,26 @@ impl LedgerProducer {
     /// (a deduct first passes the sold-out guard, if there is one).
     pub async fn send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let command = new_command(sku, body)?;
-        self.check_sold_out(&command).await?;
+        self.check_state(&command).await?;
         self.send_command(&command).await
     }
 
-    async fn check_sold_out(&self, command: &Command) -> Result<(), ProducerError> {
+    /// The opt-in checks before a command is sent: the order checks of a
+    /// confirm or refund, the sold-out guard of a deduct.
+    async fn check_state(&self, command: &Command) -> Result<(), ProducerError> {
+        if let Some(checks) = &self.order_checks {
+            checks
+                .check(command)
+                .await
+                .map_err(ProducerError::StateCheck)??;
+        }
         let (Some(guard), CommandBody::Deduct(_)) = (&self.sold_out, &command.body) else {
             return Ok(());
         };
         match guard.check(command.sku.as_str()).await {
             Ok(None) => Ok(()),
             Ok(Some(sold_out)) => Err(ProducerError::SoldOut(sold_out)),
-            Err(e) => Err(ProducerError::SoldOutCheck(e)),
+            Err(e) => Err(ProducerError::StateCheck(e)),
         }
     }
 
@@ -322,7 +341,7 @@ impl LedgerProducer {
     /// and can tell their own caller to come back (the HTTP gateway).
     pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let command = new_command(sku, body)?;
-        self.check_sold_out(&command).await?;
+        self.check_state(&command).await?;
         self.deliver(&command, Queue::Refuse).await
     }
 

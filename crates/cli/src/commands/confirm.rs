@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
+use stockledger_client::{LedgerProducer, OrderChecks};
 use stockledger_core::ids::{OrderId, Sku};
 
 use super::send::{report_sent, WaitArgs};
@@ -21,7 +21,10 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
+    // An order the projection does not know (or, for a refund, a total
+    // above what it bought) is refused before anything is published.
+    let checks = OrderChecks::connect(&g.redis_url, &g.prefix).await?;
+    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?.with_order_checks(checks);
     let receipt = producer
         .confirm(args.sku.as_str(), args.order_id.as_str())
         .await?;

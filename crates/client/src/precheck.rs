@@ -1,0 +1,70 @@
+//! Opt-in checks of confirms and refunds against the projection, before
+//! they are sent.
+//!
+//! A confirm or refund of an order the ledger has never seen, or a refund
+//! of more units than the order bought, would be appended only to be
+//! refused (`REJECTED_NOT_RESERVED`, `REJECTED_NOT_SOLD`,
+//! `REJECTED_REFUND`). With [`OrderChecks`] given to the producer
+//! ([`crate::LedgerProducer::with_order_checks`]) they are refused before
+//! publishing instead, as [`crate::ProducerError::Invalid`] naming the
+//! field. The projection may be behind the log (a reservation sent a
+//! moment ago may not be applied yet), so only what the projection shows
+//! to be wrong is refused; everything else is sent and the log decides.
+
+use stockledger_core::{Command, CommandBody, OrderStatus, ValidationError};
+use stockledger_projection::{Projection, ProjectionError};
+
+/// Reads an order's state before a confirm or refund of it is sent.
+#[derive(Debug, Clone)]
+pub struct OrderChecks {
+    projection: Projection,
+}
+
+impl OrderChecks {
+    /// Checks against the projection under `prefix` at `redis_url`.
+    pub async fn connect(redis_url: &str, prefix: &str) -> Result<Self, ProjectionError> {
+        Ok(Self::new(Projection::connect(redis_url, prefix).await?))
+    }
+
+    pub fn new(projection: Projection) -> Self {
+        Self { projection }
+    }
+
+    /// `Ok(Err(_))` names what is wrong with `command`; `Ok(Ok(()))` lets
+    /// it be sent (every command but a confirm or refund passes).
+    pub async fn check(
+        &self,
+        command: &Command,
+    ) -> Result<Result<(), ValidationError>, ProjectionError> {
+        let (order_id, refund_total) = match &command.body {
+            CommandBody::Confirm(c) => (&c.order_id, None),
+            CommandBody::Refund(r) => (&r.order_id, Some(r.quantity)),
+            _ => return Ok(Ok(())),
+        };
+        let sku = command.sku.as_str();
+        let entry = self.projection.order(sku, order_id.as_str()).await?;
+        let Some(entry) = entry else {
+            let what = if refund_total.is_some() {
+                "sale"
+            } else {
+                "reservation"
+            };
+            return Ok(Err(ValidationError::new(
+                "order_id",
+                format!("the ledger has no {what} of {sku} for order {order_id}"),
+            )));
+        };
+        if let Some(Some(total)) = refund_total {
+            if entry.status == OrderStatus::Confirmed && total.get() > entry.quantity {
+                return Ok(Err(ValidationError::new(
+                    "quantity",
+                    format!(
+                        "refund total {total} is more than the {} units order {order_id} bought",
+                        entry.quantity
+                    ),
+                )));
+            }
+        }
+        Ok(Ok(()))
+    }
+}
