@@ -272,7 +272,7 @@ impl LedgerProducer {
     /// Caps the units one user may hold and buy of `sku` (`None` lifts it).
     pub async fn limit(&self, sku: &str, per_user: Option<i64>) -> Result<Receipt, ProducerError> {
         let per_user = per_user
-            .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem)))
+            .map(|n| Quantity::of_field("per_user", n))
             .transpose()?;
         let body = CommandBody::Limit(Limit { per_user });
         self.send(Sku::new(sku)?, body).await

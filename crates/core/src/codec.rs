@@ -368,12 +368,10 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
             order_id: OrderId::new(body.string("order_id")?)?,
         }),
         6 => CommandBody::Limit(Limit {
-            per_user: match body.optional_long("per_user")? {
-                None => None,
-                Some(n) => Some(
-                    Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem))?,
-                ),
-            },
+            per_user: body
+                .optional_long("per_user")?
+                .map(|n| Quantity::of_field("per_user", n))
+                .transpose()?,
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     };

@@ -154,15 +154,21 @@ pub struct Quantity(i64);
 
 impl Quantity {
     pub fn new(value: i64) -> Result<Self, ValidationError> {
+        Self::of_field("quantity", value)
+    }
+
+    /// A quantity read from the input `field` (a refund's `total`, a
+    /// limit's `per_user`), which a refusal names.
+    pub fn of_field(field: &'static str, value: i64) -> Result<Self, ValidationError> {
         if value <= 0 {
             return Err(ValidationError::new(
-                "quantity",
+                field,
                 format!("must be at least 1, got {value}"),
             ));
         }
         if value > MAX_QUANTITY {
             return Err(ValidationError::new(
-                "quantity",
+                field,
                 format!("must be at most {MAX_QUANTITY}, got {value}"),
             ));
         }

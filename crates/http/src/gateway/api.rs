@@ -437,7 +437,7 @@ pub(crate) async fn refund(
     let body: RefundRequest = Body::optional(request, &()).await?;
     let quantity = body
         .total
-        .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("total", e.problem)))
+        .map(|n| Quantity::of_field("total", n))
         .transpose()?;
     let wait = gateway.wait(&wait)?;
     let body = CommandBody::Refund(Refund {
@@ -467,7 +467,7 @@ pub(crate) async fn limit(
     let sku = Sku::new(sku)?;
     let per_user = request
         .per_user
-        .map(|n| Quantity::new(n).map_err(|e| ValidationError::new("per_user", e.problem)))
+        .map(|n| Quantity::of_field("per_user", n))
         .transpose()?;
     let wait = gateway.wait(&wait)?;
     gateway
