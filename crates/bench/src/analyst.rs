@@ -86,6 +86,7 @@ async fn fill_and_measure(
         ),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: None,
     }];
     let span_ms = DAYS * DAY_MS;
     let per_sku = (rows / SKUS).max(1);
@@ -336,6 +337,7 @@ where
         setup: format!("{what}: p50 {p50:.1} ms, p99 {p99:.1} ms, max {p999:.1} ms"),
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
+        failed: None,
     })
 }
 

@@ -61,6 +61,7 @@ pub(crate) async fn redis_lua_direct(
         ),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: None,
     })
 }
 
@@ -144,5 +145,6 @@ pub(crate) async fn pg_rows(
         setup: format!("{buckets} row(s), {clients} clients"),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: None,
     })
 }

@@ -198,6 +198,7 @@ pub(crate) async fn fixed_rate(
         ),
         latency_ms: Some([report.p50, report.p99, report.p999]),
         peak_rss_mib: None,
+        failed: None,
     })
 }
 
@@ -268,5 +269,6 @@ pub(crate) async fn throughput(
         ),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: None,
     })
 }

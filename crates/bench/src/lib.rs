@@ -97,6 +97,10 @@ pub struct BenchArgs {
     /// with --quick].
     #[arg(long)]
     pub analyst_rows: Option<i64>,
+    /// Records of the scale scenario's log [default: 10000000, or 100000
+    /// with --quick].
+    #[arg(long)]
+    pub scale_records: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -118,6 +122,10 @@ pub enum Scenario {
     GatewayMax,
     /// The archive's queries on a large archive (its own database).
     Analyst,
+    /// A long log (`--scale-records`, 10M by default): the applier's and
+    /// archiver's peak RSS and the replay rate at a tenth, half and all of
+    /// it. Run on demand only: not part of the default set.
+    Scale,
 }
 
 impl Scenario {
@@ -152,6 +160,7 @@ impl Scenario {
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
             Self::Analyst => "analyst",
+            Self::Scale => "scale",
         }
     }
 }
@@ -168,6 +177,8 @@ struct Measurement {
     /// Peak resident set of the applier and the archiver processes, in MiB,
     /// for the memory scenario.
     peak_rss_mib: Option<[f64; 2]>,
+    /// Why the scenario's contract check failed: its figure is not reported.
+    failed: Option<String>,
 }
 
 impl Measurement {
@@ -189,8 +200,8 @@ struct Counts {
 /// What e2e-uniform leaves for the replay and archive scenarios.
 struct Ledger {
     topic: String,
-    outcomes_topic: String,
-    records: u64,
+    /// Archiving its outcomes, done by the contract check.
+    archive: Measurement,
 }
 
 pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -233,6 +244,15 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             }
             continue;
         }
+        if scenario == Scenario::Scale {
+            let records = args
+                .scale_records
+                .unwrap_or(if args.quick { 100_000 } else { 10_000_000 })
+                .max(1000);
+            // Printed as each step is measured: the scenario takes minutes.
+            results.extend(scale(g, &pool, &args, &run_id, counts.skus, records).await?);
+            continue;
+        }
         if scenario == Scenario::Analyst {
             let (rows, samples) = if args.quick {
                 (100_000, 20)
@@ -265,6 +285,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             Scenario::E2eUniform => {
                 let (m, ledger) = e2e(
                     g,
+                    &pool,
                     &args,
                     &run_id,
                     scenario.name(),
@@ -276,7 +297,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                 m
             }
             Scenario::E2eHot => {
-                e2e(g, &args, &run_id, scenario.name(), 1, counts.records)
+                e2e(g, &pool, &args, &run_id, scenario.name(), 1, counts.records)
                     .await?
                     .0
             }
@@ -301,13 +322,16 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
             Scenario::GatewayMax => {
                 gateway::throughput(g, &args, &run_id, scenario.name(), counts.records).await?
             }
-            Scenario::Memory | Scenario::Analyst => unreachable!("measured above"),
+            Scenario::Memory | Scenario::Analyst | Scenario::Scale => {
+                unreachable!("measured above")
+            }
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match &uniform {
                     Some(l) => l,
                     None => {
                         let (_, ledger) = e2e(
                             g,
+                            &pool,
                             &args,
                             &run_id,
                             "e2e-uniform",
@@ -321,7 +345,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
                 if scenario == Scenario::Replay {
                     replay(g, &run_id, ledger).await?
                 } else {
-                    archive(g, &pool, &run_id, ledger).await?
+                    ledger.archive.clone()
                 }
             }
         };
@@ -337,10 +361,23 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!("results in {}", args.out.display());
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|m| m.failed.is_some())
+        .map(|m| m.scenario)
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("contract check failed in: {}", failed.join(", "));
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_measurement(m: &Measurement) {
+    if let Some(failure) = &m.failed {
+        println!("  {:<18} FAIL: {failure}", m.scenario);
+        return;
+    }
     println!(
         "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s   ({})",
         m.scenario,
@@ -390,7 +427,14 @@ async fn memory(
     };
     let archiver_rss = archiver.peak_rss_mib();
     archiver.stop().await?;
+    let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.stop().await?;
+    let log_records = records + skus as u64;
+    let mut failures: Vec<String> = projection_differs(g, &topic, &prefix).await?.into_iter().collect();
+    let rows = stockledger_archiver::query::count_rows(pool, &topic).await? as u64;
+    if rows != log_records {
+        failures.push(format!("{rows} archived rows for {log_records} log records"));
+    }
     let (Some(applier_rss), Some(archiver_rss)) = (applier_rss, archiver_rss) else {
         anyhow::bail!("no peak RSS in /proc (the memory scenario needs Linux)");
     };
@@ -403,7 +447,110 @@ async fn memory(
         ),
         latency_ms: None,
         peak_rss_mib: Some([applier_rss, archiver_rss]),
+        failed: (!failures.is_empty()).then(|| failures.join("; ")),
     })
+}
+
+/// The scale scenario: `records` commands over `skus` SKUs applied and
+/// archived by `stockledger apply` and `stockledger archive` processes, in
+/// three steps (a tenth, half, all), each one's peak RSS read after every
+/// step; then the whole log replayed into a fresh prefix, its rate read
+/// as it passes each step.
+async fn scale(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let name = "scale";
+    let per_sku = (records / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, false).await?;
+    let archiver = Component::start(
+        g,
+        &[
+            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
+            (
+                "STOCKLEDGER_ARCHIVER_GROUP",
+                &format!("{run_id}-{name}-archiver"),
+            ),
+        ],
+        "archive",
+    )?;
+    let steps = [records / 10, records / 2, records];
+    let mut results = Vec::new();
+    let (started, mut from) = (Instant::now(), 0);
+    for step in steps {
+        pipeline.publish_range(from..step, args.in_flight).await?;
+        from = step;
+        pipeline.wait_applied(step).await?;
+        wait_archived(pool, &pipeline.topic, step + skus as u64, || {
+            archiver.check_running()
+        })
+        .await?;
+        let (Some(applier_rss), Some(archiver_rss)) = (
+            match &pipeline.applier {
+                Applier::Process(p) => p.peak_rss_mib(),
+                Applier::Task { .. } => None,
+            },
+            archiver.peak_rss_mib(),
+        ) else {
+            anyhow::bail!("no peak RSS in /proc (the scale scenario needs Linux)");
+        };
+        let m = Measurement {
+            scenario: "memory",
+            records: step,
+            seconds: started.elapsed().as_secs_f64(),
+            setup: format!(
+                "scale: the first {step} of {records} records over {skus} SKUs, applied and archived by separate processes: peak RSS applier {applier_rss:.1} MiB, archiver {archiver_rss:.1} MiB"
+            ),
+            latency_ms: None,
+            peak_rss_mib: Some([applier_rss, archiver_rss]),
+            failed: None,
+        };
+        print_measurement(&m);
+        results.push(m);
+    }
+    archiver.stop().await?;
+    let topic = pipeline.topic.clone();
+    pipeline.stop().await?;
+    // The whole log replayed; the time it passes each step, read from its
+    // progress reports (a few a second).
+    let target = format!("{}:{run_id}:scale-replay", g.prefix);
+    let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), topic, target);
+    let log = records + skus as u64;
+    let mut passed: Vec<(u64, f64)> = Vec::new();
+    let report = stockledger_applier::replay::replay(config, std::future::pending(), |p| {
+        for step in steps {
+            if p.records >= step && !passed.iter().any(|&(s, _)| s == step) {
+                passed.push((step, p.elapsed.as_secs_f64()));
+            }
+        }
+    })
+    .await?;
+    anyhow::ensure!(
+        report.records == log,
+        "the replay read {} records of a {log}-record log",
+        report.records
+    );
+    for (step, seconds) in passed {
+        let m = Measurement {
+            scenario: "replay",
+            records: step,
+            seconds,
+            setup: format!(
+                "scale: the first {step} records of a {log}-record log ({} SKUs), timed from the replay's start",
+                report.skus
+            ),
+            latency_ms: None,
+            peak_rss_mib: None,
+            failed: None,
+        };
+        print_measurement(&m);
+        results.push(m);
+    }
+    Ok(results)
 }
 
 /// Where a scenario's applier runs.
@@ -549,9 +696,19 @@ impl Pipeline {
     /// commands earlier (a cancelled or unpaid order), so by the time it is
     /// sent its deduct is already queued ahead of it on the SKU's partition.
     async fn publish(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
-        let lag =
-            (in_flight as u64).min(records / 2) / ROLLBACK_EVERY * ROLLBACK_EVERY + ROLLBACK_EVERY;
-        stream::iter(0..records)
+        self.publish_range(0..records, in_flight).await
+    }
+
+    /// [`Pipeline::publish`] of the commands numbered `range` (a scenario
+    /// publishing in steps gets the same commands as one publishing at once).
+    async fn publish_range(
+        &self,
+        range: std::ops::Range<u64>,
+        in_flight: usize,
+    ) -> anyhow::Result<()> {
+        let lag = (in_flight as u64).min(range.end / 2) / ROLLBACK_EVERY * ROLLBACK_EVERY
+            + ROLLBACK_EVERY;
+        stream::iter(range)
             .map(|i| async move {
                 if i % ROLLBACK_EVERY == 0 && i >= lag {
                     let order = i - lag + 1;
@@ -588,6 +745,7 @@ impl Pipeline {
 /// Redis.
 async fn e2e(
     g: &Global,
+    pool: &sqlx::PgPool,
     args: &BenchArgs,
     run_id: &str,
     name: &str,
@@ -601,24 +759,58 @@ async fn e2e(
     let produced = started.elapsed().as_secs_f64();
     pipeline.wait_applied(records).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let ledger = Ledger {
-        topic: pipeline.topic.clone(),
-        outcomes_topic: pipeline.outcomes_topic.clone(),
-        records: records + skus as u64,
-    };
+    let (topic, outcomes_topic, prefix) = (
+        pipeline.topic.clone(),
+        pipeline.outcomes_topic.clone(),
+        pipeline.prefix.clone(),
+    );
     pipeline.stop().await?;
+    let log_records = records + skus as u64;
+    let mut failures = Vec::new();
+    if let Some(failure) = projection_differs(g, &topic, &prefix).await? {
+        failures.push(failure);
+    }
+    let mut archive = archive(g, pool, &format!("{run_id}-{name}"), &topic, &outcomes_topic, log_records).await?;
+    if let Some(failure) = &archive.failed {
+        failures.push(failure.clone());
+    }
     let measurement = Measurement {
         scenario: if skus == 1 { "e2e-hot" } else { "e2e-uniform" },
         records,
         seconds,
         setup: format!(
-            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s",
+            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; contract checked",
             args.partitions, args.in_flight, args.batch_size
         ),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: (!failures.is_empty()).then(|| failures.join("; ")),
     };
+    archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
+    let ledger = Ledger { topic, archive };
     Ok((measurement, ledger))
+}
+
+/// The contract check's first half: `None` when the projection under
+/// `prefix` is exactly the reference fold of `topic`, else what differs.
+async fn projection_differs(
+    g: &Global,
+    topic: &str,
+    prefix: &str,
+) -> anyhow::Result<Option<String>> {
+    let kafka = g.kafka();
+    let log = stockledger_io::topic::read_topic(&kafka, topic, Duration::from_secs(60)).await?;
+    let partitions = stockledger_io::topic::partition_count(&kafka, topic).await?;
+    let reference = stockledger_applier::check::fold(&log, partitions);
+    let projection = stockledger_projection::Projection::connect(&g.redis_url, prefix).await?;
+    let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
+    Ok(match mismatches.first() {
+        None => None,
+        Some(first) => Some(format!(
+            "Redis differs from the fold of the log in {} SKUs (first {first})",
+            mismatches.len()
+        )),
+    })
 }
 
 /// Commands offered at a fixed rate; each one timed from the produce call
@@ -674,6 +866,7 @@ async fn latency(
         ),
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
+        failed: None,
     })
 }
 
@@ -690,6 +883,7 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
         setup: format!("the e2e-uniform log, {} SKUs", report.skus),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: None,
     })
 }
 
@@ -710,22 +904,27 @@ async fn wait_archived(
     .await
 }
 
+/// Archives the outcomes of command topic `topic` (`records` records)
+/// with an in-process archiver; the contract check's second half fails
+/// unless exactly one row per record is archived.
 async fn archive(
     g: &Global,
     pool: &sqlx::PgPool,
-    run_id: &str,
-    ledger: &Ledger,
+    group: &str,
+    topic: &str,
+    outcomes_topic: &str,
+    records: u64,
 ) -> anyhow::Result<Measurement> {
     let mut config = archiver_config(g);
-    config.outcomes_topic = ledger.outcomes_topic.clone();
-    config.group_id = format!("{run_id}-archiver");
+    config.outcomes_topic = outcomes_topic.to_owned();
+    config.group_id = format!("{group}-archiver");
     let page_size = config.page_size;
     let (stop, stopped) = oneshot::channel::<()>();
     let started = Instant::now();
     let archiver = tokio::spawn(stockledger_archiver::run(config, async {
         let _ = stopped.await;
     }));
-    wait_archived(pool, &ledger.topic, ledger.records, || {
+    wait_archived(pool, topic, records, || {
         anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
         Ok(())
     })
@@ -733,13 +932,15 @@ async fn archive(
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(());
     archiver.await.context("archiver task")??;
+    let rows = stockledger_archiver::query::count_rows(pool, topic).await? as u64;
     Ok(Measurement {
         scenario: "archive",
-        records: ledger.records,
+        records,
         seconds,
-        setup: format!("the e2e-uniform outcomes, pages of {page_size}"),
+        setup: format!("pages of {page_size}"),
         latency_ms: None,
         peak_rss_mib: None,
+        failed: (rows != records).then(|| format!("{rows} archived rows for {records} log records")),
     })
 }
 

@@ -36,6 +36,7 @@ pub(crate) fn write_results(
             "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
             "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
             "setup": m.setup,
+            "failed": m.failed,
         })).collect::<Vec<_>>(),
     });
     std::fs::write(
@@ -49,6 +50,13 @@ pub(crate) fn write_results(
     );
     let show = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
     for m in results {
+        if let Some(failure) = &m.failed {
+            md.push_str(&format!(
+                "| {} | {} | | FAIL | | | contract check: {failure} |\n",
+                m.scenario, m.records
+            ));
+            continue;
+        }
         md.push_str(&format!(
             "| {} | {} | {:.2} | {:.0} | {} | {} | {} |\n",
             m.scenario,
@@ -141,6 +149,14 @@ fn chart(path: &Path, run_id: &str, results: &[Measurement]) -> anyhow::Result<(
         } else {
             RGBColor(42, 111, 219)
         };
+        if m.failed.is_some() {
+            chart.draw_series(std::iter::once(Text::new(
+                "FAIL (contract check)".to_owned(),
+                (1.15, SegmentValue::CenterOf(i)),
+                ("sans-serif", 12),
+            )))?;
+            continue;
+        }
         let rate = m.rate().max(1.0);
         chart.draw_series(std::iter::once(Rectangle::new(
             [
@@ -190,6 +206,7 @@ mod tests {
             setup: String::new(),
             latency_ms: (scenario == "latency-5k").then_some([12.0, 25.0, 31.5]),
             peak_rss_mib: None,
+            failed: None,
         }
     }
 
