@@ -1,36 +1,44 @@
--- Applies a run of command records of ONE sku and ONE partition, in log
--- order, atomically.
+-- Applies runs of command records, each run of ONE sku and ONE partition,
+-- in log order, atomically: the whole call is one script.
 --
 -- The rules are those of stockledger_core::machine::SkuState::apply; every
 -- reason string here appears there too, and the differential tests hold the
 -- two to the same decisions and state.
 --
--- KEYS[1] stock hash        available, total, reserved, partition (whose
---                           records built it), offset (last record applied
---                           there), limit (units per user, when set)
--- KEYS[2] orders hash       order id -> "STATUS|quantity|offset", or, when
---                           the order names a user, has a deadline or was
---                           refunded, "STATUS|quantity|offset|expires_at|
---                           refunded|user" (expires_at may be empty).
---                           STATUS: D deducted, H held (reserved), S sold
---                           (confirmed), R rolled back, X expired, C
---                           tombstone (rollback came first).
---                           Also "{user}" .. user id -> units that user's
---                           live orders hold or bought (an order id cannot
---                           contain a brace, so the two never meet).
--- KEYS[3] adjustments hash  restock adjustment id -> offset that applied it
--- KEYS[4] decisions hash    offset -> "RESULT|delta|available|total|reason"
--- ARGV[1]                   the maximum stock level
--- ARGV[2]                   the partition the records are on
--- ARGV[3]                   the sku's home partition (murmur2 of the key):
---                           its owner until the stock hash names one
--- ARGV[4]                   the longest hold, in milliseconds
--- ARGV[5..]                 eight per record: offset, timestamp (ms), kind
---                           (D deduct, R rollback, S restock, F confirm, U
---                           refund, X expire, L limit), order or adjustment
---                           id, quantity (0 for none), mode (ADD or SET for
---                           a restock), user id, expires_at (may be empty)
--- Returns one decision string per record.
+-- Run r (from 0) has the four keys KEYS[4r+1..4r+4] of its sku:
+-- stock hash               available, total, reserved, partition (whose
+--                          records built it), offset (last record applied
+--                          there), limit (units per user, when set)
+-- orders hash              order id -> "STATUS|quantity|offset", or, when
+--                          the order names a user, has a deadline or was
+--                          refunded, "STATUS|quantity|offset|expires_at|
+--                          refunded|user" (expires_at may be empty).
+--                          STATUS: D deducted, H held (reserved), S sold
+--                          (confirmed), R rolled back, X expired, C
+--                          tombstone (rollback came first).
+--                          Also "{user}" .. user id -> units that user's
+--                          live orders hold or bought (an order id cannot
+--                          contain a brace, so the two never meet).
+-- adjustments hash         restock adjustment id -> offset that applied it
+-- decisions hash           offset -> "RESULT|delta|available|total|reason"
+-- ARGV[1]                  the maximum stock level
+-- ARGV[2]                  the longest hold, in milliseconds
+-- then per run:            the partition its records are on, the sku's home
+--                          partition (murmur2 of the key: its owner until
+--                          the stock hash names one), its record count, and
+--                          its records. A record is its offset, its kind,
+--                          then what that kind needs:
+--                            D deduct   order id, quantity
+--                            E deduct   time (ms), order id, quantity, user
+--                                       id, expires_at (either may be
+--                                       empty; at least one is not)
+--                            R rollback order id
+--                            S restock  adjustment id, quantity, ADD or SET
+--                            F confirm  time, order id
+--                            U refund   order id, refund total (0 = all)
+--                            X expire   time, order id
+--                            L limit    units per user (0 = none)
+-- Returns one decision string per record, runs one after another.
 --
 -- Records on another partition than the sku's owner are MISROUTED: their
 -- offsets mean nothing here, so they are neither applied nor stored.
@@ -39,33 +47,17 @@
 -- Deadlines are compared with record timestamps only: a confirm stamped at
 -- the deadline is on time, an expire stamped at it is not due.
 
-local PER = 8
-local stock = redis.call('HMGET', KEYS[1], 'available', 'total', 'offset', 'partition', 'reserved', 'limit')
-local available = tonumber(stock[1]) or 0
-local total = tonumber(stock[2]) or 0
-local last = tonumber(stock[3])
-local reserved = tonumber(stock[5]) or 0
-local limit = tonumber(stock[6])
-local limit_changed = false
 local max_stock = tonumber(ARGV[1])
-local partition = tonumber(ARGV[2])
-local owner = tonumber(stock[4]) or tonumber(ARGV[3])
-local max_hold = tonumber(ARGV[4])
-local changed = false
+local max_hold = tonumber(ARGV[2])
 local USER = '{user}'
+-- Arguments per record after its offset and kind.
+local ARITY = { D = 2, E = 5, R = 1, S = 3, F = 2, U = 2, X = 2, L = 1 }
+-- The keys of the run being applied, and its sku's state.
+local STOCK, ORDERS, ADJUSTMENTS, DECISIONS
+local available, total, reserved, limit, partition
 
 local function n(x)
   return string.format('%d', x)
-end
-
-if partition ~= owner then
-  local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
-    ' but the sku lives on partition ' .. n(owner) .. ' (produce with the murmur2 partitioner)'
-  local out = {}
-  for _ = 5, #ARGV, PER do
-    out[#out + 1] = d
-  end
-  return out
 end
 
 local function decide(result, delta, reason)
@@ -75,7 +67,7 @@ end
 local STATUS = { D = 'DEDUCTED', H = 'RESERVED', S = 'CONFIRMED', R = 'ROLLED_BACK', X = 'EXPIRED', C = 'CANCELLED' }
 
 local function load(id)
-  local entry = redis.call('HGET', KEYS[2], id)
+  local entry = redis.call('HGET', ORDERS, id)
   if not entry then
     return nil
   end
@@ -97,11 +89,11 @@ local function store(id, e)
   if e.user or e.expires or e.refunded > 0 then
     s = s .. '|' .. (e.expires and n(e.expires) or '') .. '|' .. n(e.refunded) .. '|' .. (e.user or '')
   end
-  redis.call('HSET', KEYS[2], id, s)
+  redis.call('HSET', ORDERS, id, s)
 end
 
 local function counted(user)
-  return tonumber(redis.call('HGET', KEYS[2], USER .. user) or '0')
+  return tonumber(redis.call('HGET', ORDERS, USER .. user) or '0')
 end
 
 local function count(user, units)
@@ -110,9 +102,9 @@ local function count(user, units)
   end
   local c = counted(user) + units
   if c > 0 then
-    redis.call('HSET', KEYS[2], USER .. user, n(c))
+    redis.call('HSET', ORDERS, USER .. user, n(c))
   else
-    redis.call('HDEL', KEYS[2], USER .. user)
+    redis.call('HDEL', ORDERS, USER .. user)
   end
 end
 
@@ -193,7 +185,7 @@ end
 local function rollback(offset, id)
   local e = load(id)
   if not e then
-    redis.call('HSET', KEYS[2], id, 'C|0|' .. offset)
+    redis.call('HSET', ORDERS, id, 'C|0|' .. offset)
     return decide('IGNORED_NO_DEDUCTION', 0, 'no deduction for this order; tombstone left')
   end
   if e.code == 'D' or e.code == 'H' then
@@ -286,7 +278,7 @@ local function refund(offset, id, qty)
 end
 
 local function restock(offset, id, qty, mode)
-  if redis.call('HEXISTS', KEYS[3], id) == 1 then
+  if redis.call('HEXISTS', ADJUSTMENTS, id) == 1 then
     return decide('DUPLICATE', 0, 'adjustment already applied')
   end
   local new_available, new_total
@@ -311,58 +303,98 @@ local function restock(offset, id, qty, mode)
   local delta = new_available - available
   available = new_available
   total = new_total
-  redis.call('HSET', KEYS[3], id, offset)
+  redis.call('HSET', ADJUSTMENTS, id, offset)
   return decide('APPLIED', delta)
 end
 
-local out = {}
-for i = 5, #ARGV, PER do
-  local offset = ARGV[i]
-  local time, kind, id, qty = tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
-  local mode, user, expires = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
-  if user == '' then
-    user = nil
+-- Stores decisions (offset, decision, ...) in the run's hash, a bounded
+-- number of fields per call (unpack is bounded by Lua's C stack).
+local function store_decisions(fields)
+  for i = 1, #fields, 1000 do
+    redis.call('HSET', DECISIONS, unpack(fields, i, math.min(i + 999, #fields)))
   end
-  local d
-  if last and tonumber(offset) <= last then
-    d = redis.call('HGET', KEYS[4], offset)
-      or decide('DUPLICATE', 0, 'redelivered record; its first decision was pruned')
-  else
-    if kind == 'D' then
-      d = deduct(offset, time, id, qty, user, expires)
-    elseif kind == 'R' then
-      d = rollback(offset, id)
-    elseif kind == 'S' then
-      d = restock(offset, id, qty, mode)
-    elseif kind == 'F' then
-      d = confirm(offset, time, id)
-    elseif kind == 'U' then
-      d = refund(offset, id, qty)
-    elseif kind == 'X' then
-      d = expire(offset, time, id)
-    else
-      if qty > 0 then
-        limit = qty
-      else
-        limit = nil
-      end
-      limit_changed = true
-      d = decide('APPLIED', 0)
-    end
-    redis.call('HSET', KEYS[4], offset, d)
-    last = tonumber(offset)
-    changed = true
-  end
-  out[#out + 1] = d
 end
-if changed then
-  redis.call('HSET', KEYS[1], 'available', n(available), 'total', n(total), 'reserved', n(reserved),
-    'partition', n(partition), 'offset', n(last))
-  if limit_changed then
-    if limit then
-      redis.call('HSET', KEYS[1], 'limit', n(limit))
-    else
-      redis.call('HDEL', KEYS[1], 'limit')
+
+local out = {}
+local a = 3
+local r = 0
+while a <= #ARGV do
+  STOCK, ORDERS, ADJUSTMENTS, DECISIONS = KEYS[4 * r + 1], KEYS[4 * r + 2], KEYS[4 * r + 3], KEYS[4 * r + 4]
+  r = r + 1
+  partition = tonumber(ARGV[a])
+  local home, count = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  local stock = redis.call('HMGET', STOCK, 'available', 'total', 'offset', 'partition', 'reserved', 'limit')
+  local owner = tonumber(stock[4]) or home
+  if partition ~= owner then
+    local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
+      ' but the sku lives on partition ' .. n(owner) .. ' (produce with the murmur2 partitioner)'
+    for _ = 1, count do
+      out[#out + 1] = d
+      a = a + 2 + ARITY[ARGV[a + 1]]
+    end
+  else
+    available = tonumber(stock[1]) or 0
+    total = tonumber(stock[2]) or 0
+    reserved = tonumber(stock[5]) or 0
+    limit = tonumber(stock[6])
+    local last = tonumber(stock[3])
+    local limit_changed = false
+    local decided = {}
+    for _ = 1, count do
+      local offset, kind = ARGV[a], ARGV[a + 1]
+      local d
+      if last and tonumber(offset) <= last then
+        d = redis.call('HGET', DECISIONS, offset)
+          or decide('DUPLICATE', 0, 'redelivered record; its first decision was pruned')
+      else
+        if kind == 'D' then
+          d = deduct(offset, nil, ARGV[a + 2], tonumber(ARGV[a + 3]), nil, nil)
+        elseif kind == 'E' then
+          local user = ARGV[a + 5]
+          if user == '' then
+            user = nil
+          end
+          d = deduct(offset, tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]), user,
+            tonumber(ARGV[a + 6]))
+        elseif kind == 'R' then
+          d = rollback(offset, ARGV[a + 2])
+        elseif kind == 'S' then
+          d = restock(offset, ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4])
+        elseif kind == 'F' then
+          d = confirm(offset, tonumber(ARGV[a + 2]), ARGV[a + 3])
+        elseif kind == 'U' then
+          d = refund(offset, ARGV[a + 2], tonumber(ARGV[a + 3]))
+        elseif kind == 'X' then
+          d = expire(offset, tonumber(ARGV[a + 2]), ARGV[a + 3])
+        else
+          local qty = tonumber(ARGV[a + 2])
+          if qty > 0 then
+            limit = qty
+          else
+            limit = nil
+          end
+          limit_changed = true
+          d = decide('APPLIED', 0)
+        end
+        decided[#decided + 1] = offset
+        decided[#decided + 1] = d
+        last = tonumber(offset)
+      end
+      out[#out + 1] = d
+      a = a + 2 + ARITY[kind]
+    end
+    if #decided > 0 then
+      store_decisions(decided)
+      redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
+        'partition', n(partition), 'offset', n(last))
+      if limit_changed then
+        if limit then
+          redis.call('HSET', STOCK, 'limit', n(limit))
+        else
+          redis.call('HDEL', STOCK, 'limit')
+        end
+      end
     end
   end
 end

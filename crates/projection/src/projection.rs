@@ -17,6 +17,14 @@ use crate::encoding::{
 };
 use crate::keys::{self, SkuKeys};
 
+/// Records one call of the apply script takes on a single Redis, at most
+/// (a run is never split): enough that setting the script up is a small
+/// share of its work, few enough that Redis answers others in between.
+const CALL_RECORDS: usize = 1000;
+
+/// Runs one call of the apply script takes on a single Redis, at most.
+const CALL_RUNS: usize = 500;
+
 /// The script that applies records; see the file for its contract.
 static APPLY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/apply.lua")));
 
@@ -203,67 +211,102 @@ impl Projection {
                 });
             }
         }
-        let calls = || -> Vec<redis::Cmd> {
-            runs.iter()
-                .map(|run| {
-                    let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(APPLY.get_hash()).arg(4);
-                    for key in SkuKeys::new(&self.prefix, run.sku).as_array() {
-                        cmd.arg(key);
-                    }
-                    cmd.arg(MAX_STOCK)
-                        .arg(run.at.partition)
-                        .arg(run.at.home)
-                        .arg(MAX_HOLD_MS);
-                    for &(offset, timestamp, body) in &run.records {
-                        let args = ScriptArgs::of(body);
-                        cmd.arg(offset)
-                            .arg(record_time(timestamp))
-                            .arg(args.kind)
-                            .arg(args.id)
-                            .arg(args.quantity)
-                            .arg(args.mode)
-                            .arg(args.user)
-                            .arg(args.expires_at.map(|t| t.to_string()).unwrap_or_default());
-                    }
-                    cmd
-                })
+        // On a single Redis a call takes many runs (one script call set up
+        // for hundreds of records); on a cluster each run is a call of its
+        // own, as a script's keys must share a hash slot.
+        let calls = self.calls(runs);
+        let build = || -> Vec<redis::Cmd> {
+            calls
+                .iter()
+                .map(|call| self.script_call(&runs[call.clone()]))
                 .collect()
         };
-        let replies: Vec<Vec<String>> = match self.redis.query_each(calls()).await {
+        let replies: Vec<Vec<String>> = match self.redis.query_each(build()).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A restarted or flushed Redis (or a cluster node) forgot the
                 // script: load it (on every node) and run the idempotent
                 // calls again.
                 APPLY.prepare_invoke().load_async(&mut conn).await?;
-                self.redis.query_each(calls()).await?
+                self.redis.query_each(build()).await?
             }
             other => other?,
         };
-        let decisions = runs
-            .iter()
-            .zip(replies)
-            .map(|(run, reply)| {
-                if reply.len() != run.records.len() {
-                    return Err(ProjectionError::ShortReply {
-                        sku: run.sku.to_owned(),
-                        expected: run.records.len(),
-                        got: reply.len(),
-                    });
-                }
-                reply
-                    .into_iter()
+        let mut decisions = Vec::with_capacity(runs.len());
+        for (call, reply) in calls.into_iter().zip(replies) {
+            let runs = &runs[call];
+            let expected: usize = runs.iter().map(|run| run.records.len()).sum();
+            if reply.len() != expected {
+                return Err(ProjectionError::ShortReply {
+                    sku: runs[0].sku.to_owned(),
+                    expected,
+                    got: reply.len(),
+                });
+            }
+            let mut reply = reply.into_iter();
+            for run in runs {
+                let decided = reply
+                    .by_ref()
+                    .take(run.records.len())
                     .map(|s| {
                         decode_decision(&s).ok_or_else(|| ProjectionError::Corrupt {
                             key: SkuKeys::new(&self.prefix, run.sku).decisions,
                             value: s,
                         })
                     })
-                    .collect()
-            })
-            .collect::<Result<Vec<Vec<Decision>>, _>>()?;
+                    .collect::<Result<Vec<Decision>, _>>()?;
+                decisions.push(decided);
+            }
+        }
         self.index_holds(runs, &decisions).await?;
         Ok(decisions)
+    }
+
+    /// The runs of each script call, as ranges of `runs`: on a single
+    /// Redis, consecutive runs until a call holds [`CALL_RECORDS`] records
+    /// (or [`CALL_RUNS`] runs); on a cluster, one run per call.
+    fn calls(&self, runs: &[Run<'_>]) -> Vec<std::ops::Range<usize>> {
+        if self.redis.is_cluster() {
+            return (0..runs.len()).map(|r| r..r + 1).collect();
+        }
+        let mut calls = Vec::new();
+        let (mut start, mut records) = (0, 0);
+        for (r, run) in runs.iter().enumerate() {
+            records += run.records.len();
+            if records >= CALL_RECORDS || r + 1 - start >= CALL_RUNS {
+                calls.push(start..r + 1);
+                (start, records) = (r + 1, 0);
+            }
+        }
+        if start < runs.len() {
+            calls.push(start..runs.len());
+        }
+        calls
+    }
+
+    /// One call of the apply script for `runs` (see the script for the
+    /// arguments), written straight into the command: no per-record
+    /// allocation.
+    fn script_call(&self, runs: &[Run<'_>]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(APPLY.get_hash()).arg(4 * runs.len());
+        for run in runs {
+            let keys = SkuKeys::new(&self.prefix, run.sku);
+            cmd.arg(keys.stock)
+                .arg(keys.orders)
+                .arg(keys.adjustments)
+                .arg(keys.decisions);
+        }
+        cmd.arg(MAX_STOCK).arg(MAX_HOLD_MS);
+        for run in runs {
+            cmd.arg(run.at.partition)
+                .arg(run.at.home)
+                .arg(run.records.len());
+            for &(offset, timestamp, body) in &run.records {
+                cmd.arg(offset);
+                script_args(&mut cmd, record_time(timestamp), body);
+            }
+        }
+        cmd
     }
 
     /// Keeps the [`keys::holds_key`] index of live reservations after a
@@ -861,53 +904,46 @@ pub struct SkuExport {
     pub adjustments: BTreeMap<String, String>,
 }
 
-/// The script's per-record arguments besides offset and time.
-struct ScriptArgs<'a> {
-    kind: &'static str,
-    /// The order or adjustment id (empty for a limit).
-    id: &'a str,
-    /// 0 where the command names none.
-    quantity: i64,
-    /// A restock's mode, else empty.
-    mode: &'static str,
-    /// A deduct's user id, else empty.
-    user: &'a str,
-    expires_at: Option<i64>,
-}
-
-impl<'a> ScriptArgs<'a> {
-    fn of(body: &'a CommandBody) -> Self {
-        let plain = |kind, id| Self {
-            kind,
-            id,
-            quantity: 0,
-            mode: "",
-            user: "",
-            expires_at: None,
-        };
-        match body {
-            CommandBody::Deduct(d) => Self {
-                quantity: d.quantity.get(),
-                user: d.user_id.as_ref().map_or("", |u| u.as_str()),
-                expires_at: d.expires_at,
-                ..plain("D", d.order_id.as_str())
-            },
-            CommandBody::Rollback(r) => plain("R", r.order_id.as_str()),
-            CommandBody::Restock(r) => Self {
-                quantity: r.quantity(),
-                mode: r.mode().as_str(),
-                ..plain("S", r.adjustment_id.as_str())
-            },
-            CommandBody::Confirm(c) => plain("F", c.order_id.as_str()),
-            CommandBody::Refund(r) => Self {
-                quantity: r.quantity.map_or(0, |q| q.get()),
-                ..plain("U", r.order_id.as_str())
-            },
-            CommandBody::Expire(e) => plain("X", e.order_id.as_str()),
-            CommandBody::Limit(l) => Self {
-                quantity: l.per_user.map_or(0, |q| q.get()),
-                ..plain("L", "")
-            },
+/// Writes a record's kind and what that kind needs (after its offset; see
+/// the apply script), `time` being its record timestamp.
+fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
+    match body {
+        CommandBody::Deduct(d) if d.user_id.is_none() && d.expires_at.is_none() => {
+            cmd.arg("D").arg(d.order_id.as_str()).arg(d.quantity.get());
+        }
+        CommandBody::Deduct(d) => {
+            cmd.arg("E")
+                .arg(time)
+                .arg(d.order_id.as_str())
+                .arg(d.quantity.get())
+                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
+            match d.expires_at {
+                Some(t) => cmd.arg(t),
+                None => cmd.arg(""),
+            };
+        }
+        CommandBody::Rollback(r) => {
+            cmd.arg("R").arg(r.order_id.as_str());
+        }
+        CommandBody::Restock(r) => {
+            cmd.arg("S")
+                .arg(r.adjustment_id.as_str())
+                .arg(r.quantity())
+                .arg(r.mode().as_str());
+        }
+        CommandBody::Confirm(c) => {
+            cmd.arg("F").arg(time).arg(c.order_id.as_str());
+        }
+        CommandBody::Refund(r) => {
+            cmd.arg("U")
+                .arg(r.order_id.as_str())
+                .arg(r.quantity.map_or(0, |q| q.get()));
+        }
+        CommandBody::Expire(e) => {
+            cmd.arg("X").arg(time).arg(e.order_id.as_str());
+        }
+        CommandBody::Limit(l) => {
+            cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
         }
     }
 }
