@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_io::KafkaConfig;
@@ -222,43 +222,28 @@ pub async fn replay(
     // The last offset folded from each partition, recorded in the marker
     // as the applier does.
     let mut reached: BTreeMap<i32, i64> = BTreeMap::new();
+    // A batch is read and decoded while Redis applies the one before it.
+    let mut pending = Decoded::default();
     loop {
         if *stop.borrow() {
             report.interrupted = true;
             break;
         }
-        let mut batch: Vec<OwnedMessage> = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(250);
-        while batch.len() < config.batch_size {
-            let next = tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
-                r = tokio::time::timeout_at(deadline, consumer.recv()) => r,
-            };
-            match next {
-                Err(_) => break, // the deadline: apply what we have
-                Ok(Ok(m)) => {
-                    at_end.remove(&m.partition());
-                    batch.push(m.detach());
-                }
-                Ok(Err(KafkaError::PartitionEOF(p))) => {
-                    new_end |= at_end.insert(p);
-                    if at_end.len() == partitions.len() {
-                        break;
-                    }
-                }
-                Ok(Err(e)) => return Err(e.into()),
-            }
-        }
-        apply(&target, &batch, partitions.len() as i32, &swapped).await?;
-        let before = reached.clone();
-        for m in &batch {
-            let last = reached.entry(m.partition()).or_insert(m.offset());
-            *last = (*last).max(m.offset());
-        }
-        if reached != before {
-            target.record_applied(&marks_of(&reached)).await?;
-        }
-        progress.records += batch.len() as u64;
+        let read = read_batch(
+            &consumer,
+            &mut stop,
+            config.batch_size,
+            partitions.len(),
+            &mut at_end,
+            &mut new_end,
+        );
+        let (applied, next) = tokio::join!(
+            apply(&target, &pending, partitions.len() as i32, &swapped),
+            read
+        );
+        applied?;
+        settle(&target, &pending, &mut reached, &mut progress).await?;
+        pending = next?;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
         progress.caught_up |= at_end.len() == partitions.len();
@@ -269,6 +254,10 @@ pub async fn replay(
         if at_end.len() < partitions.len() || config.follow || !new_end {
             continue;
         }
+        // The end of the log: what was read is applied before any swap.
+        apply(&target, &pending, partitions.len() as i32, &swapped).await?;
+        settle(&target, &pending, &mut reached, &mut progress).await?;
+        pending = Decoded::default();
         new_end = false;
         let Some(swap) = &config.swap else { break };
         // Swap what is at least as far along as the live state; keep reading
@@ -318,30 +307,99 @@ pub async fn replay(
     Ok(report)
 }
 
+/// A batch read from the log and decoded, not yet applied.
+#[derive(Default)]
+struct Decoded {
+    /// The valid commands: (partition, offset, timestamp, command).
+    commands: Vec<(i32, i64, i64, stockledger_core::Command)>,
+    /// The last offset read from each partition, valid record or not.
+    last: BTreeMap<i32, i64>,
+    /// Records read, valid or not.
+    records: u64,
+}
+
+/// Reads up to `batch_size` records (or what arrives within 250 ms),
+/// decoding each, and notes the partitions that reach their end (a
+/// partition newly there sets `new_end`).
+async fn read_batch(
+    consumer: &StreamConsumer<LagContext>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    batch_size: usize,
+    partitions: usize,
+    at_end: &mut HashSet<i32>,
+    new_end: &mut bool,
+) -> Result<Decoded, ReplayError> {
+    let mut batch = Decoded::default();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(250);
+    while batch.records < batch_size as u64 {
+        let next = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            r = tokio::time::timeout_at(deadline, consumer.recv()) => r,
+        };
+        match next {
+            Err(_) => break, // the deadline: apply what we have
+            Ok(Ok(m)) => {
+                let (partition, offset) = (m.partition(), m.offset());
+                at_end.remove(&partition);
+                batch.records += 1;
+                let last = batch.last.entry(partition).or_insert(offset);
+                *last = (*last).max(offset);
+                if let Ok(command) = interpret(m.key(), m.payload()) {
+                    let timestamp = m.timestamp().to_millis().unwrap_or_default();
+                    batch.commands.push((partition, offset, timestamp, command));
+                }
+            }
+            Ok(Err(KafkaError::PartitionEOF(p))) => {
+                *new_end |= at_end.insert(p);
+                if at_end.len() == partitions {
+                    break;
+                }
+            }
+            Ok(Err(e)) => return Err(e.into()),
+        }
+    }
+    Ok(batch)
+}
+
 /// Applies the valid commands of `batch`, except for SKUs already swapped
 /// into the live prefix (the live applier owns them now).
-#[instrument(name = "replay_batch", skip_all, fields(records = batch.len()))]
+#[instrument(name = "replay_batch", skip_all, fields(records = batch.records))]
 async fn apply(
     target: &Projection,
-    batch: &[OwnedMessage],
+    batch: &Decoded,
     partitions: i32,
     swapped: &HashSet<String>,
 ) -> Result<(), ProjectionError> {
-    let commands: Vec<(i32, i64, i64, stockledger_core::Command)> = batch
-        .iter()
-        .filter_map(|m| {
-            let command = interpret(m.key(), m.payload()).ok()?;
-            let timestamp = m.timestamp().to_millis().unwrap_or_default();
-            (!swapped.contains(command.sku.as_str()))
-                .then(|| (m.partition(), m.offset(), timestamp, command))
-        })
-        .collect();
     let grouped = Batch::group(
-        commands.iter().map(|(p, o, t, c)| (*p, *o, *t, c)),
+        batch
+            .commands
+            .iter()
+            .filter(|(_, _, _, c)| !swapped.contains(c.sku.as_str()))
+            .map(|(p, o, t, c)| (*p, *o, *t, c)),
         partitions,
     );
     target.apply(&grouped.runs).await?;
     debug!(runs = grouped.runs.len(), "applied to the target prefix");
+    Ok(())
+}
+
+/// After `batch` is applied: records in the target's marker how far each
+/// partition is folded, and counts the batch in `progress`.
+async fn settle(
+    target: &Projection,
+    batch: &Decoded,
+    reached: &mut BTreeMap<i32, i64>,
+    progress: &mut ReplayProgress,
+) -> Result<(), ProjectionError> {
+    let before = reached.clone();
+    for (&partition, &offset) in &batch.last {
+        let last = reached.entry(partition).or_insert(offset);
+        *last = (*last).max(offset);
+    }
+    if *reached != before {
+        target.record_applied(&marks_of(reached)).await?;
+    }
+    progress.records += batch.records;
     Ok(())
 }
 
