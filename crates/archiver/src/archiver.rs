@@ -18,7 +18,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use stockledger_core::codec;
 use stockledger_core::Outcome;
 use stockledger_io::group::{
@@ -184,49 +184,57 @@ pub async fn run(
     let mut ticker = tokio::time::interval(config.stats_interval);
     ticker.tick().await;
     let mut last_report = (Instant::now(), 0u64);
-    loop {
-        let first = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => break,
-            _ = ticker.tick() => {
-                let (at, rows) = last_report;
-                let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
-                if group.assigned(&consumer) == 0 {
-                    info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
-                } else {
-                    info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
-                }
-                last_report = (Instant::now(), stats.rows);
-                continue;
-            }
-            m = consumer.recv() => m,
-        };
-        let first = match first {
-            Ok(m) => m.detach(),
-            Err(e) => {
-                warn!(error = %e, "consumer error; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let mut page = vec![first];
-        let deadline = tokio::time::Instant::now() + config.page_wait;
-        while page.len() < config.page_size {
-            match tokio::time::timeout_at(deadline, consumer.recv()).await {
-                Ok(Ok(m)) => page.push(m.detach()),
-                Ok(Err(e)) => {
-                    warn!(error = %e, "consumer error while filling a page");
-                    break;
-                }
-                Err(_) => break,
-            }
+    // Read while the page before is written: the next page's messages.
+    let mut next: Vec<OwnedMessage> = Vec::new();
+    let report = |last: &mut (Instant, u64), stats: &ArchiverStats| {
+        let (at, rows) = *last;
+        let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
+        if group.assigned(&consumer) == 0 {
+            info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
+        } else {
+            info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
         }
+        *last = (Instant::now(), stats.rows);
+    };
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let page = if next.is_empty() {
+            let first = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                _ = ticker.tick() => {
+                    report(&mut last_report, &stats);
+                    continue;
+                }
+                m = consumer.recv() => m,
+            };
+            match first {
+                Ok(m) => fill_page(&consumer, vec![m.detach()], &config).await,
+                Err(e) => {
+                    warn!(error = %e, "consumer error; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        } else {
+            if last_report.0.elapsed() >= config.stats_interval {
+                report(&mut last_report, &stats);
+            }
+            std::mem::take(&mut next)
+        };
         let mut state = PageState {
             progress: &mut progress,
             months: &mut months,
             stats: &mut stats,
         };
-        if !write_page_with_retry(&pool, &config, &page, &mut state, &mut stop).await? {
+        let (written, read) = tokio::join!(
+            write_page_with_retry(&pool, &config, &page, &mut state, &mut stop),
+            fill_page(&consumer, Vec::new(), &config)
+        );
+        next = read;
+        if !written? {
             break;
         }
         let offsets = offsets_of(&config.outcomes_topic, &progress);
@@ -248,6 +256,26 @@ pub async fn run(
     }
     info!(rows = stats.rows, "archiver stopped");
     Ok(stats)
+}
+
+/// Adds to `page` what arrives within the page wait, up to the page size.
+async fn fill_page(
+    consumer: &StreamConsumer<LagContext>,
+    mut page: Vec<OwnedMessage>,
+    config: &ArchiverConfig,
+) -> Vec<OwnedMessage> {
+    let deadline = tokio::time::Instant::now() + config.page_wait;
+    while page.len() < config.page_size {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(m)) => page.push(m.detach()),
+            Ok(Err(e)) => {
+                warn!(error = %e, "consumer error while filling a page");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    page
 }
 
 fn offsets_of(topic: &str, progress: &HashMap<i32, i64>) -> TopicPartitionList {
@@ -297,7 +325,13 @@ async fn write_page_with_retry(
     let written = retry::until_stopped(
         || async {
             let started = Instant::now();
-            let written = write_page(pool, config, page, progress, months).await;
+            let written = match write_page(pool, config, page, progress, months, Via::Copy).await {
+                Err(e) if is_unique_violation(&e) => {
+                    debug!("a row of the page is archived already; inserting it row by row");
+                    write_page(pool, config, page, progress, months, Via::Insert).await
+                }
+                other => other,
+            };
             metrics::histogram!(PAGE_SECONDS_METRIC).record(started.elapsed().as_secs_f64());
             written
         },
@@ -451,6 +485,145 @@ fn unknown_months(instants: &[i64], known: &HashSet<(i64, u32)>) -> Vec<((i64, u
     found
 }
 
+/// How a page's rows go in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Copy,
+    Insert,
+}
+
+/// Whether `e` is a unique violation: a row of the page is archived already.
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c == "23505"))
+}
+
+/// Inserts the page's rows, skipping any already archived (`ON CONFLICT DO
+/// NOTHING` on the log position).
+async fn insert_rows(conn: &mut PgConnection, columns: &Columns) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
+             order_id, adjustment_id, quantity, result, delta, available_after, total_after,
+             reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at)
+         SELECT topic, partition, log_offset, sku, command, command_id, order_id,
+             adjustment_id, quantity, result, delta, available_after, total_after, reason,
+             timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
+             rollback_reason, user_id,
+             timestamptz 'epoch' + expires_ms * interval '1 millisecond'
+         FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+             $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
+             $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
+             $19::bigint[])
+             AS page(topic, partition, log_offset, sku, command, command_id, order_id,
+                 adjustment_id, quantity, result, delta, available_after, total_after, reason,
+                 occurred_ms, restock_mode, rollback_reason, user_id, expires_ms)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&columns.topic)
+    .bind(&columns.partition)
+    .bind(&columns.offset)
+    .bind(&columns.sku)
+    .bind(&columns.command)
+    .bind(&columns.command_id)
+    .bind(&columns.order_id)
+    .bind(&columns.adjustment_id)
+    .bind(&columns.quantity)
+    .bind(&columns.result)
+    .bind(&columns.delta)
+    .bind(&columns.available_after)
+    .bind(&columns.total_after)
+    .bind(&columns.reason)
+    .bind(&columns.occurred_at_ms)
+    .bind(&columns.restock_mode)
+    .bind(&columns.rollback_reason)
+    .bind(&columns.user_id)
+    .bind(&columns.expires_at_ms)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The columns [`copy_rows`] writes, in the order it writes them.
+const COPY: &str = "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
+    order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
+    occurred_at, restock_mode, rollback_reason, user_id, expires_at) FROM STDIN (FORMAT binary)";
+
+/// Writes the page's rows with a binary `COPY`: no statement to plan, no
+/// per-row conflict check. A row already archived (possible only when two
+/// archivers briefly hold the same partition) fails the whole page with a
+/// unique violation; the page is then written again with [`insert_rows`].
+async fn copy_rows(conn: &mut PgConnection, columns: &Columns) -> Result<(), sqlx::Error> {
+    let mut copy = conn.copy_in_raw(COPY).await?;
+    if let Err(e) = copy.send(binary_copy(columns)).await {
+        return Err(match copy.abort("page not sent").await {
+            Ok(()) => e,
+            Err(abort) => abort,
+        });
+    }
+    copy.finish().await?;
+    Ok(())
+}
+
+/// Microseconds between the Unix epoch and PostgreSQL's, 2000-01-01 UTC.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// The page in PostgreSQL's binary `COPY` format, columns as in [`COPY`].
+fn binary_copy(c: &Columns) -> Vec<u8> {
+    fn text(out: &mut Vec<u8>, value: Option<&str>) {
+        match value {
+            Some(v) => {
+                out.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                out.extend_from_slice(v.as_bytes());
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    fn int8(out: &mut Vec<u8>, value: Option<i64>) {
+        match value {
+            Some(v) => {
+                out.extend_from_slice(&8i32.to_be_bytes());
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    // An instant PostgreSQL cannot hold (beyond the range of i64
+    // microseconds) is sent as one it refuses, as the SQL form would be.
+    let micros = |ms: i64| {
+        ms.checked_mul(1000)
+            .and_then(|us| us.checked_sub(PG_EPOCH_MICROS))
+            .unwrap_or(i64::MAX)
+    };
+    let mut out = Vec::with_capacity(64 + c.offset.len() * 256);
+    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    out.extend_from_slice(&0i32.to_be_bytes()); // flags
+    out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
+    for i in 0..c.offset.len() {
+        out.extend_from_slice(&19i16.to_be_bytes());
+        text(&mut out, Some(&c.topic[i]));
+        out.extend_from_slice(&4i32.to_be_bytes());
+        out.extend_from_slice(&c.partition[i].to_be_bytes());
+        int8(&mut out, Some(c.offset[i]));
+        text(&mut out, Some(&c.sku[i]));
+        text(&mut out, c.command[i].as_deref());
+        text(&mut out, c.command_id[i].as_deref());
+        text(&mut out, c.order_id[i].as_deref());
+        text(&mut out, c.adjustment_id[i].as_deref());
+        int8(&mut out, c.quantity[i]);
+        text(&mut out, Some(&c.result[i]));
+        int8(&mut out, Some(c.delta[i]));
+        int8(&mut out, Some(c.available_after[i]));
+        int8(&mut out, Some(c.total_after[i]));
+        text(&mut out, c.reason[i].as_deref());
+        int8(&mut out, Some(micros(c.occurred_at_ms[i])));
+        text(&mut out, c.restock_mode[i]);
+        text(&mut out, c.rollback_reason[i].as_deref());
+        text(&mut out, c.user_id[i].as_deref());
+        int8(&mut out, c.expires_at_ms[i].map(micros));
+    }
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out
+}
+
 #[instrument(name = "page", skip_all, fields(messages = page.len()))]
 async fn write_page(
     pool: &PgPool,
@@ -458,6 +631,7 @@ async fn write_page(
     page: &[OwnedMessage],
     progress: &HashMap<i32, i64>,
     months: &HashSet<(i64, u32)>,
+    via: Via,
 ) -> Result<Written, sqlx::Error> {
     let PageRows {
         columns,
@@ -479,45 +653,10 @@ async fn write_page(
         .await?;
     }
     if rows > 0 {
-        sqlx::query(
-            "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
-                 order_id, adjustment_id, quantity, result, delta, available_after, total_after,
-                 reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at)
-             SELECT topic, partition, log_offset, sku, command, command_id, order_id,
-                 adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                 timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
-                 rollback_reason, user_id,
-                 timestamptz 'epoch' + expires_ms * interval '1 millisecond'
-             FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-                 $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
-                 $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
-                 $19::bigint[])
-                 AS page(topic, partition, log_offset, sku, command, command_id, order_id,
-                     adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                     occurred_ms, restock_mode, rollback_reason, user_id, expires_ms)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&columns.topic)
-        .bind(&columns.partition)
-        .bind(&columns.offset)
-        .bind(&columns.sku)
-        .bind(&columns.command)
-        .bind(&columns.command_id)
-        .bind(&columns.order_id)
-        .bind(&columns.adjustment_id)
-        .bind(&columns.quantity)
-        .bind(&columns.result)
-        .bind(&columns.delta)
-        .bind(&columns.available_after)
-        .bind(&columns.total_after)
-        .bind(&columns.reason)
-        .bind(&columns.occurred_at_ms)
-        .bind(&columns.restock_mode)
-        .bind(&columns.rollback_reason)
-        .bind(&columns.user_id)
-        .bind(&columns.expires_at_ms)
-        .execute(&mut *tx)
-        .await?;
+        match via {
+            Via::Copy => copy_rows(&mut tx, &columns).await?,
+            Via::Insert => insert_rows(&mut tx, &columns).await?,
+        }
     }
     let partitions: Vec<i32> = next_offsets.keys().copied().collect();
     let nexts: Vec<i64> = partitions.iter().map(|p| next_offsets[p]).collect();
