@@ -1,14 +1,16 @@
 //! Outcomes to PostgreSQL, a page at a time.
 //!
 //! A page is at most `page_size` outcomes (so memory is bounded by it) or
-//! whatever arrived within `page_wait` of its first record. Each page is one
-//! transaction: a single multi-row `INSERT … SELECT FROM UNNEST(…)` with
-//! `ON CONFLICT DO NOTHING` on the log position, plus the archiver's
-//! per-partition progress (and, for the first row of a month, the creation
-//! of that month's partition of `ledger_entries`). Kafka offsets are
-//! committed after the
-//! transaction; if that commit is lost, the redelivered page is skipped by
-//! the stored progress and, failing that, collapses on the primary key.
+//! whatever arrived within `page_wait` of its first record; the next page
+//! is read while one is written. Each page is one transaction: a binary
+//! `COPY` of its rows, plus the archiver's per-partition progress (and, for
+//! the first row of a month, the creation of that month's partition of
+//! `ledger_entries`). A page holding a row archived already fails the
+//! `COPY` on the primary key (the log position) and is written again as one
+//! `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`. Kafka offsets
+//! are committed after the transaction; if that commit is lost, the
+//! redelivered page is skipped by the stored progress and, failing that,
+//! collapses on the primary key.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

@@ -6,12 +6,16 @@
 //! - `e2e-uniform` / `e2e-hot`: deducts, and one rollback in ten, produced
 //!   as fast as the producer library takes them over many SKUs / one SKU,
 //!   timed from the first produce to the last record applied and committed
-//!   by an in-process applier.
+//!   by an in-process applier. Each ends with the contract check: Redis
+//!   equals the reference fold of the log, and archiving the outcomes
+//!   leaves one row per log record; a scenario that fails it reports FAIL,
+//!   not a figure, and the run exits non-zero.
 //! - `latency-5k` / `latency-20k`: commands offered at a fixed rate, each
 //!   timed from the produce call until its decision is visible to the order
 //!   service; p50, p99 and p999.
 //! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
-//! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL.
+//! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL (the
+//!   contract check's archiving, timed).
 //! - `memory`: e2e-uniform at a tenth of its records and at all of them,
 //!   applied and archived by `stockledger apply` and `stockledger archive`
 //!   processes, with each one's peak resident set (Linux `VmHWM`).
@@ -20,6 +24,10 @@
 //!   p999 next to `latency-5k`'s.
 //! - `gateway-max`: as many deducts as the gateway takes, without waiting,
 //!   next to the producer library's rate on the same topic.
+//! - `scale` (on demand, not in the default set): a long log (10M records)
+//!   applied and archived by processes in three steps, each one's peak RSS
+//!   read after each step, then replayed whole, its rate read as it passes
+//!   each step.
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -919,11 +927,19 @@ async fn archive(
     config.outcomes_topic = outcomes_topic.to_owned();
     config.group_id = format!("{group}-archiver");
     let page_size = config.page_size;
+    let assignment = config.assignment.clone();
     let (stop, stopped) = oneshot::channel::<()>();
-    let started = Instant::now();
     let archiver = tokio::spawn(stockledger_archiver::run(config, async {
         let _ = stopped.await;
     }));
+    // Timed from when the group has given the archiver its partitions:
+    // joining takes seconds on some brokers, and is not archiving.
+    wait_until("the archiver's partitions", Duration::from_secs(120), || async {
+        anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
+        Ok((assignment.count() > 0).then_some(()))
+    })
+    .await?;
+    let started = Instant::now();
     wait_archived(pool, topic, records, || {
         anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
         Ok(())
@@ -937,7 +953,7 @@ async fn archive(
         scenario: "archive",
         records,
         seconds,
-        setup: format!("pages of {page_size}"),
+        setup: format!("pages of {page_size}, timed from the group's assignment"),
         latency_ms: None,
         peak_rss_mib: None,
         failed: (rows != records).then(|| format!("{rows} archived rows for {records} log records")),
