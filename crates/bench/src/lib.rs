@@ -410,21 +410,19 @@ async fn memory(
     let name = format!("memory-{records}");
     let per_sku = (records / skus as u64 + 1) as i64;
     let pipeline = Pipeline::start(g, args, run_id, &name, skus, per_sku, false).await?;
+    let archiver_group = format!("{run_id}-{name}-archiver");
     let archiver = Component::start(
         g,
         &[
             ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
-            (
-                "STOCKLEDGER_ARCHIVER_GROUP",
-                &format!("{run_id}-{name}-archiver"),
-            ),
+            ("STOCKLEDGER_ARCHIVER_GROUP", &archiver_group),
         ],
         "archive",
     )?;
     let started = Instant::now();
     pipeline.publish(records, args.in_flight).await?;
     pipeline.wait_applied(records).await?;
-    wait_archived(pool, &pipeline.topic, records + skus as u64, || {
+    wait_archived(pool, &archiver_group, &pipeline.outcomes_topic, records + skus as u64, || {
         archiver.check_running()
     })
     .await?;
@@ -475,14 +473,12 @@ async fn scale(
     let name = "scale";
     let per_sku = (records / skus as u64 + 1) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, false).await?;
+    let archiver_group = format!("{run_id}-{name}-archiver");
     let archiver = Component::start(
         g,
         &[
             ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
-            (
-                "STOCKLEDGER_ARCHIVER_GROUP",
-                &format!("{run_id}-{name}-archiver"),
-            ),
+            ("STOCKLEDGER_ARCHIVER_GROUP", &archiver_group),
         ],
         "archive",
     )?;
@@ -493,7 +489,7 @@ async fn scale(
         pipeline.publish_range(from..step, args.in_flight).await?;
         from = step;
         pipeline.wait_applied(step).await?;
-        wait_archived(pool, &pipeline.topic, step + skus as u64, || {
+        wait_archived(pool, &archiver_group, &pipeline.outcomes_topic, step + skus as u64, || {
             archiver.check_running()
         })
         .await?;
@@ -895,19 +891,29 @@ async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Mea
     })
 }
 
-/// Waits until `rows` rows of command topic `topic` are archived; fails
-/// after 10 minutes, or as soon as `running` says the archiver is gone.
+/// Waits until archiver group `group` has archived the first `messages`
+/// messages of `outcomes_topic`, by its progress rows (cheap to read,
+/// unlike counting the archive while it grows); fails after 10 minutes,
+/// or as soon as `running` says the archiver is gone.
 async fn wait_archived(
     pool: &sqlx::PgPool,
-    topic: &str,
-    rows: u64,
+    group: &str,
+    outcomes_topic: &str,
+    messages: u64,
     running: impl Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let what = format!("{rows} archived rows of {topic}");
+    let what = format!("{messages} archived outcomes of {outcomes_topic}");
     wait_until(&what, Duration::from_secs(600), || async {
-        let archived = stockledger_archiver::query::count_rows(pool, topic).await?;
+        let archived: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(next_offset), 0)::bigint FROM archiver_progress
+             WHERE consumer_group = $1 AND topic = $2",
+        )
+        .bind(group)
+        .bind(outcomes_topic)
+        .fetch_one(pool)
+        .await?;
         running()?;
-        Ok((archived as u64 >= rows).then_some(()))
+        Ok((archived as u64 >= messages).then_some(()))
     })
     .await
 }
@@ -925,7 +931,8 @@ async fn archive(
 ) -> anyhow::Result<Measurement> {
     let mut config = archiver_config(g);
     config.outcomes_topic = outcomes_topic.to_owned();
-    config.group_id = format!("{group}-archiver");
+    let group = format!("{group}-archiver");
+    config.group_id = group.clone();
     let page_size = config.page_size;
     let assignment = config.assignment.clone();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -940,7 +947,7 @@ async fn archive(
     })
     .await?;
     let started = Instant::now();
-    wait_archived(pool, topic, records, || {
+    wait_archived(pool, &group, outcomes_topic, records, || {
         anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
         Ok(())
     })
