@@ -631,7 +631,10 @@ impl Applier {
             };
             pending = Some(Applied { batch, decisions });
             if let Some(published) = published {
-                if !self.settle(&mut in_flight, published, &mut unfinished, &mut stop).await? {
+                if !self
+                    .settle(&mut in_flight, published, &mut unfinished, &mut stop)
+                    .await?
+                {
                     break;
                 }
             }

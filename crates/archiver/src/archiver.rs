@@ -194,7 +194,12 @@ pub async fn run(
         if group.assigned(&consumer) == 0 {
             info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
         } else {
-            info!(rows = stats.rows, pages = stats.pages, rate_per_s = rate.round(), "archiver progress");
+            info!(
+                rows = stats.rows,
+                pages = stats.pages,
+                rate_per_s = rate.round(),
+                "archiver progress"
+            );
         }
         *last = (Instant::now(), stats.rows);
     };

@@ -57,6 +57,7 @@ use crate::report::{memory_growth, write_results};
 
 mod analyst;
 mod baselines;
+mod cpu;
 mod gateway;
 mod process;
 mod report;
@@ -422,9 +423,13 @@ async fn memory(
     let started = Instant::now();
     pipeline.publish(records, args.in_flight).await?;
     pipeline.wait_applied(records).await?;
-    wait_archived(pool, &archiver_group, &pipeline.outcomes_topic, records + skus as u64, || {
-        archiver.check_running()
-    })
+    wait_archived(
+        pool,
+        &archiver_group,
+        &pipeline.outcomes_topic,
+        records + skus as u64,
+        || archiver.check_running(),
+    )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
     let applier_rss = match &pipeline.applier {
@@ -436,10 +441,15 @@ async fn memory(
     let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.stop().await?;
     let log_records = records + skus as u64;
-    let mut failures: Vec<String> = projection_differs(g, &topic, &prefix).await?.into_iter().collect();
+    let mut failures: Vec<String> = projection_differs(g, &topic, &prefix)
+        .await?
+        .into_iter()
+        .collect();
     let rows = stockledger_archiver::query::count_rows(pool, &topic).await? as u64;
     if rows != log_records {
-        failures.push(format!("{rows} archived rows for {log_records} log records"));
+        failures.push(format!(
+            "{rows} archived rows for {log_records} log records"
+        ));
     }
     let (Some(applier_rss), Some(archiver_rss)) = (applier_rss, archiver_rss) else {
         anyhow::bail!("no peak RSS in /proc (the memory scenario needs Linux)");
@@ -489,9 +499,13 @@ async fn scale(
         pipeline.publish_range(from..step, args.in_flight).await?;
         from = step;
         pipeline.wait_applied(step).await?;
-        wait_archived(pool, &archiver_group, &pipeline.outcomes_topic, step + skus as u64, || {
-            archiver.check_running()
-        })
+        wait_archived(
+            pool,
+            &archiver_group,
+            &pipeline.outcomes_topic,
+            step + skus as u64,
+            || archiver.check_running(),
+        )
         .await?;
         let (Some(applier_rss), Some(archiver_rss)) = (
             match &pipeline.applier {
@@ -758,11 +772,14 @@ async fn e2e(
 ) -> anyhow::Result<(Measurement, Ledger)> {
     let per_sku = (records / skus as u64 + 1) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
+    let redis = stockledger_io::RedisConn::connect(&g.redis_url).await?;
+    let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
     pipeline.publish(records, args.in_flight).await?;
     let produced = started.elapsed().as_secs_f64();
     pipeline.wait_applied(records).await?;
     let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu.per_record(&redis, records).await?;
     let (topic, outcomes_topic, prefix) = (
         pipeline.topic.clone(),
         pipeline.outcomes_topic.clone(),
@@ -774,7 +791,15 @@ async fn e2e(
     if let Some(failure) = projection_differs(g, &topic, &prefix).await? {
         failures.push(failure);
     }
-    let mut archive = archive(g, pool, &format!("{run_id}-{name}"), &topic, &outcomes_topic, log_records).await?;
+    let mut archive = archive(
+        g,
+        pool,
+        &format!("{run_id}-{name}"),
+        &topic,
+        &outcomes_topic,
+        log_records,
+    )
+    .await?;
     if let Some(failure) = &archive.failed {
         failures.push(failure.clone());
     }
@@ -783,7 +808,7 @@ async fn e2e(
         records,
         seconds,
         setup: format!(
-            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; contract checked",
+            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; {cpu}; contract checked",
             args.partitions, args.in_flight, args.batch_size
         ),
         latency_ms: None,
@@ -877,14 +902,18 @@ async fn latency(
 async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
     let target = format!("{}:{run_id}:replay", g.prefix);
     let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
+    let redis = stockledger_io::RedisConn::connect(&g.redis_url).await?;
+    let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
     let report =
         stockledger_applier::replay::replay(config, std::future::pending(), |_| {}).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu.per_record(&redis, report.records).await?;
     Ok(Measurement {
         scenario: "replay",
         records: report.records,
-        seconds: started.elapsed().as_secs_f64(),
-        setup: format!("the e2e-uniform log, {} SKUs", report.skus),
+        seconds,
+        setup: format!("the e2e-uniform log, {} SKUs; {cpu}", report.skus),
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
@@ -941,10 +970,14 @@ async fn archive(
     }));
     // Timed from when the group has given the archiver its partitions:
     // joining takes seconds on some brokers, and is not archiving.
-    wait_until("the archiver's partitions", Duration::from_secs(120), || async {
-        anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
-        Ok((assignment.count() > 0).then_some(()))
-    })
+    wait_until(
+        "the archiver's partitions",
+        Duration::from_secs(120),
+        || async {
+            anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
+            Ok((assignment.count() > 0).then_some(()))
+        },
+    )
     .await?;
     let started = Instant::now();
     wait_archived(pool, &group, outcomes_topic, records, || {
@@ -963,7 +996,8 @@ async fn archive(
         setup: format!("pages of {page_size}, timed from the group's assignment"),
         latency_ms: None,
         peak_rss_mib: None,
-        failed: (rows != records).then(|| format!("{rows} archived rows for {records} log records")),
+        failed: (rows != records)
+            .then(|| format!("{rows} archived rows for {records} log records")),
     })
 }
 
