@@ -4,16 +4,14 @@
 //! For each batch it (1) decodes the records, dead-lettering those that are
 //! not valid commands, (2) applies the valid ones in one pipelined round
 //! trip of Lua calls (each call many SKU runs on a single Redis, one run on
-//! a cluster), (3) publishes one outcome per record, and once the brokers
-//! hold them all, (4) commits the consumer offsets. The steps overlap: a
-//! batch's outcomes are encoded and handed to the producer while Redis
-//! applies the next batch (or at once when no record is waiting), and while
-//! they are on their way to the brokers the batch after is read and applied
-//! (at most one batch waits for its deliveries; the producer keeps each
-//! partition's outcomes in order). A crash anywhere in between redelivers
-//! the uncommitted batches; the script recognises applied offsets and
-//! answers with the stored decisions, so the outcomes published again are
-//! identical.
+//! a cluster), (3) publishes one outcome per
+//! record, and once the brokers hold them all, (4) commits the consumer
+//! offsets. While one batch's outcomes are on their way to the brokers the
+//! next batch is read and applied (at most one batch waits for its
+//! deliveries; the producer keeps each partition's outcomes in order). A
+//! crash anywhere in between redelivers the uncommitted batches; the script
+//! recognises applied offsets and answers with the stored decisions, so the
+//! outcomes published again are identical.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -243,27 +241,14 @@ pub struct ApplierStats {
 }
 
 /// One record of a batch, decoded or refused.
-struct Item {
+struct Item<'a> {
     position: LogPosition,
+    /// The record as read, for a dead letter that keeps its bytes.
+    record: &'a OwnedMessage,
     /// The key for reports and outcomes, bounded in length.
     key: String,
     timestamp: i64,
     command: Result<Command, String>,
-}
-
-/// A batch read and decoded: each record as read (for a dead letter that
-/// keeps its bytes) and as decoded, at the same index.
-struct Decoded {
-    records: Vec<OwnedMessage>,
-    items: Vec<Item>,
-}
-
-/// A batch applied to Redis whose outcomes are not yet handed to the
-/// producer.
-struct Applied {
-    batch: Decoded,
-    /// One decision per valid command, in record order.
-    decisions: Vec<stockledger_core::Decision>,
 }
 
 /// Refuses a projection that is the fold of another topic, or that lost its
@@ -412,19 +397,6 @@ struct InFlight {
     /// The next offset of each partition the batch read.
     offsets: TopicPartitionList,
     records: usize,
-    dead_lettered: u64,
-}
-
-/// The next offset of each (topic, partition) that `items` come from.
-fn next_offsets(items: &[Item]) -> HashMap<(&str, i32), i64> {
-    let mut next: HashMap<(&str, i32), i64> = HashMap::new();
-    for item in items {
-        let entry = next
-            .entry((&item.position.topic, item.position.partition))
-            .or_insert(0);
-        *entry = (*entry).max(item.position.offset + 1);
-    }
-    next
 }
 
 /// The delivery results of the batch in flight; never ready without one.
@@ -543,9 +515,6 @@ impl Applier {
             stop.clone(),
         );
         let mut in_flight: Option<InFlight> = None;
-        // Applied, outcomes not yet handed over: they are, while Redis
-        // applies the next batch, or as soon as no record is waiting.
-        let mut pending: Option<Applied> = None;
         let mut unfinished: Vec<InFlight> = Vec::new();
         let mut expiry = tokio::time::interval(expiry::INTERVAL);
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -590,17 +559,6 @@ impl Applier {
                     continue;
                 }
                 m = self.consumer.recv() => m,
-                // No record waiting: hand over the applied batch's outcomes
-                // now rather than with the next batch.
-                () = std::future::ready(()), if pending.is_some() => {
-                    if let Some(applied) = pending.take() {
-                        let published = self.publish(applied).await?;
-                        if !self.settle(&mut in_flight, published, &mut unfinished, &mut stop).await? {
-                            break;
-                        }
-                    }
-                    continue;
-                }
             };
             let first = match first {
                 Ok(m) => m.detach(),
@@ -611,37 +569,24 @@ impl Applier {
                 }
             };
             let batch = self.fill_batch(first).await;
-            let batch = self.decode(batch).await?;
-            let previous = pending.take();
-            // Redis applies this batch while the previous one's outcomes
-            // are encoded and handed to the producer.
-            let (applied, published) = tokio::join!(self.apply(&batch), async {
-                match previous {
-                    Some(previous) => self.publish(previous).await.map(Some),
-                    None => Ok(None),
-                }
-            });
-            let published = published?;
-            let Some(decisions) = applied? else {
-                // Stopping while Redis was unavailable: this batch is
-                // neither published nor committed.
-                unfinished.extend(in_flight.take());
-                unfinished.extend(published);
-                break;
-            };
-            pending = Some(Applied { batch, decisions });
-            if let Some(published) = published {
-                if !self
-                    .settle(&mut in_flight, published, &mut unfinished, &mut stop)
-                    .await?
-                {
-                    break;
+            let next = self.process(&batch).await?;
+            if let Some(mut previous) = in_flight.take() {
+                // With the brokers away, deliveries wait for them; a stop
+                // then finishes both batches within the shutdown grace.
+                let results = tokio::select! {
+                    results = &mut previous.deliveries => Some(results),
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                match results {
+                    Some(results) => self.commit(previous, results)?,
+                    None => {
+                        unfinished.push(previous);
+                        unfinished.extend(next);
+                        break;
+                    }
                 }
             }
-        }
-        if let Some(applied) = pending.take() {
-            unfinished.extend(in_flight.take());
-            unfinished.push(self.publish(applied).await?);
+            in_flight = next;
         }
         unfinished.extend(in_flight);
         let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -729,39 +674,10 @@ impl Applier {
         batch
     }
 
-    /// Makes `published` the batch in flight once the one before it is
-    /// delivered and committed (at most one batch waits for deliveries).
-    /// `false` when asked to stop meanwhile: both are left in `unfinished`.
-    async fn settle(
-        &mut self,
-        in_flight: &mut Option<InFlight>,
-        published: InFlight,
-        unfinished: &mut Vec<InFlight>,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<bool, ApplierError> {
-        if let Some(mut previous) = in_flight.take() {
-            // With the brokers away, deliveries wait for them; a stop
-            // then finishes both batches within the shutdown grace.
-            let results = tokio::select! {
-                results = &mut previous.deliveries => Some(results),
-                _ = stop.wait_for(|s| *s) => None,
-            };
-            match results {
-                Some(results) => self.commit(previous, results)?,
-                None => {
-                    unfinished.push(previous);
-                    unfinished.push(published);
-                    return Ok(false);
-                }
-            }
-        }
-        *in_flight = Some(published);
-        Ok(true)
-    }
-
-    /// Decodes each record of `batch`; refused ones are kept for the
-    /// dead-letter topic.
-    async fn decode(&self, batch: Vec<OwnedMessage>) -> Result<Decoded, ApplierError> {
+    /// Applies `batch` and sends its outcomes (and dead letters); `None`
+    /// when asked to stop while Redis was unavailable (nothing sent).
+    #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = batch.len()))]
+    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<Option<InFlight>, ApplierError> {
         let items: Vec<Item> = batch
             .iter()
             .map(|m| Item {
@@ -770,11 +686,13 @@ impl Applier {
                     partition: m.partition(),
                     offset: m.offset(),
                 },
+                record: m,
                 key: key_text(m.key()),
                 timestamp: m.timestamp().to_millis().unwrap_or_default(),
                 command: interpret(m.key(), m.payload()),
             })
             .collect();
+
         if let Some(beyond) = items
             .iter()
             .map(|item| item.position.partition)
@@ -788,22 +706,7 @@ impl Applier {
                 now: partition_count(&self.config).await?.max(beyond + 1),
             });
         }
-        Ok(Decoded {
-            records: batch,
-            items,
-        })
-    }
-
-    /// Applies the valid commands of `batch` and announces them applied;
-    /// returns their decisions in record order, or `None` when asked to
-    /// stop while Redis was unavailable (nothing applied for sure).
-    #[instrument(name = "batch", skip_all, fields(records = batch.items.len()))]
-    async fn apply(
-        &self,
-        batch: &Decoded,
-    ) -> Result<Option<Vec<stockledger_core::Decision>>, ApplierError> {
-        let items = &batch.items;
-        let runs = Batch::group(
+        let batch = Batch::group(
             items.iter().filter_map(|item| {
                 let command = item.command.as_ref().ok()?;
                 Some((
@@ -816,9 +719,9 @@ impl Applier {
             self.partitions,
         );
         metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
-        metrics::histogram!(BATCH_RUNS_METRIC).record(runs.runs.len() as f64);
+        metrics::histogram!(BATCH_RUNS_METRIC).record(batch.runs.len() as f64);
         let applied =
-            self.apply_with_retry(&runs.runs)
+            self.apply_with_retry(&batch.runs)
                 .await
                 .map_err(|source| ApplierError::Apply {
                     topic: self.config.topic.clone(),
@@ -830,26 +733,26 @@ impl Applier {
                     source,
                 })?;
         let Some(decisions) = applied else {
-            return Ok(None);
+            return Ok(None); // stopping: nothing published, nothing committed
         };
         debug!(
-            runs = runs.runs.len(),
+            runs = batch.runs.len(),
             offsets = %offset_ranges(items.iter().map(|i| (i.position.partition, i.position.offset))),
             "applied to Redis"
         );
-        self.announce_applied(&next_offsets(items)).await;
-        Ok(Some(runs.in_record_order(&decisions)))
-    }
+        let mut next: HashMap<(&str, i32), i64> = HashMap::new();
+        for item in &items {
+            let entry = next
+                .entry((&item.position.topic, item.position.partition))
+                .or_insert(0);
+            *entry = (*entry).max(item.position.offset + 1);
+        }
+        self.announce_applied(&next).await;
+        let mut decisions = batch.in_record_order(&decisions).into_iter();
 
-    /// Hands the outcomes (and dead letters) of an applied batch to the
-    /// producer; returns them in flight.
-    async fn publish(&self, applied: Applied) -> Result<InFlight, ApplierError> {
-        let Applied { batch, decisions } = applied;
-        let mut decisions = decisions.into_iter();
-        let mut dead_lettered = 0;
         // Encode everything first so the delivery futures can borrow it.
-        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
-        for (item, record) in batch.items.iter().zip(&batch.records) {
+        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(items.len() + 1);
+        for item in &items {
             let decision = match &item.command {
                 Ok(_) => decisions.next(),
                 Err(_) => None,
@@ -889,12 +792,12 @@ impl Applier {
                     });
                 messages.push(Outgoing {
                     kind: Kind::DeadLetter,
-                    key: record.key().unwrap_or_default(),
-                    payload: record.payload().unwrap_or_default().to_vec(),
+                    key: item.record.key().unwrap_or_default(),
+                    payload: item.record.payload().unwrap_or_default().to_vec(),
                     headers: Some(headers),
                     position: &item.position,
                 });
-                dead_lettered += 1;
+                self.stats.dead_lettered += 1;
                 metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
             metrics::counter!(RECORDS_METRIC, "result" => outcome.decision.result.as_str())
@@ -921,20 +824,19 @@ impl Applier {
         }
 
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), offset) in next_offsets(&batch.items) {
+        for ((topic, partition), offset) in next {
             // The list is built from offsets just read; adding cannot fail
             // except on an invalid offset, which Kafka never hands out.
             if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
                 warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
             }
         }
-        Ok(InFlight {
+        Ok(Some(InFlight {
             deliveries: join_all(deliveries),
             sent,
             offsets,
-            records: batch.items.len(),
-            dead_lettered,
-        })
+            records: items.len(),
+        }))
     }
 
     /// Hands one record to the producer, waiting while its queue is full.
@@ -1010,7 +912,6 @@ impl Applier {
             }
         }
         self.stats.records += done.records as u64;
-        self.stats.dead_lettered += done.dead_lettered;
         self.stats.batches += 1;
         debug!(
             records = done.records,
