@@ -833,13 +833,12 @@ async fn projection_differs(
     let reference = stockledger_applier::check::fold(&log, partitions);
     let projection = stockledger_projection::Projection::connect(&g.redis_url, prefix).await?;
     let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
-    Ok(match mismatches.first() {
-        None => None,
-        Some(first) => Some(format!(
+    Ok(mismatches.first().map(|first| {
+        format!(
             "Redis differs from the fold of the log in {} SKUs (first {first})",
             mismatches.len()
-        )),
-    })
+        )
+    }))
 }
 
 /// Commands offered at a fixed rate; each one timed from the produce call

@@ -214,7 +214,7 @@ impl Projection {
         // On a single Redis a call takes many runs (one script call set up
         // for hundreds of records); on a cluster each run is a call of its
         // own, as a script's keys must share a hash slot.
-        let calls = self.calls(runs);
+        let calls = call_ranges(runs, self.redis.is_cluster());
         let build = || -> Vec<redis::Cmd> {
             calls
                 .iter()
@@ -259,28 +259,6 @@ impl Projection {
         }
         self.index_holds(runs, &decisions).await?;
         Ok(decisions)
-    }
-
-    /// The runs of each script call, as ranges of `runs`: on a single
-    /// Redis, consecutive runs until a call holds [`CALL_RECORDS`] records
-    /// (or [`CALL_RUNS`] runs); on a cluster, one run per call.
-    fn calls(&self, runs: &[Run<'_>]) -> Vec<std::ops::Range<usize>> {
-        if self.redis.is_cluster() {
-            return (0..runs.len()).map(|r| r..r + 1).collect();
-        }
-        let mut calls = Vec::new();
-        let (mut start, mut records) = (0, 0);
-        for (r, run) in runs.iter().enumerate() {
-            records += run.records.len();
-            if records >= CALL_RECORDS || r + 1 - start >= CALL_RUNS {
-                calls.push(start..r + 1);
-                (start, records) = (r + 1, 0);
-            }
-        }
-        if start < runs.len() {
-            calls.push(start..runs.len());
-        }
-        calls
     }
 
     /// One call of the apply script for `runs` (see the script for the
@@ -904,6 +882,28 @@ pub struct SkuExport {
     pub adjustments: BTreeMap<String, String>,
 }
 
+/// The runs of each apply script call, as ranges of `runs`: on a single
+/// Redis, consecutive runs until a call holds [`CALL_RECORDS`] records (or
+/// [`CALL_RUNS`] runs); on a cluster, one run per call.
+fn call_ranges(runs: &[Run<'_>], cluster: bool) -> Vec<std::ops::Range<usize>> {
+    if cluster {
+        return (0..runs.len()).map(|r| r..r + 1).collect();
+    }
+    let mut calls = Vec::new();
+    let (mut start, mut records) = (0, 0);
+    for (r, run) in runs.iter().enumerate() {
+        records += run.records.len();
+        if records >= CALL_RECORDS || r + 1 - start >= CALL_RUNS {
+            calls.push(start..r + 1);
+            (start, records) = (r + 1, 0);
+        }
+    }
+    if start < runs.len() {
+        calls.push(start..runs.len());
+    }
+    calls
+}
+
 /// Writes a record's kind and what that kind needs (after its offset; see
 /// the apply script), `time` being its record timestamp.
 fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
@@ -945,5 +945,40 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
         CommandBody::Limit(l) => {
             cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stockledger_core::{CommandBody, Deduct, OrderId, Placement, Quantity};
+
+    use super::*;
+
+    #[test]
+    fn calls_take_whole_runs_up_to_the_record_bound_and_one_run_each_on_a_cluster() {
+        let body = CommandBody::Deduct(Deduct::new(
+            OrderId::new("o").unwrap(),
+            Quantity::new(1).unwrap(),
+        ));
+        let run = |records: usize| Run {
+            sku: "S",
+            at: Placement {
+                partition: 0,
+                home: 0,
+            },
+            records: vec![(0, 0, &body); records],
+        };
+        // 600 + 600 passes the bound: the second run closes the first call,
+        // whole; 10 and 990 make the next; 5 is left for a last one.
+        let runs = [run(600), run(600), run(10), run(990), run(5)];
+        assert_eq!(call_ranges(&runs, false), [0..2, 2..4, 4..5]);
+        assert_eq!(call_ranges(&runs, true), [0..1, 1..2, 2..3, 3..4, 4..5]);
+        // Many one-record runs: at most CALL_RUNS of them per call.
+        let small: Vec<Run> = (0..CALL_RUNS + 1).map(|_| run(1)).collect();
+        assert_eq!(
+            call_ranges(&small, false),
+            [0..CALL_RUNS, CALL_RUNS..CALL_RUNS + 1]
+        );
+        assert!(call_ranges(&[], false).is_empty());
     }
 }
