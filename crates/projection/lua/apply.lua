@@ -307,14 +307,6 @@ local function restock(offset, id, qty, mode)
   return decide('APPLIED', delta)
 end
 
--- Stores decisions (offset, decision, ...) in the run's hash, a bounded
--- number of fields per call (unpack is bounded by Lua's C stack).
-local function store_decisions(fields)
-  for i = 1, #fields, 1000 do
-    redis.call('HSET', DECISIONS, unpack(fields, i, math.min(i + 999, #fields)))
-  end
-end
-
 local out = {}
 local a = 3
 local r = 0
@@ -340,7 +332,7 @@ while a <= #ARGV do
     limit = tonumber(stock[6])
     local last = tonumber(stock[3])
     local limit_changed = false
-    local decided = {}
+    local changed = false
     for _ = 1, count do
       local offset, kind = ARGV[a], ARGV[a + 1]
       local d
@@ -377,15 +369,17 @@ while a <= #ARGV do
           limit_changed = true
           d = decide('APPLIED', 0)
         end
-        decided[#decided + 1] = offset
-        decided[#decided + 1] = d
+        -- One field at a time, as the record is decided: a hash's layout
+        -- (what DUMP gives) then depends only on the log, however the
+        -- records were cut into batches.
+        redis.call('HSET', DECISIONS, offset, d)
         last = tonumber(offset)
+        changed = true
       end
       out[#out + 1] = d
       a = a + 2 + ARITY[kind]
     end
-    if #decided > 0 then
-      store_decisions(decided)
+    if changed then
       redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
         'partition', n(partition), 'offset', n(last))
       if limit_changed then
