@@ -409,17 +409,8 @@ async fn memory(
     records: u64,
 ) -> anyhow::Result<Measurement> {
     let name = format!("memory-{records}");
-    let per_sku = (records / skus as u64 + 1) as i64;
-    let pipeline = Pipeline::start(g, args, run_id, &name, skus, per_sku, false).await?;
-    let archiver_group = format!("{run_id}-{name}-archiver");
-    let archiver = Component::start(
-        g,
-        &[
-            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
-            ("STOCKLEDGER_ARCHIVER_GROUP", &archiver_group),
-        ],
-        "archive",
-    )?;
+    let (pipeline, archiver, archiver_group) =
+        with_processes(g, args, run_id, &name, skus, records).await?;
     let started = Instant::now();
     pipeline.publish(records, args.in_flight).await?;
     pipeline.wait_applied(records).await?;
@@ -432,11 +423,7 @@ async fn memory(
     )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
-    let applier_rss = match &pipeline.applier {
-        Applier::Process(p) => p.peak_rss_mib(),
-        Applier::Task { .. } => None,
-    };
-    let archiver_rss = archiver.peak_rss_mib();
+    let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
     archiver.stop().await?;
     let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.stop().await?;
@@ -451,9 +438,6 @@ async fn memory(
             "{rows} archived rows for {log_records} log records"
         ));
     }
-    let (Some(applier_rss), Some(archiver_rss)) = (applier_rss, archiver_rss) else {
-        anyhow::bail!("no peak RSS in /proc (the memory scenario needs Linux)");
-    };
     Ok(Measurement {
         scenario: "memory",
         records,
@@ -480,18 +464,8 @@ async fn scale(
     skus: usize,
     records: u64,
 ) -> anyhow::Result<Vec<Measurement>> {
-    let name = "scale";
-    let per_sku = (records / skus as u64 + 1) as i64;
-    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, false).await?;
-    let archiver_group = format!("{run_id}-{name}-archiver");
-    let archiver = Component::start(
-        g,
-        &[
-            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
-            ("STOCKLEDGER_ARCHIVER_GROUP", &archiver_group),
-        ],
-        "archive",
-    )?;
+    let (pipeline, archiver, archiver_group) =
+        with_processes(g, args, run_id, "scale", skus, records).await?;
     let steps = [records / 10, records / 2, records];
     let mut results = Vec::new();
     let (started, mut from) = (Instant::now(), 0);
@@ -507,15 +481,7 @@ async fn scale(
             || archiver.check_running(),
         )
         .await?;
-        let (Some(applier_rss), Some(archiver_rss)) = (
-            match &pipeline.applier {
-                Applier::Process(p) => p.peak_rss_mib(),
-                Applier::Task { .. } => None,
-            },
-            archiver.peak_rss_mib(),
-        ) else {
-            anyhow::bail!("no peak RSS in /proc (the scale scenario needs Linux)");
-        };
+        let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
         let m = Measurement {
             scenario: "memory",
             records: step,
@@ -569,6 +535,45 @@ async fn scale(
         results.push(m);
     }
     Ok(results)
+}
+
+/// A pipeline for `records` commands over `skus` SKUs whose applier is a
+/// `stockledger apply` process, with a `stockledger archive` process on its
+/// outcomes (and that archiver's group), so each one's memory can be read.
+async fn with_processes(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<(Pipeline, Component, String)> {
+    let per_sku = (records / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, false).await?;
+    let group = format!("{run_id}-{name}-archiver");
+    let archiver = Component::start(
+        g,
+        &[
+            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
+            ("STOCKLEDGER_ARCHIVER_GROUP", &group),
+        ],
+        "archive",
+    )?;
+    Ok((pipeline, archiver, group))
+}
+
+/// The peak resident set, in MiB, of the applier and archiver processes.
+fn peak_rss(pipeline: &Pipeline, archiver: &Component) -> anyhow::Result<[f64; 2]> {
+    let applier = match &pipeline.applier {
+        Applier::Process(p) => p.peak_rss_mib(),
+        Applier::Task { .. } => None,
+    };
+    match (applier, archiver.peak_rss_mib()) {
+        (Some(applier), Some(archiver)) => Ok([applier, archiver]),
+        _ => anyhow::bail!(
+            "no peak RSS of the applier and archiver processes in /proc (needs Linux)"
+        ),
+    }
 }
 
 /// Where a scenario's applier runs.
