@@ -26,8 +26,8 @@
 //!   next to the producer library's rate on the same topic.
 //! - `scale` (on demand, not in the default set): a long log (10M records)
 //!   applied and archived by processes in three steps, each one's peak RSS
-//!   read after each step, then replayed whole, its rate read as it passes
-//!   each step.
+//!   read after each step (the last one ends with the contract check), then
+//!   replayed whole, its rate read as it passes each step.
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -427,17 +427,7 @@ async fn memory(
     archiver.stop().await?;
     let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.stop().await?;
-    let log_records = records + skus as u64;
-    let mut failures: Vec<String> = projection_differs(g, &topic, &prefix)
-        .await?
-        .into_iter()
-        .collect();
-    let rows = stockledger_archiver::query::count_rows(pool, &topic).await? as u64;
-    if rows != log_records {
-        failures.push(format!(
-            "{rows} archived rows for {log_records} log records"
-        ));
-    }
+    let failed = contract_differs(g, pool, &topic, &prefix, records + skus as u64).await?;
     Ok(Measurement {
         scenario: "memory",
         records,
@@ -447,7 +437,7 @@ async fn memory(
         ),
         latency_ms: None,
         peak_rss_mib: Some([applier_rss, archiver_rss]),
-        failed: (!failures.is_empty()).then(|| failures.join("; ")),
+        failed,
     })
 }
 
@@ -482,6 +472,13 @@ async fn scale(
         )
         .await?;
         let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
+        // The contract check once, at the end: it reads the whole log.
+        let failed = if step == records {
+            let log = step + skus as u64;
+            contract_differs(g, pool, &pipeline.topic, &pipeline.prefix, log).await?
+        } else {
+            None
+        };
         let m = Measurement {
             scenario: "memory",
             records: step,
@@ -491,7 +488,7 @@ async fn scale(
             ),
             latency_ms: None,
             peak_rss_mib: Some([applier_rss, archiver_rss]),
-            failed: None,
+            failed,
         };
         print_measurement(&m);
         results.push(m);
@@ -846,6 +843,39 @@ async fn projection_differs(
     }))
 }
 
+/// The contract check's second half: `None` when the archive holds exactly
+/// one row per record of `topic` (`log_records` of them), else how many.
+async fn archive_differs(
+    pool: &sqlx::PgPool,
+    topic: &str,
+    log_records: u64,
+) -> anyhow::Result<Option<String>> {
+    let rows = stockledger_archiver::query::count_rows(pool, topic).await? as u64;
+    Ok(
+        (rows != log_records)
+            .then(|| format!("{rows} archived rows for {log_records} log records")),
+    )
+}
+
+/// Both halves of the contract check, for a pipeline whose archiver has
+/// already archived everything: `None` when both hold, else what failed.
+async fn contract_differs(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    topic: &str,
+    prefix: &str,
+    log_records: u64,
+) -> anyhow::Result<Option<String>> {
+    let failures: Vec<String> = [
+        projection_differs(g, topic, prefix).await?,
+        archive_differs(pool, topic, log_records).await?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok((!failures.is_empty()).then(|| failures.join("; ")))
+}
+
 /// Commands offered at a fixed rate; each one timed from the produce call
 /// until its decision is visible to the order service (`OutcomeReader`).
 async fn latency(
@@ -992,7 +1022,6 @@ async fn archive(
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(());
     archiver.await.context("archiver task")??;
-    let rows = stockledger_archiver::query::count_rows(pool, topic).await? as u64;
     Ok(Measurement {
         scenario: "archive",
         records,
@@ -1000,8 +1029,7 @@ async fn archive(
         setup: format!("pages of {page_size}, timed from the group's assignment"),
         latency_ms: None,
         peak_rss_mib: None,
-        failed: (rows != records)
-            .then(|| format!("{rows} archived rows for {records} log records")),
+        failed: archive_differs(pool, topic, records).await?,
     })
 }
 
