@@ -6,9 +6,12 @@
 //! trip of Lua calls (each call many SKU runs on a single Redis, one run on
 //! a cluster), (3) publishes one outcome per
 //! record, and once the brokers hold them all, (4) commits the consumer
-//! offsets. While one batch's outcomes are on their way to the brokers the
-//! next batch is read and applied (at most one batch waits for its
-//! deliveries; the producer keeps each partition's outcomes in order). A
+//! offsets. The steps of consecutive batches overlap: while Redis applies
+//! one batch (its calls sent by a task of their own), the applier reads
+//! and decodes the next and publishes the outcomes of the one before, and
+//! the batch before that may still wait for its deliveries. Redis applies
+//! the batches one after another, in log order, and the producer keeps
+//! each partition's outcomes in order. A
 //! crash anywhere in between redelivers the uncommitted batches; the script
 //! recognises applied offsets and answers with the stored decisions, so the
 //! outcomes published again are identical.
@@ -29,7 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
-use stockledger_core::{Command, LogPosition, Outcome, ResultCode};
+use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
 use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_io::group::{
     commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
@@ -38,12 +41,14 @@ use stockledger_io::kafka::CONTRACT_SETTINGS;
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
 use tracing::{debug, info, instrument, warn};
 
 use crate::expiry;
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::{Assignment, LagContext};
-use stockledger_projection::{Batch, Marker, Projection, ProjectionError, Run};
+use stockledger_projection::batch::in_record_order;
+use stockledger_projection::{Batch, Marker, Projection, ProjectionError, ScriptCalls};
 
 /// Counter: records decided, by `result` (a redelivered batch counts again).
 pub const RECORDS_METRIC: &str = "stockledger_applier_records_total";
@@ -241,10 +246,8 @@ pub struct ApplierStats {
 }
 
 /// One record of a batch, decoded or refused.
-struct Item<'a> {
+struct Item {
     position: LogPosition,
-    /// The record as read, for a dead letter that keeps its bytes.
-    record: &'a OwnedMessage,
     /// The key for reports and outcomes, bounded in length.
     key: String,
     timestamp: i64,
@@ -389,6 +392,12 @@ struct Outgoing<'a> {
     position: &'a LogPosition,
 }
 
+/// A batch with Redis's decision for each valid command, in record order.
+struct Decided {
+    batch: Decoded,
+    decisions: Vec<Decision>,
+}
+
 /// A batch applied to Redis whose outcomes are on their way to the brokers.
 struct InFlight {
     deliveries: JoinAll<DeliveryFuture>,
@@ -397,6 +406,45 @@ struct InFlight {
     /// The next offset of each partition the batch read.
     offsets: TopicPartitionList,
     records: usize,
+}
+
+/// A batch read and decoded, with its script calls built.
+struct Decoded {
+    /// The records as read (a dead letter keeps their bytes).
+    records: Vec<OwnedMessage>,
+    /// What each record holds, in the same order.
+    items: Vec<Item>,
+    /// For each valid command, in record order, its (run, index in run).
+    slots: Vec<(usize, usize)>,
+    runs: usize,
+    /// The next offset of each (topic, partition) the batch read.
+    next: HashMap<(String, i32), i64>,
+}
+
+/// What applying a batch in its own task came to: `None` when asked to
+/// stop while Redis was unavailable (nothing applied for sure).
+type Applied = Result<Option<Vec<Vec<Decision>>>, ProjectionError>;
+
+/// A batch whose script calls are on their way to Redis, sent by a task of
+/// their own while the applier reads the next batch and publishes the
+/// previous one.
+struct Applying {
+    batch: Decoded,
+    task: JoinHandle<Applied>,
+}
+
+/// The decisions of the batch being applied, once Redis has answered;
+/// never ready without one.
+async fn applied(applying: &mut Option<Applying>) -> Result<Applied, JoinError> {
+    match applying {
+        Some(batch) => (&mut batch.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs a failed Redis request that is tried again in `wait`.
+fn redis_away(e: &ProjectionError, wait: Duration) {
+    warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying");
 }
 
 /// The delivery results of the batch in flight; never ready without one.
@@ -514,6 +562,11 @@ impl Applier {
             &self.config.topic,
             stop.clone(),
         );
+        // Three batches at once, at most: one applied in Redis by a task of
+        // its own, the one before it on its way to the brokers, while this
+        // task reads the next. Redis applies batches one after another, in
+        // log order.
+        let mut applying: Option<Applying> = None;
         let mut in_flight: Option<InFlight> = None;
         let mut unfinished: Vec<InFlight> = Vec::new();
         let mut expiry = tokio::time::interval(expiry::INTERVAL);
@@ -529,36 +582,30 @@ impl Applier {
                     continue;
                 }
                 _ = ticker.tick() => {
-                    let (at, records) = last_report;
-                    let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
-                    let assigned = group.assigned(&self.consumer);
-                    if assigned == 0 {
-                        info!(
-                            records = self.stats.records,
-                            group = %self.config.group_id,
-                            "applier progress: no partitions assigned; waiting for the group"
-                        );
-                    } else {
-                        info!(
-                            records = self.stats.records,
-                            dead_lettered = self.stats.dead_lettered,
-                            rate_per_s = rate.round(),
-                            partitions = assigned,
-                            lag = self.lag.load(Ordering::Relaxed),
-                            "applier progress"
-                        );
-                    }
-                    last_report = (Instant::now(), self.stats.records);
+                    self.report(&group, &mut last_report);
                     continue;
                 }
-                // Idle: finish the batch in flight rather than wait for more.
                 results = delivered(&mut in_flight) => {
                     if let Some(done) = in_flight.take() {
                         self.commit(done, results)?;
                     }
                     continue;
                 }
+                // Records waiting come first: they are read while Redis
+                // applies the batch before them.
                 m = self.consumer.recv() => m,
+                // Idle: publish what Redis has applied rather than wait
+                // for more.
+                joined = applied(&mut applying) => {
+                    let Some(batch) = applying.take() else { continue };
+                    let stopping = self
+                        .publish_applied(batch, joined, &mut in_flight, &mut unfinished, &mut stop)
+                        .await?;
+                    if stopping {
+                        break;
+                    }
+                    continue;
+                }
             };
             let first = match first {
                 Ok(m) => m.detach(),
@@ -568,28 +615,60 @@ impl Applier {
                     continue;
                 }
             };
-            let batch = self.fill_batch(first).await;
-            let next = self.process(&batch).await?;
-            if let Some(mut previous) = in_flight.take() {
-                // With the brokers away, deliveries wait for them; a stop
-                // then finishes both batches within the shutdown grace.
-                let results = tokio::select! {
-                    results = &mut previous.deliveries => Some(results),
-                    _ = stop.wait_for(|s| *s) => None,
-                };
-                match results {
-                    Some(results) => self.commit(previous, results)?,
-                    None => {
-                        unfinished.push(previous);
-                        unfinished.extend(next);
-                        break;
-                    }
+            if let Some(mut batch) = applying.take_if(|batch| batch.task.is_finished()) {
+                // Redis has answered already: its waiters hear of it before
+                // more is read.
+                let joined = (&mut batch.task).await;
+                if self
+                    .publish_applied(batch, joined, &mut in_flight, &mut unfinished, &mut stop)
+                    .await?
+                {
+                    break;
                 }
             }
-            in_flight = next;
+            let records = self.fill_batch(first).await;
+            let batch = self.decode(records).await?;
+            // Redis takes the next batch once it has answered for this one.
+            let decided = match applying.take() {
+                Some(mut previous) => {
+                    let joined = (&mut previous.task).await;
+                    match self.conclude(previous, joined).await? {
+                        Some(decided) => Some(decided),
+                        // Stopping with Redis away: nothing of the batch
+                        // is published, so nothing after it may be.
+                        None => break,
+                    }
+                }
+                None => None,
+            };
+            applying = Some(self.start_apply(batch));
+            // A task spawned from a worker waits in that worker's LIFO slot,
+            // which the other workers do not steal from, until this task
+            // yields; publishing does not, so without this the batch would
+            // reach Redis only after its predecessor's outcomes were encoded
+            // (Redis and the applier taking turns instead of overlapping).
+            tokio::task::yield_now().await;
+            if let Some(decided) = decided {
+                let next = self.publish(&decided).await?;
+                if self
+                    .hand_over(&mut in_flight, next, &mut unfinished, &mut stop)
+                    .await?
+                {
+                    break;
+                }
+            }
         }
         unfinished.extend(in_flight);
         let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        if let Some(mut batch) = applying.take() {
+            // Asked to stop, the task gives up on a Redis that does not
+            // answer; a batch it applied is published like any other.
+            if let Ok(joined) = tokio::time::timeout_at(grace, &mut batch.task).await {
+                if let Some(decided) = self.conclude(batch, joined).await? {
+                    unfinished.push(self.publish(&decided).await?);
+                }
+            }
+        }
         for batch in unfinished {
             match tokio::time::timeout_at(grace, self.finish(batch)).await {
                 Ok(finished) => finished?,
@@ -674,11 +753,39 @@ impl Applier {
         batch
     }
 
-    /// Applies `batch` and sends its outcomes (and dead letters); `None`
-    /// when asked to stop while Redis was unavailable (nothing sent).
-    #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = batch.len()))]
-    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<Option<InFlight>, ApplierError> {
-        let items: Vec<Item> = batch
+    /// Logs throughput and lag since `last` (the time and record count of
+    /// the previous report), and makes now the last.
+    fn report(&self, group: &GroupWatch, last: &mut (Instant, u64)) {
+        let (at, records) = *last;
+        let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
+        let assigned = group.assigned(&self.consumer);
+        if assigned == 0 {
+            info!(
+                records = self.stats.records,
+                group = %self.config.group_id,
+                "applier progress: no partitions assigned; waiting for the group"
+            );
+        } else {
+            info!(
+                records = self.stats.records,
+                dead_lettered = self.stats.dead_lettered,
+                rate_per_s = rate.round(),
+                partitions = assigned,
+                lag = self.lag.load(Ordering::Relaxed),
+                "applier progress"
+            );
+        }
+        *last = (Instant::now(), self.stats.records);
+    }
+
+    /// Decodes `records`, groups the valid commands into runs and builds
+    /// their script calls; refuses a batch from a partition beyond the
+    /// count the projection was built with.
+    async fn decode(
+        &self,
+        records: Vec<OwnedMessage>,
+    ) -> Result<(Decoded, ScriptCalls), ApplierError> {
+        let items: Vec<Item> = records
             .iter()
             .map(|m| Item {
                 position: LogPosition {
@@ -686,13 +793,11 @@ impl Applier {
                     partition: m.partition(),
                     offset: m.offset(),
                 },
-                record: m,
                 key: key_text(m.key()),
                 timestamp: m.timestamp().to_millis().unwrap_or_default(),
                 command: interpret(m.key(), m.payload()),
             })
             .collect();
-
         if let Some(beyond) = items
             .iter()
             .map(|item| item.position.partition)
@@ -705,6 +810,13 @@ impl Applier {
                 marked: self.partitions,
                 now: partition_count(&self.config).await?.max(beyond + 1),
             });
+        }
+        let mut next: HashMap<(String, i32), i64> = HashMap::new();
+        for item in &items {
+            let entry = next
+                .entry((item.position.topic.clone(), item.position.partition))
+                .or_insert(0);
+            *entry = (*entry).max(item.position.offset + 1);
         }
         let batch = Batch::group(
             items.iter().filter_map(|item| {
@@ -720,39 +832,115 @@ impl Applier {
         );
         metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
         metrics::histogram!(BATCH_RUNS_METRIC).record(batch.runs.len() as f64);
-        let applied =
-            self.apply_with_retry(&batch.runs)
-                .await
-                .map_err(|source| ApplierError::Apply {
-                    topic: self.config.topic.clone(),
-                    offsets: offset_ranges(
-                        items
-                            .iter()
-                            .map(|i| (i.position.partition, i.position.offset)),
-                    ),
-                    source,
-                })?;
-        let Some(decisions) = applied else {
-            return Ok(None); // stopping: nothing published, nothing committed
+        let calls = self.projection.script_calls(&batch.runs);
+        let runs = batch.runs.len();
+        let slots = batch.slots;
+        let batch = Decoded {
+            records,
+            items,
+            slots,
+            runs,
+            next,
         };
+        Ok((batch, calls))
+    }
+
+    /// Sends `batch`'s script calls to Redis from a task of their own,
+    /// retrying while Redis is unreachable until asked to stop.
+    fn start_apply(&self, (batch, calls): (Decoded, ScriptCalls)) -> Applying {
+        let projection = self.projection.clone();
+        let mut stop = self.stop.clone();
+        let task = tokio::spawn(async move {
+            retry::until_stopped(
+                || async {
+                    let started = Instant::now();
+                    let applied = projection.execute(&calls).await;
+                    metrics::histogram!(APPLY_SECONDS_METRIC)
+                        .record(started.elapsed().as_secs_f64());
+                    applied
+                },
+                ProjectionError::is_transient,
+                redis_away,
+                &mut stop,
+            )
+            .await
+        });
+        Applying { batch, task }
+    }
+
+    /// The decisions of a batch Redis has applied (`joined`), in record
+    /// order, once the holds index is kept and waiting order services are
+    /// told; `None` when the task gave up on Redis to stop (nothing of the
+    /// batch is published or committed).
+    async fn conclude(
+        &self,
+        applying: Applying,
+        joined: Result<Applied, JoinError>,
+    ) -> Result<Option<Decided>, ApplierError> {
+        let batch = applying.batch;
+        let applied = match joined {
+            Ok(applied) => applied,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down: as good as asked to stop.
+            Err(_) => Ok(None),
+        };
+        let apply_error = |source| ApplierError::Apply {
+            topic: self.config.topic.clone(),
+            offsets: offset_ranges(
+                batch
+                    .items
+                    .iter()
+                    .map(|i| (i.position.partition, i.position.offset)),
+            ),
+            source,
+        };
+        let Some(per_run) = applied.map_err(apply_error)? else {
+            return Ok(None);
+        };
+        let decisions = in_record_order(&batch.slots, &per_run);
+        let holds = batch
+            .items
+            .iter()
+            .filter_map(|item| Some((item.position.partition, item.command.as_ref().ok()?)))
+            .zip(&decisions)
+            .map(|((partition, command), decision)| {
+                (partition, command.sku.as_str(), &command.body, decision)
+            });
+        // Tried once before a stop is heeded: a batch applied as the stop
+        // came is still published when Redis answers.
+        let indexed = match self.projection.index_holds(holds.clone()).await {
+            Err(e) if e.is_transient() => {
+                let mut stop = self.stop.clone();
+                retry::until_stopped(
+                    || self.projection.index_holds(holds.clone()),
+                    ProjectionError::is_transient,
+                    redis_away,
+                    &mut stop,
+                )
+                .await
+            }
+            once => once.map(Some),
+        };
+        if indexed.map_err(apply_error)?.is_none() {
+            return Ok(None);
+        }
         debug!(
-            runs = batch.runs.len(),
-            offsets = %offset_ranges(items.iter().map(|i| (i.position.partition, i.position.offset))),
+            runs = batch.runs,
+            offsets = %offset_ranges(batch.items.iter().map(|i| (i.position.partition, i.position.offset))),
             "applied to Redis"
         );
-        let mut next: HashMap<(&str, i32), i64> = HashMap::new();
-        for item in &items {
-            let entry = next
-                .entry((&item.position.topic, item.position.partition))
-                .or_insert(0);
-            *entry = (*entry).max(item.position.offset + 1);
-        }
-        self.announce_applied(&next).await;
-        let mut decisions = batch.in_record_order(&decisions).into_iter();
+        self.announce_applied(&batch.next).await;
+        Ok(Some(Decided { batch, decisions }))
+    }
 
+    /// Sends the outcomes (and dead letters) of a batch Redis has decided.
+    #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
+    async fn publish(&mut self, decided: &Decided) -> Result<InFlight, ApplierError> {
+        let Decided { batch, decisions } = decided;
+        let mut decisions = decisions.iter();
         // Encode everything first so the delivery futures can borrow it.
-        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(items.len() + 1);
-        for item in &items {
+        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
+        for (item, record) in batch.items.iter().zip(&batch.records) {
             let decision = match &item.command {
                 Ok(_) => decisions.next(),
                 Err(_) => None,
@@ -763,7 +951,8 @@ impl Applier {
                     // to the dead-letter topic too, as a record to fix.
                     let refusal = (decision.result == ResultCode::Misrouted)
                         .then(|| decision.reason.clone().unwrap_or_default());
-                    let outcome = Outcome::for_command(item.position.clone(), command, decision);
+                    let outcome =
+                        Outcome::for_command(item.position.clone(), command, decision.clone());
                     (outcome, refusal)
                 }
                 (command, _) => {
@@ -792,8 +981,8 @@ impl Applier {
                     });
                 messages.push(Outgoing {
                     kind: Kind::DeadLetter,
-                    key: item.record.key().unwrap_or_default(),
-                    payload: item.record.payload().unwrap_or_default().to_vec(),
+                    key: record.key().unwrap_or_default(),
+                    payload: record.payload().unwrap_or_default().to_vec(),
                     headers: Some(headers),
                     position: &item.position,
                 });
@@ -824,19 +1013,69 @@ impl Applier {
         }
 
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), offset) in next {
+        for ((topic, partition), &offset) in &batch.next {
             // The list is built from offsets just read; adding cannot fail
             // except on an invalid offset, which Kafka never hands out.
-            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
+            if let Err(e) = offsets.add_partition_offset(topic, *partition, Offset::Offset(offset))
+            {
                 warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
             }
         }
-        Ok(Some(InFlight {
+        Ok(InFlight {
             deliveries: join_all(deliveries),
             sent,
             offsets,
-            records: items.len(),
-        }))
+            records: batch.items.len(),
+        })
+    }
+
+    /// Publishes a batch Redis has applied (`joined`) and makes it the
+    /// batch in flight; `true` when the applier is to stop.
+    async fn publish_applied(
+        &mut self,
+        batch: Applying,
+        joined: Result<Applied, JoinError>,
+        in_flight: &mut Option<InFlight>,
+        unfinished: &mut Vec<InFlight>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, ApplierError> {
+        // Stopping with Redis away: nothing of the batch is published, so
+        // nothing after it may be.
+        let Some(decided) = self.conclude(batch, joined).await? else {
+            return Ok(true);
+        };
+        let next = self.publish(&decided).await?;
+        self.hand_over(in_flight, next, unfinished, stop).await
+    }
+
+    /// Makes `next` the batch in flight once the one before it is delivered
+    /// and committed. `true` when asked to stop while waiting: both are then
+    /// left in `unfinished`.
+    async fn hand_over(
+        &mut self,
+        in_flight: &mut Option<InFlight>,
+        next: InFlight,
+        unfinished: &mut Vec<InFlight>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, ApplierError> {
+        if let Some(mut previous) = in_flight.take() {
+            // With the brokers away, deliveries wait for them; a stop
+            // then finishes both batches within the shutdown grace.
+            let results = tokio::select! {
+                results = &mut previous.deliveries => Some(results),
+                _ = stop.wait_for(|s| *s) => None,
+            };
+            match results {
+                Some(results) => self.commit(previous, results)?,
+                None => {
+                    unfinished.push(previous);
+                    unfinished.push(next);
+                    return Ok(true);
+                }
+            }
+        }
+        *in_flight = Some(next);
+        Ok(false)
     }
 
     /// Hands one record to the producer, waiting while its queue is full.
@@ -924,39 +1163,18 @@ impl Applier {
     /// Tells waiting order services that everything up to `next` (per topic
     /// and partition, exclusive) is decided. Best effort: a lost
     /// announcement only means a waiter finds the decision by polling.
-    async fn announce_applied(&self, next: &HashMap<(&str, i32), i64>) {
+    async fn announce_applied(&self, next: &HashMap<(String, i32), i64>) {
         let mut topics: HashMap<&str, Vec<(i32, i64)>> = HashMap::new();
-        for (&(topic, partition), &offset) in next {
+        for ((topic, partition), &offset) in next {
             topics
-                .entry(topic)
+                .entry(topic.as_str())
                 .or_default()
-                .push((partition, offset - 1));
+                .push((*partition, offset - 1));
         }
         for (topic, marks) in topics {
             if let Err(e) = self.projection.announce_applied(topic, marks).await {
                 debug!(error = %e, topic, "could not announce applied offsets");
             }
         }
-    }
-
-    /// Applies the runs, retrying with backoff while Redis is unreachable.
-    /// `None` when asked to stop while waiting.
-    async fn apply_with_retry(
-        &self,
-        runs: &[Run<'_>],
-    ) -> Result<Option<Vec<Vec<stockledger_core::Decision>>>, ProjectionError> {
-        let mut stop = self.stop.clone();
-        retry::until_stopped(
-            || async {
-                let started = Instant::now();
-                let applied = self.projection.apply(runs).await;
-                metrics::histogram!(APPLY_SECONDS_METRIC).record(started.elapsed().as_secs_f64());
-                applied
-            },
-            ProjectionError::is_transient,
-            |e, wait| warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying"),
-            &mut stop,
-        )
-        .await
     }
 }

@@ -56,14 +56,15 @@ impl<'a> Batch<'a> {
         }
         batch
     }
+}
 
-    /// Arranges per-run decisions back into the order records were given.
-    pub fn in_record_order(&self, decisions: &[Vec<Decision>]) -> Vec<Decision> {
-        self.slots
-            .iter()
-            .map(|&(r, k)| decisions[r][k].clone())
-            .collect()
-    }
+/// Arranges per-run decisions back into the order records were given to
+/// [`Batch::group`], whose `slots` say where each went.
+pub fn in_record_order(slots: &[(usize, usize)], decisions: &[Vec<Decision>]) -> Vec<Decision> {
+    slots
+        .iter()
+        .map(|&(r, k)| decisions[r][k].clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -152,8 +153,7 @@ mod tests {
         };
         // Run 0 is A (records 0 and 2), run 1 is B (record 1).
         let per_run = vec![vec![decision(-1), decision(-3)], vec![decision(-2)]];
-        let deltas: Vec<i64> = batch
-            .in_record_order(&per_run)
+        let deltas: Vec<i64> = in_record_order(&batch.slots, &per_run)
             .iter()
             .map(|d| d.delta)
             .collect();

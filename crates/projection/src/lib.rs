@@ -18,4 +18,6 @@ pub mod keys;
 mod projection;
 
 pub use batch::{Batch, Run};
-pub use projection::{Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};
+pub use projection::{
+    Marker, Projection, ProjectionError, ScriptCalls, SkuExport, SkuPages, Stock,
+};

@@ -192,7 +192,47 @@ impl Projection {
     /// returns each run's decisions in record order. Safe to repeat:
     /// records already applied are answered from the stored decisions.
     pub async fn apply(&self, runs: &[Run<'_>]) -> Result<Vec<Vec<Decision>>, ProjectionError> {
-        if runs.is_empty() {
+        let decisions = self.execute(&self.script_calls(runs)).await?;
+        self.index_holds(runs.iter().zip(&decisions).flat_map(|(run, decided)| {
+            run.records
+                .iter()
+                .zip(decided)
+                .map(|(&(_, _, body), d)| (run.at.partition, run.sku, body, d))
+        }))
+        .await?;
+        Ok(decisions)
+    }
+
+    /// The script calls that apply `runs`, built and owning all they need,
+    /// so [`Projection::execute`] can send them from another task while the
+    /// runs' owner goes on. On a single Redis a call takes many runs (one
+    /// script call set up for hundreds of records); on a cluster each run is
+    /// a call of its own, as a script's keys must share a hash slot.
+    pub fn script_calls(&self, runs: &[Run<'_>]) -> ScriptCalls {
+        let calls = call_ranges(runs, self.redis.is_cluster());
+        ScriptCalls {
+            cmds: calls
+                .iter()
+                .map(|call| self.script_call(&runs[call.clone()]))
+                .collect(),
+            calls,
+            runs: runs
+                .iter()
+                .map(|run| (run.sku.to_owned(), run.records.len()))
+                .collect(),
+        }
+    }
+
+    /// Sends `calls` in one pipelined round trip (in flight together on a
+    /// cluster) and returns each run's decisions in record order; the
+    /// holds index is the caller's to keep ([`Projection::index_holds`]).
+    /// Safe to repeat: records already applied are answered from the
+    /// stored decisions.
+    pub async fn execute(
+        &self,
+        calls: &ScriptCalls,
+    ) -> Result<Vec<Vec<Decision>>, ProjectionError> {
+        if calls.cmds.is_empty() {
             return Ok(Vec::new());
         }
         let mut conn = self.redis.clone();
@@ -211,45 +251,35 @@ impl Projection {
                 });
             }
         }
-        // On a single Redis a call takes many runs (one script call set up
-        // for hundreds of records); on a cluster each run is a call of its
-        // own, as a script's keys must share a hash slot.
-        let calls = call_ranges(runs, self.redis.is_cluster());
-        let build = || -> Vec<redis::Cmd> {
-            calls
-                .iter()
-                .map(|call| self.script_call(&runs[call.clone()]))
-                .collect()
-        };
-        let replies: Vec<Vec<String>> = match self.redis.query_each(build()).await {
+        let replies: Vec<Vec<String>> = match self.redis.query_each(calls.cmds.clone()).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A restarted or flushed Redis (or a cluster node) forgot the
                 // script: load it (on every node) and run the idempotent
                 // calls again.
                 APPLY.prepare_invoke().load_async(&mut conn).await?;
-                self.redis.query_each(build()).await?
+                self.redis.query_each(calls.cmds.clone()).await?
             }
             other => other?,
         };
-        let mut decisions = Vec::with_capacity(runs.len());
-        for (call, reply) in calls.into_iter().zip(replies) {
-            let runs = &runs[call];
-            let expected: usize = runs.iter().map(|run| run.records.len()).sum();
+        let mut decisions = Vec::with_capacity(calls.runs.len());
+        for (call, reply) in calls.calls.iter().zip(replies) {
+            let runs = &calls.runs[call.clone()];
+            let expected: usize = runs.iter().map(|(_, records)| records).sum();
             if reply.len() != expected {
                 return Err(ProjectionError::ShortReply {
-                    sku: runs[0].sku.to_owned(),
+                    sku: runs[0].0.clone(),
                     expected,
                     got: reply.len(),
                 });
             }
             let mut reply = reply.into_iter();
-            for run in runs {
+            for (sku, records) in runs {
                 let decided = reply
                     .by_ref()
-                    .take(run.records.len())
+                    .take(*records)
                     .map(|s| {
                         decode_decision(&s).ok_or_else(|| ProjectionError::Corrupt {
-                            key: SkuKeys::new(&self.prefix, run.sku).decisions,
+                            key: SkuKeys::new(&self.prefix, sku).decisions,
                             value: s,
                         })
                     })
@@ -257,7 +287,6 @@ impl Projection {
                 decisions.push(decided);
             }
         }
-        self.index_holds(runs, &decisions).await?;
         Ok(decisions)
     }
 
@@ -288,40 +317,37 @@ impl Projection {
     }
 
     /// Keeps the [`keys::holds_key`] index of live reservations after a
-    /// batch: a reservation taken is added with its deadline; a confirm,
-    /// rollback or expire that leaves no hold removes its order. Safe to
-    /// repeat (a redelivered batch does it again); an entry left behind
-    /// only makes the expirer send an expire that changes nothing.
-    async fn index_holds(
+    /// batch, given each applied record as (partition, sku, command,
+    /// decision), each SKU's in log order: a reservation taken is added
+    /// with its deadline; a confirm, rollback or expire that leaves no hold
+    /// removes its order. Safe to repeat (a redelivered batch does it
+    /// again); an entry left behind only makes the expirer send an expire
+    /// that changes nothing.
+    pub async fn index_holds<'a>(
         &self,
-        runs: &[Run<'_>],
-        decisions: &[Vec<Decision>],
+        records: impl IntoIterator<Item = (i32, &'a str, &'a CommandBody, &'a Decision)>,
     ) -> Result<(), ProjectionError> {
         // Only each hold's last change in the batch is written: on a
         // cluster the writes are in flight together, so a reservation's
         // add and its confirm's remove must not both be sent.
         let mut last: BTreeMap<(i32, String), Option<i64>> = BTreeMap::new();
-        for (run, decisions) in runs.iter().zip(decisions) {
-            for ((_, _, body), decision) in run.records.iter().zip(decisions) {
-                let Some(order) = body.order_id() else {
-                    continue;
-                };
-                let change = match (body, decision.result) {
-                    (CommandBody::Deduct(d), ResultCode::Applied) => match d.expires_at {
-                        Some(deadline) => Some(deadline),
-                        None => continue,
-                    },
-                    (
-                        CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_),
-                        result,
-                    ) if result != ResultCode::IgnoredNotDue && result != ResultCode::Misrouted => {
-                        None
-                    }
-                    _ => continue,
-                };
-                let member = keys::hold_member(run.sku, order.as_str());
-                last.insert((run.at.partition, member), change);
-            }
+        for (partition, sku, body, decision) in records {
+            let Some(order) = body.order_id() else {
+                continue;
+            };
+            let change = match (body, decision.result) {
+                (CommandBody::Deduct(d), ResultCode::Applied) => match d.expires_at {
+                    Some(deadline) => Some(deadline),
+                    None => continue,
+                },
+                (
+                    CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_),
+                    result,
+                ) if result != ResultCode::IgnoredNotDue && result != ResultCode::Misrouted => None,
+                _ => continue,
+            };
+            let member = keys::hold_member(sku, order.as_str());
+            last.insert((partition, member), change);
         }
         let writes: Vec<redis::Cmd> = last
             .into_iter()
@@ -880,6 +906,17 @@ pub struct SkuExport {
     pub orders: BTreeMap<String, String>,
     /// Adjustment id -> the offset that applied it.
     pub adjustments: BTreeMap<String, String>,
+}
+
+/// A batch's apply script calls, built by [`Projection::script_calls`]
+/// and owning what they need: they can be sent from another task.
+#[derive(Debug, Clone)]
+pub struct ScriptCalls {
+    cmds: Vec<redis::Cmd>,
+    /// The runs of each call, as ranges of `runs`.
+    calls: Vec<std::ops::Range<usize>>,
+    /// Each run's SKU (for errors) and record count.
+    runs: Vec<(String, usize)>,
 }
 
 /// The runs of each apply script call, as ranges of `runs`: on a single
