@@ -13,6 +13,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode};
 use stockledger_io::RedisConn;
+use stockledger_projection::batch::in_record_order;
 use stockledger_projection::{Batch, Projection};
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::services::redis_url;
@@ -68,7 +69,7 @@ async fn apply_batches<'a>(
             PARTITIONS,
         );
         let decisions = projection.apply(&grouped.runs).await?;
-        per_batch(batch, grouped.in_record_order(&decisions))?;
+        per_batch(batch, in_record_order(&grouped.slots, &decisions))?;
     }
     Ok(())
 }

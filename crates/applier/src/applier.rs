@@ -16,7 +16,7 @@
 //! recognises applied offsets and answers with the stored decisions, so the
 //! outcomes published again are identical.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -417,8 +417,9 @@ struct Decoded {
     /// For each valid command, in record order, its (run, index in run).
     slots: Vec<(usize, usize)>,
     runs: usize,
-    /// The next offset of each (topic, partition) the batch read.
-    next: HashMap<(String, i32), i64>,
+    /// The next offset of each partition of the command topic (the one
+    /// topic the consumer reads) in the batch.
+    next: BTreeMap<i32, i64>,
 }
 
 /// What applying a batch in its own task came to: `None` when asked to
@@ -811,11 +812,9 @@ impl Applier {
                 now: partition_count(&self.config).await?.max(beyond + 1),
             });
         }
-        let mut next: HashMap<(String, i32), i64> = HashMap::new();
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for item in &items {
-            let entry = next
-                .entry((item.position.topic.clone(), item.position.partition))
-                .or_insert(0);
+            let entry = next.entry(item.position.partition).or_insert(0);
             *entry = (*entry).max(item.position.offset + 1);
         }
         let batch = Batch::group(
@@ -1013,11 +1012,11 @@ impl Applier {
         }
 
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), &offset) in &batch.next {
+        let topic = &self.config.topic;
+        for (&partition, &offset) in &batch.next {
             // The list is built from offsets just read; adding cannot fail
             // except on an invalid offset, which Kafka never hands out.
-            if let Err(e) = offsets.add_partition_offset(topic, *partition, Offset::Offset(offset))
-            {
+            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
                 warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
             }
         }
@@ -1160,21 +1159,21 @@ impl Applier {
         Ok(())
     }
 
-    /// Tells waiting order services that everything up to `next` (per topic
-    /// and partition, exclusive) is decided. Best effort: a lost
-    /// announcement only means a waiter finds the decision by polling.
-    async fn announce_applied(&self, next: &HashMap<(String, i32), i64>) {
-        let mut topics: HashMap<&str, Vec<(i32, i64)>> = HashMap::new();
-        for ((topic, partition), &offset) in next {
-            topics
-                .entry(topic.as_str())
-                .or_default()
-                .push((*partition, offset - 1));
-        }
-        for (topic, marks) in topics {
-            if let Err(e) = self.projection.announce_applied(topic, marks).await {
-                debug!(error = %e, topic, "could not announce applied offsets");
-            }
+    /// Tells waiting order services that everything up to `next` (per
+    /// partition of the command topic, exclusive) is decided. Best effort:
+    /// a lost announcement only means a waiter finds the decision by
+    /// polling.
+    async fn announce_applied(&self, next: &BTreeMap<i32, i64>) {
+        let marks = next
+            .iter()
+            .map(|(&partition, &offset)| (partition, offset - 1));
+        let topic = &self.config.topic;
+        if let Err(e) = self
+            .projection
+            .announce_applied(topic, marks.collect())
+            .await
+        {
+            debug!(error = %e, topic, "could not announce applied offsets");
         }
     }
 }
