@@ -344,11 +344,11 @@ while a <= #ARGV do
       a = a + 2 + ARITY[ARGV[a + 1]]
     end
   else
-    available = tonumber(stock[1]) or 0
-    total = tonumber(stock[2]) or 0
-    reserved = tonumber(stock[5]) or 0
     -- What the hash holds (nil for a field it lacks), to write only what changed.
     local was_total, was_reserved = tonumber(stock[2]), tonumber(stock[5])
+    available = tonumber(stock[1]) or 0
+    total = was_total or 0
+    reserved = was_reserved or 0
     limit = tonumber(stock[6])
     local last = tonumber(stock[3])
     local last_text = stock[3]
