@@ -423,7 +423,8 @@ struct Decoded {
 }
 
 /// What applying a batch in its own task came to: `None` when asked to
-/// stop while Redis was unavailable (nothing applied for sure).
+/// stop before Redis answered (whether it applied the batch or not, a
+/// redelivery settles it).
 type Applied = Result<Option<Vec<Vec<Decision>>>, ProjectionError>;
 
 /// A batch whose script calls are on their way to Redis, sent by a task of
@@ -650,7 +651,7 @@ impl Applier {
             // (Redis and the applier taking turns instead of overlapping).
             tokio::task::yield_now().await;
             if let Some(decided) = decided {
-                let next = self.publish(&decided).await?;
+                let next = self.publish(decided).await?;
                 if self
                     .hand_over(&mut in_flight, next, &mut unfinished, &mut stop)
                     .await?
@@ -666,7 +667,7 @@ impl Applier {
             // answer; a batch it applied is published like any other.
             if let Ok(joined) = tokio::time::timeout_at(grace, &mut batch.task).await {
                 if let Some(decided) = self.conclude(batch, joined).await? {
-                    unfinished.push(self.publish(&decided).await?);
+                    unfinished.push(self.publish(decided).await?);
                 }
             }
         }
@@ -934,9 +935,9 @@ impl Applier {
 
     /// Sends the outcomes (and dead letters) of a batch Redis has decided.
     #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
-    async fn publish(&mut self, decided: &Decided) -> Result<InFlight, ApplierError> {
+    async fn publish(&mut self, decided: Decided) -> Result<InFlight, ApplierError> {
         let Decided { batch, decisions } = decided;
-        let mut decisions = decisions.iter();
+        let mut decisions = decisions.into_iter();
         // Encode everything first so the delivery futures can borrow it.
         let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
         for (item, record) in batch.items.iter().zip(&batch.records) {
@@ -950,8 +951,7 @@ impl Applier {
                     // to the dead-letter topic too, as a record to fix.
                     let refusal = (decision.result == ResultCode::Misrouted)
                         .then(|| decision.reason.clone().unwrap_or_default());
-                    let outcome =
-                        Outcome::for_command(item.position.clone(), command, decision.clone());
+                    let outcome = Outcome::for_command(item.position.clone(), command, decision);
                     (outcome, refusal)
                 }
                 (command, _) => {
@@ -1043,7 +1043,7 @@ impl Applier {
         let Some(decided) = self.conclude(batch, joined).await? else {
             return Ok(true);
         };
-        let next = self.publish(&decided).await?;
+        let next = self.publish(decided).await?;
         self.hand_over(in_flight, next, unfinished, stop).await
     }
 
