@@ -9,15 +9,13 @@
 //! followed) is read, and resolved into the newest with Avro schema
 //! resolution.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::LazyLock;
-use std::thread::LocalKey;
 
 use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
-use apache_avro::{GenericSingleObjectReader, GenericSingleObjectWriter, Schema};
+use apache_avro::{GenericSingleObjectReader, Schema};
 
 use crate::command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
@@ -26,6 +24,8 @@ use crate::command::{
 use crate::ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError};
 use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
 use crate::schema::{self, Released, Subject};
+
+mod datum;
 
 /// Largest payload the decoder accepts; commands and outcomes are a few
 /// hundred bytes, so anything bigger is garbage.
@@ -121,36 +121,26 @@ impl Framed {
         &self.current.schema
     }
 
-    /// Encodes with this thread's writer for the current version, which
-    /// holds the schema resolved once (`to_avro_datum` resolves it on every
-    /// call).
+    /// `datum` in the current version, after its single-object header.
+    /// apache-avro's schema-aware serializer writes it straight from our
+    /// types: no `Value` is built and validated, and no per-record map of
+    /// field names is hashed, which made the `Value` path most of an
+    /// outcome's encoding cost.
     fn encode(
         &self,
-        writers: &'static LocalKey<RefCell<Option<GenericSingleObjectWriter>>>,
         what: &'static str,
-        value: Value,
+        datum: &impl serde::Serialize,
     ) -> Result<Vec<u8>, EncodeError> {
-        let failed = |e: apache_avro::Error| EncodeError {
-            what,
-            message: e.to_string(),
-        };
-        writers.with(|slot| {
-            let mut slot = slot.borrow_mut();
-            let writer = match slot.as_mut() {
-                Some(writer) => writer,
-                None => slot.insert(
-                    GenericSingleObjectWriter::new_with_capacity_and_header_builder(
-                        self.schema(),
-                        256,
-                        Header(self.current.fingerprint),
-                    )
-                    .map_err(failed)?,
-                ),
-            };
-            let mut out = Vec::with_capacity(256);
-            writer.write_value_ref(&value, &mut out).map_err(failed)?;
-            Ok(out)
-        })
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(&[0xC3, 0x01]);
+        out.extend_from_slice(&self.current.fingerprint.to_le_bytes());
+        apache_avro::write_avro_datum_ref(self.schema(), datum, &mut out).map_err(|e| {
+            EncodeError {
+                what,
+                message: e.to_string(),
+            }
+        })?;
+        Ok(out)
     }
 
     /// The datum of `payload`, in the shape of the current version.
@@ -200,11 +190,6 @@ struct Schemas {
     outcome: Framed,
 }
 
-thread_local! {
-    static COMMAND_WRITER: RefCell<Option<GenericSingleObjectWriter>> = const { RefCell::new(None) };
-    static OUTCOME_WRITER: RefCell<Option<GenericSingleObjectWriter>> = const { RefCell::new(None) };
-}
-
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     // Garbage must never make the decoder allocate more than a payload can
     // hold; this caps every length prefix.
@@ -238,7 +223,7 @@ pub fn outcome_fingerprint() -> u64 {
 pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
     SCHEMAS
         .command
-        .encode(&COMMAND_WRITER, "command", command_value(command))
+        .encode("command", &datum::CommandDatum(command))
 }
 
 /// The current schema's datum of `command`.
@@ -386,7 +371,7 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
 pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
     SCHEMAS
         .outcome
-        .encode(&OUTCOME_WRITER, "outcome", outcome_value(outcome))
+        .encode("outcome", &datum::OutcomeDatum(outcome))
 }
 
 /// `outcome` as released `version` of the Outcome schema wrote it (only the
@@ -790,6 +775,47 @@ mod tests {
         }
     }
 
+    /// The serializer writes fields in the order they are handed over: the
+    /// bytes must be those of the `Value` apache-avro validates against the
+    /// current schema, for every body, result and optional field.
+    #[test]
+    fn records_are_written_as_the_validated_value_path_writes_them() {
+        let (commands, outcomes) = (
+            schema::current(Subject::Command),
+            schema::current(Subject::Outcome),
+        );
+        let position = LogPosition {
+            topic: "topic-a".into(),
+            partition: 7,
+            offset: 123_456_789,
+        };
+        for body in bodies() {
+            let c = command(body);
+            assert_eq!(
+                encode_command(&c).unwrap(),
+                encode_as("command", command_value(&c), commands, commands.fingerprint).unwrap(),
+                "{c:?}"
+            );
+            for (i, result) in ResultCode::ALL.into_iter().enumerate() {
+                let reason = (i % 2 == 0).then_some("why");
+                let d = decision(result, -(i as i64), i as i64, 40, reason);
+                let mut o = Outcome::for_command(position.clone(), &c, d);
+                o.rollback_reason = reason.map(str::to_owned);
+                let expected =
+                    encode_as("outcome", outcome_value(&o), outcomes, outcomes.fingerprint);
+                assert_eq!(encode_outcome(&o).unwrap(), expected.unwrap(), "{o:?}");
+            }
+        }
+        let bad = Outcome::invalid(position, "k", "garbage".into(), 7);
+        let expected = encode_as(
+            "outcome",
+            outcome_value(&bad),
+            outcomes,
+            outcomes.fingerprint,
+        );
+        assert_eq!(encode_outcome(&bad).unwrap(), expected.unwrap());
+    }
+
     #[test]
     fn outcomes_round_trip() {
         for body in bodies() {
@@ -859,10 +885,8 @@ mod tests {
                 ),
             ),
         ]);
-        let bytes = SCHEMAS
-            .command
-            .encode(&COMMAND_WRITER, "command", value)
-            .unwrap();
+        let current = schema::current(Subject::Command);
+        let bytes = encode_as("command", value, current, current.fingerprint).unwrap();
         match decode_command(&bytes) {
             Err(DecodeError::Invalid(e)) => assert_eq!(e.field, "sku"),
             other => panic!("expected an invalid sku, got {other:?}"),

@@ -1,0 +1,229 @@
+//! Commands and outcomes as serde data in the shape of the current schemas,
+//! for apache-avro's schema-aware serializer (`write_avro_datum_ref`).
+//!
+//! That serializer writes each field as it is handed over, looking up only
+//! the field's schema by name, so every record here hands over its fields
+//! in the order of its `.avsc` file: a field out of order would be written
+//! against the wrong schema position. A unit test compares these bytes with
+//! the `Value` path's (which apache-avro validates) for every body and
+//! result. Enum symbols and union branches go by index, as the binary
+//! encoding does.
+
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::command::{Command, CommandBody, CommandKind, RestockMode};
+use crate::ids::{Quantity, UserId};
+use crate::outcome::{Outcome, ResultCode};
+
+/// The current Command schema's datum of a command.
+pub(super) struct CommandDatum<'a>(pub &'a Command);
+
+/// The current Outcome schema's datum of an outcome.
+pub(super) struct OutcomeDatum<'a>(pub &'a Outcome);
+
+/// An enum symbol by its index in the schema's `symbols`.
+struct Symbol {
+    index: u32,
+    name: &'static str,
+}
+
+impl Serialize for Symbol {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("", self.index, self.name)
+    }
+}
+
+/// `symbols` is the enum's `ALL`, in the order of its schema's symbols.
+fn symbol<T: PartialEq + Copy>(symbols: &[T], value: T, name: &'static str) -> Symbol {
+    Symbol {
+        index: symbols.iter().position(|s| *s == value).unwrap_or_default() as u32,
+        name,
+    }
+}
+
+fn kind_symbol(kind: CommandKind) -> Symbol {
+    symbol(&CommandKind::ALL, kind, kind.as_str())
+}
+
+fn result_symbol(result: ResultCode) -> Symbol {
+    symbol(&ResultCode::ALL, result, result.as_str())
+}
+
+fn mode_symbol(mode: RestockMode) -> Symbol {
+    match mode {
+        RestockMode::Add => Symbol {
+            index: 0,
+            name: "ADD",
+        },
+        RestockMode::Set => Symbol {
+            index: 1,
+            name: "SET",
+        },
+    }
+}
+
+impl Serialize for CommandDatum<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut r = s.serialize_struct("Command", 4)?;
+        r.serialize_field("command_id", c.command_id.as_str())?;
+        r.serialize_field("sku", c.sku.as_str())?;
+        r.serialize_field("occurred_at", &c.occurred_at)?;
+        r.serialize_field("body", &Body(&c.body))?;
+        r.end()
+    }
+}
+
+/// The `body` union: one branch per command kind, in the schema's order.
+struct Body<'a>(&'a CommandBody);
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let quantity = |q: Option<Quantity>| q.map(Quantity::get);
+        let (branch, record) = match self.0 {
+            CommandBody::Deduct(d) => (
+                0,
+                Fields::new("Deduct")
+                    .string("order_id", d.order_id.as_str())
+                    .long("quantity", d.quantity.get())
+                    .optional_string("user_id", d.user_id.as_ref().map(UserId::as_str))
+                    .optional_long("expires_at", d.expires_at),
+            ),
+            CommandBody::Rollback(r) => (
+                1,
+                Fields::new("Rollback")
+                    .string("order_id", r.order_id.as_str())
+                    .optional_string("reason", r.reason.as_deref()),
+            ),
+            CommandBody::Restock(r) => (
+                2,
+                Fields::new("Restock")
+                    .string("adjustment_id", r.adjustment_id.as_str())
+                    .symbol("mode", mode_symbol(r.mode()))
+                    .long("quantity", r.quantity()),
+            ),
+            CommandBody::Confirm(c) => (
+                3,
+                Fields::new("Confirm").string("order_id", c.order_id.as_str()),
+            ),
+            CommandBody::Refund(r) => (
+                4,
+                Fields::new("Refund")
+                    .string("order_id", r.order_id.as_str())
+                    .optional_long("quantity", quantity(r.quantity)),
+            ),
+            CommandBody::Expire(e) => (
+                5,
+                Fields::new("Expire").string("order_id", e.order_id.as_str()),
+            ),
+            CommandBody::Limit(l) => (
+                6,
+                Fields::new("Limit").optional_long("per_user", quantity(l.per_user)),
+            ),
+        };
+        s.serialize_newtype_variant("Body", branch, record.name, &record)
+    }
+}
+
+/// A body record's fields, in the order they are added; bodies have at
+/// most four.
+struct Fields<'a> {
+    name: &'static str,
+    fields: [(&'static str, Field<'a>); 4],
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    String(&'a str),
+    OptionalString(Option<&'a str>),
+    Long(i64),
+    OptionalLong(Option<i64>),
+    Symbol(u32, &'static str),
+}
+
+impl<'a> Fields<'a> {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            fields: [("", Field::Long(0)); 4],
+            len: 0,
+        }
+    }
+
+    fn with(mut self, name: &'static str, field: Field<'a>) -> Self {
+        self.fields[self.len] = (name, field);
+        self.len += 1;
+        self
+    }
+
+    fn string(self, name: &'static str, value: &'a str) -> Self {
+        self.with(name, Field::String(value))
+    }
+
+    fn optional_string(self, name: &'static str, value: Option<&'a str>) -> Self {
+        self.with(name, Field::OptionalString(value))
+    }
+
+    fn long(self, name: &'static str, value: i64) -> Self {
+        self.with(name, Field::Long(value))
+    }
+
+    fn optional_long(self, name: &'static str, value: Option<i64>) -> Self {
+        self.with(name, Field::OptionalLong(value))
+    }
+
+    fn symbol(self, name: &'static str, value: Symbol) -> Self {
+        self.with(name, Field::Symbol(value.index, value.name))
+    }
+}
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut r = s.serialize_struct(self.name, self.len)?;
+        for &(name, field) in &self.fields[..self.len] {
+            match field {
+                Field::String(v) => r.serialize_field(name, v)?,
+                Field::OptionalString(v) => r.serialize_field(name, &v)?,
+                Field::Long(v) => r.serialize_field(name, &v)?,
+                Field::OptionalLong(v) => r.serialize_field(name, &v)?,
+                Field::Symbol(index, symbol) => r.serialize_field(
+                    name,
+                    &Symbol {
+                        index,
+                        name: symbol,
+                    },
+                )?,
+            }
+        }
+        r.end()
+    }
+}
+
+impl Serialize for OutcomeDatum<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let o = self.0;
+        let d = &o.decision;
+        let mut r = s.serialize_struct("Outcome", 19)?;
+        r.serialize_field("topic", &o.position.topic)?;
+        r.serialize_field("partition", &o.position.partition)?;
+        r.serialize_field("offset", &o.position.offset)?;
+        r.serialize_field("sku", &o.sku)?;
+        r.serialize_field("command_id", &o.command_id)?;
+        r.serialize_field("kind", &o.kind.map(kind_symbol))?;
+        r.serialize_field("order_id", &o.order_id)?;
+        r.serialize_field("adjustment_id", &o.adjustment_id)?;
+        r.serialize_field("quantity", &o.quantity)?;
+        r.serialize_field("result", &result_symbol(d.result))?;
+        r.serialize_field("delta", &d.delta)?;
+        r.serialize_field("available_after", &d.available)?;
+        r.serialize_field("total_after", &d.total)?;
+        r.serialize_field("reason", &d.reason)?;
+        r.serialize_field("occurred_at", &o.occurred_at)?;
+        r.serialize_field("restock_mode", &o.restock_mode.map(mode_symbol))?;
+        r.serialize_field("rollback_reason", &o.rollback_reason)?;
+        r.serialize_field("user_id", &o.user_id)?;
+        r.serialize_field("expires_at", &o.expires_at)?;
+        r.end()
+    }
+}
