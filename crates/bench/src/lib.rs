@@ -102,6 +102,10 @@ pub struct BenchArgs {
     /// in the e2e scenarios (as `apply --batch-wait-ms`).
     #[arg(long, default_value_t = 1)]
     pub batch_wait_ms: u64,
+    /// Most outcomes the archiver writes in one transaction in the e2e,
+    /// memory and scale scenarios (as `archive --page-size`).
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
     /// Rows of the analyst scenario's archive [default: 10000000, or 100000
     /// with --quick].
     #[arg(long)]
@@ -553,6 +557,7 @@ async fn with_processes(
         &[
             ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
             ("STOCKLEDGER_ARCHIVER_GROUP", &group),
+            ("STOCKLEDGER_PAGE_SIZE", &args.page_size.max(1).to_string()),
         ],
         "archive",
     )?;
@@ -795,6 +800,7 @@ async fn e2e(
     }
     let mut archive = archive(
         g,
+        args,
         pool,
         &format!("{run_id}-{name}"),
         &topic,
@@ -986,6 +992,7 @@ async fn wait_archived(
 /// unless exactly one row per record is archived.
 async fn archive(
     g: &Global,
+    args: &BenchArgs,
     pool: &sqlx::PgPool,
     group: &str,
     topic: &str,
@@ -996,6 +1003,7 @@ async fn archive(
     config.outcomes_topic = outcomes_topic.to_owned();
     let group = format!("{group}-archiver");
     config.group_id = group.clone();
+    config.page_size = args.page_size.max(1);
     let page_size = config.page_size;
     let assignment = config.assignment.clone();
     let (stop, stopped) = oneshot::channel::<()>();
