@@ -472,9 +472,10 @@ fn is_fenced(error: &KafkaError) -> bool {
     )
 }
 
-/// A command for `sku` with a fresh command id, stamped now.
 /// A command with a fresh id, stamped now; a reservation's deadline is
-/// checked against that instant (after it, at most seven days ahead).
+/// checked against that instant (after it, at most seven days ahead). The
+/// id is a version 4 UUID from a thread-local CSPRNG (uuid's `fast-rng`)
+/// rather than a `getrandom` system call per command.
 fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
     let occurred_at = now_millis();
     if let CommandBody::Deduct(d) = &body {
