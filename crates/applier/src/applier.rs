@@ -401,8 +401,9 @@ struct Decided {
 /// A batch applied to Redis whose outcomes are on their way to the brokers.
 struct InFlight {
     deliveries: JoinAll<DeliveryFuture>,
-    /// What each delivery carries and for which record, in the same order.
-    sent: Vec<(Kind, LogPosition)>,
+    /// What each delivery carries and for which record (partition and
+    /// offset of the command topic), in the same order.
+    sent: Vec<(Kind, i32, i64)>,
     /// The next offset of each partition the batch read.
     offsets: TopicPartitionList,
     records: usize,
@@ -940,6 +941,9 @@ impl Applier {
         let mut decisions = decisions.into_iter();
         // Encode everything first so the delivery futures can borrow it.
         let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
+        // Records per result, counted once per batch rather than once per
+        // record (a registry lookup each).
+        let mut results: Vec<(ResultCode, u64)> = Vec::new();
         for (item, record) in batch.items.iter().zip(&batch.records) {
             let decision = match &item.command {
                 Ok(_) => decisions.next(),
@@ -988,8 +992,10 @@ impl Applier {
                 self.stats.dead_lettered += 1;
                 metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
-            metrics::counter!(RECORDS_METRIC, "result" => outcome.decision.result.as_str())
-                .increment(1);
+            match results.iter_mut().find(|(r, _)| *r == outcome.decision.result) {
+                Some((_, n)) => *n += 1,
+                None => results.push((outcome.decision.result, 1)),
+            }
             messages.push(Outgoing {
                 kind: Kind::Outcome,
                 key: item.key.as_bytes(),
@@ -997,6 +1003,9 @@ impl Applier {
                 headers: None,
                 position: &item.position,
             });
+        }
+        for (result, n) in results {
+            metrics::counter!(RECORDS_METRIC, "result" => result.as_str()).increment(n);
         }
         let mut deliveries = Vec::with_capacity(messages.len());
         let mut sent = Vec::with_capacity(messages.len());
@@ -1008,7 +1017,7 @@ impl Applier {
                 record = record.headers(headers.clone());
             }
             deliveries.push(self.enqueue(record, m).await?);
-            sent.push((m.kind, m.position.clone()));
+            sent.push((m.kind, m.position.partition, m.position.offset));
         }
 
         let mut offsets = TopicPartitionList::new();
@@ -1116,7 +1125,7 @@ impl Applier {
         done: InFlight,
         results: Vec<Result<OwnedDeliveryResult, Canceled>>,
     ) -> Result<(), ApplierError> {
-        for (result, (kind, position)) in results.into_iter().zip(done.sent) {
+        for (result, (kind, partition, offset)) in results.into_iter().zip(done.sent) {
             let source = match result {
                 Ok(Ok(_)) => continue,
                 Ok(Err((source, _))) => source,
@@ -1125,7 +1134,12 @@ impl Applier {
             return Err(ApplierError::Publish {
                 what: kind.what(),
                 topic: kind.topic(&self.config).to_owned(),
-                position,
+                // The applier reads one topic: every record is from it.
+                position: LogPosition {
+                    topic: self.config.topic.clone(),
+                    partition,
+                    offset,
+                },
                 source,
             });
         }
