@@ -104,7 +104,7 @@ pub struct BenchArgs {
     pub batch_wait_ms: u64,
     /// Most outcomes the archiver writes in one transaction in the e2e,
     /// memory and scale scenarios (as `archive --page-size`).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 5000)]
     pub page_size: usize,
     /// Rows of the analyst scenario's archive [default: 10000000, or 100000
     /// with --quick].

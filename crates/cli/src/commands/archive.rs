@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, env = "STOCKLEDGER_INSTANCE_ID", value_parser = parse_instance_id)]
     pub instance_id: Option<String>,
     /// Most outcomes written in one transaction (bounds memory).
-    #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 1000)]
+    #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 5000)]
     pub page_size: usize,
     /// Milliseconds a page waits to fill after its first outcome.
     #[arg(long, env = "STOCKLEDGER_PAGE_WAIT_MS", default_value_t = 100)]
