@@ -42,8 +42,10 @@ pub struct Args {
     /// them). Refused by default.
     #[arg(long, env = "STOCKLEDGER_ALLOW_FINITE_RETENTION")]
     pub allow_finite_retention: bool,
-    /// Records applied per script round trip.
-    #[arg(long, default_value_t = 5000)]
+    /// Records read and applied together (as script calls of at most
+    /// 1,000 records); wider batches hold more records per SKU, which
+    /// Redis applies for less.
+    #[arg(long, env = "STOCKLEDGER_REPLAY_BATCH_SIZE", default_value_t = 50_000)]
     pub batch_size: usize,
 }
 
