@@ -131,9 +131,8 @@ impl Framed {
         what: &'static str,
         datum: &impl serde::Serialize,
     ) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(&[0xC3, 0x01]);
-        out.extend_from_slice(&self.current.fingerprint.to_le_bytes());
+        let mut out = Header(self.current.fingerprint).build_header();
+        out.reserve(246);
         apache_avro::write_avro_datum_ref(self.schema(), datum, &mut out).map_err(|e| {
             EncodeError {
                 what,
