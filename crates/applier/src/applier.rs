@@ -992,7 +992,10 @@ impl Applier {
                 self.stats.dead_lettered += 1;
                 metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
-            match results.iter_mut().find(|(r, _)| *r == outcome.decision.result) {
+            match results
+                .iter_mut()
+                .find(|(r, _)| *r == outcome.decision.result)
+            {
                 Some((_, n)) => *n += 1,
                 None => results.push((outcome.decision.result, 1)),
             }
