@@ -44,8 +44,8 @@ pub struct ArchiverConfig {
     pub instance_id: Option<String>,
     /// Most outcomes written in one transaction. 5,000 by default: pages
     /// of 5,000 archived about 30 % more rows a second than pages of
-    /// 1,000 on the benchmark machine (fewer commits), for a few more MiB
-    /// of memory (docs/BENCHMARKS.md, "Archive pages").
+    /// 1,000 on the benchmark machine (fewer commits), for about 12 MiB
+    /// more peak memory (docs/BENCHMARKS.md, "Archive pages").
     pub page_size: usize,
     /// How long a page waits to fill once its first outcome is in.
     pub page_wait: Duration,
