@@ -37,7 +37,7 @@ use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPerman
 use stockledger_io::group::{
     commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
 };
-use stockledger_io::kafka::CONTRACT_SETTINGS;
+use stockledger_io::kafka::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
@@ -509,6 +509,7 @@ impl Applier {
             // 12 ms with 2 ms, at the same throughput under load; an idle
             // applier's fetches cost the broker nothing measurable).
             ("fetch.wait.max.ms", "2"),
+            FETCH_QUEUE_BACKOFF_MS,
         ];
         if let Some(id) = &config.instance_id {
             settings.push(("group.instance.id", id));

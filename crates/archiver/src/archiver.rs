@@ -26,6 +26,7 @@ use stockledger_core::Outcome;
 use stockledger_io::group::{
     commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
 };
+use stockledger_io::kafka::FETCH_QUEUE_BACKOFF_MS;
 use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
@@ -156,6 +157,12 @@ pub async fn run(
         // archiver's memory (29 MiB at 200k records, 78 MiB at 2M);
         // with 20,000 it was 31 and 39 MiB, at the same archive rate.
         ("queued.min.messages", "20000"),
+        // Some brokers (tansu 0.6) hold every fetch for its whole wait,
+        // even with records there: the default 500 ms cost a fifth of the
+        // archive rate (docs/BENCHMARKS.md, "Fetch waits"). An idle
+        // archiver asks twenty times a second.
+        ("fetch.wait.max.ms", "50"),
+        FETCH_QUEUE_BACKOFF_MS,
     ];
     if let Some(id) = &config.instance_id {
         settings.push(("group.instance.id", id));

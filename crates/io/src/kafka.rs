@@ -4,6 +4,17 @@ use std::fmt;
 
 use rdkafka::ClientConfig;
 
+/// `fetch.queue.backoff.ms` for every consumer that reads a backlog: how
+/// long librdkafka waits before fetching a partition again once its queue
+/// of fetched messages is over `queued.min.messages`. Its default, one
+/// second, idles a reader that drains its queue in less: on a broker that
+/// answers a fetch with one partition's messages up to the request's limit
+/// (tansu 0.6, 5 MiB), the archiver with a queue of 20,000 messages waited
+/// up to a second after every partition's chunk (docs/BENCHMARKS.md,
+/// "Fetch waits"). Ten milliseconds costs a consumer a timer, nothing the
+/// brokers see.
+pub const FETCH_QUEUE_BACKOFF_MS: (&str, &str) = ("fetch.queue.backoff.ms", "10");
+
 /// Where the brokers are and any librdkafka settings to pass through
 /// (`-X key=value` on the command line, as kcat does).
 #[derive(Clone, Default)]
