@@ -249,6 +249,70 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
     Ok(())
 }
 
+/// The rows of ledger_hourly for `topic`, every column but the hour, in
+/// key order.
+async fn hours_of(h: &Harness) -> anyhow::Result<Vec<(String, i64, i64, i64, i64, Option<i64>)>> {
+    Ok(sqlx::query_as(
+        "SELECT sku, records, deducts_applied, rollbacks_applied, rejected_insufficient,
+                lowest_available
+         FROM ledger_hourly WHERE topic = $1 ORDER BY sku, hour",
+    )
+    .bind(&h.ns.topic)
+    .fetch_all(&h.pool)
+    .await?)
+}
+
+/// A page's shares commit one by one and its progress after them, so an
+/// archiver stopped in between reads rows it archived already. Taken to the
+/// extreme: a second archiver group, with no progress at all, reads every
+/// outcome again, and adds neither a row nor anything to the hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_archived_without_their_progress_are_not_archived_twice() -> anyhow::Result<()> {
+    let partitions = 3;
+    let h = Harness::new("progress-lost", partitions).await?;
+    let applier = h.start_applier();
+    let mut config = h.archiver_config();
+    config.writers = 3;
+    let archiver = h.start_archiver_with(config.clone());
+    let skus: Vec<String> = (0..12).map(|i| format!("SKU-{i}")).collect();
+    for sku in &skus {
+        h.producer.restock(sku, "init", RestockMode::Set, 4).await?;
+    }
+    let sends = (0..60).map(|i| {
+        let (producer, sku) = (h.producer.clone(), skus[i % skus.len()].clone());
+        async move { producer.deduct(&sku, &format!("o{i}"), 1).await }
+    });
+    try_join_all(sends).await?;
+    let records = h.read(&h.ns.topic).await?.len() as i64;
+    h.wait_for_archive(records).await?;
+    let hours = hours_of(&h).await?;
+    assert_eq!(hours.len(), skus.len(), "one hour per SKU: {hours:?}");
+    assert!(
+        hours.iter().any(|(_, _, _, _, rejected, _)| *rejected > 0),
+        "some deducts found no stock: {hours:?}"
+    );
+    archiver.stop().await?;
+
+    config.group_id = format!("{}-again", h.ns.archiver_group);
+    let again = h.start_archiver_with(config.clone());
+    wait_until("the second group to read every outcome", CATCH_UP, || async {
+        let read: Option<i64> = sqlx::query_scalar(
+            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
+        )
+        .bind(&config.group_id)
+        .fetch_one(&h.pool)
+        .await?;
+        Ok((read == Some(records)).then_some(()))
+    })
+    .await?;
+    assert_eq!(h.archived_rows().await?, records);
+    assert_eq!(hours_of(&h).await?, hours, "the hours counted nothing twice");
+    let stats = again.stop().await?;
+    assert_eq!(stats.rows, records as u64, "every outcome found archived");
+    applier.stop().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_record_is_dead_lettered_and_the_partition_goes_on() -> anyhow::Result<()> {
     let h = Harness::new("dead-letter", 1).await?;

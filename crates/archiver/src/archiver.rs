@@ -2,13 +2,16 @@
 //!
 //! A page is at most `page_size` outcomes (so memory is bounded by it) or
 //! whatever arrived within `page_wait` of its first record; the next page
-//! is read while one is written. Each page is one transaction: a binary
-//! `COPY` of its rows, plus the archiver's per-partition progress (and, for
+//! is read while one is written. A page is written by up to `writers`
+//! connections at once, each taking a share of its partitions (a partition
+//! is never split), and each share is one transaction: a binary `COPY` of
+//! its rows, plus the archiver's progress for those partitions (and, for
 //! the first row of a month, the creation of that month's partition of
-//! `ledger_entries`). A page holding a row archived already fails the
+//! `ledger_entries`). Every share of a page commits before the next page
+//! is written. A share holding a row archived already fails the
 //! `COPY` on the primary key (the log position) and is written again as one
 //! `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`. Kafka offsets
-//! are committed after the transaction; if that commit is lost, the
+//! are committed after the page's transactions; if that commit is lost, the
 //! redelivered page is skipped by the stored progress and, failing that,
 //! collapses on the primary key.
 
@@ -50,6 +53,11 @@ pub struct ArchiverConfig {
     pub page_size: usize,
     /// How long a page waits to fill once its first outcome is in.
     pub page_wait: Duration,
+    /// PostgreSQL connections writing one page at once, each its own
+    /// transaction over its share of the page's partitions (partition
+    /// modulo `writers`). One PostgreSQL backend is what bounds the
+    /// archive rate; see docs/BENCHMARKS.md, "Archive writers".
+    pub writers: usize,
     pub stats_interval: Duration,
     /// The partitions this member holds, kept up to date while it runs
     /// (clone it before `run` to probe readiness).
@@ -75,6 +83,7 @@ impl std::fmt::Debug for ArchiverConfig {
             .field("instance_id", &self.instance_id)
             .field("page_size", &self.page_size)
             .field("page_wait", &self.page_wait)
+            .field("writers", &self.writers)
             .field("stats_interval", &self.stats_interval)
             .finish()
     }
@@ -90,6 +99,7 @@ impl ArchiverConfig {
             instance_id: Some(default_instance_id()),
             page_size: 5000,
             page_wait: Duration::from_millis(100),
+            writers: 2,
             stats_interval: Duration::from_secs(10),
             assignment: Assignment::new(),
         }
@@ -118,6 +128,14 @@ pub enum ArchiverError {
         #[source]
         source: sqlx::Error,
     },
+    /// The page's rows were written but not its progress; a restart
+    /// reads the page again and its rows collapse on the primary key.
+    #[error("recording the archiver's progress on {topic}: {source}")]
+    Progress {
+        topic: String,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error("migrating the archive schema: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
@@ -139,7 +157,8 @@ pub async fn run(
 ) -> Result<ArchiverStats, ArchiverError> {
     let mut stop = stockledger_io::stop::stop_flag(shutdown);
     info!(config = ?config, "starting the archiver");
-    let pool = crate::connect(&config.database_url, 2)
+    let writers = config.writers.max(1);
+    let pool = crate::connect(&config.database_url, writers as u32 + 1)
         .await
         .map_err(|e| match e {
             sqlx::Error::Migrate(m) => ArchiverError::Migrate(*m),
@@ -241,19 +260,16 @@ pub async fn run(
             }
             std::mem::take(&mut next)
         };
-        let mut state = PageState {
-            progress: &mut progress,
-            months: &mut months,
-            stats: &mut stats,
-        };
-        let (written, read) = tokio::join!(
-            write_page_with_retry(&pool, &config, &page, &mut state, &mut stop),
-            fill_page(&consumer, Vec::new(), &config)
-        );
+        let page_len = page.len();
+        let write = write_page_in_shares(&pool, &config, page, &progress, &months, &stop);
+        let (written, read) = tokio::join!(write, fill_page(&consumer, Vec::new(), &config));
         next = read;
-        if !written? {
+        let Some(written) = written? else {
             break;
-        }
+        };
+        record(written, &mut progress, &mut months, &mut stats);
+        stats.pages += 1;
+        metrics::histogram!(PAGE_ROWS_METRIC).record(page_len as f64);
         let offsets = offsets_of(&config.outcomes_topic, &progress);
         if let Err(e) = consumer.commit(&offsets, CommitMode::Async) {
             warn!(error = %e, "committing offsets failed; pages may be redelivered and skipped");
@@ -320,32 +336,103 @@ async fn load_progress(
     Ok(rows.into_iter().collect())
 }
 
-/// What writing a page reads and advances.
-struct PageState<'a> {
-    /// Next offset to archive, per partition of the outcomes topic.
-    progress: &'a mut HashMap<i32, i64>,
-    /// Months (year, month) known to have their partition.
-    months: &'a mut HashSet<(i64, u32)>,
-    stats: &'a mut ArchiverStats,
+/// The page in at most `writers` shares by SKU (the record key): each
+/// SKU's messages in one share and in their order, so two shares never
+/// update the same rows of `ledger_hourly`.
+fn share_out(page: Vec<OwnedMessage>, writers: usize) -> Vec<Vec<OwnedMessage>> {
+    let writers = writers.max(1);
+    if writers == 1 {
+        return vec![page];
+    }
+    let mut shares: Vec<Vec<OwnedMessage>> = (0..writers)
+        .map(|_| Vec::with_capacity(page.len() / writers + 1))
+        .collect();
+    for m in page {
+        // FNV-1a: cheap, and the same share for the same key.
+        let hash = m
+            .key()
+            .unwrap_or_default()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        shares[(hash % writers as u64) as usize].push(m);
+    }
+    shares.retain(|share| !share.is_empty());
+    shares
 }
 
-/// Writes the page, retrying with backoff while PostgreSQL is unreachable.
-/// Returns `false` if asked to stop while waiting (nothing was written).
+/// Writes a page, its shares at once, each on its own connection and in
+/// its own transaction, then the progress of the page's partitions. A page
+/// that makes one share carries its progress in its own transaction. If
+/// some shares commit and the rest or the progress do not, the page is
+/// read again later and its archived rows collapse on the primary key
+/// (the trigger adds only rows actually inserted to `ledger_hourly`).
+/// Returns `None` if asked to stop while waiting for PostgreSQL.
+async fn write_page_in_shares(
+    pool: &PgPool,
+    config: &ArchiverConfig,
+    page: Vec<OwnedMessage>,
+    progress: &HashMap<i32, i64>,
+    months: &HashSet<(i64, u32)>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<Written>, ArchiverError> {
+    let shares = share_out(page, config.writers);
+    let alone = shares.len() == 1;
+    let writes = futures::future::join_all(shares.iter().map(|share| {
+        write_page_with_retry(pool, config, share, progress, months, alone, stop.clone())
+    }));
+    let mut page_written = Written::default();
+    for written in writes.await {
+        match written? {
+            Some(written) => page_written.add(written),
+            None => return Ok(None),
+        }
+    }
+    if !alone {
+        let next = &page_written.next_offsets;
+        let stored = retry::until_stopped(
+            || async {
+                let mut conn = pool.acquire().await?;
+                write_progress(&mut conn, config, next).await
+            },
+            is_transient,
+            |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
+            &mut stop.clone(),
+        )
+        .await
+        .map_err(|source| ArchiverError::Progress {
+            topic: config.outcomes_topic.clone(),
+            source,
+        })?;
+        if stored.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(page_written))
+}
+
+/// Writes a page (or a share of one), retrying with backoff while
+/// PostgreSQL is unreachable; with `progress_too`, the progress of its
+/// partitions in the same transaction. Returns `None` if asked to stop
+/// while waiting (nothing was written).
 async fn write_page_with_retry(
     pool: &PgPool,
     config: &ArchiverConfig,
     page: &[OwnedMessage],
-    state: &mut PageState<'_>,
-    stop: &mut watch::Receiver<bool>,
-) -> Result<bool, ArchiverError> {
-    let (progress, months) = (&*state.progress, &*state.months);
-    let written = retry::until_stopped(
+    progress: &HashMap<i32, i64>,
+    months: &HashSet<(i64, u32)>,
+    progress_too: bool,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Option<Written>, ArchiverError> {
+    let write = |via| write_page(pool, config, page, progress, months, via, progress_too);
+    retry::until_stopped(
         || async {
             let started = Instant::now();
-            let written = match write_page(pool, config, page, progress, months, Via::Copy).await {
+            let written = match write(Via::Copy).await {
                 Err(e) if is_unique_violation(&e) => {
                     debug!("a row of the page is archived already; inserting it row by row");
-                    write_page(pool, config, page, progress, months, Via::Insert).await
+                    write(Via::Insert).await
                 }
                 other => other,
             };
@@ -354,29 +441,31 @@ async fn write_page_with_retry(
         },
         is_transient,
         |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
-        stop,
+        &mut stop,
     )
     .await
     .map_err(|source| ArchiverError::Page {
         topic: config.outcomes_topic.clone(),
         offsets: offset_ranges(page.iter().map(|m| (m.partition(), m.offset()))),
         source,
-    })?;
-    let Some(written) = written else {
-        return Ok(false);
-    };
-    let stats = &mut *state.stats;
+    })
+}
+
+/// Takes in what a written page archived and advanced.
+fn record(
+    written: Written,
+    progress: &mut HashMap<i32, i64>,
+    months: &mut HashSet<(i64, u32)>,
+    stats: &mut ArchiverStats,
+) {
     stats.rows += written.rows;
     stats.undecodable += written.undecodable;
-    stats.pages += 1;
     metrics::counter!(ROWS_METRIC).increment(written.rows);
     metrics::counter!(UNDECODABLE_METRIC).increment(written.undecodable);
-    metrics::histogram!(PAGE_ROWS_METRIC).record(page.len() as f64);
     for (partition, next) in written.next_offsets {
-        state.progress.insert(partition, next);
+        progress.insert(partition, next);
     }
-    state.months.extend(written.new_months);
-    Ok(true)
+    months.extend(written.new_months);
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
@@ -392,12 +481,26 @@ fn is_transient(e: &sqlx::Error) -> bool {
     }))
 }
 
+#[derive(Debug, Default)]
 struct Written {
     rows: u64,
     undecodable: u64,
     next_offsets: HashMap<i32, i64>,
     /// Months whose partition the page made sure of.
     new_months: Vec<(i64, u32)>,
+}
+
+impl Written {
+    /// Adds what another share of the same page wrote.
+    fn add(&mut self, share: Written) {
+        self.rows += share.rows;
+        self.undecodable += share.undecodable;
+        for (partition, next) in share.next_offsets {
+            let at = self.next_offsets.entry(partition).or_insert(next);
+            *at = (*at).max(next);
+        }
+        self.new_months.extend(share.new_months);
+    }
 }
 
 /// What a page adds to the archive: its rows not archived yet, the next
@@ -649,6 +752,7 @@ async fn write_page(
     progress: &HashMap<i32, i64>,
     months: &HashSet<(i64, u32)>,
     via: Via,
+    progress_too: bool,
 ) -> Result<Written, sqlx::Error> {
     let PageRows {
         columns,
@@ -675,6 +779,26 @@ async fn write_page(
             Via::Insert => insert_rows(&mut tx, &columns).await?,
         }
     }
+    if progress_too {
+        write_progress(&mut tx, config, &next_offsets).await?;
+    }
+    tx.commit().await?;
+    debug!(rows, undecodable, next = ?next_offsets, progress_too, "page archived");
+    Ok(Written {
+        rows,
+        undecodable,
+        next_offsets,
+        new_months: new_months.into_iter().map(|(month, _)| month).collect(),
+    })
+}
+
+/// Records the next offset to archive of each partition, never moving one
+/// back (a page redelivered after a rebalance may end below it).
+async fn write_progress(
+    conn: &mut PgConnection,
+    config: &ArchiverConfig,
+    next_offsets: &HashMap<i32, i64>,
+) -> Result<(), sqlx::Error> {
     let partitions: Vec<i32> = next_offsets.keys().copied().collect();
     let nexts: Vec<i64> = partitions.iter().map(|p| next_offsets[p]).collect();
     sqlx::query(
@@ -689,16 +813,9 @@ async fn write_page(
     .bind(&config.outcomes_topic)
     .bind(&partitions)
     .bind(&nexts)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await?;
-    debug!(rows, undecodable, next = ?next_offsets, "page archived with its progress");
-    Ok(Written {
-        rows,
-        undecodable,
-        next_offsets,
-        new_months: new_months.into_iter().map(|(month, _)| month).collect(),
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -756,6 +873,63 @@ mod tests {
         assert_eq!(rows.columns.partition, [1, 0, 2]);
         assert_eq!(rows.undecodable, 1);
         assert_eq!(rows.next_offsets, HashMap::from([(0, 9), (1, 5), (2, 1)]));
+    }
+
+    #[test]
+    fn a_page_is_shared_out_by_sku_in_order_and_about_evenly() {
+        let page: Vec<OwnedMessage> = (0..2000)
+            .map(|offset| {
+                message((offset % 3) as i32, offset, Vec::new())
+                    .set_key(Some(format!("SKU-{}", offset % 100).into_bytes()))
+            })
+            .collect();
+        let shares = share_out(page.clone(), 2);
+        assert_eq!(shares.len(), 2);
+        for share in &shares {
+            assert!(
+                (700..=1300).contains(&share.len()),
+                "about half each: {}",
+                share.len()
+            );
+            let offsets: Vec<i64> = share.iter().map(|m| m.offset()).collect();
+            assert!(offsets.is_sorted(), "messages keep their order");
+        }
+        for sku in 0..100 {
+            let key = format!("SKU-{sku}").into_bytes();
+            let holders = shares
+                .iter()
+                .filter(|s| s.iter().any(|m| m.key() == Some(key.as_slice())))
+                .count();
+            assert_eq!(holders, 1, "SKU-{sku} is in one share");
+        }
+        let all: usize = shares.iter().map(Vec::len).sum();
+        assert_eq!(all, page.len(), "nothing lost");
+
+        // One writer, or one SKU: the page as it came.
+        for shares in [share_out(page.clone(), 1), share_out(page[..1].to_vec(), 4)] {
+            assert_eq!(shares.len(), 1);
+        }
+        assert_eq!(share_out(page.clone(), 1)[0].len(), page.len());
+    }
+
+    #[test]
+    fn shares_of_a_page_add_up_to_its_rows_and_furthest_offsets() {
+        let mut page = Written::default();
+        page.add(Written {
+            rows: 3,
+            undecodable: 1,
+            next_offsets: HashMap::from([(0, 9), (1, 4)]),
+            new_months: vec![(2026, 11)],
+        });
+        page.add(Written {
+            rows: 2,
+            undecodable: 0,
+            next_offsets: HashMap::from([(0, 7), (2, 5)]),
+            new_months: Vec::new(),
+        });
+        assert_eq!((page.rows, page.undecodable), (5, 1));
+        assert_eq!(page.next_offsets, HashMap::from([(0, 9), (1, 4), (2, 5)]));
+        assert_eq!(page.new_months, [(2026, 11)]);
     }
 
     #[test]

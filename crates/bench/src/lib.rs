@@ -106,6 +106,10 @@ pub struct BenchArgs {
     /// memory and scale scenarios (as `archive --page-size`).
     #[arg(long, default_value_t = 5000)]
     pub page_size: usize,
+    /// PostgreSQL connections the archiver writes a page with in the e2e,
+    /// memory and scale scenarios (as `archive --writers`).
+    #[arg(long, default_value_t = 2)]
+    pub writers: usize,
     /// Rows of the analyst scenario's archive [default: 10000000, or 100000
     /// with --quick].
     #[arg(long)]
@@ -558,6 +562,10 @@ async fn with_processes(
             ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
             ("STOCKLEDGER_ARCHIVER_GROUP", &group),
             ("STOCKLEDGER_PAGE_SIZE", &args.page_size.max(1).to_string()),
+            (
+                "STOCKLEDGER_ARCHIVE_WRITERS",
+                &args.writers.max(1).to_string(),
+            ),
         ],
         "archive",
     )?;
@@ -1004,7 +1012,8 @@ async fn archive(
     let group = format!("{group}-archiver");
     config.group_id = group.clone();
     config.page_size = args.page_size.max(1);
-    let page_size = config.page_size;
+    config.writers = args.writers.max(1);
+    let (page_size, writers) = (config.page_size, config.writers);
     let assignment = config.assignment.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let archiver = tokio::spawn(stockledger_archiver::run(config, async {
@@ -1034,7 +1043,9 @@ async fn archive(
         scenario: "archive",
         records,
         seconds,
-        setup: format!("pages of {page_size}, timed from the group's assignment"),
+        setup: format!(
+            "pages of {page_size}, {writers} writers, timed from the group's assignment"
+        ),
         latency_ms: None,
         peak_rss_mib: None,
         failed: archive_differs(pool, topic, records).await?,

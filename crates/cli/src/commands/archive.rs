@@ -27,6 +27,11 @@ pub struct Args {
     /// Most outcomes written in one transaction (bounds memory).
     #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 5000)]
     pub page_size: usize,
+    /// PostgreSQL connections writing a page at once, each a transaction
+    /// over its share of the page's partitions (one connection's backend
+    /// bounds the archive rate).
+    #[arg(long, env = "STOCKLEDGER_ARCHIVE_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub writers: u16,
     /// Milliseconds a page waits to fill after its first outcome.
     #[arg(long, env = "STOCKLEDGER_PAGE_WAIT_MS", default_value_t = 100)]
     pub page_wait_ms: u64,
@@ -44,6 +49,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         config.instance_id = Some(id);
     }
     config.page_size = args.page_size.max(1);
+    config.writers = usize::from(args.writers);
     config.page_wait = Duration::from_millis(args.page_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
     let _endpoint = observe::start(&args.metrics, || {
