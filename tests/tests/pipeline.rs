@@ -295,18 +295,26 @@ async fn rows_archived_without_their_progress_are_not_archived_twice() -> anyhow
 
     config.group_id = format!("{}-again", h.ns.archiver_group);
     let again = h.start_archiver_with(config.clone());
-    wait_until("the second group to read every outcome", CATCH_UP, || async {
-        let read: Option<i64> = sqlx::query_scalar(
-            "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
-        )
-        .bind(&config.group_id)
-        .fetch_one(&h.pool)
-        .await?;
-        Ok((read == Some(records)).then_some(()))
-    })
+    wait_until(
+        "the second group to read every outcome",
+        CATCH_UP,
+        || async {
+            let read: Option<i64> = sqlx::query_scalar(
+                "SELECT sum(next_offset)::bigint FROM archiver_progress WHERE consumer_group = $1",
+            )
+            .bind(&config.group_id)
+            .fetch_one(&h.pool)
+            .await?;
+            Ok((read == Some(records)).then_some(()))
+        },
+    )
     .await?;
     assert_eq!(h.archived_rows().await?, records);
-    assert_eq!(hours_of(&h).await?, hours, "the hours counted nothing twice");
+    assert_eq!(
+        hours_of(&h).await?,
+        hours,
+        "the hours counted nothing twice"
+    );
     let stats = again.stop().await?;
     assert_eq!(stats.rows, records as u64, "every outcome found archived");
     applier.stop().await?;

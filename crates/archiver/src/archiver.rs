@@ -2,18 +2,20 @@
 //!
 //! A page is at most `page_size` outcomes (so memory is bounded by it) or
 //! whatever arrived within `page_wait` of its first record; the next page
-//! is read while one is written. A page is written by up to `writers`
-//! connections at once, each taking a share of its partitions (a partition
-//! is never split), and each share is one transaction: a binary `COPY` of
-//! its rows, plus the archiver's progress for those partitions (and, for
-//! the first row of a month, the creation of that month's partition of
-//! `ledger_entries`). Every share of a page commits before the next page
-//! is written. A share holding a row archived already fails the
-//! `COPY` on the primary key (the log position) and is written again as one
-//! `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`. Kafka offsets
-//! are committed after the page's transactions; if that commit is lost, the
-//! redelivered page is skipped by the stored progress and, failing that,
-//! collapses on the primary key.
+//! is read while one is written. A page is split by SKU (the record key)
+//! into up to `writers` shares, written at once on their own connections,
+//! each one transaction: a binary `COPY` of its rows (and, for the first
+//! row of a month, the creation of that month's partition of
+//! `ledger_entries`). Once every share has committed, the archiver's
+//! progress (next offset per partition) is written; a page of one share
+//! writes it in that share's transaction. Every share of a page commits
+//! before the next page is written. A share holding a row archived already
+//! fails the `COPY` on the primary key (the log position) and is written
+//! again as one `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`.
+//! Kafka offsets are committed after the progress; if that commit is lost,
+//! the redelivered page is skipped by the stored progress and, failing
+//! that (a stop between the shares and the progress), collapses on the
+//! primary key.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -54,8 +56,8 @@ pub struct ArchiverConfig {
     /// How long a page waits to fill once its first outcome is in.
     pub page_wait: Duration,
     /// PostgreSQL connections writing one page at once, each its own
-    /// transaction over its share of the page's partitions (partition
-    /// modulo `writers`). One PostgreSQL backend is what bounds the
+    /// transaction over its share of the page's SKUs, the page's progress
+    /// once all have committed. One PostgreSQL backend is what bounds the
     /// archive rate; see docs/BENCHMARKS.md, "Archive writers".
     pub writers: usize,
     pub stats_interval: Duration,

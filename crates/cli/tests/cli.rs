@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 17] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -66,6 +66,10 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             "quantity: must be at least 1",
         ),
         (&["confirm", "SKU", "{o}"], "order_id: must not contain '{'"),
+        (
+            &["archive", "--writers", "0"],
+            "for '--writers <WRITERS>': 0 is not in 1..=64",
+        ),
         (
             &["confirm", "SKU", "nobody"],
             "order_id: the ledger has no reservation of SKU for order nobody",

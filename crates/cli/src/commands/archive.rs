@@ -28,8 +28,8 @@ pub struct Args {
     #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 5000)]
     pub page_size: usize,
     /// PostgreSQL connections writing a page at once, each a transaction
-    /// over its share of the page's partitions (one connection's backend
-    /// bounds the archive rate).
+    /// over its share of the page's SKUs, the page's progress after them
+    /// (one connection's PostgreSQL backend bounds the archive rate).
     #[arg(long, env = "STOCKLEDGER_ARCHIVE_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub writers: u16,
     /// Milliseconds a page waits to fill after its first outcome.
