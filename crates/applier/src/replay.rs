@@ -200,7 +200,8 @@ pub async fn replay(
             ("statistics.interval.ms", "500"),
             // A replay reads a finished log as fast as it can: some brokers
             // (tansu 0.6) hold every fetch for its whole wait, even with
-            // records there (the default 500 ms halved the replay rate).
+            // records there (77-79k records/s with the default 500 ms,
+            // 117-131k with 10 ms; docs/BENCHMARKS.md, "Fetch waits").
             ("fetch.wait.max.ms", "10"),
             FETCH_QUEUE_BACKOFF_MS,
         ])
