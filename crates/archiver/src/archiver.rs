@@ -399,7 +399,7 @@ async fn write_page_in_shares(
                 write_progress(&mut conn, config, next).await
             },
             is_transient,
-            |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
+            postgres_away,
             &mut stop.clone(),
         )
         .await
@@ -442,7 +442,7 @@ async fn write_page_with_retry(
             written
         },
         is_transient,
-        |e, wait| warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying"),
+        postgres_away,
         &mut stop,
     )
     .await
@@ -468,6 +468,11 @@ fn record(
         progress.insert(partition, next);
     }
     months.extend(written.new_months);
+}
+
+/// Says that a write is waiting for PostgreSQL, before each retry.
+fn postgres_away(e: &sqlx::Error, wait: Duration) {
+    warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying");
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
