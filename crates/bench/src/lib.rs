@@ -803,7 +803,7 @@ async fn e2e(
     pipeline.stop().await?;
     let log_records = records + skus as u64;
     let mut failures = Vec::new();
-    if let Some(failure) = projection_differs(g, &topic, &prefix).await? {
+    if let Some(failure) = projection_differs(g, &topic, &prefix, log_records).await? {
         failures.push(failure);
     }
     let mut archive = archive(
@@ -837,14 +837,20 @@ async fn e2e(
 }
 
 /// The contract check's first half: `None` when the projection under
-/// `prefix` is exactly the reference fold of `topic`, else what differs.
+/// `prefix` is exactly the reference fold of `topic` (`log_records`
+/// records, which bound how long reading it may take), else what differs.
 async fn projection_differs(
     g: &Global,
     topic: &str,
     prefix: &str,
+    log_records: u64,
 ) -> anyhow::Result<Option<String>> {
     let kafka = g.kafka();
-    let log = stockledger_io::topic::read_topic(&kafka, topic, Duration::from_secs(60)).await?;
+    // A minute, and a minute more per million records: far above the rate
+    // the log is read at (over 100k records/s here), so only a broker that
+    // stops serving runs it out.
+    let within = Duration::from_secs(60 + 60 * log_records / 1_000_000);
+    let log = stockledger_io::topic::read_topic(&kafka, topic, within).await?;
     let partitions = stockledger_io::topic::partition_count(&kafka, topic).await?;
     let reference = stockledger_applier::check::fold(&log, partitions);
     let projection = stockledger_projection::Projection::connect(&g.redis_url, prefix).await?;
@@ -881,7 +887,7 @@ async fn contract_differs(
     log_records: u64,
 ) -> anyhow::Result<Option<String>> {
     let failures: Vec<String> = [
-        projection_differs(g, topic, prefix).await?,
+        projection_differs(g, topic, prefix, log_records).await?,
         archive_differs(pool, topic, log_records).await?,
     ]
     .into_iter()
