@@ -846,9 +846,9 @@ async fn projection_differs(
     log_records: u64,
 ) -> anyhow::Result<Option<String>> {
     let kafka = g.kafka();
-    // A minute, and a minute more per million records: far above the rate
-    // the log is read at (over 100k records/s here), so only a broker that
-    // stops serving runs it out.
+    // A minute, and a minute more per million records: the 10M-record
+    // scale log is read and folded well within that here, so only a
+    // broker that stops serving runs it out.
     let within = Duration::from_secs(60 + 60 * log_records / 1_000_000);
     let log = stockledger_io::topic::read_topic(&kafka, topic, within).await?;
     let partitions = stockledger_io::topic::partition_count(&kafka, topic).await?;

@@ -177,8 +177,8 @@ fn read_topic_blocking(
             ("enable.partition.eof", "true"),
             // A whole log is read as fast as the brokers give it: with
             // librdkafka's 500 ms fetch wait, a broker that holds every
-            // fetch for its whole wait (tansu 0.6) made a 10M-record log
-            // take minutes (docs/BENCHMARKS.md, "Fetch waits").
+            // fetch for its whole wait (tansu 0.6) kept a 10M-record log
+            // from being read in a minute (docs/BENCHMARKS.md, "Scale").
             ("fetch.wait.max.ms", "10"),
             FETCH_QUEUE_BACKOFF_MS,
         ])
