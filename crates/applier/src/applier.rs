@@ -701,9 +701,14 @@ impl Applier {
                 warn!(error = %e, "final offset commit failed; records may be redelivered");
             }
             FinalCommit::TimedOut => warn!(
-                within = ?SHUTDOWN_GRACE,
+                ?within,
                 "the final offset commit did not happen in time (brokers unreachable?); \
                  records since the last commit will be redelivered and skipped as applied"
+            ),
+            FinalCommit::ClosedLate => warn!(
+                ?within,
+                "final offsets committed, but the consumer did not close in time; \
+                 nothing will be redelivered"
             ),
         }
         info!(records = stats.records, "applier stopped");

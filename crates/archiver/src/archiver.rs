@@ -288,6 +288,11 @@ pub async fn run(
             "the final offset commit did not happen in time (brokers unreachable?); \
              pages since the last commit will be redelivered and skipped"
         ),
+        FinalCommit::ClosedLate => warn!(
+            within = ?SHUTDOWN_GRACE,
+            "final offsets committed, but the consumer did not close in time; \
+             nothing will be redelivered"
+        ),
     }
     info!(rows = stats.rows, "archiver stopped");
     Ok(stats)

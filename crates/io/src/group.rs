@@ -269,12 +269,17 @@ impl Stalls {
 /// How a consumer's last commit ended.
 #[derive(Debug)]
 pub enum FinalCommit {
-    /// Nothing was left to commit, or the brokers confirmed it.
+    /// Nothing was left to commit, or the brokers confirmed it, and the
+    /// consumer closed.
     Done,
     /// The brokers refused it.
     Failed(KafkaError),
-    /// No answer within [`SHUTDOWN_GRACE`] (or `within`).
+    /// No answer within the time given.
     TimedOut,
+    /// The brokers confirmed the commit, but closing the consumer (leaving
+    /// its group, unless it is a static member) did not end in the time
+    /// left.
+    ClosedLate,
 }
 
 /// Commits `offsets` synchronously, then closes `consumer` (leaving its
@@ -286,7 +291,9 @@ pub async fn commit_and_close<C: ConsumerContext + 'static>(
     offsets: TopicPartitionList,
     within: Duration,
 ) -> FinalCommit {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let deadline = tokio::time::Instant::now() + within;
+    let (committed_tx, committed_rx) = tokio::sync::oneshot::channel();
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("consumer-close".into())
         .spawn(move || {
@@ -295,22 +302,53 @@ pub async fn commit_and_close<C: ConsumerContext + 'static>(
             } else {
                 consumer.commit(&offsets, CommitMode::Sync)
             };
+            let _ = committed_tx.send(committed);
             drop(consumer);
-            let _ = tx.send(committed);
+            let _ = closed_tx.send(());
         });
     if spawned.is_err() {
         return FinalCommit::TimedOut;
     }
-    match tokio::time::timeout(within, rx).await {
-        Ok(Ok(Ok(()))) => FinalCommit::Done,
-        Ok(Ok(Err(e))) => FinalCommit::Failed(e),
-        Ok(Err(_)) | Err(_) => FinalCommit::TimedOut,
+    let Ok(Ok(committed)) = tokio::time::timeout_at(deadline, committed_rx).await else {
+        return final_commit(None, false);
+    };
+    let closed = tokio::time::timeout_at(deadline, closed_rx).await.is_ok();
+    final_commit(Some(committed), closed)
+}
+
+/// What a last commit came to: `committed` is the brokers' answer, if one
+/// came in time, and `closed` whether the consumer closed in time after it.
+fn final_commit(committed: Option<Result<(), KafkaError>>, closed: bool) -> FinalCommit {
+    match committed {
+        None => FinalCommit::TimedOut,
+        Some(Err(e)) => FinalCommit::Failed(e),
+        Some(Ok(())) if closed => FinalCommit::Done,
+        Some(Ok(())) => FinalCommit::ClosedLate,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_confirmed_commit_is_told_apart_from_a_late_close_and_no_answer() {
+        let refused =
+            KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::RebalanceInProgress);
+        assert!(matches!(final_commit(None, false), FinalCommit::TimedOut));
+        assert!(matches!(
+            final_commit(Some(Err(refused)), true),
+            FinalCommit::Failed(_)
+        ));
+        assert!(matches!(
+            final_commit(Some(Ok(())), true),
+            FinalCommit::Done
+        ));
+        assert!(matches!(
+            final_commit(Some(Ok(())), false),
+            FinalCommit::ClosedLate
+        ));
+    }
 
     #[test]
     fn only_partitions_of_others_with_lag_and_no_progress_for_the_patience_stall() {
