@@ -34,9 +34,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
 use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
-use stockledger_io::group::{
-    commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
-};
+use stockledger_io::group::{commit_and_close, default_instance_id, GroupWatch, SHUTDOWN_GRACE};
 use stockledger_io::kafka::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
@@ -695,22 +693,10 @@ impl Applier {
             ..
         } = self;
         let within = grace.saturating_duration_since(tokio::time::Instant::now());
-        match commit_and_close(consumer, committed, within).await {
-            FinalCommit::Done => {}
-            FinalCommit::Failed(e) => {
-                warn!(error = %e, "final offset commit failed; records may be redelivered");
-            }
-            FinalCommit::TimedOut => warn!(
-                ?within,
-                "the final offset commit did not happen in time (brokers unreachable?); \
-                 records since the last commit will be redelivered and skipped as applied"
-            ),
-            FinalCommit::ClosedLate => warn!(
-                ?within,
-                "final offsets committed, but the consumer did not close in time; \
-                 nothing will be redelivered"
-            ),
-        }
+        // What was not committed is redelivered and skipped as applied.
+        commit_and_close(consumer, committed, within)
+            .await
+            .warn_unless_done("records", within);
         info!(records = stats.records, "applier stopped");
         Ok(stats)
     }

@@ -20,7 +20,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
-use stockledger_io::kafka::FETCH_QUEUE_BACKOFF_MS;
+use stockledger_io::kafka::{FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
 use stockledger_io::KafkaConfig;
 use tracing::{debug, info, instrument};
 
@@ -198,11 +198,7 @@ pub async fn replay(
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "true"),
             ("statistics.interval.ms", "500"),
-            // A replay reads a finished log as fast as it can: some brokers
-            // (tansu 0.6) hold every fetch for its whole wait, even with
-            // records there (77-79k records/s with the default 500 ms,
-            // 117-131k with 10 ms; docs/BENCHMARKS.md, "Fetch waits").
-            ("fetch.wait.max.ms", "10"),
+            READ_TO_END_FETCH_WAIT_MS,
             FETCH_QUEUE_BACKOFF_MS,
         ])
         .create_with_context(LagContext::new(

@@ -28,9 +28,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::{PgConnection, PgPool};
 use stockledger_core::codec;
 use stockledger_core::Outcome;
-use stockledger_io::group::{
-    commit_and_close, default_instance_id, FinalCommit, GroupWatch, SHUTDOWN_GRACE,
-};
+use stockledger_io::group::{commit_and_close, default_instance_id, GroupWatch, SHUTDOWN_GRACE};
 use stockledger_io::kafka::FETCH_QUEUE_BACKOFF_MS;
 use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_io::topic::offset_ranges;
@@ -280,20 +278,9 @@ pub async fn run(
     // The progress table is the truth; this keeps a restart from re-reading
     // pages it would only skip. Bounded, as the brokers may be away.
     let offsets = offsets_of(&config.outcomes_topic, &progress);
-    match commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await {
-        FinalCommit::Done => {}
-        FinalCommit::Failed(e) => warn!(error = %e, "final offset commit failed"),
-        FinalCommit::TimedOut => warn!(
-            within = ?SHUTDOWN_GRACE,
-            "the final offset commit did not happen in time (brokers unreachable?); \
-             pages since the last commit will be redelivered and skipped"
-        ),
-        FinalCommit::ClosedLate => warn!(
-            within = ?SHUTDOWN_GRACE,
-            "final offsets committed, but the consumer did not close in time; \
-             nothing will be redelivered"
-        ),
-    }
+    commit_and_close(consumer, offsets, SHUTDOWN_GRACE)
+        .await
+        .warn_unless_done("pages", SHUTDOWN_GRACE);
     info!(rows = stats.rows, "archiver stopped");
     Ok(stats)
 }

@@ -282,6 +282,30 @@ pub enum FinalCommit {
     ClosedLate,
 }
 
+impl FinalCommit {
+    /// Logs how the last commit ended unless it went through: `what` names
+    /// what a restart would read again ("records", "pages"), `within` the
+    /// time the commit was given.
+    pub fn warn_unless_done(&self, what: &str, within: Duration) {
+        match self {
+            FinalCommit::Done => {}
+            FinalCommit::Failed(e) => {
+                warn!(error = %e, "final offset commit failed; {what} may be redelivered");
+            }
+            FinalCommit::TimedOut => warn!(
+                ?within,
+                "the final offset commit did not happen in time (brokers unreachable?); \
+                 {what} since the last commit will be redelivered and skipped"
+            ),
+            FinalCommit::ClosedLate => warn!(
+                ?within,
+                "final offsets committed, but the consumer did not close in time; \
+                 nothing will be redelivered"
+            ),
+        }
+    }
+}
+
 /// Commits `offsets` synchronously, then closes `consumer` (leaving its
 /// group), on a thread of its own, waiting at most `within` for both. The
 /// thread is left behind if the brokers do not answer; a process that

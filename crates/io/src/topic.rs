@@ -9,7 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::kafka::{KafkaConfig, FETCH_QUEUE_BACKOFF_MS};
+use crate::kafka::{KafkaConfig, FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
 use crate::lag::LagContext;
 
 /// One record as read from the log.
@@ -175,11 +175,7 @@ fn read_topic_blocking(
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("enable.partition.eof", "true"),
-            // A whole log is read as fast as the brokers give it: with
-            // librdkafka's 500 ms fetch wait, a broker that holds every
-            // fetch for its whole wait (tansu 0.6) kept a 10M-record log
-            // from being read in a minute (docs/BENCHMARKS.md, "Scale").
-            ("fetch.wait.max.ms", "10"),
+            READ_TO_END_FETCH_WAIT_MS,
             FETCH_QUEUE_BACKOFF_MS,
         ])
         .create_with_context(LagContext::new(
