@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/stack.sh up
 eval "$(deploy/local/stack.sh env)"
-# Which engine the stack's broker keeps its log in: the figures depend on it.
-storage=$(cat "${STOCKLEDGER_HOME:-$HOME/.stockledger}/tansu.storage" 2>/dev/null || echo "not started by stack.sh")
-echo "bench: broker $KAFKA_BROKERS, tansu storage: $storage" >&2
+# Which broker runs (and where it keeps its log): the figures depend on it.
+broker=$(deploy/local/stack.sh env | sed -n 's/^# broker: //p')
+echo "bench: broker $KAFKA_BROKERS ($broker)" >&2
+export STOCKLEDGER_BENCH_BROKER=$broker
 # The gateway scenarios' HTTP load generator, built once from crates.io.
 OHA_VERSION=1.16.0
 oha="${STOCKLEDGER_HOME:-$HOME/.stockledger}/oha/bin/oha"

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# The local stack without Docker: a Kafka-compatible broker (tansu, built
-# once from crates.io into ~/.stockledger), Redis and PostgreSQL on their
+# The local stack without Docker: a Kafka broker, Redis and PostgreSQL on their
 # standard loopback ports. Idempotent: whatever already runs and answers is
 # kept.
 #
-#   deploy/local/stack.sh up      start what is missing (builds the broker once)
+#   deploy/local/stack.sh up      start what is missing (fetches the broker once)
 #   deploy/local/stack.sh down    stop the broker started here, and wait until it has
 #   deploy/local/stack.sh env     print the environment the stack serves
 #                                 (Redis database STOCKLEDGER_REDIS_DB, default 0)
 #
-# The broker keeps its log IN MEMORY: `down` (or a reboot) loses every topic,
-# record and committed offset, while Redis and PostgreSQL keep their
-# projections of it; `up` says so every time. STOCKLEDGER_BROKER_STORAGE=libsql
-# keeps it in ~/.stockledger/broker/tansu.db (tansu's SQLite engine) instead:
-# durable, but 10-20 times slower, and tansu 0.6 stops serving under heavy
-# concurrent produce with it (see README, "The local stack").
-# STOCKLEDGER_HOME (default ~/.stockledger), STOCKLEDGER_KAFKA_PORT (9092) and
+# The broker is Apache Kafka (deploy/local/kafka.sh: jars from Maven Central,
+# one KRaft node), its log on disk in ~/.stockledger/kafka/data: it survives
+# `down`, `up` and a crash. STOCKLEDGER_BROKER=tansu runs tansu 0.6 instead
+# (built once from crates.io, about 15 minutes), whose log is IN MEMORY unless
+# STOCKLEDGER_BROKER_STORAGE=libsql keeps it in ~/.stockledger/broker/tansu.db
+# (10-20 times slower; see README, "The local stack").
+# STOCKLEDGER_HOME (default ~/.stockledger), STOCKLEDGER_KAFKA_PORT (9092),
+# STOCKLEDGER_KAFKA_CONTROLLER_PORT (9093, Apache Kafka's controller) and
 # STOCKLEDGER_TANSU (a tansu binary to use instead of building one) move it.
 set -euo pipefail
 
@@ -23,6 +23,9 @@ STATE=${STOCKLEDGER_HOME:-$HOME/.stockledger}
 TANSU_VERSION=0.6.0
 TANSU=${STOCKLEDGER_TANSU:-$STATE/tansu/bin/tansu}
 KAFKA_PORT=${STOCKLEDGER_KAFKA_PORT:-9092}
+CONTROLLER_PORT=${STOCKLEDGER_KAFKA_CONTROLLER_PORT:-9093}
+BROKER=${STOCKLEDGER_BROKER:-kafka}
+KAFKA=$(cd "$(dirname "$0")" && pwd)/kafka.sh
 REDIS_PORT=6379
 PG_PORT=5432
 DATABASE=${STOCKLEDGER_DATABASE:-stockledger}
@@ -83,44 +86,75 @@ kafka_answers() {
   [ "$(echo "$reply" | awk '{print $5 $6 $7 $8}')" = 00000001 ]
 }
 
+# The broker started here: its pid, and which one it is ("kafka" or "tansu").
 broker_pid() {
   local pid
-  [ -f "$STATE/tansu.pid" ] && pid=$(cat "$STATE/tansu.pid") && kill -0 "$pid" 2>/dev/null &&
+  [ -f "$STATE/broker.pid" ] && pid=$(cat "$STATE/broker.pid") && kill -0 "$pid" 2>/dev/null &&
     echo "$pid"
+}
+
+broker_kind() {
+  if broker_pid >/dev/null && [ -f "$STATE/broker.kind" ]; then
+    cat "$STATE/broker.kind"
+  elif listening "$KAFKA_PORT"; then
+    echo "not started here"
+  else
+    echo "none running"
+  fi
 }
 
 stop_broker() {
   local pid
-  pid=$(broker_pid) || { rm -f "$STATE/tansu.pid"; return 0; }
+  pid=$(broker_pid) || { rm -f "$STATE/broker.pid"; return 0; }
   kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do
+  # Apache Kafka's controlled shutdown flushes and closes every log.
+  for _ in $(seq 1 600); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   if kill -0 "$pid" 2>/dev/null; then
-    log "tansu ($pid) did not stop within 10 s of SIGTERM; killing it"
+    log "the broker ($pid) did not stop within 60 s of SIGTERM; killing it"
     kill -KILL "$pid" 2>/dev/null || true
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
   fi
-  rm -f "$STATE/tansu.pid"
+  rm -f "$STATE/broker.pid"
 }
 
-ensure_broker() {
-  if listening "$KAFKA_PORT"; then
-    if kafka_answers "$KAFKA_PORT"; then
-      if broker_pid >/dev/null && [ "$(cat "$STATE/tansu.storage" 2>/dev/null)" != libsql ]; then
-        log "keeping the tansu on 127.0.0.1:$KAFKA_PORT; IN-MEMORY log: every topic and offset is lost when it stops (STOCKLEDGER_BROKER_STORAGE=libsql for a durable one)"
-      fi
-      return
-    fi
-    if broker_pid >/dev/null; then
-      log "the tansu started here does not answer on 127.0.0.1:$KAFKA_PORT; restarting it"
-      stop_broker
-    else
-      log "127.0.0.1:$KAFKA_PORT is taken by something that does not answer as a Kafka broker"
+# Waits until the broker started as $1 answers, or says why it did not.
+await_broker() { # pid what log
+  for _ in $(seq 1 600); do
+    kafka_answers "$KAFKA_PORT" && return 0
+    if ! kill -0 "$1" 2>/dev/null; then
+      grep -h '^kafka: ' "$3" >&2 || tail -n 20 "$3" >&2
+      log "$2 exited before it answered on 127.0.0.1:$KAFKA_PORT; see $3"
+      rm -f "$STATE/broker.pid"
       exit 1
     fi
+    sleep 0.1
+  done
+  log "$2 does not answer on 127.0.0.1:$KAFKA_PORT within 60 s; see $3"
+  exit 1
+}
+
+start_kafka() {
+  if listening "$CONTROLLER_PORT"; then
+    log "127.0.0.1:$CONTROLLER_PORT, the port of Apache Kafka's controller, is taken; stop what holds it or set STOCKLEDGER_KAFKA_CONTROLLER_PORT"
+    exit 1
   fi
+  local libs version
+  libs=$("$KAFKA" fetch) || exit 1
+  version=${libs%/libs}
+  version=${version##*/kafka-}
+  mkdir -p "$STATE/kafka"
+  log "starting Apache Kafka $version on 127.0.0.1:$KAFKA_PORT (log kept in $STATE/kafka/data; broker log in $STATE/kafka/server.log)"
+  nohup "$KAFKA" run "$STATE/kafka" "$KAFKA_PORT" "$CONTROLLER_PORT" \
+    >"$STATE/kafka/console.log" 2>&1 &
+  echo $! >"$STATE/broker.pid"
+  echo "kafka $version" >"$STATE/broker.kind"
+  await_broker "$!" "Apache Kafka" "$STATE/kafka/console.log"
+}
+
+start_tansu() {
   ensure_tansu
   local engine
   mkdir -p "$STATE/broker"
@@ -133,25 +167,43 @@ ensure_broker() {
       engine=memory://tansu/
       log "starting tansu on 127.0.0.1:$KAFKA_PORT (IN-MEMORY log: every topic and offset is lost when the broker stops; broker log in $STATE/tansu.log)"
       ;;
-    *)
-      log "STOCKLEDGER_BROKER_STORAGE must be libsql or memory, got '$STORAGE'"
-      exit 2
-      ;;
   esac
   # The SQLite path is relative to the broker's working directory.
   (cd "$STATE/broker" && exec nohup "$TANSU" broker \
     --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
     --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
     --storage-engine "$engine" >"$STATE/tansu.log" 2>&1) &
-  echo $! >"$STATE/tansu.pid"
-  echo "$STORAGE" >"$STATE/tansu.storage"
-  wait_for "$KAFKA_PORT" tansu
-  for _ in $(seq 1 50); do
-    kafka_answers "$KAFKA_PORT" && return 0
-    sleep 0.2
-  done
-  log "tansu listens on 127.0.0.1:$KAFKA_PORT but does not answer; see $STATE/tansu.log"
-  exit 1
+  echo $! >"$STATE/broker.pid"
+  echo "tansu $TANSU_VERSION $STORAGE" >"$STATE/broker.kind"
+  await_broker "$!" tansu "$STATE/tansu.log"
+}
+
+ensure_broker() {
+  if listening "$KAFKA_PORT"; then
+    if kafka_answers "$KAFKA_PORT"; then
+      if broker_pid >/dev/null; then
+        case "$(broker_kind)" in
+          "tansu $TANSU_VERSION memory")
+            log "keeping the tansu on 127.0.0.1:$KAFKA_PORT; IN-MEMORY log: every topic and offset is lost when it stops" ;;
+          *) log "keeping the $(broker_kind) broker on 127.0.0.1:$KAFKA_PORT" ;;
+        esac
+      else
+        log "keeping the Kafka broker that answers on 127.0.0.1:$KAFKA_PORT (not started here)"
+      fi
+      return
+    fi
+    if broker_pid >/dev/null; then
+      log "the broker started here does not answer on 127.0.0.1:$KAFKA_PORT; restarting it"
+      stop_broker
+    else
+      log "127.0.0.1:$KAFKA_PORT is taken by something that does not answer as a Kafka broker; stop it or set STOCKLEDGER_KAFKA_PORT"
+      exit 1
+    fi
+  fi
+  case "$BROKER" in
+    kafka) start_kafka ;;
+    tansu) start_tansu ;;
+  esac
 }
 
 ensure_redis() {
@@ -174,18 +226,57 @@ ensure_postgres() {
     pg_ctlcluster --skip-systemctl-redirect "$version" main start
     wait_for "$PG_PORT" PostgreSQL
   fi
-  if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc \
+  pg_login
+  if ! psql "$(pg_url postgres)" -tAc \
       "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'" | grep -q 1; then
     log "creating database $DATABASE"
-    psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE \"$DATABASE\""
+    psql "$(pg_url postgres)" -qc "CREATE DATABASE \"$DATABASE\""
   fi
 }
 
+# The role the stack connects as, over loopback: postgres, without a password
+# where the server trusts loopback, else with the password PG_PASSWORD
+# (Debian's own cluster asks for one; `up` sets it through the local socket,
+# as the postgres system user, when that role has none that works).
+PG_PASSWORD=stockledger
+pg_url() { # database
+  if pg_answers ""; then
+    echo "postgres://postgres@127.0.0.1:$PG_PORT/$1"
+  else
+    echo "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/$1"
+  fi
+}
+
+pg_answers() { # password
+  PGPASSWORD=$1 PGCONNECT_TIMEOUT=5 psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+    -tAc 'SELECT 1' >/dev/null 2>&1
+}
+
+pg_login() {
+  pg_answers "" || pg_answers "$PG_PASSWORD" && return
+  if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
+    log "setting the password of PostgreSQL's postgres role to '$PG_PASSWORD' for loopback connections (local development only)"
+    runuser -u postgres -- psql -qc "ALTER ROLE postgres PASSWORD '$PG_PASSWORD'" && return
+  fi
+  log "cannot log in to PostgreSQL on 127.0.0.1:$PG_PORT as postgres, with no password or '$PG_PASSWORD'; give that role that password (ALTER ROLE postgres PASSWORD '$PG_PASSWORD') or trust loopback in pg_hba.conf"
+  exit 1
+}
+
 print_env() {
+  echo "# broker: $(broker_kind)"
   echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
   echo "export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/${STOCKLEDGER_REDIS_DB:-0}"
-  echo "export DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/$DATABASE"
+  echo "export DATABASE_URL=$(pg_url "$DATABASE")"
 }
+
+case "$BROKER" in
+  kafka | tansu) ;;
+  *) log "STOCKLEDGER_BROKER must be kafka or tansu, got '$BROKER'"; exit 2 ;;
+esac
+case "$STORAGE" in
+  libsql | memory) ;;
+  *) log "STOCKLEDGER_BROKER_STORAGE must be libsql or memory, got '$STORAGE'"; exit 2 ;;
+esac
 
 case "${1:-up}" in
   up)
@@ -196,8 +287,9 @@ case "${1:-up}" in
     ;;
   down)
     if broker_pid >/dev/null; then
+      kind=$(broker_kind)
       stop_broker
-      log "tansu stopped"
+      log "$kind broker stopped"
     fi
     ;;
   env) print_env ;;

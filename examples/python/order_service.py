@@ -3,7 +3,8 @@
 publishes: the schemas in schemas/history/ and the wire format in the README.
 
 It restocks a few SKUs, sends deducts and rollbacks for their orders (some
-refused, some duplicated, a rollback before its deduct), reads the applier's
+refused, some duplicated, a rollback before its deduct) and a hold it
+confirms, reads the applier's
 decisions from the outcomes topic, and exits 1 unless every decision is the
 one the ledger's rules give.
 
@@ -90,6 +91,10 @@ def script(sku):
         ("Rollback", {"order_id": "o4", "reason": None}, "IGNORED_NO_DEDUCTION"),
         ("Deduct", {"order_id": "o4", "quantity": 1}, "REJECTED_CANCELLED"),
         ("Deduct", {"order_id": "o2", "quantity": 2}, "DUPLICATE"),
+        # A hold: a deduct with a buyer and a deadline, then its confirmation.
+        ("Deduct", {"order_id": "o5", "quantity": 1, "user_id": "u1",
+                    "expires_at": int(time.time() * 1000) + 600_000}, "APPLIED"),
+        ("Confirm", {"order_id": "o5"}, "CONFIRMED"),
     ]
 
 

@@ -1,8 +1,11 @@
-//! An order service in another language: `examples/python` (confluent-kafka
-//! and fastavro, from PyPI) publishes commands and reads decisions knowing
-//! only the schemas and the README. Its commands must be decided exactly as
-//! the same commands sent through the Rust library: same partition per SKU,
-//! same decisions.
+//! Order services in other languages publish commands and read decisions
+//! knowing only the schemas and the README, each with libraries that are not
+//! ours: `examples/python` (confluent-kafka, fastavro), `examples/java`
+//! (Apache's kafka-clients and Avro), `examples/go` (franz-go, hamba/avro)
+//! and `examples/node` (@platformatic/kafka, avsc). The Python one's commands
+//! must be decided exactly as the same commands sent through the Rust
+//! library: same partition per SKU, same decisions. The other three run one
+//! checkout per SKU and check every decision themselves.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,35 +18,105 @@ use stockledger_testkit::Harness;
 
 const PARTITIONS: i32 = 6;
 
-fn example() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python/run.sh")
+fn example(language: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{language}/run.sh"))
 }
 
-/// Runs the Python order service against `h`'s topics; its decided commands.
-async fn run_python(h: &Harness) -> anyhow::Result<Vec<Value>> {
-    let mut command = Command::new(example());
-    command.args([
-        "--brokers",
-        &h.kafka.brokers,
-        "--topic",
-        &h.ns.topic,
-        "--outcomes-topic",
-        &h.ns.outcomes_topic,
-        "--sku-prefix",
-        "INTEROP",
-        "--skus",
-        "6",
-        "--json",
-    ]);
+/// Runs `examples/<language>` against `h`'s topics with `skus` SKUs named
+/// `<prefix>-<n>`; its standard output.
+async fn run_example(
+    h: &Harness,
+    language: &str,
+    prefix: &str,
+    skus: usize,
+    extra: &[&str],
+) -> anyhow::Result<String> {
+    let mut command = Command::new(example(language));
+    let skus = skus.to_string();
+    command
+        .args(["--brokers", &h.kafka.brokers, "--topic", &h.ns.topic])
+        .args(["--outcomes-topic", &h.ns.outcomes_topic])
+        .args(["--sku-prefix", prefix, "--skus", &skus])
+        .args(extra);
     let output = tokio::task::spawn_blocking(move || command.output()).await??;
     let stderr = String::from_utf8_lossy(&output.stderr);
     anyhow::ensure!(
         output.status.success(),
-        "the Python order service failed ({}):\n{stderr}",
+        "the {language} order service failed ({}):\n{stderr}",
         output.status
     );
-    eprintln!("python: {}", stderr.trim_end());
-    String::from_utf8(output.stdout)?
+    eprintln!("{language}: {}", stderr.trim_end());
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// The checkout of the Java, Go and Node.js examples: restock 5, hold 2 and
+/// confirm it, deduct 2 and roll it back, deduct 1 twice, ask for 5.
+const CHECKOUT: [(&str, &str); 8] = [
+    ("RESTOCK", "APPLIED"),
+    ("DEDUCT", "APPLIED"),
+    ("CONFIRM", "CONFIRMED"),
+    ("DEDUCT", "APPLIED"),
+    ("ROLLBACK", "APPLIED"),
+    ("DEDUCT", "APPLIED"),
+    ("DEDUCT", "DUPLICATE"),
+    ("DEDUCT", "REJECTED_INSUFFICIENT"),
+];
+
+/// Runs the checkout example in `language` on topics of its own and checks
+/// what it printed, the dead letters and the projection.
+async fn checkout_in(language: &str) -> anyhow::Result<()> {
+    const SKUS: usize = 4;
+    let h = Harness::new(&format!("interop-{language}"), PARTITIONS).await?;
+    let applier = h.start_applier();
+    let prefix = language.to_uppercase();
+    let printed = run_example(&h, language, &prefix, SKUS, &[]).await?;
+    // One line per command: SKU KIND TOPIC@PARTITION RESULT, in send order.
+    let lines: Vec<Vec<&str>> = printed.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), SKUS * CHECKOUT.len(), "{printed}");
+    for (i, line) in lines.iter().enumerate() {
+        let (kind, result) = CHECKOUT[i % CHECKOUT.len()];
+        let sku = format!("{prefix}-{}", i / CHECKOUT.len());
+        assert_eq!(
+            (line[0], line[1], line[3]),
+            (sku.as_str(), kind, result),
+            "{language}, command {i}"
+        );
+    }
+    assert!(
+        h.read(&h.ns.dlq_topic).await?.is_empty(),
+        "nothing dead-lettered"
+    );
+    let skus: Vec<String> = (0..SKUS).map(|n| format!("{prefix}-{n}")).collect();
+    let skus: Vec<&str> = skus.iter().map(String::as_str).collect();
+    for (sku, stock) in skus.iter().zip(h.projection.stock(&skus).await?) {
+        // 5, less 2 confirmed, less 1 sold; the rolled-back 2 came back.
+        assert_eq!(stock.map(|s| s.available), Some(2), "{sku}");
+    }
+    h.assert_projection_matches_log().await?;
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_order_service_with_the_official_clients_gets_every_decision_right(
+) -> anyhow::Result<()> {
+    checkout_in("java").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_order_service_gets_every_decision_right() -> anyhow::Result<()> {
+    checkout_in("go").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_order_service_gets_every_decision_right() -> anyhow::Result<()> {
+    checkout_in("node").await
+}
+
+/// Runs the Python order service against `h`'s topics; its decided commands.
+async fn run_python(h: &Harness) -> anyhow::Result<Vec<Value>> {
+    run_example(h, "python", "INTEROP", 6, &["--json"])
+        .await?
         .lines()
         .map(|line| Ok(serde_json::from_str(line)?))
         .collect()
@@ -54,7 +127,7 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
     let python = Harness::new("interop-python", PARTITIONS).await?;
     let applier = python.start_applier();
     let decided = run_python(&python).await?;
-    assert_eq!(decided.len(), 60, "ten commands for each of six SKUs");
+    assert_eq!(decided.len(), 72, "twelve commands for each of six SKUs");
     assert!(python.read(&python.ns.dlq_topic).await?.is_empty());
     python.assert_projection_matches_log().await?;
     applier.stop().await?;
@@ -69,9 +142,21 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
         let (sku, body) = (text(&entry["sku"]), &entry["body"]);
         let receipt = match entry["kind"].as_str() {
             Some("DEDUCT") => {
-                let quantity = body["quantity"].as_i64().unwrap_or_default();
+                let (order, quantity) = (text(&body["order_id"]), body["quantity"].as_i64());
+                let quantity = quantity.unwrap_or_default();
+                match body["expires_at"].as_i64() {
+                    Some(expires_at) => {
+                        let user = body["user_id"].as_str();
+                        rust.producer
+                            .reserve(&sku, &order, quantity, user, expires_at)
+                            .await?
+                    }
+                    None => rust.producer.deduct(&sku, &order, quantity).await?,
+                }
+            }
+            Some("CONFIRM") => {
                 rust.producer
-                    .deduct(&sku, &text(&body["order_id"]), quantity)
+                    .confirm(&sku, &text(&body["order_id"]))
                     .await?
             }
             Some("ROLLBACK") => {

@@ -67,37 +67,51 @@ pub async fn compare(
     Ok(mismatches)
 }
 
-/// Names the first field where `actual` differs from `expected`.
+/// Names the first field where `actual` differs from `expected`. Every
+/// field of [`SkuState`] is compared: the destructuring below stops the build
+/// when the state gains a field this check does not name.
 pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String> {
+    let SkuState {
+        available,
+        total,
+        reserved,
+        limit,
+        partition,
+        last_offset,
+        orders: _,
+        users,
+        adjustments: _,
+        decisions: _,
+    } = expected;
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
     };
-    if let Some(d) = scalar(
-        "available",
-        expected.available.to_string(),
-        actual.available.to_string(),
-    )
-    .or_else(|| {
-        scalar(
-            "total",
-            expected.total.to_string(),
-            actual.total.to_string(),
-        )
-    })
-    .or_else(|| {
-        scalar(
+    let scalars = [
+        (
+            "available",
+            available.to_string(),
+            actual.available.to_string(),
+        ),
+        ("total", total.to_string(), actual.total.to_string()),
+        (
+            "reserved",
+            reserved.to_string(),
+            actual.reserved.to_string(),
+        ),
+        ("limit", format!("{limit:?}"), format!("{:?}", actual.limit)),
+        (
             "partition",
-            format!("{:?}", expected.partition),
+            format!("{partition:?}"),
             format!("{:?}", actual.partition),
-        )
-    })
-    .or_else(|| {
-        scalar(
+        ),
+        (
             "last offset",
-            format!("{:?}", expected.last_offset),
+            format!("{last_offset:?}"),
             format!("{:?}", actual.last_offset),
-        )
-    }) {
+        ),
+        ("users", format!("{users:?}"), format!("{:?}", actual.users)),
+    ];
+    if let Some(d) = scalars.into_iter().find_map(|(f, e, a)| scalar(f, e, a)) {
         return Some(d);
     }
     for (order, e) in &expected.orders {
@@ -135,4 +149,73 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode};
+
+    use super::*;
+
+    fn state() -> SkuState {
+        let order = OrderEntry {
+            status: OrderStatus::Deducted,
+            quantity: 2,
+            offset: 1,
+            user: Some("u1".into()),
+            expires_at: None,
+            refunded: 0,
+        };
+        let decision = Decision {
+            result: ResultCode::Applied,
+            delta: -2,
+            available: 3,
+            total: 5,
+            reason: None,
+        };
+        SkuState {
+            available: 3,
+            total: 5,
+            reserved: 0,
+            limit: Some(4),
+            partition: Some(0),
+            last_offset: Some(1),
+            orders: [("o1".to_owned(), order)].into(),
+            users: [("u1".to_owned(), 2)].into(),
+            adjustments: [("a1".to_owned(), 0)].into(),
+            decisions: [(1, decision)].into(),
+        }
+    }
+
+    #[test]
+    fn every_field_of_the_state_that_differs_is_named() {
+        let expected = state();
+        assert_eq!(first_difference(&expected, &expected.clone()), None);
+        type Corrupt = fn(&mut SkuState);
+        let cases: [(&str, Corrupt); 10] = [
+            ("available", |s| s.available += 1),
+            ("total", |s| s.total += 1),
+            ("reserved", |s| s.reserved = 2),
+            ("limit", |s| s.limit = None),
+            ("partition", |s| s.partition = Some(1)),
+            ("last offset", |s| s.last_offset = Some(7)),
+            ("order o1", |s| s.orders.get_mut("o1").unwrap().refunded = 1),
+            ("users", |s| {
+                s.users.insert("u1".into(), 3).map(drop).unwrap()
+            }),
+            ("adjustments", |s| s.adjustments.clear()),
+            ("decision at offset 1", |s| {
+                s.decisions.get_mut(&1).unwrap().delta = 0;
+            }),
+        ];
+        for (field, corrupt) in cases {
+            let mut actual = expected.clone();
+            corrupt(&mut actual);
+            let difference = first_difference(&expected, &actual);
+            assert!(
+                difference.as_deref().is_some_and(|d| d.starts_with(field)),
+                "{field}: {difference:?}"
+            );
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! a topic whose partition count changed are refused with the way out, and
 //! that way out (`repartition`, then `replay`) rebuilds the fold of the log;
 //! the local stack's broker keeps the log and the group's offsets through
-//! `stack.sh down` and `up`.
+//! `stack.sh down` and `up` and through a `kill -9` under load.
 
 mod common;
 
@@ -16,7 +16,7 @@ use stockledger_io::topic::{committed_offsets, LogRecord};
 use stockledger_io::KafkaConfig;
 use stockledger_projection::Projection;
 use stockledger_testkit::harness::CATCH_UP;
-use stockledger_testkit::services::tansu_binary;
+use stockledger_testkit::services::{tansu_binary, Broker};
 use stockledger_testkit::{traffic, wait_until, Harness};
 
 const SKUS: [&str; 12] = [
@@ -237,41 +237,88 @@ async fn first_traffic_applied(h: &Harness) -> anyhow::Result<u64> {
 
 /// `deploy/local/stack.sh` with its broker on a port and in a state
 /// directory of this test's own (Redis and PostgreSQL are the shared ones).
+/// A local stack of the test's own (`deploy/local/stack.sh` with its own
+/// home and broker ports), with the broker the environment chooses
+/// (`STOCKLEDGER_BROKER`: Apache Kafka unless it says tansu, whose durable
+/// engine is then used).
 struct Stack {
     home: std::path::PathBuf,
     port: u16,
-    /// `STOCKLEDGER_BROKER_STORAGE`: `libsql` or `memory`.
-    storage: &'static str,
+    controller_port: u16,
+    broker: Broker,
 }
 
 impl Stack {
-    fn new(storage: &'static str) -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+    fn new() -> anyhow::Result<Self> {
+        let free = || -> anyhow::Result<u16> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port())
+        };
+        let port = free()?;
         let home = std::env::temp_dir().join(format!("stockledger-stack-{port}"));
         let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home)?;
         Ok(Self {
             home,
             port,
-            storage,
+            controller_port: free()?,
+            broker: Broker::configured()?,
         })
     }
 
     /// Runs `stack.sh verb`; its stderr.
     fn run(&self, verb: &str) -> anyhow::Result<String> {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/local/stack.sh");
-        let out = std::process::Command::new(script)
-            .arg(verb)
-            .env("STOCKLEDGER_HOME", &self.home)
-            .env("STOCKLEDGER_KAFKA_PORT", self.port.to_string())
-            .env("STOCKLEDGER_TANSU", tansu_binary()?)
-            .env("STOCKLEDGER_BROKER_STORAGE", self.storage)
-            .output()?;
+        let out = self.command(verb).output()?;
         let stderr = text(&out.stderr);
         anyhow::ensure!(out.status.success(), "stack.sh {verb} failed: {stderr}");
         Ok(stderr)
+    }
+
+    fn command(&self, verb: &str) -> std::process::Command {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/local/stack.sh");
+        let mut command = std::process::Command::new(script);
+        command
+            .arg(verb)
+            .env("STOCKLEDGER_HOME", &self.home)
+            .env("STOCKLEDGER_KAFKA_PORT", self.port.to_string())
+            .env(
+                "STOCKLEDGER_KAFKA_CONTROLLER_PORT",
+                self.controller_port.to_string(),
+            );
+        if self.broker == Broker::Tansu {
+            command
+                .env("STOCKLEDGER_BROKER", "tansu")
+                .env("STOCKLEDGER_BROKER_STORAGE", "libsql");
+            if let Ok(tansu) = tansu_binary() {
+                command.env("STOCKLEDGER_TANSU", tansu);
+            }
+        }
+        command
+    }
+
+    /// What `up` says when it starts the broker.
+    fn starting(&self) -> &'static str {
+        match self.broker {
+            Broker::Kafka => "starting Apache Kafka",
+            Broker::Tansu => "starting tansu",
+        }
+    }
+
+    fn broker_pid(&self) -> anyhow::Result<i32> {
+        Ok(std::fs::read_to_string(self.home.join("broker.pid"))?
+            .trim()
+            .parse()?)
+    }
+
+    /// Moves the broker's log away, as a lost disk would.
+    fn lose_log(&self) -> anyhow::Result<()> {
+        let data = match self.broker {
+            Broker::Kafka => self.home.join("kafka/data"),
+            Broker::Tansu => self.home.join("broker"),
+        };
+        std::fs::rename(&data, self.home.join("lost"))?;
+        Ok(())
     }
 
     fn listening(&self) -> bool {
@@ -285,10 +332,28 @@ impl Drop for Stack {
     }
 }
 
+/// Checks that a replay of the log rebuilds its fold, and that the live
+/// projection equals it too.
+async fn replay_matches_the_fold(h: &Harness) -> anyhow::Result<()> {
+    let copy = format!("{}:copy", h.ns.prefix);
+    let out = stockledger(h).args(["replay", "--into", &copy]).output()?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = Projection::connect(&h.redis_url, copy).await?;
+    let fold = check::fold(&h.read(&h.ns.topic).await?, 2);
+    for (what, projection) in [
+        ("the replay", &replayed),
+        ("the live prefix", &h.projection),
+    ] {
+        let mismatches = check::compare(projection, &fold).await?;
+        assert!(mismatches.is_empty(), "{what}: {mismatches:#?}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where_it_was(
 ) -> anyhow::Result<()> {
-    let stack = Stack::new("libsql")?;
+    let stack = Stack::new()?;
     let said = stack.run("up")?;
     assert!(said.contains("log kept in"), "{said}");
     let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
@@ -305,9 +370,9 @@ async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where
         !stack.listening(),
         "down returned with the broker still listening"
     );
-    assert!(!stack.home.join("tansu.pid").exists());
+    assert!(!stack.home.join("broker.pid").exists());
     let said = stack.run("up")?;
-    assert!(said.contains("starting tansu"), "{said}");
+    assert!(said.contains(stack.starting()), "{said}");
     assert_eq!(
         positions(&h.read(&h.ns.topic).await?),
         positions(&log),
@@ -320,7 +385,7 @@ async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where
     );
     let said = stack.run("up")?;
     assert!(
-        !said.contains("starting tansu"),
+        !said.contains(stack.starting()),
         "a running broker is kept: {said}"
     );
 
@@ -334,29 +399,63 @@ async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where
     applier.stop().await?;
     h.assert_contract().await?;
     archiver.stop().await?;
-
-    // A replay of the restarted broker's log gives the same state.
-    let copy = format!("{}:copy", h.ns.prefix);
-    let out = stockledger(&h).args(["replay", "--into", &copy]).output()?;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let replayed = Projection::connect(&h.redis_url, copy).await?;
-    let fold = check::fold(&h.read(&h.ns.topic).await?, 2);
-    for (what, projection) in [
-        ("the replay", &replayed),
-        ("the live prefix", &h.projection),
-    ] {
-        let mismatches = check::compare(projection, &fold).await?;
-        assert!(mismatches.is_empty(), "{what}: {mismatches:#?}");
-    }
-    Ok(())
+    replay_matches_the_fold(&h).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_an_in_memory_broker_restarts_the_applier_refuses_the_fold_of_the_lost_log(
-) -> anyhow::Result<()> {
-    let stack = Stack::new("memory")?;
+async fn the_local_brokers_log_survives_a_kill_9_under_load() -> anyhow::Result<()> {
+    let stack = Stack::new()?;
+    if stack.broker == Broker::Tansu {
+        // tansu's durable engine is not what this test is about.
+        return Ok(());
+    }
+    stack.run("up")?;
+    let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
+    let h = Harness::with_kafka("stack-kill", 2, kafka).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
+
+    // SIGKILL while producers and the applier are busy; `up` starts it
+    // again on the same log, and every client reconnects by itself.
+    let producer = h.producer.clone();
+    let load = tokio::spawn(async move { traffic::orders(&producer, &SKUS, 0, 600).await });
+    wait_until("the load under way", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent + 50).then_some(()))
+    })
+    .await?;
+    let pid = stack.broker_pid()?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    assert!(killed.success());
+    wait_until("the killed broker gone", CATCH_UP, || async {
+        Ok((!stack.listening()).then_some(()))
+    })
+    .await?;
     let said = stack.run("up")?;
-    assert!(said.contains("IN-MEMORY"), "{said}");
+    assert!(said.contains(stack.starting()), "{said}");
+    sent += load.await??;
+    wait_until("everything applied", CATCH_UP, || async {
+        Ok((h.applied(&SKUS).await? >= sent).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        h.read(&h.ns.topic).await?.len() as u64,
+        sent,
+        "every acknowledged command is in the log once"
+    );
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    replay_matches_the_fold(&h).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_broker_loses_its_log_the_applier_refuses_the_fold_of_the_lost_log(
+) -> anyhow::Result<()> {
+    let stack = Stack::new()?;
+    stack.run("up")?;
     let kafka = KafkaConfig::new(format!("127.0.0.1:{}", stack.port));
     let h = Harness::with_kafka("lost", 2, kafka).await?;
     first_traffic_applied(&h).await?;
@@ -364,11 +463,11 @@ async fn after_an_in_memory_broker_restarts_the_applier_refuses_the_fold_of_the_
     let marker = h.projection.marker().await?;
     assert!(marker.as_ref().is_some_and(|m| !m.applied.is_empty()));
 
-    // The broker restarts with nothing; the topics are created again and
-    // producers go on, from offset 0.
+    // The broker restarts with an empty log; the topics are created again
+    // and producers go on, from offset 0.
     stack.run("down")?;
-    let said = stack.run("up")?;
-    assert!(said.contains("IN-MEMORY"), "{said}");
+    stack.lose_log()?;
+    stack.run("up")?;
     let out = stockledger(&h)
         .args(["topics", "create", "--partitions", "2"])
         .output()?;

@@ -125,8 +125,28 @@ pub async fn committed_offsets(
     .map_err(|e| LogError::Task(e.to_string()))?
 }
 
+/// How long [`committed_on`] waits for the group's coordinator to come up:
+/// a broker that has just started (or moved a coordinator) answers
+/// `NOT_COORDINATOR` or `COORDINATOR_LOAD_IN_PROGRESS` for a few seconds
+/// (Apache Kafka creates and loads `__consumer_offsets` on the first
+/// group request), and librdkafka hands those back rather than retrying.
+pub const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether `error` says the group's coordinator is not there yet, which a
+/// later attempt outlives.
+pub fn coordinator_moving(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::NotCoordinator | Code::CoordinatorNotAvailable | Code::CoordinatorLoadInProgress
+        )
+    )
+}
+
 /// The offsets the group of `consumer` has committed on `partitions` of
-/// `topic` (partitions without a commit are left out). Blocking.
+/// `topic` (partitions without a commit are left out), waiting up to
+/// [`COORDINATOR_WAIT`] for the group's coordinator. Blocking.
 pub fn committed_on<C: ConsumerContext, T: Consumer<C>>(
     consumer: &T,
     topic: &str,
@@ -136,7 +156,15 @@ pub fn committed_on<C: ConsumerContext, T: Consumer<C>>(
     for &p in partitions {
         wanted.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(wanted, Duration::from_secs(10))?;
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    let committed = loop {
+        match consumer.committed_offsets(wanted.clone(), Duration::from_secs(10)) {
+            Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => break other?,
+        }
+    };
     Ok(committed
         .elements()
         .iter()

@@ -1,9 +1,10 @@
 //! Finding or starting the services a test needs, in this order:
 //! the URL from the environment; else a container when a Docker engine
 //! answers (`redis:7`, `apache/kafka` in KRaft mode, `postgres:15`); else a
-//! local binary on a free loopback port (`redis-server`, the `tansu`
-//! broker) or, for PostgreSQL, the server on 127.0.0.1:5432. Whatever is
-//! started is stopped by a watchdog once the test process is gone.
+//! local process on a free loopback port (`redis-server`; Apache Kafka
+//! through `deploy/local/kafka.sh`, or tansu when `STOCKLEDGER_BROKER=tansu`)
+//! or, for PostgreSQL, the server on 127.0.0.1:5432. Whatever is started is
+//! stopped by a watchdog once the test process is gone.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -61,7 +62,7 @@ fn discover(redis_url: String) -> anyhow::Result<Services> {
     let database_url = match env_url("DATABASE_URL") {
         Some(u) => u,
         None if docker_engine() => start_postgres_container()?,
-        None => "postgres://postgres@127.0.0.1:5432/postgres".to_owned(),
+        None => "postgres://postgres:stockledger@127.0.0.1:5432/postgres".to_owned(),
     };
     Ok(Services {
         kafka: KafkaConfig::new(brokers),
@@ -208,6 +209,32 @@ pub(crate) fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<
     bail!("{what} did not listen on 127.0.0.1:{port} within 30 s; see {log}")
 }
 
+/// The broker the tests start for themselves, by `STOCKLEDGER_BROKER`:
+/// Apache Kafka unless it says `tansu`, as `deploy/local/stack.sh` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broker {
+    Kafka,
+    Tansu,
+}
+
+impl Broker {
+    pub fn configured() -> anyhow::Result<Self> {
+        match std::env::var("STOCKLEDGER_BROKER").as_deref() {
+            Err(_) | Ok("") | Ok("kafka") => Ok(Self::Kafka),
+            Ok("tansu") => Ok(Self::Tansu),
+            Ok(other) => bail!("STOCKLEDGER_BROKER must be kafka or tansu, got {other:?}"),
+        }
+    }
+}
+
+/// `deploy/local/kafka.sh`, which fetches and runs Apache Kafka.
+pub fn kafka_script() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/local/kafka.sh"
+    ))
+}
+
 /// The tansu binary: `$STOCKLEDGER_TANSU`, the one the local stack scripts
 /// build under the home directory, or `tansu` on `PATH`.
 pub fn tansu_binary() -> anyhow::Result<PathBuf> {
@@ -226,35 +253,66 @@ pub fn tansu_binary() -> anyhow::Result<PathBuf> {
         .map(|dir| dir.join("tansu"))
         .find(|p| p.exists());
     on_path.context(
-        "no Kafka broker: set KAFKA_BROKERS, or build the local broker with deploy/local/stack.sh",
+        "no tansu broker: set STOCKLEDGER_TANSU, or build it with STOCKLEDGER_BROKER=tansu deploy/local/stack.sh up",
     )
 }
 
-/// A tansu broker of the caller's own on a free loopback port, whatever
-/// the environment says (for tests that pause it); returns its port.
+/// A broker of the caller's own on a free loopback port, whatever the
+/// environment says (for tests that pause or kill it); returns its port.
 pub async fn start_own_broker() -> anyhow::Result<u16> {
-    let started = tokio::task::spawn_blocking(start_tansu)
+    let started = tokio::task::spawn_blocking(start_local_broker)
         .await
         .context("broker start task")??;
     Ok(started)
 }
 
-/// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the tansu broker on `port`, as
-/// an outage that keeps its in-memory log.
+/// The command line that tells the broker on `port` started here from any
+/// other process.
+fn broker_pattern(port: u16) -> anyhow::Result<String> {
+    Ok(match Broker::configured()? {
+        Broker::Kafka => format!("{}/server.properties", kafka_dir(port).display()),
+        Broker::Tansu => format!("tansu broker --listener-url tcp://127.0.0.1:{port}"),
+    })
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to the broker started here on
+/// `port`: a frozen broker keeps its log, a killed one recovers it from
+/// disk when [`restart_own_broker`] starts it again (Apache Kafka).
 pub fn signal_broker(port: u16, signal: &str) -> anyhow::Result<()> {
     let status = Command::new("pkill")
         .arg(format!("-{signal}"))
         .arg("-f")
-        .arg(format!(
-            "tansu broker --listener-url tcp://127.0.0.1:{port}"
-        ))
+        .arg(broker_pattern(port)?)
         .status()
         .context("running pkill")?;
-    anyhow::ensure!(
-        status.success(),
-        "no tansu broker on port {port} to {signal}"
-    );
+    anyhow::ensure!(status.success(), "no broker on port {port} to {signal}");
     Ok(())
+}
+
+/// Starts the Apache Kafka broker of [`start_own_broker`] again on the same
+/// port and log directory, once the old process is gone.
+pub async fn restart_own_broker(port: u16) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        Broker::configured()? == Broker::Kafka,
+        "only an Apache Kafka broker keeps its log across a restart"
+    );
+    let pattern = broker_pattern(port)?;
+    crate::wait_until("the old broker gone", Duration::from_secs(60), || async {
+        let running = Command::new("pgrep")
+            .arg("-f")
+            .arg(&pattern)
+            .stdout(Stdio::null())
+            .status()?
+            .success();
+        Ok((!running).then_some(()))
+    })
+    .await?;
+    let controller = std::fs::read_to_string(kafka_dir(port).join("controller.port"))
+        .context("the broker's controller port")?;
+    let controller = controller.trim().parse()?;
+    tokio::task::spawn_blocking(move || start_kafka(port, controller))
+        .await
+        .context("broker start task")?
 }
 
 fn start_broker() -> anyhow::Result<String> {
@@ -286,17 +344,78 @@ fn start_broker() -> anyhow::Result<String> {
                 "1".to_owned(),
             ),
             ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1".to_owned()),
+            ("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false".to_owned()),
         ];
         // The broker advertises the published loopback port to clients.
-        start_container(port, "apache/kafka:3.9.1", 9092, &env, &[])?;
+        start_container(port, "apache/kafka:4.3.1", 9092, &env, &[])?;
         return Ok(format!("127.0.0.1:{port}"));
     }
-    Ok(format!("127.0.0.1:{}", start_tansu()?))
+    Ok(format!("127.0.0.1:{}", start_local_broker()?))
 }
 
-fn start_tansu() -> anyhow::Result<u16> {
-    let binary = tansu_binary()?;
+fn start_local_broker() -> anyhow::Result<u16> {
     let port = free_port()?;
+    match Broker::configured()? {
+        Broker::Kafka => {
+            let controller = free_port()?;
+            let dir = kafka_dir(port);
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("controller.port"), controller.to_string())?;
+            start_kafka(port, controller)?;
+        }
+        Broker::Tansu => start_tansu(port)?,
+    }
+    Ok(port)
+}
+
+/// Where the Apache Kafka broker on `port` keeps its settings and log.
+fn kafka_dir(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!("stockledger-kafka-{port}"))
+}
+
+fn start_kafka(port: u16, controller: u16) -> anyhow::Result<()> {
+    let dir = kafka_dir(port);
+    let log = dir.join("console.log").to_string_lossy().into_owned();
+    // Half of the stack's heap: several test brokers may run at once.
+    spawn_tied(
+        "env",
+        &[
+            "KAFKA_HEAP_OPTS=-Xmx512m -Xms512m".into(),
+            kafka_script().to_string_lossy().into_owned(),
+            "run".into(),
+            dir.to_string_lossy().into_owned(),
+            port.to_string(),
+            controller.to_string(),
+        ],
+        &log,
+    )?;
+    wait_for_kafka(port, &log)
+}
+
+/// Waits until the broker on `port` answers a metadata request with itself
+/// as a broker, so the first test request does not race its start.
+fn wait_for_kafka(port: u16, log: &str) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .create()
+        .context("a client to await the broker")?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < deadline {
+        if consumer
+            .fetch_metadata(None, Duration::from_secs(2))
+            .is_ok_and(|m| !m.brokers().is_empty())
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("Apache Kafka did not answer on 127.0.0.1:{port} within 90 s; see {log}")
+}
+
+fn start_tansu(port: u16) -> anyhow::Result<()> {
+    let binary = tansu_binary()?;
     let url = format!("tcp://127.0.0.1:{port}");
     let log = std::env::temp_dir().join(format!("stockledger-tansu-{port}.log"));
     let log = log.to_string_lossy().into_owned();
@@ -313,8 +432,7 @@ fn start_tansu() -> anyhow::Result<u16> {
         ],
         &log,
     )?;
-    wait_for_port(port, "the tansu broker", &log)?;
-    Ok(port)
+    wait_for_port(port, "the tansu broker", &log)
 }
 
 fn start_redis() -> anyhow::Result<String> {

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Apache Kafka for the local stack and the tests: the broker's jars come from
+# Maven Central through deploy/local/kafka/pom.xml, and one node runs in KRaft
+# mode as broker and controller, its log on disk.
+#
+#   deploy/local/kafka.sh fetch
+#       copy the broker's jars into ~/.stockledger/kafka-<version>/libs
+#       (once, whatever STOCKLEDGER_HOME says; Maven's own cache is ~/.m2)
+#       and print that directory
+#   deploy/local/kafka.sh run DIR PORT CONTROLLER_PORT
+#       run a broker in the foreground on 127.0.0.1:PORT (clients) and
+#       127.0.0.1:CONTROLLER_PORT (its controller), its log in DIR/data.
+#       DIR/data is formatted on first use with the cluster id kept in
+#       DIR/cluster.id; a log directory that belongs to another cluster is
+#       refused, never deleted. KAFKA_HEAP_OPTS sets the heap (default 1 GiB).
+#
+# Broker settings that matter to stockledger, and the same in
+# deploy/compose.yaml: no topic is created by a client's metadata request
+# (`stockledger topics create` makes them), the default retention is Kafka's
+# own (7 days; the command topic is created with retention.ms=-1), and the
+# group coordinator's first rebalance waits Kafka's default 3 s.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=$HOME/.stockledger
+VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka/pom.xml")
+LIBS=$CACHE/kafka-$VERSION/libs
+
+fail() { printf 'kafka: %s\n' "$*" >&2; exit 1; }
+
+check_java() {
+  command -v java >/dev/null ||
+    fail "no java on PATH; Apache Kafka $VERSION needs Java 17 or newer (apt-get install openjdk-17-jre-headless)"
+  local major
+  major=$(java -XshowSettings:properties -version 2>&1 |
+    sed -n 's/^ *java\.specification\.version = \([0-9]*\).*/\1/p')
+  [ "${major:-0}" -ge 17 ] ||
+    fail "java on PATH is Java ${major:-?}; Apache Kafka $VERSION needs Java 17 or newer (set JAVA_HOME or PATH to one)"
+}
+
+fetch() {
+  [ -f "$LIBS/.complete" ] && return
+  mkdir -p "$CACHE"
+  # One fetch at a time: tests start brokers in parallel.
+  exec 9>"$CACHE/kafka-fetch.lock"
+  flock 9
+  [ -f "$LIBS/.complete" ] && return
+  command -v mvn >/dev/null || fail "no mvn on PATH to fetch Apache Kafka $VERSION (apt-get install maven)"
+  printf 'kafka: fetching Apache Kafka %s from Maven Central into %s\n' "$VERSION" "$LIBS" >&2
+  local tmp
+  tmp=$(mktemp -d "$CACHE/kafka-fetch.XXXXXX")
+  if ! mvn -B -q -f "$here/kafka/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
+    tail -n 15 "$tmp/mvn.log" >&2
+    fail "fetching Apache Kafka $VERSION from Maven Central failed (full log above); check the network or ~/.m2/settings.xml and run again"
+  fi
+  touch "$tmp/libs/.complete"
+  mkdir -p "$(dirname "$LIBS")"
+  rm -rf "$LIBS"
+  mv "$tmp/libs" "$LIBS"
+  rm -rf "$tmp"
+  exec 9>&-
+}
+
+properties() { # dir port controller_port
+  cat <<EOF
+# Written by deploy/local/kafka.sh at every start; edits are lost.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$3
+listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3
+advertised.listeners=PLAINTEXT://127.0.0.1:$2
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$1/data
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOF
+}
+
+log4j() { # dir
+  cat <<EOF
+# Written by deploy/local/kafka.sh at every start; edits are lost.
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $1/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.state.name = state.change.logger
+logger.state.level = WARN
+EOF
+}
+
+run() { # dir port controller_port
+  [ $# -eq 3 ] || fail "usage: $0 run DIR PORT CONTROLLER_PORT"
+  local dir=$1 id recorded
+  check_java
+  fetch
+  mkdir -p "$dir"
+  properties "$@" >"$dir/server.properties"
+  log4j "$dir" >"$dir/log4j2.properties"
+  [ -s "$dir/cluster.id" ] ||
+    java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid >"$dir/cluster.id"
+  id=$(cat "$dir/cluster.id")
+  if [ -f "$dir/data/meta.properties" ]; then
+    recorded=$(sed -n 's/^cluster\.id=//p' "$dir/data/meta.properties")
+    [ "$recorded" = "$id" ] ||
+      fail "the log in $dir/data belongs to cluster $recorded, not $id (from $dir/cluster.id); put that cluster's id back in $dir/cluster.id, or move $dir/data away to start an empty log"
+  elif [ -n "$(ls -A "$dir/data" 2>/dev/null)" ]; then
+    fail "$dir/data holds files but no meta.properties, so it is no Kafka log; move it away to start an empty log"
+  else
+    java -cp "$LIBS/*" -Dlog4j2.configurationFile="$dir/log4j2.properties" \
+      kafka.tools.StorageTool format --cluster-id "$id" --config "$dir/server.properties" \
+      >"$dir/format.log" 2>&1 ||
+      { cat "$dir/format.log" >&2; fail "formatting $dir/data failed"; }
+  fi
+  # The JVM settings of Kafka's own bin/kafka-run-class.sh.
+  # shellcheck disable=SC2086
+  exec java ${KAFKA_HEAP_OPTS:--Xmx1G -Xms1G} -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$dir/log4j2.properties" \
+    -cp "$LIBS/*" kafka.Kafka "$dir/server.properties"
+}
+
+case "${1:-}" in
+  fetch) check_java; fetch; echo "$LIBS" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 fetch | run DIR PORT CONTROLLER_PORT" >&2; exit 2 ;;
+esac
