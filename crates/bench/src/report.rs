@@ -26,6 +26,7 @@ pub(crate) fn write_results(
         "run": run_id,
         "mode": if quick { "quick" } else { "full" },
         "machine": machine(),
+        "broker": broker(),
         "results": results.iter().map(|m| serde_json::json!({
             "scenario": m.scenario,
             "records": m.records,
@@ -44,9 +45,10 @@ pub(crate) fn write_results(
         serde_json::to_string_pretty(&json)?,
     )?;
     let mut md = format!(
-        "Run `{run_id}` ({} mode) on {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | setup |\n|---|---:|---:|---:|---:|---:|---|\n",
+        "Run `{run_id}` ({} mode) on {}, broker {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | setup |\n|---|---:|---:|---:|---:|---:|---|\n",
         if quick { "quick" } else { "full" },
-        machine()
+        machine(),
+        broker()
     );
     let show = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}"));
     for m in results {
@@ -177,6 +179,18 @@ fn chart(path: &Path, run_id: &str, results: &[Measurement]) -> anyhow::Result<(
     }
     root.present()?;
     Ok(())
+}
+
+/// Which broker the run measured, as `deploy/local/bench.sh` names it
+/// (`STOCKLEDGER_BENCH_BROKER`, e.g. "kafka 4.3.1"), else its address.
+fn broker() -> String {
+    std::env::var("STOCKLEDGER_BENCH_BROKER")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| {
+            let brokers = std::env::var("KAFKA_BROKERS").unwrap_or_default();
+            format!("at {brokers} (kind not named)")
+        })
 }
 
 /// A one-line description of this machine, from /proc where available.
