@@ -183,6 +183,12 @@ ensure_broker() {
     if kafka_answers "$KAFKA_PORT"; then
       if broker_pid >/dev/null; then
         case "$(broker_kind)" in
+          "$BROKER "*) ;;
+          *)
+            log "a $(broker_kind) broker started here runs on 127.0.0.1:$KAFKA_PORT, not $BROKER: run \`deploy/local/stack.sh down\` first to switch"
+            exit 1 ;;
+        esac
+        case "$(broker_kind)" in
           "tansu $TANSU_VERSION memory")
             log "keeping the tansu on 127.0.0.1:$KAFKA_PORT; IN-MEMORY log: every topic and offset is lost when it stops" ;;
           *) log "keeping the $(broker_kind) broker on 127.0.0.1:$KAFKA_PORT" ;;

@@ -496,3 +496,113 @@ async fn after_the_broker_loses_its_log_the_applier_refuses_the_fold_of_the_lost
     );
     Ok(())
 }
+
+/// Runs `deploy/local/kafka.sh args` with `env` on top of the test's; its
+/// exit status and the last line it wrote to stderr.
+fn kafka_script(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> anyhow::Result<(bool, String)> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/local/kafka.sh");
+    let out = std::process::Command::new(script)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()?;
+    let stderr = text(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    Ok((out.status.success(), last))
+}
+
+/// A directory of fake programs put first on PATH, each a shell script.
+fn fake_programs(
+    dir: &std::path::Path,
+    programs: &[(&str, &str)],
+) -> anyhow::Result<std::ffi::OsString> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    for (name, body) in programs {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let mut path = dir.as_os_str().to_owned();
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    Ok(path)
+}
+
+#[test]
+fn the_stack_refuses_what_it_cannot_use_in_one_line_naming_the_fix_and_deletes_nothing(
+) -> anyhow::Result<()> {
+    let stack = Stack::new()?;
+    if stack.broker != Broker::Kafka {
+        return Ok(()); // these are Apache Kafka's refusals
+    }
+    // A port held by something that is not a Kafka broker.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", stack.port))?;
+    let out = stack.command("up").output()?;
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{} is taken", stack.port))
+            && said.contains("STOCKLEDGER_KAFKA_PORT"),
+        "{said}"
+    );
+    drop(squatter);
+
+    // A log directory of another cluster, and one that is no Kafka log.
+    let dir = stack.home.join("refusals");
+    std::fs::create_dir_all(dir.join("data"))?;
+    std::fs::write(dir.join("cluster.id"), "ours-ours-ours-ours-oA\n")?;
+    let meta = "version=1\ncluster.id=theirs-theirs-theirs-A\nnode.id=1\n";
+    std::fs::write(dir.join("data/meta.properties"), meta)?;
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let (port, controller) = (stack.port.to_string(), stack.controller_port.to_string());
+    let run = ["run", dir_arg.as_str(), port.as_str(), controller.as_str()];
+    let (ok, said) = kafka_script(&run, &[])?;
+    assert!(
+        !ok && said.contains("belongs to cluster theirs-theirs-theirs-A") && said.contains("move"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("data/meta.properties"))?,
+        meta
+    );
+    std::fs::remove_file(dir.join("data/meta.properties"))?;
+    std::fs::write(dir.join("data/notes.txt"), "not a log")?;
+    let (ok, said) = kafka_script(&run, &[])?;
+    assert!(!ok && said.contains("no Kafka log"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("data/notes.txt"))?,
+        "not a log"
+    );
+    assert!(!stack.listening(), "no broker was started");
+
+    // A Java that is too old.
+    let old_java = fake_programs(
+        &stack.home.join("old-java"),
+        &[("java", "echo '    java.specification.version = 11' >&2")],
+    )?;
+    let (ok, said) = kafka_script(&["fetch"], &[("PATH", &old_java)])?;
+    assert!(
+        !ok && said.contains("Java 11") && said.contains("Java 17 or newer"),
+        "{said}"
+    );
+
+    // Maven Central out of reach (a home with no fetched jars, and a Maven
+    // that fails as an offline one does).
+    let no_maven = fake_programs(
+        &stack.home.join("no-maven"),
+        &[(
+            "mvn",
+            "echo '[ERROR] Could not transfer artifact: Network is unreachable'; exit 1",
+        )],
+    )?;
+    let empty_home = stack.home.join("empty-home");
+    let (ok, said) = kafka_script(
+        &["fetch"],
+        &[("PATH", &no_maven), ("HOME", empty_home.as_os_str())],
+    )?;
+    assert!(
+        !ok && said.contains("from Maven Central failed") && said.contains("run again"),
+        "{said}"
+    );
+    Ok(())
+}

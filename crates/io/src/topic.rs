@@ -35,12 +35,21 @@ pub enum LogError {
     Task(String),
 }
 
-/// The partition ids of `topic` (empty if it does not exist).
+/// The partition ids of `topic` (empty if it does not exist), waiting up to
+/// [`COORDINATOR_WAIT`] for a broker that has no leaders yet. Blocking.
 pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
     consumer: &T,
     topic: &str,
 ) -> Result<Vec<i32>, KafkaError> {
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    let metadata = loop {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
+            Err(e) if leaders_moving(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => break other?,
+        }
+    };
     Ok(metadata
         .topics()
         .iter()
@@ -125,8 +134,9 @@ pub async fn committed_offsets(
     .map_err(|e| LogError::Task(e.to_string()))?
 }
 
-/// How long [`committed_on`] waits for the group's coordinator to come up:
-/// a broker that has just started (or moved a coordinator) answers
+/// How long [`committed_on`] waits for the group's coordinator, and
+/// [`partitions_of`] for leaders, to come up: a broker that has just started
+/// (or moved a coordinator) answers
 /// `NOT_COORDINATOR` or `COORDINATOR_LOAD_IN_PROGRESS` for a few seconds
 /// (Apache Kafka creates and loads `__consumer_offsets` on the first
 /// group request), and librdkafka hands those back rather than retrying.
@@ -141,6 +151,17 @@ pub fn coordinator_moving(error: &KafkaError) -> bool {
         Some(
             Code::NotCoordinator | Code::CoordinatorNotAvailable | Code::CoordinatorLoadInProgress
         )
+    )
+}
+
+/// Whether `error` says the partitions have no leader for now, which a later
+/// attempt outlives: Apache Kafka answers so for a few seconds after it
+/// restarts or resumes from a pause, until its controller has unfenced it.
+pub fn leaders_moving(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(Code::UnknownPartition | Code::LeaderNotAvailable | Code::NotLeaderForPartition)
     )
 }
 

@@ -198,6 +198,12 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         rate(sent.records as i64, produced_in),
         end_to_end.as_secs_f64(),
     );
+    if cfg!(debug_assertions) {
+        println!(
+            "           (a debug build: its rates are not the ledger's; \
+             `deploy/local/demo.sh --release` or the bench measure those)"
+        );
+    }
 
     let by_result = query::count_by_result(&pool, &topic).await?;
     let counts = query::count_by_command_and_result(&pool, &topic, HOT_SKU).await?;
