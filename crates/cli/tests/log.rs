@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use common::{spawn, stockledger, terminate};
 use stockledger_applier::{check, ApplierError};
 use stockledger_client::LedgerProducer;
-use stockledger_io::admin::{create_topics, TopicSpec};
-use stockledger_io::topic::{committed_offsets, LogRecord};
+use stockledger_io::admin::{create_topics, topic_config, TopicSpec};
+use stockledger_io::topic::{committed_offsets, partition_count, LogRecord};
 use stockledger_io::KafkaConfig;
 use stockledger_projection::Projection;
 use stockledger_testkit::harness::CATCH_UP;
@@ -205,6 +205,51 @@ async fn a_command_topic_with_finite_retention_is_refused_unless_allowed() -> an
         ])
         .output()?;
     assert!(out.status.success(), "{}", text(&out.stderr));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_create_makes_topics_the_broker_reports_as_keeping_every_command(
+) -> anyhow::Result<()> {
+    let h = Harness::new("topics-create", 1).await?;
+    let name = |what: &str| format!("{}.created.{what}", h.ns.topic);
+    let (commands, outcomes, dead) = (name("ledger"), name("outcomes"), name("dlq"));
+    let out = stockledger(&h)
+        .args(["--topic", &commands, "--outcomes-topic", &outcomes])
+        .args([
+            "--dlq-topic",
+            &dead,
+            "topics",
+            "create",
+            "--partitions",
+            "3",
+        ])
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // What the broker says, not what was asked for.
+    let expected = [
+        (&commands, 3, "-1", "-1"),
+        (&outcomes, 3, "604800000", "-1"),
+        (&dead, 1, "-1", "-1"),
+    ];
+    for (topic, partitions, retention_ms, retention_bytes) in expected {
+        let config = topic_config(&h.kafka, topic).await?;
+        let setting = |key: &str| config.get(key).map(String::as_str);
+        assert_eq!(setting("retention.ms"), Some(retention_ms), "{topic}");
+        assert_eq!(setting("retention.bytes"), Some(retention_bytes), "{topic}");
+        assert_eq!(
+            setting("cleanup.policy"),
+            Some("delete"),
+            "{topic}: never compacted"
+        );
+        assert_eq!(setting("min.insync.replicas"), Some("1"), "{topic}");
+        assert_eq!(
+            partition_count(&h.kafka, topic).await?,
+            partitions,
+            "{topic}"
+        );
+    }
     Ok(())
 }
 
