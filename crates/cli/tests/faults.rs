@@ -125,13 +125,14 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebalances(
+async fn three_appliers_share_the_partitions_and_per_sku_order_holds_through_rebalances(
 ) -> anyhow::Result<()> {
-    let h = Harness::new("two-appliers", 4).await?;
+    let h = Harness::new("three-appliers", 6).await?;
     let archiver = h.start_archiver();
     let member = |id: &'static str| spawn(&h, &[&APPLY[..], &["--instance-id", id]].concat());
     let mut a = Running(member("a")?);
     let mut b = Running(member("b")?);
+    let mut c = Running(member("c")?);
     let mut sent = restock(&h.producer).await? + traffic(&h.producer, 0, 200).await?;
     wait_applied(&h, sent).await?;
 
@@ -149,7 +150,7 @@ async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebal
     wait_applied_within(&h, sent, RECOVERY).await?;
 
     // It stops for good (SIGTERM): a static member does not leave its
-    // group, so the survivor takes every partition once the stopped
+    // group, so the survivors take its partitions once the stopped
     // member's session is over.
     terminate(&a.0)?;
     assert!(wait_exit(&mut a.0, Duration::from_secs(20))
@@ -162,14 +163,14 @@ async fn two_appliers_share_the_partitions_and_per_sku_order_holds_through_rebal
     a = Running(member("a")?);
     sent += traffic(&h.producer, 600, 200).await?;
     wait_applied(&h, sent).await?;
-    terminate(&a.0)?;
-    terminate(&b.0)?;
-    assert!(wait_exit(&mut a.0, Duration::from_secs(20))
-        .await?
-        .success());
-    assert!(wait_exit(&mut b.0, Duration::from_secs(20))
-        .await?
-        .success());
+    for member in [&mut a, &mut b, &mut c] {
+        terminate(&member.0)?;
+    }
+    for member in [&mut a, &mut b, &mut c] {
+        assert!(wait_exit(&mut member.0, Duration::from_secs(20))
+            .await?
+            .success());
+    }
 
     h.assert_contract().await?;
     // In application order (the outcomes topic, first copy of each
