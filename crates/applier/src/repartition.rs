@@ -23,7 +23,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::partition::home_partition;
 use stockledger_io::admin::{command_topic_spec, create_topics, AdminError};
 use stockledger_io::kafka::CONTRACT_SETTINGS;
-use stockledger_io::topic::partitions_of;
+use stockledger_io::topic::{partitions_of, watermarks};
 use stockledger_io::KafkaConfig;
 use tracing::info;
 
@@ -118,7 +118,7 @@ pub async fn repartition(
     }
     check_target(&config, &reader)?;
     for &p in &sources {
-        let (earliest, _) = reader.fetch_watermarks(&config.from, p, Duration::from_secs(30))?;
+        let (earliest, _) = watermarks(&reader, &config.from, p, Duration::from_secs(30))?;
         if earliest > 0 {
             return Err(RepartitionError::Truncated {
                 topic: config.from.clone(),
@@ -235,7 +235,7 @@ fn check_target(
     }
     let mut records = 0;
     for &p in &existing {
-        let (low, high) = reader.fetch_watermarks(&config.to, p, Duration::from_secs(30))?;
+        let (low, high) = watermarks(reader, &config.to, p, Duration::from_secs(30))?;
         records += high - low;
     }
     if records > 0 {

@@ -26,7 +26,7 @@ use tracing::{debug, info, instrument};
 
 use crate::record::interpret;
 use stockledger_io::lag::LagContext;
-use stockledger_io::topic::partitions_of;
+use stockledger_io::topic::{partitions_of, watermarks};
 use stockledger_projection::{Batch, Projection, ProjectionError};
 
 #[derive(Debug, Clone)]
@@ -213,7 +213,7 @@ pub async fn replay(
     let mut assignment = TopicPartitionList::new();
     for &p in &partitions {
         let start = config.start.get(&p).copied().unwrap_or(0);
-        let (earliest, _) = consumer.fetch_watermarks(&config.topic, p, Duration::from_secs(30))?;
+        let (earliest, _) = watermarks(&consumer, &config.topic, p, Duration::from_secs(30))?;
         check_start(&config.topic, p, start, earliest)?;
         assignment.add_partition_offset(&config.topic, p, Offset::Offset(start))?;
     }

@@ -13,7 +13,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::{KafkaConfig, LedgerProducer};
-use stockledger_io::topic::committed_offsets;
+use stockledger_io::admin::topic_config;
+use stockledger_io::topic::{committed_offsets, record_count};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::services::{signal_broker, start_own_broker};
@@ -513,8 +514,22 @@ async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bou
         );
     }
 
-    // Restarted (their logs go on in the same files), they get what was not
-    // committed again and skip it.
+    // Restarted once the broker serves again (their logs go on in the same
+    // files), they get what was not committed again and skip it. Apache
+    // Kafka resumed from a pause first fences itself for missed heartbeats
+    // and answers admin requests late for a while: an operator restarts
+    // into a broker that answers.
+    wait_until("the broker to serve the topics again", CATCH_UP, || async {
+        for topic in [&h.ns.topic, &h.ns.outcomes_topic] {
+            if topic_config(&h.kafka, topic).await.is_err()
+                || record_count(&h.kafka, topic).await.is_err()
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
     let mut applier = Running(spawn(&h, &["apply"])?);
     let mut archiver = Running(spawn(&h, &["archive"])?);
     traffic(&h.producer, 40, 40).await?;

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::kafka::KafkaConfig;
-use crate::topic::{committed_on, partitions_of};
+use crate::topic::{committed_on, partitions_of, watermarks};
 
 /// How long a stopping consumer waits for its final commit and for leaving
 /// its group. With the brokers unreachable either would wait until they
@@ -192,12 +192,7 @@ fn progress_of(
     let partitions = partitions_of(reader, topic)?;
     let mut ends = HashMap::new();
     for &p in &partitions {
-        ends.insert(
-            p,
-            reader
-                .fetch_watermarks(topic, p, Duration::from_secs(10))?
-                .1,
-        );
+        ends.insert(p, watermarks(reader, topic, p, Duration::from_secs(10))?.1);
     }
     Ok((committed_on(reader, topic, &partitions)?, ends))
 }

@@ -41,15 +41,9 @@ pub fn partitions_of<C: ConsumerContext, T: Consumer<C>>(
     consumer: &T,
     topic: &str,
 ) -> Result<Vec<i32>, KafkaError> {
-    let deadline = Instant::now() + COORDINATOR_WAIT;
-    let metadata = loop {
-        match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
-            Err(e) if leaders_moving(&e) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            other => break other?,
-        }
-    };
+    let metadata = retry_while(leaders_moving, || {
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(10))
+    })?;
     Ok(metadata
         .topics()
         .iter()
@@ -85,8 +79,7 @@ pub async fn record_count(kafka: &KafkaConfig, topic: &str) -> Result<i64, LogEr
         }
         let mut records = 0;
         for partition in partitions {
-            let (low, high) =
-                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+            let (low, high) = watermarks(&consumer, &topic, partition, Duration::from_secs(10))?;
             records += high - low;
         }
         Ok(records)
@@ -135,7 +128,7 @@ pub async fn committed_offsets(
 }
 
 /// How long [`committed_on`] waits for the group's coordinator, and
-/// [`partitions_of`] for leaders, to come up: a broker that has just started
+/// [`partitions_of`] and [`watermarks`] for leaders, to come up: a broker that has just started
 /// (or moved a coordinator) answers
 /// `NOT_COORDINATOR` or `COORDINATOR_LOAD_IN_PROGRESS` for a few seconds
 /// (Apache Kafka creates and loads `__consumer_offsets` on the first
@@ -152,6 +145,36 @@ pub fn coordinator_moving(error: &KafkaError) -> bool {
             Code::NotCoordinator | Code::CoordinatorNotAvailable | Code::CoordinatorLoadInProgress
         )
     )
+}
+
+/// Runs `attempt` until it ends in an error `passing` does not accept, or
+/// [`COORDINATOR_WAIT`] is over. Blocking.
+fn retry_while<T>(
+    passing: fn(&KafkaError) -> bool,
+    mut attempt: impl FnMut() -> Result<T, KafkaError>,
+) -> Result<T, KafkaError> {
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    loop {
+        match attempt() {
+            Err(e) if passing(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The low and high watermarks of `topic`'s `partition`, waiting up to
+/// [`COORDINATOR_WAIT`] for a leader as [`partitions_of`] does. Blocking.
+pub fn watermarks<C: ConsumerContext, T: Consumer<C>>(
+    consumer: &T,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), KafkaError> {
+    retry_while(leaders_moving, || {
+        consumer.fetch_watermarks(topic, partition, timeout)
+    })
 }
 
 /// Whether `error` says the partitions have no leader for now, which a later
@@ -177,15 +200,9 @@ pub fn committed_on<C: ConsumerContext, T: Consumer<C>>(
     for &p in partitions {
         wanted.add_partition(topic, p);
     }
-    let deadline = Instant::now() + COORDINATOR_WAIT;
-    let committed = loop {
-        match consumer.committed_offsets(wanted.clone(), Duration::from_secs(10)) {
-            Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            other => break other?,
-        }
-    };
+    let committed = retry_while(coordinator_moving, || {
+        consumer.committed_offsets(wanted.clone(), Duration::from_secs(10))
+    })?;
     Ok(committed
         .elements()
         .iter()
@@ -339,7 +356,7 @@ fn missing_positions_blocking(
             });
             continue;
         }
-        let (_, end) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        let (_, end) = watermarks(&consumer, topic, partition, Duration::from_secs(10))?;
         if end <= offset {
             unsure.insert(partition, (offset, end));
         }
