@@ -899,21 +899,15 @@ impl Applier {
             .map(|((partition, command), decision)| {
                 (partition, command.sku.as_str(), &command.body, decision)
             });
-        // Tried once before a stop is heeded: a batch applied as the stop
-        // came is still published when Redis answers.
-        let indexed = match self.projection.index_holds(holds.clone()).await {
-            Err(e) if e.is_transient() => {
-                let mut stop = self.stop.clone();
-                retry::until_stopped(
-                    || self.projection.index_holds(holds.clone()),
-                    ProjectionError::is_transient,
-                    redis_away,
-                    &mut stop,
-                )
-                .await
-            }
-            once => once.map(Some),
-        };
+        // Tried once even after a stop: a batch applied as the stop came is
+        // still published when Redis answers.
+        let indexed = retry::until_stopped(
+            || self.projection.index_holds(holds.clone()),
+            ProjectionError::is_transient,
+            redis_away,
+            &mut self.stop.clone(),
+        )
+        .await;
         if indexed.map_err(apply_error)?.is_none() {
             return Ok(None);
         }

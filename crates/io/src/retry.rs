@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use tokio::sync::watch;
 
 /// The first wait after a failure.
@@ -16,31 +15,32 @@ pub const LONGEST_WAIT: Duration = Duration::from_secs(5);
 /// Runs `op` until it succeeds or fails with an error `transient` refuses,
 /// waiting 100 ms, then twice as long each time up to 5 s, for as long as
 /// it takes; `notify` hears of each failure and the wait before the next
-/// try. `Ok(None)` once `stop` is raised: the try in flight is dropped and
-/// nothing more is tried.
+/// try. The first try always runs and every try is finished: what a
+/// healthy service is doing when a stop comes is not abandoned half-way (a
+/// caller that may not wait for a service that hangs bounds its own
+/// shutdown). Once `stop` is raised no further try starts: `Ok(None)`.
 pub async fn until_stopped<T, E, Fut>(
-    op: impl FnMut() -> Fut,
-    transient: impl FnMut(&E) -> bool,
-    notify: impl FnMut(&E, Duration),
+    mut op: impl FnMut() -> Fut,
+    mut transient: impl FnMut(&E) -> bool,
+    mut notify: impl FnMut(&E, Duration),
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Option<T>, E>
 where
     Fut: Future<Output = Result<T, E>>,
 {
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(FIRST_WAIT)
-        .with_max_delay(LONGEST_WAIT)
-        .with_factor(2.0)
-        .without_max_times();
-    let retried = op
-        .retry(backoff)
-        .sleep(tokio::time::sleep)
-        .when(transient)
-        .notify(notify);
-    tokio::select! {
-        biased;
-        _ = stop.wait_for(|stopped| *stopped) => Ok(None),
-        result = retried => result.map(Some),
+    let mut wait = FIRST_WAIT;
+    loop {
+        match op().await {
+            Ok(done) => return Ok(Some(done)),
+            Err(e) if !transient(&e) => return Err(e),
+            Err(e) => notify(&e, wait),
+        }
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stopped| *stopped) => return Ok(None),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(LONGEST_WAIT);
     }
 }
 
@@ -102,6 +102,30 @@ mod tests {
         )
         .await;
         assert_eq!(result, Err(Failure::Broken));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_try_under_way_when_the_stop_comes_is_finished_and_answered() {
+        let (raise, mut stop) = watch::channel(false);
+        let result = until_stopped(
+            || async {
+                let _ = raise.send(true);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, Failure>(7)
+            },
+            |_| true,
+            |_, _| {},
+            &mut stop,
+        )
+        .await;
+        assert_eq!(result, Ok(Some(7)));
+        // Raised before the first try: that one still runs, and one that
+        // fails is not tried again.
+        let calls = AtomicU32::new(0);
+        let result = until_stopped(flaky(0, &calls), |_| true, |_, _| {}, &mut stop).await;
+        assert_eq!((result, calls.load(Ordering::SeqCst)), (Ok(Some(0)), 1));
+        let result = until_stopped(flaky(2, &calls), |_| true, |_, _| {}, &mut stop).await;
+        assert_eq!((result, calls.load(Ordering::SeqCst)), (Ok(None), 2));
     }
 
     #[tokio::test(start_paused = true)]
