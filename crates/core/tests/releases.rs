@@ -1,0 +1,234 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+//! Every released schema version is read from the bytes the release that
+//! introduced it really wrote, not from what this release's encoder makes
+//! of an older schema. `fixtures/releases/*.json` were written by those
+//! releases' own encoders (`fixtures/releases/generate.sh` runs
+//! `script_v1.rs` or `script_v2.rs` in a checkout of each); this test
+//! decodes them with today's codec and expects the scripts' commands and
+//! outcomes, resolved into today's types.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
+use stockledger_core::schema;
+use stockledger_core::{
+    Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LogPosition, Outcome, Quantity,
+    Refund, Restock, RestockMode, ResultCode, Rollback,
+};
+
+/// (file, text, what its release's Outcome schema carries: restock mode and
+/// rollback reason since v3).
+const RELEASES: [(&str, &str, bool); 4] = [
+    (
+        "command-v1-outcome-v1-legacy",
+        include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
+        false,
+    ),
+    (
+        "command-v1-outcome-v2",
+        include_str!("fixtures/releases/command-v1-outcome-v2.json"),
+        false,
+    ),
+    (
+        "command-v1-outcome-v3",
+        include_str!("fixtures/releases/command-v1-outcome-v3.json"),
+        true,
+    ),
+    (
+        "command-v2-outcome-v4",
+        include_str!("fixtures/releases/command-v2-outcome-v4.json"),
+        true,
+    ),
+];
+
+fn payloads(text: &str, which: &str) -> Vec<Vec<u8>> {
+    let fixture: Value = serde_json::from_str(text).unwrap();
+    fixture["bytes"][which]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let h = h.as_str().unwrap();
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn command(sku: &str, id: &str, body: CommandBody) -> Command {
+    Command {
+        command_id: id.parse().unwrap(),
+        sku: sku.parse().unwrap(),
+        occurred_at: 1_700_000_000_000,
+        body,
+    }
+}
+
+fn quantity(n: i64) -> Quantity {
+    Quantity::new(n).unwrap()
+}
+
+/// What a script's release decided of each command: result, delta,
+/// available and reason (the total is always 10).
+type Decided = (ResultCode, i64, i64, Option<String>);
+
+/// `script_v1.rs`: its commands and what was decided of each.
+fn script_v1() -> (Vec<Command>, Vec<Decided>) {
+    let c = |id, body| command("SKU-1", id, body);
+    let commands = vec![
+        c(
+            "c-restock",
+            CommandBody::Restock(
+                Restock::new("a-1".parse().unwrap(), RestockMode::Set, 10).unwrap(),
+            ),
+        ),
+        c(
+            "c-deduct",
+            CommandBody::Deduct(Deduct::new("o-1".parse().unwrap(), quantity(2))),
+        ),
+        c(
+            "c-rollback",
+            CommandBody::Rollback(
+                Rollback::new("o-1".parse().unwrap(), Some("cancelled".into())).unwrap(),
+            ),
+        ),
+    ];
+    let applied = |delta, available| (ResultCode::Applied, delta, available, None);
+    (
+        commands,
+        vec![applied(10, 10), applied(-2, 8), applied(2, 10)],
+    )
+}
+
+/// `script_v2.rs`, the same way.
+fn script_v2() -> (Vec<Command>, Vec<Decided>) {
+    let c = |id, body| command("SKU-2", id, body);
+    let hold = |order: &str| {
+        let mut d = Deduct::new(order.parse().unwrap(), quantity(3));
+        d.user_id = Some("u-1".parse().unwrap());
+        d.expires_at = Some(1_700_000_060_000);
+        CommandBody::Deduct(d)
+    };
+    let order = || "o-1".parse().unwrap();
+    let commands = vec![
+        c(
+            "c-restock",
+            CommandBody::Restock(
+                Restock::new("a-2".parse().unwrap(), RestockMode::Add, 10).unwrap(),
+            ),
+        ),
+        c(
+            "c-limit",
+            CommandBody::Limit(Limit {
+                per_user: Some(quantity(4)),
+            }),
+        ),
+        c("c-hold-1", hold("o-1")),
+        c(
+            "c-confirm",
+            CommandBody::Confirm(Confirm { order_id: order() }),
+        ),
+        c(
+            "c-refund",
+            CommandBody::Refund(Refund {
+                order_id: order(),
+                quantity: Some(quantity(1)),
+            }),
+        ),
+        c("c-hold-2", hold("o-2")),
+        c(
+            "c-expire",
+            CommandBody::Expire(Expire {
+                order_id: "o-2".parse().unwrap(),
+            }),
+        ),
+    ];
+    let said = |result, delta, available| (result, delta, available, Some("as decided".into()));
+    let decisions = vec![
+        said(ResultCode::Applied, 10, 10),
+        said(ResultCode::Applied, 0, 10),
+        said(ResultCode::Applied, -3, 7),
+        said(ResultCode::Confirmed, 0, 7),
+        said(ResultCode::Refunded, 1, 8),
+        said(ResultCode::RejectedLimit, 0, 8),
+        said(ResultCode::IgnoredNotDue, 0, 8),
+    ];
+    (commands, decisions)
+}
+
+/// The released version a payload's header names, by either fingerprint.
+fn version_of(payload: &[u8]) -> (&'static str, u32) {
+    let fingerprint = fingerprint_of(payload).expect("a single-object header");
+    let r = schema::released()
+        .iter()
+        .find(|r| r.fingerprint == fingerprint || r.legacy_fingerprint == Some(fingerprint))
+        .unwrap_or_else(|| panic!("{fingerprint:016x} is no released version"));
+    (r.subject.as_str(), r.version)
+}
+
+#[test]
+fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
+    for (name, text, has_command_details) in RELEASES {
+        let (commands, decisions) = if name.starts_with("command-v2") {
+            script_v2()
+        } else {
+            script_v1()
+        };
+        let written = payloads(text, "commands");
+        assert_eq!(written.len(), commands.len(), "{name}");
+        for (payload, expected) in written.iter().zip(&commands) {
+            assert_eq!(&decode_command(payload).unwrap(), expected, "{name}");
+        }
+        let partition = if name.starts_with("command-v2") { 5 } else { 3 };
+        let written = payloads(text, "outcomes");
+        assert_eq!(written.len(), commands.len(), "{name}");
+        for (offset, (payload, (c, (result, delta, available, reason)))) in written
+            .iter()
+            .zip(commands.iter().zip(decisions.clone()))
+            .enumerate()
+        {
+            let position = LogPosition {
+                topic: "stock.ledger".into(),
+                partition,
+                offset: offset as i64,
+            };
+            let decision = Decision {
+                result,
+                delta,
+                available,
+                total: 10,
+                reason,
+            };
+            let mut expected = Outcome::for_command(position, c, decision);
+            if !has_command_details {
+                expected.restock_mode = None;
+                expected.rollback_reason = None;
+            }
+            assert_eq!(decode_outcome(payload).unwrap(), expected, "{name}");
+        }
+    }
+}
+
+#[test]
+fn every_released_version_has_bytes_its_release_wrote() {
+    let written: BTreeSet<(&str, u32)> = RELEASES
+        .iter()
+        .flat_map(|(_, text, _)| {
+            let mut all = payloads(text, "commands");
+            all.extend(payloads(text, "outcomes"));
+            all
+        })
+        .map(|p| version_of(&p))
+        .collect();
+    let released: BTreeSet<(&str, u32)> = schema::released()
+        .iter()
+        .map(|r| (r.subject.as_str(), r.version))
+        .collect();
+    assert_eq!(
+        written, released,
+        "add the release that introduces a version to fixtures/releases/generate.sh"
+    );
+}
