@@ -57,8 +57,13 @@ fn redis_cpu(info: &str) -> f64 {
 
 /// User + system CPU seconds of this process, from `/proc/self/stat`.
 fn own_cpu() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) end with ')'.
+    stat_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// User + system CPU seconds of a `/proc/<pid>/stat` line.
+fn stat_cpu(stat: &str) -> Option<f64> {
+    // Fields after the command name (which may hold spaces and parentheses)
+    // follow its last ')'.
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
@@ -77,8 +82,25 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_used_some_cpu() {
-        let spent = own_cpu().expect("a Linux /proc");
-        assert!(spent >= 0.0);
+    fn a_stat_line_gives_user_plus_system_time_past_a_command_name_with_parentheses() {
+        let stat = "4242 (bench (x) 1) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 9 0";
+        assert_eq!(stat_cpu(stat), Some(3.25));
+        assert_eq!(stat_cpu("4242 (bench) S 1"), None);
+    }
+
+    #[test]
+    fn this_process_is_seen_spending_cpu_while_it_works() {
+        let before = own_cpu().expect("a Linux /proc");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut spin = 0u64;
+        while own_cpu().expect("a Linux /proc") <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "10 s of work and no CPU time counted"
+            );
+            for i in 0..100_000u64 {
+                spin = std::hint::black_box(spin.wrapping_mul(31).wrapping_add(i));
+            }
+        }
     }
 }

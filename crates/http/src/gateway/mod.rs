@@ -372,12 +372,17 @@ mod tests {
     fn the_checked_in_openapi_document_is_the_one_the_code_generates() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
         let generated = openapi_json();
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        if checked_in == generated {
+            return;
+        }
+        // Compared before writing, so a run that rewrites the file fails
+        // too: the new document is reviewed and committed, never assumed.
         if std::env::var_os("STOCKLEDGER_WRITE_OPENAPI").is_some() {
             std::fs::write(path, &generated).expect("write docs/openapi.json");
+            panic!("docs/openapi.json was out of date and is rewritten: review and commit it");
         }
-        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            checked_in == generated,
+        panic!(
             "docs/openapi.json differs from the code's document; regenerate it with \
              STOCKLEDGER_WRITE_OPENAPI=1 cargo test -p stockledger-http openapi"
         );
