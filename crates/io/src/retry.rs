@@ -19,6 +19,9 @@ pub const LONGEST_WAIT: Duration = Duration::from_secs(5);
 /// healthy service is doing when a stop comes is not abandoned half-way (a
 /// caller that may not wait for a service that hangs bounds its own
 /// shutdown). Once `stop` is raised no further try starts: `Ok(None)`.
+///
+/// Written out rather than with backon: its retry future can only be
+/// dropped whole, which abandons the try in flight.
 pub async fn until_stopped<T, E, Fut>(
     mut op: impl FnMut() -> Fut,
     mut transient: impl FnMut(&E) -> bool,
