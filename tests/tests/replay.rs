@@ -1,10 +1,14 @@
 //! Rebuilding the projection from the log, against real services.
 
 use std::future::pending;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
+use stockledger_io::topic::record_count;
+use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{traffic, wait_until, Harness};
 
@@ -67,11 +71,38 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     let initial = restock_all(&h.producer).await? + workload(&h.producer, 0, 60).await?;
     h.wait_for_archive(initial as i64).await?;
 
-    // Keep producing while the replay runs and swaps.
-    let producer = h.producer.clone();
-    let traffic = tokio::spawn(async move { workload(&producer, 60, 300).await });
+    // Keep producing while the replay runs and swaps, and after it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let (producer, stop) = (h.producer.clone(), stop.clone());
+        async move {
+            let (mut sent, mut first) = (0, 60);
+            // At least one chunk after the swap; at most 5,000 orders.
+            loop {
+                let stopping = stop.load(Ordering::SeqCst);
+                sent += workload(&producer, first, 10).await?;
+                first += 10;
+                if stopping || first >= 5_060 {
+                    return anyhow::Ok(sent);
+                }
+            }
+        }
+    });
+    wait_until("live traffic", CATCH_UP, || async {
+        Ok((record_count(&h.kafka, &h.ns.topic).await? > initial as i64).then_some(()))
+    })
+    .await?;
+    let before = record_count(&h.kafka, &h.ns.topic).await?;
     let report = replay(h.replay_swap_config(false), pending(), |_| {}).await?;
+    let after = record_count(&h.kafka, &h.ns.topic).await?;
+    stop.store(true, Ordering::SeqCst);
     let later = traffic.await??;
+    let end = record_count(&h.kafka, &h.ns.topic).await?;
+    // The log's end moved while the replay ran and again after its swap.
+    assert!(
+        before < after && after < end,
+        "traffic overlapped the replay: log end {before} at its start, {after} at its end, {end} finally"
+    );
 
     assert_eq!(report.swapped, SKUS.len());
     assert!(report.records >= initial);

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stockledger_client::producer::{ProducerError, Receipt};
 use stockledger_client::{OrderChecks, OutcomeReader, SoldOutGuard};
-use stockledger_core::{Decision, OrderStatus, RestockMode, ResultCode};
+use stockledger_core::{CommandBody, Decision, OrderStatus, RestockMode, ResultCode};
 use stockledger_testkit::{wait_until, Harness};
 
 fn now_ms() -> i64 {
@@ -271,5 +271,150 @@ async fn the_sold_out_fast_path_refuses_without_logging_only_when_nothing_can_co
     let again = decided(&reader, p.deduct("SKU-S", "o4", 1).await?).await?;
     assert_eq!(again.result, ResultCode::Applied);
     applier.stop().await?;
+    Ok(())
+}
+
+/// The expires on the command log for `sku`: (order, stamped at).
+async fn expires_logged(h: &Harness, sku: &str) -> anyhow::Result<Vec<(String, i64)>> {
+    let mut expires = Vec::new();
+    for record in h.read(&h.ns.topic).await? {
+        let command =
+            stockledger_core::codec::decode_command(record.payload.as_deref().unwrap_or_default())?;
+        if let (true, CommandBody::Expire(e)) = (command.sku.as_str() == sku, &command.body) {
+            expires.push((e.order_id.as_str().to_owned(), command.occurred_at));
+        }
+    }
+    Ok(expires)
+}
+
+async fn status(h: &Harness, sku: &str, order: &str) -> anyhow::Result<Option<OrderStatus>> {
+    Ok(h.projection.order(sku, order).await?.map(|o| o.status))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_applier_down_past_the_deadlines_holds_end_by_expires_logged_once_it_is_back(
+) -> anyhow::Result<()> {
+    let h = Harness::new("holds-applier-down", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let p = &h.producer;
+    decided(
+        &reader,
+        p.restock("SKU-D", "d0", RestockMode::Set, 10).await?,
+    )
+    .await?;
+    let deadline = now_ms() + 2_000;
+    for order in ["kept", "late"] {
+        let held = decided(
+            &reader,
+            p.reserve("SKU-D", order, 2, Some("u1"), deadline).await?,
+        )
+        .await?;
+        assert_eq!(held.result, ResultCode::Applied, "{order}");
+    }
+    applier.stop().await?;
+
+    // The deadlines pass while no applier runs (the clock is this test's
+    // subject: nothing else can be awaited).
+    wait_until("the deadlines to pass", Duration::from_secs(30), || async {
+        Ok((now_ms() > deadline + 500).then_some(()))
+    })
+    .await?;
+    // A confirm reaches the log after the deadline, ahead of any expire.
+    let late_confirm = p.confirm("SKU-D", "late").await?;
+    for order in ["kept", "late"] {
+        assert_eq!(
+            status(&h, "SKU-D", order).await?,
+            Some(OrderStatus::Reserved),
+            "{order}: no clock ends a hold"
+        );
+    }
+    assert!(expires_logged(&h, "SKU-D").await?.is_empty());
+
+    let back = now_ms();
+    let applier = h.start_applier();
+    let confirmed = decided(&reader, late_confirm).await?;
+    assert_eq!(
+        (confirmed.result, confirmed.delta),
+        (ResultCode::RejectedExpired, 2),
+        "decided by the confirm's own timestamp; the hold ends with it"
+    );
+    wait_until("hold kept to expire", Duration::from_secs(30), || async {
+        Ok((status(&h, "SKU-D", "kept").await? == Some(OrderStatus::Expired)).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        status(&h, "SKU-D", "late").await?,
+        Some(OrderStatus::Expired)
+    );
+    let expires = expires_logged(&h, "SKU-D").await?;
+    assert!(
+        expires.iter().any(|(order, _)| order == "kept"),
+        "{expires:?}"
+    );
+    assert!(
+        expires.iter().all(|&(_, at)| at >= back),
+        "expires are stamped once the applier is back ({back}): {expires:?}"
+    );
+    let state = h
+        .projection
+        .read_sku("SKU-D")
+        .await?
+        .expect("SKU-D has state");
+    assert_eq!((state.available, state.reserved), (10, 0));
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expire_lost_on_its_way_is_sent_again_after_five_seconds() -> anyhow::Result<()> {
+    let h = Harness::new("lost-expire", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let p = &h.producer;
+    decided(
+        &reader,
+        p.restock("SKU-L", "l0", RestockMode::Set, 10).await?,
+    )
+    .await?;
+    let deadline = now_ms() + 2_000;
+    let hold = p.reserve("SKU-L", "lost", 3, None, deadline).await?;
+    let partition = hold.position.partition;
+    decided(&reader, hold).await?;
+    applier.stop().await?;
+    wait_until("the deadline to pass", Duration::from_secs(30), || async {
+        Ok((now_ms() > deadline).then_some(()))
+    })
+    .await?;
+
+    // What an expirer leaves behind when the expire it sent never reaches
+    // the log: the hold deferred by RETRY_MS, and no record.
+    let lost_at = now_ms();
+    h.projection
+        .defer_holds(
+            partition,
+            &[("SKU-L".to_owned(), "lost".to_owned())],
+            lost_at + stockledger_applier::expiry::RETRY_MS,
+        )
+        .await?;
+    let applier = h.start_applier();
+    wait_until("the hold to expire", Duration::from_secs(30), || async {
+        Ok((status(&h, "SKU-L", "lost").await? == Some(OrderStatus::Expired)).then_some(()))
+    })
+    .await?;
+    let expires = expires_logged(&h, "SKU-L").await?;
+    assert_eq!(expires.len(), 1, "one expire, sent again: {expires:?}");
+    assert!(
+        expires[0].1 >= lost_at + stockledger_applier::expiry::RETRY_MS,
+        "sent again no sooner than {} ms after the lost one: {expires:?}",
+        stockledger_applier::expiry::RETRY_MS
+    );
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
     Ok(())
 }

@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 17] = [
+    let cases: [(&[&str], &str); 19] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -69,6 +69,14 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
         (
             &["archive", "--writers", "0"],
             "for '--writers <WRITERS>': 0 is not in 1..=64",
+        ),
+        (
+            &["apply", "--instance-id", "a", "--dynamic-membership"],
+            "'--instance-id <INSTANCE_ID>' cannot be used with '--dynamic-membership'",
+        ),
+        (
+            &["archive", "--instance-id", "a b"],
+            "for '--instance-id <INSTANCE_ID>'",
         ),
         (
             &["confirm", "SKU", "nobody"],

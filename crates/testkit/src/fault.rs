@@ -2,7 +2,7 @@
 //! let it back, and helpers to point a URL at it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
@@ -11,11 +11,13 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 /// A TCP proxy on a free loopback port in front of one service. While
 /// paused it cuts every open connection and refuses new ones, as a service
-/// that went away would; resumed, it forwards again.
+/// that went away would; resumed, it forwards again. It counts the
+/// connections it refused, so a test sees a client retry during an outage.
 #[derive(Debug)]
 pub struct Proxy {
     addr: SocketAddr,
     paused: Arc<AtomicBool>,
+    refused: Arc<AtomicU64>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: JoinHandle<()>,
 }
@@ -25,13 +27,16 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let paused = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicU64::new(0));
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let accept = tokio::spawn({
             let paused = paused.clone();
+            let refused = refused.clone();
             let connections = connections.clone();
             async move {
                 while let Ok((mut client, _)) = listener.accept().await {
                     if paused.load(Ordering::SeqCst) {
+                        refused.fetch_add(1, Ordering::SeqCst);
                         continue; // dropped: the client sees the connection close
                     }
                     let task = tokio::spawn(async move {
@@ -49,6 +54,7 @@ impl Proxy {
         Ok(Self {
             addr,
             paused,
+            refused,
             connections,
             accept,
         })
@@ -66,6 +72,11 @@ impl Proxy {
                 connection.abort();
             }
         }
+    }
+
+    /// Connections refused while paused, since the proxy started.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::SeqCst)
     }
 
     pub fn resume(&self) {

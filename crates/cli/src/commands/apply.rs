@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use stockledger_http::Probes;
 
+use super::membership::MembershipArgs;
 use super::observe::{self, MetricsArgs};
-use crate::{applier_config, parse_instance_id, shutdown_signal, Global};
+use crate::{applier_config, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -18,12 +19,8 @@ pub struct Args {
         default_value = "stockledger-applier"
     )]
     pub group: String,
-    /// This member's `group.instance.id` (static membership): restarted
-    /// under the same id, it takes its partitions back at once instead of
-    /// waiting for the broker to expire the old member. Default: the host's
-    /// name; two appliers of one group on one host need distinct ids.
-    #[arg(long, env = "STOCKLEDGER_INSTANCE_ID", value_parser = parse_instance_id)]
-    pub instance_id: Option<String>,
+    #[command(flatten)]
+    pub membership: MembershipArgs,
     /// Run even though the command topic has a finite retention.ms or
     /// retention.bytes (the broker will delete records; snapshots must cover
     /// them). Refused by default.
@@ -46,9 +43,7 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = applier_config(g);
     config.group_id = args.group;
-    if let Some(id) = args.instance_id {
-        config.instance_id = Some(id);
-    }
+    args.membership.configure(&mut config.instance_id);
     config.allow_finite_retention = args.allow_finite_retention;
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);

@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use stockledger_http::Probes;
 
+use super::membership::MembershipArgs;
 use super::observe::{self, MetricsArgs};
-use crate::{archiver_config, parse_instance_id, shutdown_signal, Global};
+use crate::{archiver_config, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -18,12 +19,8 @@ pub struct Args {
         default_value = "stockledger-archiver"
     )]
     pub group: String,
-    /// This member's `group.instance.id` (static membership): restarted
-    /// under the same id, it takes its partitions back at once instead of
-    /// waiting for the broker to expire the old member. Default: the host's
-    /// name; two archivers of one group on one host need distinct ids.
-    #[arg(long, env = "STOCKLEDGER_INSTANCE_ID", value_parser = parse_instance_id)]
-    pub instance_id: Option<String>,
+    #[command(flatten)]
+    pub membership: MembershipArgs,
     /// Most outcomes written in one transaction (bounds memory).
     #[arg(long, env = "STOCKLEDGER_PAGE_SIZE", default_value_t = 5000)]
     pub page_size: usize,
@@ -45,9 +42,7 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = archiver_config(g);
     config.group_id = args.group;
-    if let Some(id) = args.instance_id {
-        config.instance_id = Some(id);
-    }
+    args.membership.configure(&mut config.instance_id);
     config.page_size = args.page_size.max(1);
     config.writers = usize::from(args.writers);
     config.page_wait = Duration::from_millis(args.page_wait_ms);

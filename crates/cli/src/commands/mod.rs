@@ -12,6 +12,7 @@ pub mod demo;
 pub mod export;
 pub mod history;
 pub mod limit;
+pub mod membership;
 pub mod observe;
 pub mod order;
 pub mod reconcile;
