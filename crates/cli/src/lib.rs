@@ -33,7 +33,10 @@ impl Cli {
     /// components report progress; one-shot commands and the demo stay quiet.
     pub fn default_log_filter(&self) -> &'static str {
         match self.command {
-            Command::Apply(_) | Command::Archive(_) | Command::Serve(_) => "info",
+            Command::Apply(_) | Command::Archive(_) => "info",
+            // Requests answered are logged at info under this target;
+            // refused ones (401, 403) at warn.
+            Command::Serve(_) => "info,stockledger_http::access=warn",
             _ => "warn",
         }
     }
@@ -192,6 +195,9 @@ pub enum Command {
     Compact(compact::Args),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(reconcile::Args),
+    /// Make API keys for the gateway (serve --api-keys).
+    #[command(subcommand)]
+    Keys(commands::keys::Command),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(commands::demo::DemoArgs),
 }
@@ -266,6 +272,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot(args) => snapshot::run(g, args).await,
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
+        Command::Keys(command) => commands::keys::run(command),
         Command::Demo(args) => commands::demo::run(g, args).await,
     }
 }

@@ -11,6 +11,7 @@ pub mod deduct;
 pub mod demo;
 pub mod export;
 pub mod history;
+pub mod keys;
 pub mod limit;
 pub mod membership;
 pub mod observe;

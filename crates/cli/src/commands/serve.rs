@@ -1,12 +1,15 @@
 //! `stockledger serve`: the HTTP gateway, until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
+use stockledger_http::gateway::auth::ApiKeys;
 use stockledger_http::{GatewayConfig, Limits, Probes};
+use tracing::{info, warn};
 
 use super::observe::{self, MetricsArgs};
 use crate::{shutdown_signal, Global};
@@ -17,6 +20,12 @@ pub struct Args {
     /// /readyz and /openapi.json).
     #[arg(long, env = "STOCKLEDGER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The keys file (see `stockledger keys new`): every route but
+    /// /healthz, /readyz and /openapi.json then needs `Authorization: Bearer
+    /// TOKEN` of a key whose role may use it. Re-read on SIGHUP. Without
+    /// it, the gateway listens on loopback only.
+    #[arg(long, env = "STOCKLEDGER_API_KEYS", value_name = "FILE")]
+    pub api_keys: Option<PathBuf>,
     /// Longest wait_ms a request may ask for.
     #[arg(long, env = "STOCKLEDGER_MAX_WAIT_MS", default_value_t = 30_000)]
     pub max_wait_ms: u64,
@@ -41,12 +50,32 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    if args.api_keys.is_none() && !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "--listen {}: without --api-keys the gateway lets anyone restock, refund and \
+             lift limits, so it listens on loopback only; make keys with `stockledger keys \
+             new` and pass --api-keys FILE, or listen on 127.0.0.1",
+            args.listen
+        );
+    }
+    let api_keys = match &args.api_keys {
+        Some(path) => {
+            let keys = ApiKeys::load(path).context("--api-keys")?;
+            if keys.is_empty() {
+                warn!(path = %path.display(), "the keys file has no keys: every request but the probes is refused");
+            }
+            reload_on_hangup(keys.clone())?;
+            Some(keys)
+        }
+        None => None,
+    };
     let mut config = GatewayConfig::new(g.kafka(), g.redis_url.clone(), g.database_url.clone());
     config.prefix = g.prefix.clone();
     config.topic = g.topic.clone();
     config.max_wait = Duration::from_millis(args.max_wait_ms);
     config.body_timeout = Duration::from_millis(args.read_timeout_ms);
     config.sold_out_fast_path = args.sold_out_fast_path;
+    config.api_keys = api_keys;
     config.limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),
@@ -66,4 +95,24 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     println!("listening on http://{}", listener.local_addr()?);
     stockledger_http::gateway::run(config, listener, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Re-reads the keys file on each SIGHUP; a file that does not parse keeps
+/// the keys in use, and the log says why.
+fn reload_on_hangup(keys: ApiKeys) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match keys.reload() {
+                Ok(count) => {
+                    info!(path = %keys.path().display(), keys = count, "re-read the API keys")
+                }
+                Err(e) => {
+                    warn!(error = %anyhow::Error::from(e), "the keys file was not taken up; the keys in use stay")
+                }
+            }
+        }
+    });
+    Ok(())
 }

@@ -10,6 +10,7 @@
 
 pub mod analysts;
 pub mod api;
+pub mod auth;
 pub mod problem;
 
 use std::future::Future;
@@ -38,7 +39,8 @@ use problem::Problem;
 /// Largest request body taken; a larger one is refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// Counter: HTTP requests answered, by `route`, `method` and `status`.
+/// Counter: HTTP requests answered, by `route`, `method`, `status` and API
+/// `key` (its name; `none` without one).
 pub const REQUESTS_METRIC: &str = "stockledger_http_requests_total";
 /// Histogram: seconds from request to response, by `route` and `method`.
 pub const REQUEST_SECONDS_METRIC: &str = "stockledger_http_request_duration_seconds";
@@ -70,6 +72,9 @@ pub struct GatewayConfig {
     /// Refuse deducts of a sold-out SKU before they reach the log
     /// (`409 sold_out`, not logged; see `stockledger_client::soldout`).
     pub sold_out_fast_path: bool,
+    /// The keys callers must present; `None` lets anyone in (the CLI allows
+    /// that on loopback only).
+    pub api_keys: Option<auth::ApiKeys>,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -84,6 +89,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("body_timeout", &self.body_timeout)
             .field("limits", &self.limits)
             .field("sold_out_fast_path", &self.sold_out_fast_path)
+            .field("api_keys", &self.api_keys)
             .finish()
     }
 }
@@ -105,6 +111,7 @@ impl GatewayConfig {
             body_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             sold_out_fast_path: false,
+            api_keys: None,
         }
     }
 }
@@ -146,7 +153,7 @@ pub(crate) struct Gateway {
 #[openapi(
     info(
         title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock) and reads (stock, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field."
+        description = "Commands (deduct, rollback, restock) and reads (stock, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
     ),
     paths(
         api::deduct,
@@ -163,6 +170,7 @@ pub(crate) struct Gateway {
         observe::healthz,
         observe::readyz_doc
     ),
+    modifiers(&Doors),
     tags(
         (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
         (name = "reads", description = "The Redis projection and the PostgreSQL archive"),
@@ -171,6 +179,80 @@ pub(crate) struct Gateway {
 )]
 #[derive(Debug)]
 pub struct ApiDoc;
+
+/// Adds to the document what every route shares: the bearer key scheme
+/// (`serve --api-keys`), the answers of the door (401, 403, 429 of a key
+/// over its rate) and the default server. The probes and the document
+/// itself are open.
+struct Doors;
+
+impl utoipa::Modify for Doors {
+    fn modify(&self, document: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            Http, HttpAuthScheme, SecurityRequirement, SecurityScheme,
+        };
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, Server};
+        const SCHEME: &str = "api_key";
+        let components = document.components.get_or_insert_with(Default::default);
+        let mut bearer = Http::new(HttpAuthScheme::Bearer);
+        bearer.description = Some(
+            "A token from `stockledger keys new`, when the gateway runs with --api-keys".into(),
+        );
+        components.add_security_scheme(SCHEME, SecurityScheme::Http(bearer));
+        document.servers = Some(vec![Server::builder()
+            .url("http://127.0.0.1:8080")
+            .description(Some("stockledger serve with its default --listen"))
+            .build()]);
+        let problem = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    problem::PROBLEM_JSON,
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("Problem")))
+                        .build(),
+                )
+                .build()
+        };
+        for (path, item) in document.paths.paths.iter_mut() {
+            let open = matches!(path.as_str(), "/healthz" | "/readyz" | "/openapi.json");
+            for operation in [&mut item.get, &mut item.post, &mut item.put]
+                .into_iter()
+                .flatten()
+            {
+                if open {
+                    operation.security = Some(vec![SecurityRequirement::default()]);
+                    continue;
+                }
+                operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
+                    SCHEME,
+                    [],
+                )]);
+                let responses = &mut operation.responses.responses;
+                responses.insert(
+                    "401".into(),
+                    problem("No API key, or one that is not known; WWW-Authenticate says which")
+                        .into(),
+                );
+                responses.insert(
+                    "403".into(),
+                    problem("The key's role may not use this route").into(),
+                );
+                match responses.get_mut("429") {
+                    Some(utoipa::openapi::RefOr::T(queue_full)) => queue_full
+                        .description
+                        .push_str(", or the API key is over its rate"),
+                    _ => {
+                        responses.insert(
+                            "429".into(),
+                            problem("The API key is over its rate; retry after Retry-After").into(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// The OpenAPI document as served and checked in.
 pub fn openapi_json() -> String {
@@ -250,8 +332,15 @@ pub async fn run(
         max_wait: config.max_wait,
         broker_up,
     });
-    let app = router(gateway, config.body_timeout, config.max_wait)
-        .merge(observe::routes(recorder, probes));
+    let mut observed = observe::routes(recorder, probes);
+    if let Some(keys) = &config.api_keys {
+        auth::describe(keys);
+        observed = observed.route_layer(axum::middleware::from_fn_with_state(
+            keys.clone(),
+            auth::authorize,
+        ));
+    }
+    let app = router(gateway, &config).merge(observed);
     info!(address = ?listener.local_addr().ok(), "gateway listening");
     server::serve(listener, app, config.limits, shutdown).await;
     watch.abort();
@@ -259,8 +348,8 @@ pub async fn run(
     Ok(())
 }
 
-fn router(gateway: Arc<Gateway>, body_timeout: Duration, max_wait: Duration) -> Router {
-    Router::new()
+fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
+    let routes = Router::new()
         .route("/v1/skus/{sku}/orders/{order_id}/deduct", post(api::deduct))
         .route(
             "/v1/skus/{sku}/orders/{order_id}/rollback",
@@ -281,17 +370,27 @@ fn router(gateway: Arc<Gateway>, body_timeout: Duration, max_wait: Duration) -> 
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
         .route("/v1/history", get(api::history))
         .route("/v1/report", get(analysts::report))
-        .route("/openapi.json", get(openapi))
+        .route("/openapi.json", get(openapi));
+    // Inside `track`, which then sees each answer's key; on the routes only,
+    // so an unknown path is a 404 with or without a key.
+    let routes = match &config.api_keys {
+        Some(keys) => routes.route_layer(axum::middleware::from_fn_with_state(
+            keys.clone(),
+            auth::authorize,
+        )),
+        None => routes,
+    };
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(gateway)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(RequestBodyTimeoutLayer::new(config.body_timeout))
         // A request never outlives its longest wait by much: the publish is
         // bounded by the producer's message timeout.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
-            max_wait + Duration::from_secs(15),
+            config.max_wait + Duration::from_secs(15),
         ))
         .layer(axum::middleware::from_fn(track))
 }
@@ -322,21 +421,43 @@ async fn method_not_allowed(request: Request) -> Problem {
     )
 }
 
-/// Counts every request by route and status and times it.
+/// Counts every request by route, status and key, times it, and writes the
+/// access log (target `stockledger_http::access`, level info).
 async fn track(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    metrics::counter!(REQUESTS_METRIC, "route" => route.clone(), "method" => method.clone(),
-        "status" => response.status().as_u16().to_string())
+    let elapsed = started.elapsed();
+    let key = response
+        .extensions()
+        .get::<auth::KeyName>()
+        .map_or("none", |name| &name.0)
+        .to_owned();
+    let status = response.status().as_u16();
+    info!(target: "stockledger_http::access", method, route, status, key,
+        ms = elapsed.as_secs_f64() * 1e3);
+    metrics::counter!(REQUESTS_METRIC, "route" => route.clone(), "method" => method,
+        "status" => status.to_string(), "key" => key)
     .increment(1);
     metrics::histogram!(REQUEST_SECONDS_METRIC, "route" => route, "method" => method)
-        .record(started.elapsed().as_secs_f64());
+        .record(elapsed.as_secs_f64());
     response
+}
+
+/// A request's method as a metric label: the ones HTTP defines, else
+/// `other` (a label a client could choose would grow without bound).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    KNOWN
+        .into_iter()
+        .find(|known| *known == method.as_str())
+        .unwrap_or("other")
 }
 
 /// Keeps `up` true while the brokers answer a metadata request.

@@ -1,0 +1,310 @@
+//! `stockledger keys new` and `serve --api-keys`: who may do what, as a
+//! caller over HTTP sees it, against real services.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{log_path, sample, serve, stockledger};
+use serde_json::{json, Value};
+use stockledger_core::codec::decode_command;
+use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::{wait_until, Harness};
+
+/// A key as `keys new` printed it: the token and the stanza for the file.
+struct Made {
+    token: String,
+    stanza: String,
+}
+
+fn new_key(h: &Harness, name: &str, role: &str) -> anyhow::Result<Made> {
+    let out = stockledger(h)
+        .args(["keys", "new", "--name", name, "--role", role])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "keys new: {out:?}");
+    let text = String::from_utf8(out.stdout)?;
+    let token = text
+        .lines()
+        .find(|l| l.starts_with("slk_"))
+        .ok_or_else(|| anyhow::anyhow!("no token in {text}"))?
+        .to_owned();
+    let stanza = text[text.find("[[keys]]").unwrap_or(text.len())..].to_owned();
+    anyhow::ensure!(stanza.contains(&format!("name = \"{name}\"")), "{text}");
+    anyhow::ensure!(
+        !stanza.contains(&token),
+        "the stanza holds the token: {text}"
+    );
+    Ok(Made { token, stanza })
+}
+
+struct Call {
+    status: u16,
+    header: Option<String>,
+    body: Value,
+}
+
+/// Sends `method url` with `body` as `token` (none if empty); the named
+/// response header comes back too.
+async fn call(
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<Value>,
+    header: &str,
+) -> anyhow::Result<Call> {
+    let client = reqwest::Client::new();
+    let mut request = client.request(method.parse()?, url);
+    if !token.is_empty() {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.timeout(Duration::from_secs(30)).send().await?;
+    let status = response.status().as_u16();
+    let header = response
+        .headers()
+        .get(header)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.text().await?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(Call {
+        status,
+        header,
+        body,
+    })
+}
+
+fn write(path: &Path, stanzas: &[&str]) -> anyhow::Result<()> {
+    Ok(std::fs::write(path, stanzas.join("\n"))?)
+}
+
+fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill {signal} {pid} failed");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() -> anyhow::Result<()>
+{
+    let h = Harness::new("http-keys", 2).await?;
+    let producer = new_key(&h, "checkout", "producer")?;
+    let operator = new_key(&h, "ops", "operator")?;
+    let analyst = new_key(&h, "finance", "analyst")?;
+    let slow = new_key(&h, "slow", "producer")?;
+    let late = new_key(&h, "late", "analyst")?;
+    let slow_stanza = format!("{}rate_per_second = 0.01\nburst = 2\n", slow.stanza);
+    let file = std::env::temp_dir().join(format!("{}-keys.toml", h.ns.id));
+    write(
+        &file,
+        &[
+            &producer.stanza,
+            &operator.stanza,
+            &analyst.stanza,
+            &slow_stanza,
+        ],
+    )?;
+    let file_arg = file.to_string_lossy().into_owned();
+    let (gateway, base) = serve(&h, &["--api-keys", &file_arg])?;
+    let deduct = |order: &str| format!("{base}/v1/skus/SKU-K/orders/{order}/deduct");
+    let restock = format!("{base}/v1/skus/SKU-K/restocks/r1");
+    let stock = format!("{base}/v1/skus/SKU-K");
+    let one = Some(json!({"quantity": 1}));
+    let ten = Some(json!({"mode": "SET", "quantity": 10}));
+
+    // The probes and the document are open.
+    for open in ["/healthz", "/openapi.json"] {
+        let answer = call("GET", &format!("{base}{open}"), "", None, "x").await?;
+        assert_eq!(answer.status, 200, "{open}");
+    }
+    // No key, or one nobody made: 401 with the challenge.
+    let none = call("POST", &deduct("o0"), "", one.clone(), "www-authenticate").await?;
+    assert_eq!(none.status, 401, "{}", none.body);
+    assert_eq!(none.header.as_deref(), Some("Bearer realm=\"stockledger\""));
+    assert_eq!(none.body["status"], 401);
+    let wrong = "slk_0000000000000000000000000000000000000000000000000000000000000000";
+    let unknown = call(
+        "POST",
+        &deduct("o0"),
+        wrong,
+        one.clone(),
+        "www-authenticate",
+    )
+    .await?;
+    assert_eq!(unknown.status, 401);
+    assert_eq!(
+        unknown.header.as_deref(),
+        Some("Bearer realm=\"stockledger\", error=\"invalid_token\"")
+    );
+    let basic = call("GET", &stock, "", None, "www-authenticate").await?;
+    assert_eq!(basic.status, 401);
+
+    // Each role: what it may and what it may not (403). No applier runs, so
+    // a read that gets past the door meets the handler's 404.
+    let cases: [(&str, &str, &str, Option<Value>, u16); 9] = [
+        ("POST", &deduct("o1"), &producer.token, one.clone(), 202),
+        ("POST", &restock, &producer.token, ten.clone(), 403),
+        ("GET", &stock, &producer.token, None, 403),
+        ("POST", &deduct("o2"), &analyst.token, one.clone(), 403),
+        ("GET", &stock, &analyst.token, None, 404),
+        (
+            "GET",
+            &format!("{base}/metrics"),
+            &producer.token,
+            None,
+            403,
+        ),
+        ("GET", &format!("{base}/metrics"), &analyst.token, None, 200),
+        ("POST", &restock, &operator.token, ten.clone(), 202),
+        ("GET", &stock, &operator.token, None, 404),
+    ];
+    for (method, url, token, body, expected) in cases {
+        let answer = call(method, url, token, body, "content-type").await?;
+        assert_eq!(answer.status, expected, "{method} {url}: {}", answer.body);
+        if expected == 403 {
+            assert_eq!(answer.header.as_deref(), Some("application/problem+json"));
+            let detail = answer.body["detail"].as_str().unwrap_or("");
+            assert!(detail.contains("may not"), "{detail}");
+        }
+    }
+    // The order read is every role's; a missing order is the handler's 404.
+    for token in [&producer.token, &operator.token, &analyst.token] {
+        let order = call("GET", &format!("{stock}/orders/nope"), token, None, "x").await?;
+        assert_eq!(order.status, 404, "{}", order.body);
+    }
+
+    // A key over its rate: its burst of 2 goes through, then 429.
+    for order in ["s1", "s2"] {
+        let answer = call("POST", &deduct(order), &slow.token, one.clone(), "x").await?;
+        assert_eq!(answer.status, 202, "{}", answer.body);
+    }
+    let over = call(
+        "POST",
+        &deduct("s3"),
+        &slow.token,
+        one.clone(),
+        "retry-after",
+    )
+    .await?;
+    assert_eq!(over.status, 429, "{}", over.body);
+    let retry_after: u64 = over.header.as_deref().unwrap_or("").parse()?;
+    assert!(retry_after >= 1, "{retry_after}");
+
+    // Only what was let through reached the log.
+    let mut logged = Vec::new();
+    for record in h.read(&h.ns.topic).await? {
+        let command = decode_command(record.payload.as_deref().unwrap_or_default())?;
+        let order = command.body.order_id().map(ToString::to_string);
+        logged.push(order.unwrap_or_else(|| "restock".to_owned()));
+    }
+    logged.sort();
+    assert_eq!(logged, ["o1", "restock", "s1", "s2"]);
+
+    // The metrics name the key; the rate counter exists for every key.
+    let metrics = call(
+        "GET",
+        &format!("{base}/metrics"),
+        &operator.token,
+        None,
+        "x",
+    )
+    .await?;
+    let metrics = metrics.body.as_str().unwrap_or("").to_owned();
+    let requests = "stockledger_http_requests_total";
+    assert!(sample(&metrics, requests, &["key=\"checkout\"", "status=\"202\""]) >= 1.0);
+    assert!(sample(&metrics, requests, &["key=\"none\"", "status=\"401\""]) >= 2.0);
+    let limited = "stockledger_gateway_rate_limited_total";
+    assert_eq!(sample(&metrics, limited, &["key=\"slow\""]), 1.0);
+    assert!(metrics.contains(&format!("{limited}{{key=\"checkout\"}} 0")));
+
+    // SIGHUP takes up a new file; a broken one leaves the keys as they were.
+    assert_eq!(
+        call("GET", &stock, &late.token, None, "x").await?.status,
+        401
+    );
+    write(&file, &[&operator.stanza, &late.stanza])?;
+    signal(gateway.0.id(), "-HUP")?;
+    wait_until("the new key accepted", CATCH_UP, || async {
+        Ok((call("GET", &stock, &late.token, None, "x").await?.status == 404).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        call("GET", &stock, &analyst.token, None, "x").await?.status,
+        401
+    );
+    std::fs::write(&file, "[[keys]]\nname = \"broken\"\n")?;
+    signal(gateway.0.id(), "-HUP")?;
+    let log = log_path(&h, &["serve"]);
+    wait_until("the broken file reported", CATCH_UP, || async {
+        let text = std::fs::read_to_string(&log)?;
+        Ok(text
+            .contains("the keys file was not taken up")
+            .then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        call("GET", &stock, &late.token, None, "x").await?.status,
+        404
+    );
+
+    // The log knows keys by name and never holds a token.
+    let text = std::fs::read_to_string(&log)?;
+    assert!(text.contains("key=checkout") || text.contains("\"key\":\"checkout\""));
+    for token in [
+        &producer.token,
+        &operator.token,
+        &analyst.token,
+        &slow.token,
+    ] {
+        assert!(!text.contains(token.as_str()), "a token is in the log");
+    }
+    assert!(!text.contains(wrong), "an unknown token is in the log");
+    drop(gateway);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> anyhow::Result<()> {
+    let h = Harness::new("http-keys-bad", 1).await?;
+    let dir = std::env::temp_dir();
+    let broken = dir.join(format!("{}-broken.toml", h.ns.id));
+    std::fs::write(
+        &broken,
+        "[[keys]]\nname = \"a\"\nrole = \"producer\"\nsha256 = \"abc\"\n",
+    )?;
+    let missing = dir.join(format!("{}-missing.toml", h.ns.id));
+    let (broken, missing) = (broken.to_string_lossy(), missing.to_string_lossy());
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["keys", "new", "--name", "a b", "--role", "producer"],
+            "--name",
+        ),
+        (
+            &["keys", "new", "--name", "a", "--role", "admin"],
+            "not a role",
+        ),
+        (&["keys", "new", "--role", "producer"], "--name"),
+        (&["serve", "--listen", "0.0.0.0:0"], "--api-keys"),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--api-keys", &broken],
+            "field sha256",
+        ),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--api-keys", &missing],
+            "missing.toml",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = stockledger(&h).args(args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(stderr.trim().lines().count() <= 6, "{args:?}: {stderr}");
+    }
+    Ok(())
+}
