@@ -10,6 +10,9 @@ deploy/local/stack.sh up
 export STOCKLEDGER_REDIS_DB=${STOCKLEDGER_REDIS_DB:-15}
 redis-cli -h 127.0.0.1 -p 6379 -n "$STOCKLEDGER_REDIS_DB" FLUSHDB >/dev/null
 eval "$(deploy/local/stack.sh env)"
+# Prometheus' own checker, run by the HTTP tests on every /metrics.
+STOCKLEDGER_PROMTOOL=$(deploy/local/promtool.sh)
+export STOCKLEDGER_PROMTOOL
 if [ $# -eq 0 ]; then
   set -- --workspace
 fi

@@ -463,7 +463,45 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ApplierStats, ApplierError> {
     let stop = stockledger_io::stop::stop_flag(shutdown);
+    describe_metrics();
     Applier::start(config, stop).await?.run().await
+}
+
+/// Gives each of the applier's metrics its help text, and each counter its
+/// zero, so a dashboard shows them before their first event.
+pub fn describe_metrics() {
+    use metrics::{counter, describe_counter, describe_histogram, histogram};
+    describe_counter!(
+        RECORDS_METRIC,
+        "Records decided, by result (a redelivered batch counts again)."
+    );
+    for result in ResultCode::ALL {
+        counter!(RECORDS_METRIC, "result" => result.as_str()).absolute(0);
+    }
+    describe_counter!(
+        DEAD_LETTERS_METRIC,
+        "Records sent to the dead-letter topic."
+    );
+    counter!(DEAD_LETTERS_METRIC).absolute(0);
+    describe_counter!(
+        expiry::EXPIRES_METRIC,
+        "Expire records the applier appended for holds past their deadline."
+    );
+    counter!(expiry::EXPIRES_METRIC).absolute(0);
+    describe_histogram!(BATCH_RECORDS_METRIC, "Records per batch.");
+    describe_histogram!(BATCH_RUNS_METRIC, "Lua calls (runs of one SKU) per batch.");
+    describe_histogram!(
+        APPLY_SECONDS_METRIC,
+        metrics::Unit::Seconds,
+        "Seconds one batch's Lua calls took in Redis, per attempt."
+    );
+    for histogram in [
+        BATCH_RECORDS_METRIC,
+        BATCH_RUNS_METRIC,
+        APPLY_SECONDS_METRIC,
+    ] {
+        let _ = histogram!(histogram);
+    }
 }
 
 struct Applier {

@@ -149,6 +149,30 @@ pub struct ArchiverStats {
     pub undecodable: u64,
 }
 
+/// Gives each of the archiver's metrics its help text, and each counter its
+/// zero, so a dashboard shows them before their first event.
+pub fn describe_metrics() {
+    use metrics::{counter, describe_counter, describe_histogram, histogram};
+    describe_counter!(
+        ROWS_METRIC,
+        "Outcome messages written to (or found already in) the archive."
+    );
+    counter!(ROWS_METRIC).absolute(0);
+    describe_counter!(
+        UNDECODABLE_METRIC,
+        "Outcome messages that could not be decoded (logged, not archived)."
+    );
+    counter!(UNDECODABLE_METRIC).absolute(0);
+    describe_histogram!(PAGE_ROWS_METRIC, "Outcome messages per page.");
+    describe_histogram!(
+        PAGE_SECONDS_METRIC,
+        metrics::Unit::Seconds,
+        "Seconds one page's transaction took (or one writer's share of it), per attempt."
+    );
+    let _ = histogram!(PAGE_ROWS_METRIC);
+    let _ = histogram!(PAGE_SECONDS_METRIC);
+}
+
 /// Runs the archiver until `shutdown` completes; the page in flight is
 /// finished first.
 pub async fn run(
@@ -156,6 +180,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ArchiverStats, ArchiverError> {
     let mut stop = stockledger_io::stop::stop_flag(shutdown);
+    describe_metrics();
     info!(config = ?config, "starting the archiver");
     let writers = config.writers.max(1);
     let pool = crate::connect(&config.database_url, writers as u32 + 1)

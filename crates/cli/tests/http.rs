@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{free_port, sample, serve, Running};
+use common::{free_port, promtool_check, sample, serve, Running};
 use serde_json::{json, Value};
 use stockledger_client::KafkaConfig;
 use stockledger_testkit::harness::CATCH_UP;
@@ -326,6 +326,51 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
     })
     .await?;
     assert!(sample(&archiver, "stockledger_archiver_page_seconds_count", &[]) >= 1.0);
+    // Every metric has its help, and Prometheus' own checker agrees; the
+    // counters of events that have not happened are there at 0.
+    for (who, text) in [
+        ("gateway", &gateway),
+        ("applier", &applier),
+        ("archiver", &archiver),
+    ] {
+        promtool_check(text).map_err(|e| e.context(format!("the {who}'s metrics")))?;
+    }
+    assert!(
+        applier.contains("stockledger_applier_dead_letters_total 0"),
+        "{applier}"
+    );
+    assert!(
+        archiver.contains("stockledger_archiver_undecodable_total 0"),
+        "{archiver}"
+    );
+    let queue_full = [r#"command="RESTOCK""#, r#"reason="queue_full""#];
+    assert!(gateway.contains("# HELP stockledger_gateway_publish_failures_total"));
+    assert_eq!(
+        sample(
+            &gateway,
+            "stockledger_gateway_publish_failures_total",
+            &queue_full
+        ),
+        0.0
+    );
+    // A method nobody knows is counted as `other`: the label set stays bounded.
+    for method in ["FOO", "BAR", "BAZ"] {
+        let response = client()
+            .request(method.parse()?, format!("{base}/v1/skus/SKU-H"))
+            .send()
+            .await?;
+        assert_eq!(response.status().as_u16(), 405);
+    }
+    let after = text(&format!("{base}/metrics")).await?;
+    assert!(!after.contains("method=\"FOO\""), "{after}");
+    assert_eq!(
+        sample(
+            &after,
+            "stockledger_http_requests_total",
+            &[r#"method="other""#]
+        ),
+        3.0
+    );
     let (status, _, ready) = get(&format!("http://{apply_metrics}/readyz")).await?;
     assert_eq!(status, 200);
     let names: Vec<&str> = ready["checks"]

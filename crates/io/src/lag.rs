@@ -45,7 +45,18 @@ pub struct LagContext {
 }
 
 impl LagContext {
+    /// Also registers the gauges (with their help text; `partitions
+    /// assigned` at 0), so they are there before the first rebalance.
     pub fn new(topic: &str, lag: Arc<AtomicI64>, assignment: Assignment) -> Self {
+        metrics::describe_gauge!(
+            LAG_GAUGE,
+            "Records left to read on one partition of a consumed topic."
+        );
+        metrics::describe_gauge!(
+            ASSIGNED_GAUGE,
+            "Partitions of the consumed topic this group member holds."
+        );
+        metrics::gauge!(ASSIGNED_GAUGE, "topic" => topic.to_owned()).set(0.0);
         Self {
             topic: topic.to_owned(),
             lag,

@@ -96,6 +96,37 @@ pub fn serve(h: &Harness, extra: &[&str]) -> anyhow::Result<(Running, String)> {
     Ok((running, url))
 }
 
+/// Runs Prometheus' own checker (`promtool check metrics`: HELP and TYPE
+/// on every metric, names, units) on a `/metrics` text. promtool is
+/// `STOCKLEDGER_PROMTOOL` (deploy/local/test.sh fetches it) or on PATH.
+pub fn promtool_check(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let tool = std::env::var("STOCKLEDGER_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let mut child = Command::new(&tool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            anyhow::anyhow!("running {tool}: {e} (deploy/local/promtool.sh fetches it)")
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    anyhow::ensure!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
+    Ok(())
+}
+
 /// A port nothing listens on now, for a `--metrics-addr`.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -801,20 +801,31 @@ impl Gateway {
         body: CommandBody,
         wait: Option<Duration>,
     ) -> Answer {
+        let kind = body.kind().as_str();
         if !self.broker_up.load(Ordering::Relaxed) {
+            metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => "brokers_down")
+                .increment(1);
             return Err(Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the Kafka brokers do not answer; nothing was published",
             )
             .retry_after(5));
         }
-        let kind = body.kind().as_str();
         let receipt = self
             .producer
             .try_send(sku.clone(), body)
             .await
             .map_err(|e| {
-                metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind).increment(1);
+                let reason = match &e {
+                    // The caller's doing: a 4xx, not a failure to publish.
+                    ProducerError::Invalid(_) | ProducerError::SoldOut(_) => None,
+                    ProducerError::QueueFull { .. } => Some("queue_full"),
+                    _ => Some("unconfirmed"),
+                };
+                if let Some(reason) = reason {
+                    metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => reason)
+                        .increment(1);
+                }
                 publish_problem(e)
             })?;
         metrics::counter!(super::PUBLISHED_METRIC, "command" => kind).increment(1);

@@ -46,8 +46,12 @@ pub const REQUESTS_METRIC: &str = "stockledger_http_requests_total";
 pub const REQUEST_SECONDS_METRIC: &str = "stockledger_http_request_duration_seconds";
 /// Counter: commands the brokers took, by `command`.
 pub const PUBLISHED_METRIC: &str = "stockledger_gateway_published_total";
-/// Counter: commands not published (queue full, brokers away), by `command`.
+/// Counter: commands the gateway could not publish, by `command` and
+/// `reason` (one of [`FAILURE_REASONS`]): the server's side only; what
+/// the caller sent wrong is a 4xx of [`REQUESTS_METRIC`].
 pub const PUBLISH_FAILURES_METRIC: &str = "stockledger_gateway_publish_failures_total";
+/// The `reason`s of [`PUBLISH_FAILURES_METRIC`].
+pub const FAILURE_REASONS: [&str; 3] = ["brokers_down", "queue_full", "unconfirmed"];
 
 /// How often the gateway asks the brokers whether they answer.
 const BROKER_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -180,6 +184,42 @@ pub(crate) struct Gateway {
 #[derive(Debug)]
 pub struct ApiDoc;
 
+/// Gives each of the gateway's metrics its help text, and each counter
+/// whose labels are known in advance its zero.
+fn describe_metrics() {
+    use metrics::{counter, describe_counter, describe_histogram};
+    use stockledger_core::CommandKind;
+    describe_counter!(
+        REQUESTS_METRIC,
+        "HTTP requests answered, by route template, method, status and API key name."
+    );
+    describe_histogram!(
+        REQUEST_SECONDS_METRIC,
+        metrics::Unit::Seconds,
+        "Seconds from request to response, by route template and method."
+    );
+    describe_counter!(PUBLISHED_METRIC, "Commands the brokers took, by command.");
+    describe_counter!(
+        PUBLISH_FAILURES_METRIC,
+        "Commands the gateway could not publish (brokers down, queue full, not confirmed), by command and reason."
+    );
+    describe_counter!(
+        stockledger_client::soldout::SOLD_OUT_METRIC,
+        "Deducts refused by the sold-out fast path (never logged)."
+    );
+    counter!(stockledger_client::soldout::SOLD_OUT_METRIC).absolute(0);
+    let published = CommandKind::ALL
+        .into_iter()
+        .filter(|kind| *kind != CommandKind::Expire);
+    for kind in published {
+        let command = kind.as_str();
+        counter!(PUBLISHED_METRIC, "command" => command).absolute(0);
+        for reason in FAILURE_REASONS {
+            counter!(PUBLISH_FAILURES_METRIC, "command" => command, "reason" => reason).absolute(0);
+        }
+    }
+}
+
 /// Adds to the document what every route shares: the bearer key scheme
 /// (`serve --api-keys`), the answers of the door (401, 403, 429 of a key
 /// over its rate) and the default server. The probes and the document
@@ -270,6 +310,7 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     info!(config = ?config, "starting the gateway");
     let recorder = Recorder::install().map_err(GatewayError::Metrics)?;
+    describe_metrics();
     let mut kafka = config.kafka.clone();
     if kafka.property("message.timeout.ms").is_none() {
         kafka.properties.push((
