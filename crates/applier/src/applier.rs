@@ -558,12 +558,6 @@ impl Applier {
                 what: "consumer",
                 source,
             })?;
-        consumer
-            .subscribe(&[&config.topic])
-            .map_err(|source| ApplierError::Subscribe {
-                topic: config.topic.clone(),
-                source,
-            })?;
         let mut producer_settings = CONTRACT_SETTINGS.to_vec();
         producer_settings.push(("linger.ms", "1"));
         let producer: FutureProducer = config
@@ -578,6 +572,16 @@ impl Applier {
             .await?
             .guarded();
         check_marker(&config, &projection, partitions).await?;
+        // Joined last: a start refused above never enters the group, and
+        // dropping a consumer that never joined cannot block in a
+        // rebalance callback while it leaves (seen with librdkafka when the
+        // coordinator moved under a member being dropped).
+        consumer
+            .subscribe(&[&config.topic])
+            .map_err(|source| ApplierError::Subscribe {
+                topic: config.topic.clone(),
+                source,
+            })?;
         Ok(Self {
             config,
             partitions,

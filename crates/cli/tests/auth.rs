@@ -110,7 +110,8 @@ async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() ->
         ],
     )?;
     let file_arg = file.to_string_lossy().into_owned();
-    let (gateway, base) = serve(&h, &["--api-keys", &file_arg])?;
+    let shop = "https://shop.example.com";
+    let (gateway, base) = serve(&h, &["--api-keys", &file_arg, "--cors-origin", shop])?;
     let deduct = |order: &str| format!("{base}/v1/skus/SKU-K/orders/{order}/deduct");
     let restock = format!("{base}/v1/skus/SKU-K/restocks/r1");
     let stock = format!("{base}/v1/skus/SKU-K");
@@ -177,6 +178,35 @@ async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() ->
         let order = call("GET", &format!("{stock}/orders/nope"), token, None, "x").await?;
         assert_eq!(order.status, 404, "{}", order.body);
     }
+
+    // A browser's preflight needs no key; only the configured origin is let in.
+    let preflight = |origin: &'static str| {
+        reqwest::Client::new()
+            .request(reqwest::Method::OPTIONS, deduct("o9"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    let allowed = preflight(shop).await?;
+    assert_eq!(allowed.status().as_u16(), 200);
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        header(&allowed, "access-control-allow-origin").as_deref(),
+        Some(shop)
+    );
+    let methods = header(&allowed, "access-control-allow-methods").unwrap_or_default();
+    assert!(methods.contains("POST"), "{methods}");
+    let elsewhere = preflight("https://evil.example.net").await?;
+    assert_eq!(header(&elsewhere, "access-control-allow-origin"), None);
 
     // A key over its rate: its burst of 2 goes through, then 429.
     for order in ["s1", "s2"] {
@@ -279,7 +309,7 @@ async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> any
     )?;
     let missing = dir.join(format!("{}-missing.toml", h.ns.id));
     let (broken, missing) = (broken.to_string_lossy(), missing.to_string_lossy());
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["keys", "new", "--name", "a b", "--role", "producer"],
             "--name",
@@ -290,6 +320,14 @@ async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> any
         ),
         (&["keys", "new", "--role", "producer"], "--name"),
         (&["serve", "--listen", "0.0.0.0:0"], "--api-keys"),
+        (
+            &["serve", "--cors-origin", "shop.example.com"],
+            "--cors-origin",
+        ),
+        (
+            &["serve", "--cors-origin", "https://shop.example.com/app"],
+            "no path",
+        ),
         (
             &["serve", "--listen", "127.0.0.1:0", "--api-keys", &broken],
             "field sha256",

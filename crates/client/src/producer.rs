@@ -359,6 +359,18 @@ impl LedgerProducer {
         }
     }
 
+    /// The offset the next record of the command topic's `partition` will
+    /// get (its high watermark), within `timeout` (blocking: call it off
+    /// the async threads).
+    pub fn log_end(&self, partition: i32, timeout: Duration) -> Result<i64, KafkaError> {
+        let (_, high) =
+            self.current()
+                .producer
+                .client()
+                .fetch_watermarks(&self.topic, partition, timeout)?;
+        Ok(high)
+    }
+
     /// Sends `command` as it is, keyed by its SKU, and waits until the
     /// brokers acknowledge it.
     pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {

@@ -26,6 +26,12 @@ pub struct Args {
     /// it, the gateway listens on loopback only.
     #[arg(long, env = "STOCKLEDGER_API_KEYS", value_name = "FILE")]
     pub api_keys: Option<PathBuf>,
+    /// An origin a browser front end may call the API from (CORS), e.g.
+    /// https://shop.example.com. Repeatable; in the environment, separate
+    /// them with ','. None by default: browsers on other origins are refused.
+    #[arg(long = "cors-origin", env = "STOCKLEDGER_CORS_ORIGINS", value_name = "ORIGIN",
+          value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_origins: Vec<String>,
     /// Longest wait_ms a request may ask for.
     #[arg(long, env = "STOCKLEDGER_MAX_WAIT_MS", default_value_t = 30_000)]
     pub max_wait_ms: u64,
@@ -76,6 +82,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.body_timeout = Duration::from_millis(args.read_timeout_ms);
     config.sold_out_fast_path = args.sold_out_fast_path;
     config.api_keys = api_keys;
+    config.cors_origins = args.cors_origins;
     config.limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),
@@ -95,6 +102,20 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     println!("listening on http://{}", listener.local_addr()?);
     stockledger_http::gateway::run(config, listener, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An origin as browsers send it: scheme, host and port only.
+fn parse_origin(s: &str) -> Result<String, String> {
+    let (scheme, rest) = s
+        .split_once("://")
+        .ok_or_else(|| format!("{s:?} is not an origin (e.g. https://shop.example.com)"))?;
+    let bad = |c: char| c == '/' || c.is_whitespace() || c.is_control();
+    if !matches!(scheme, "http" | "https") || rest.is_empty() || rest.contains(bad) {
+        return Err(format!(
+            "{s:?} is not an origin: http(s)://host[:port], with no path"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 /// Re-reads the keys file on each SIGHUP; a file that does not parse keeps

@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 use stockledger_archiver::query::{self, StockAsOf};
 use stockledger_core::Sku;
 use utoipa::{IntoParams, ToSchema};
@@ -53,7 +54,8 @@ pub struct AsOfBody {
         (status = 200, description = "The stock at that moment", body = AsOfBody),
         (status = 404, description = "No archived record of the SKU, or none yet at that moment", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A parameter is refused", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The archive does not reach that offset yet (the archiver is behind), or is unreachable", body = Problem, content_type = "application/problem+json")))]
+        (status = 409, description = "The offset is past the end of the log (`field` `at`): asking again will not help until the log grows", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The offset is in the log but the archiver is behind, or the archive is unreachable; retry after Retry-After", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn as_of(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
@@ -90,15 +92,44 @@ pub(crate) async fn as_of(
                 first.partition, first.log_offset, first.occurred_at
             ),
         )),
-        StockAsOf::NotArchivedYet { asked, reach } => Err(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "offset {asked} is not archived yet: the archive holds partition {} up to offset {} \
-                 (the archiver is behind, or the log does not reach offset {asked})",
-                reach.partition, reach.log_offset
-            ),
-        )
-        .retry_after(1)),
+        StockAsOf::NotArchivedYet { asked, reach } => {
+            let producer = gateway.producer.clone();
+            let partition = reach.partition;
+            let end = tokio::task::spawn_blocking(move || {
+                producer.log_end(partition, Duration::from_secs(2))
+            })
+            .await;
+            Err(match end {
+                // Waiting would not help: the log itself ends before it.
+                Ok(Ok(end)) if asked >= end => Problem {
+                    field: Some("at".into()),
+                    ..Problem::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "offset {asked} is past the end of the log: partition {partition} \
+                             holds offsets below {end}"
+                        ),
+                    )
+                },
+                Ok(Ok(_)) => Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "offset {asked} is in the log but not archived yet: the archive holds \
+                         partition {partition} up to offset {} (the archiver is behind)",
+                        reach.log_offset
+                    ),
+                )
+                .retry_after(1),
+                _ => Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "offset {asked} is not archived yet, and the brokers did not say where \
+                         the log ends"
+                    ),
+                )
+                .retry_after(5),
+            })
+        }
         StockAsOf::Unknown => Err(Problem::new(
             StatusCode::NOT_FOUND,
             format!("no archived record of sku {sku}"),

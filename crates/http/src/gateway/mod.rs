@@ -79,6 +79,10 @@ pub struct GatewayConfig {
     /// The keys callers must present; `None` lets anyone in (the CLI allows
     /// that on loopback only).
     pub api_keys: Option<auth::ApiKeys>,
+    /// Origins a browser may call the API from (CORS); none by default.
+    /// Each is `http(s)://host[:port]`; one that is not a header value is
+    /// left out (the CLI refuses it first).
+    pub cors_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -94,6 +98,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("limits", &self.limits)
             .field("sold_out_fast_path", &self.sold_out_fast_path)
             .field("api_keys", &self.api_keys)
+            .field("cors_origins", &self.cors_origins)
             .finish()
     }
 }
@@ -116,6 +121,7 @@ impl GatewayConfig {
             limits: Limits::default(),
             sold_out_fast_path: false,
             api_keys: None,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -421,7 +427,7 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         )),
         None => routes,
     };
-    routes
+    let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(gateway)
@@ -433,7 +439,27 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
             StatusCode::SERVICE_UNAVAILABLE,
             config.max_wait + Duration::from_secs(15),
         ))
-        .layer(axum::middleware::from_fn(track))
+        .layer(axum::middleware::from_fn(track));
+    if config.cors_origins.is_empty() {
+        return routes;
+    }
+    // Outermost: a browser's preflight is answered before the key is asked
+    // for (it carries none), and every answer gets the CORS headers.
+    use axum::http::{header, Method};
+    routes.layer(
+        tower_http::cors::CorsLayer::new()
+            .allow_origin(
+                config
+                    .cors_origins
+                    .iter()
+                    .filter_map(|origin| header::HeaderValue::from_str(origin).ok())
+                    .collect::<Vec<_>>(),
+            )
+            .allow_methods([Method::GET, Method::POST, Method::PUT])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .expose_headers([header::RETRY_AFTER, header::WWW_AUTHENTICATE])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 async fn openapi() -> Response {
