@@ -1,14 +1,16 @@
 //! Consumer lag from librdkafka's statistics, and the partitions a group
 //! member holds, for progress reports, metrics and readiness probes.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::TopicPartitionList;
 
 /// Gauge: records left to read on one partition of a consumed topic.
 pub const LAG_GAUGE: &str = "stockledger_consumer_lag";
@@ -42,6 +44,8 @@ pub struct LagContext {
     topic: String,
     lag: Arc<AtomicI64>,
     assignment: Assignment,
+    /// The partitions of `topic` held now.
+    held: Mutex<BTreeSet<i32>>,
 }
 
 impl LagContext {
@@ -61,6 +65,7 @@ impl LagContext {
             topic: topic.to_owned(),
             lag,
             assignment,
+            held: Mutex::new(BTreeSet::new()),
         }
     }
 }
@@ -99,19 +104,31 @@ impl ClientContext for LagContext {
 }
 
 impl ConsumerContext for LagContext {
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
-        // The whole assignment as it now is, whichever protocol (eager or
-        // cooperative) the group uses.
-        let held = consumer
-            .assignment()
-            .map(|list| {
-                list.elements()
-                    .iter()
-                    .filter(|e| e.topic() == self.topic)
-                    .count()
-            })
-            .unwrap_or(0);
-        self.assignment.0.store(held, Ordering::Relaxed);
-        metrics::gauge!(ASSIGNED_GAUGE, "topic" => self.topic.clone()).set(held as f64);
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // Kept from the events themselves (eager: a revoke of all, then
+        // the whole new assignment; cooperative: the changes), never by
+        // asking the consumer: librdkafka can leave a request made from
+        // this callback unanswered forever while the consumer closes
+        // (confluentinc/librdkafka#4041), and the member would then never
+        // leave its group.
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = |list: &TopicPartitionList| -> Vec<i32> {
+            list.elements()
+                .iter()
+                .filter(|e| e.topic() == self.topic)
+                .map(|e| e.partition())
+                .collect()
+        };
+        match rebalance {
+            Rebalance::Assign(list) => held.extend(ours(list)),
+            Rebalance::Revoke(list) => {
+                for partition in ours(list) {
+                    held.remove(&partition);
+                }
+            }
+            Rebalance::Error(_) => {}
+        }
+        self.assignment.0.store(held.len(), Ordering::Relaxed);
+        metrics::gauge!(ASSIGNED_GAUGE, "topic" => self.topic.clone()).set(held.len() as f64);
     }
 }
