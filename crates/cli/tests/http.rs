@@ -130,11 +130,18 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
         body.get("position").is_none(),
         "a repeat is not published: {body}"
     );
-    // The same order id with another quantity is not a repeat.
+    // The same order id with another body is not a repeat: 409 naming
+    // what differs, and nothing published.
     let (status, content_type, body) = post(&deduct, json!({"quantity": 3})).await?;
     assert_eq!(status, 409, "{body}");
     assert_eq!(content_type, "application/problem+json");
     assert_eq!(body["field"], "quantity");
+    let other_buyer = json!({"quantity": 2, "user_id": "u-other"});
+    let (status, _, body) = post(&deduct, other_buyer).await?;
+    assert_eq!((status, &body["field"]), (409, &json!("user_id")), "{body}");
+    let as_a_hold = json!({"quantity": 2, "hold_ms": 60000});
+    let (status, _, body) = post(&deduct, as_a_hold).await?;
+    assert_eq!((status, &body["field"]), (409, &json!("hold_ms")), "{body}");
 
     // Without a wait: 202 and the position; the order shows up once applied.
     let (status, _, body) = post(
@@ -263,7 +270,7 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
             "stockledger_http_requests_total",
             &[route, r#"status="409""#]
         ),
-        1.0
+        3.0
     );
     assert_eq!(
         sample(
@@ -534,11 +541,14 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
     let padded = format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000));
     let long_reason = format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000));
     #[rustfmt::skip]
-    let cases: [Case; 26] = [
+    let cases: [Case; 30] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
-        ("a missing field", DEDUCT, JSON, Some("{}".into()), 422, None),
+        ("a missing field", DEDUCT, JSON, Some("{}".into()), 422, Some("quantity")),
+        ("a null body", DEDUCT, JSON, Some("null".into()), 422, Some("body")),
+        ("a body of only whitespace", DEDUCT, JSON, Some("  \n ".into()), 400, None),
+        ("a string for a body", RESTOCK, JSON, Some(r#""ADD 5""#.into()), 422, Some("body")),
         ("a quantity of zero", DEDUCT, JSON, Some(r#"{"quantity": 0}"#.into()), 422, Some("quantity")),
         ("a quantity above the maximum", DEDUCT, JSON, Some(r#"{"quantity": 1000000001}"#.into()), 422, Some("quantity")),
         ("a quantity beyond i64", DEDUCT, JSON, Some(r#"{"quantity": 99999999999999999999}"#.into()), 422, Some("quantity")),
@@ -553,6 +563,7 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("a restock of zero", RESTOCK, JSON, Some(r#"{"mode": "ADD", "quantity": 0}"#.into()), 422, Some("quantity")),
         ("a rollback reason too long", "/v1/skus/SKU/orders/o1/rollback", JSON, Some(long_reason), 422, Some("reason")),
         ("a hold of zero", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 0}"#.into()), 422, Some("hold_ms")),
+        ("a hold over 7 days", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 604800001}"#.into()), 422, Some("hold_ms")),
         ("a hold and a deadline", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 5, "expires_at": 9}"#.into()), 422, Some("hold_ms")),
         ("a deadline in the past", DEDUCT, JSON, Some(r#"{"quantity": 1, "expires_at": 1}"#.into()), 422, Some("expires_at")),
         ("a user id with spaces around", DEDUCT, JSON, Some(r#"{"quantity": 1, "user_id": " u"}"#.into()), 422, Some("user_id")),
@@ -583,11 +594,16 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
             assert_eq!(body["field"], field, "{what}: {body}");
         }
     }
-    for (per_user, field) in [("0", "per_user"), ("\"two\"", "per_user")] {
+    // A limit is lifted only by an explicit null, never by a field left out.
+    for (limit, field) in [
+        (r#"{"per_user": 0}"#, "per_user"),
+        (r#"{"per_user": "two"}"#, "per_user"),
+        ("{}", "per_user"),
+    ] {
         let response = client()
             .put(format!("{base}/v1/skus/SKU/limit"))
             .header("content-type", JSON)
-            .body(format!(r#"{{"per_user": {per_user}}}"#))
+            .body(limit)
             .send()
             .await?;
         let (status, _, body) = answer(response).await?;

@@ -48,15 +48,23 @@ pub struct WaitParams {
 #[serde(deny_unknown_fields)]
 pub struct DeductRequest {
     /// Units to take, 1 to 1,000,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub quantity: i64,
     /// The buyer, counted against the SKU's per-user limit.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
     pub user_id: Option<String>,
     /// Make it a reservation held this many milliseconds (at most 7 days):
     /// `confirm` sells it, `rollback` releases it, past the deadline it
     /// expires by itself.
+    #[schema(minimum = 1, maximum = 604_800_000)]
     pub hold_ms: Option<i64>,
     /// Make it a reservation held until this instant (ms since the Unix
     /// epoch, after now, at most 7 days ahead); not with `hold_ms`.
+    #[schema(minimum = 1)]
     pub expires_at: Option<i64>,
 }
 
@@ -66,6 +74,7 @@ pub struct DeductRequest {
 pub struct RefundRequest {
     /// The order's refunded units once this refund is done (a running
     /// total, so a resend refunds once); absent: everything it bought.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub total: Option<i64>,
 }
 
@@ -74,8 +83,17 @@ pub struct RefundRequest {
 #[serde(deny_unknown_fields)]
 pub struct LimitRequest {
     /// Units one user's live reservations and purchases may add up to (at
-    /// least 1); `null` lifts the limit.
+    /// least 1); `null` lifts the limit. Required: `{}` is refused, so a
+    /// limit is never lifted by a field left out.
+    #[serde(deserialize_with = "present")]
+    #[schema(required = true, minimum = 1, maximum = 1_000_000_000)]
     pub per_user: Option<i64>,
+}
+
+/// A field that must be there, though it may be `null` (serde treats a
+/// missing `Option` field as `None` unless told otherwise).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Option::deserialize(d)
 }
 
 /// Give back what an order took; before its deduction, refuse that deduction.
@@ -83,6 +101,7 @@ pub struct LimitRequest {
 #[serde(deny_unknown_fields)]
 pub struct RollbackRequest {
     /// Why (at most 1,024 bytes).
+    #[schema(max_length = 1024)]
     pub reason: Option<String>,
 }
 
@@ -101,6 +120,7 @@ pub enum Mode {
 pub struct RestockRequest {
     pub mode: Mode,
     /// `ADD`: non-zero, within ±10¹⁵; `SET`: 0 to 10¹⁵.
+    #[schema(minimum = -1_000_000_000_000_000_i64, maximum = 1_000_000_000_000_000_i64)]
     pub quantity: i64,
 }
 
@@ -348,6 +368,16 @@ pub(crate) async fn deduct(
                 ValidationError::new("hold_ms", format!("must be at least 1, got {hold}")).into(),
             )
         }
+        (Some(hold), None) if hold > stockledger_core::ids::MAX_HOLD_MS => {
+            return Err(ValidationError::new(
+                "hold_ms",
+                format!(
+                    "must be at most {} (7 days), got {hold}",
+                    stockledger_core::ids::MAX_HOLD_MS
+                ),
+            )
+            .into())
+        }
         (Some(hold), None) => Some(query::now_ms().saturating_add(hold)),
         (None, deadline) => deadline,
     };
@@ -361,18 +391,53 @@ pub(crate) async fn deduct(
                 | OrderStatus::Confirmed
                 | OrderStatus::Expired
         );
-        if deducted && entry.quantity != quantity.get() {
-            return Err(Problem {
-                field: Some("quantity".into()),
-                ..Problem::new(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "order {order_id} already took {} of {sku}, not {}: an order id is used once",
-                        entry.quantity,
-                        quantity.get()
-                    ),
-                )
-            });
+        if deducted {
+            // Only an identical repeat is a repeat (a hold's deadline is
+            // compared as "a hold or not": hold_ms gives a new one each time).
+            let hold_field = if request.hold_ms.is_some() {
+                "hold_ms"
+            } else {
+                "expires_at"
+            };
+            let differs: Vec<(&str, String)> = [
+                (entry.quantity != quantity.get())
+                    .then(|| ("quantity", format!("{} units", entry.quantity))),
+                (entry.user.as_deref() != user_id.as_ref().map(UserId::as_str)).then(|| {
+                    let user = entry
+                        .user
+                        .as_deref()
+                        .map_or("no user".into(), |u| format!("user {u:?}"));
+                    ("user_id", user)
+                }),
+                (entry.expires_at.is_some() != expires_at.is_some()).then(|| {
+                    let what = if entry.expires_at.is_some() {
+                        "a hold"
+                    } else {
+                        "a plain deduct"
+                    };
+                    (hold_field, what.to_owned())
+                }),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if let Some((field, _)) = differs.first() {
+                let was: Vec<String> = differs
+                    .iter()
+                    .map(|(field, first)| format!("{field} (the first: {first})"))
+                    .collect();
+                return Err(Problem {
+                    field: Some((*field).to_owned()),
+                    ..Problem::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "order {order_id} of {sku} was already taken by a request that differs in {}: \
+                             an order id is used once, and only an identical repeat is a repeat",
+                            was.join(", ")
+                        ),
+                    )
+                });
+            }
         }
         if deducted {
             return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));

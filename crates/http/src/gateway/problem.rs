@@ -98,8 +98,11 @@ impl<T: DeserializeOwned> Body<T> {
             let inner = e.into_inner();
             match inner.classify() {
                 serde_json::error::Category::Data => {
-                    let field = unknown_field(&inner.to_string()).unwrap_or(path);
-                    Problem::invalid(field, inner.to_string())
+                    let message = inner.to_string();
+                    let field = unknown_field(&message)
+                        .or_else(|| missing_field(&message, &path))
+                        .unwrap_or(if path == "." { "body".to_owned() } else { path });
+                    Problem::invalid(field, message)
                 }
                 _ => Problem::new(
                     StatusCode::BAD_REQUEST,
@@ -134,6 +137,17 @@ impl<T: DeserializeOwned> Body<T> {
 fn unknown_field(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     Some(rest[..rest.find('`')?].to_owned())
+}
+
+/// The field serde's "missing field `x`" names, under the object at `path`
+/// (`.` is the body itself).
+fn missing_field(message: &str, path: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    let name = &rest[..rest.find('`')?];
+    Some(match path {
+        "." => name.to_owned(),
+        parent => format!("{parent}.{name}"),
+    })
 }
 
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Problem> {
