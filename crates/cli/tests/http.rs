@@ -108,6 +108,18 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decision"]["result"], "APPLIED", "{body}");
     assert_eq!(body["decision"]["total"], 10);
+    // The same adjustment again: a repeat; with another body: 409.
+    let restock = format!("{base}/v1/skus/SKU-H/restocks/r1");
+    let same = json!({"mode": "SET", "quantity": 10});
+    let (status, _, body) = post(&restock, same).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("repeat")), "{body}");
+    for (other, field) in [
+        (json!({"mode": "SET", "quantity": 11}), "quantity"),
+        (json!({"mode": "ADD", "quantity": 10}), "mode"),
+    ] {
+        let (status, _, body) = post(&restock, other).await?;
+        assert_eq!((status, &body["field"]), (409, &json!(field)), "{body}");
+    }
 
     let deduct = format!("{base}/v1/skus/SKU-H/orders/o1/deduct");
     let (status, _, body) =

@@ -269,25 +269,73 @@ fn read_topic_blocking(
                 pending.remove(&p);
             }
             Some(Err(e)) => return Err(e.into()),
-            Some(Ok(message)) => records.push(LogRecord {
-                partition: message.partition(),
-                offset: message.offset(),
-                key: message.key().map(<[u8]>::to_vec),
-                payload: message.payload().map(<[u8]>::to_vec),
-                timestamp: message.timestamp().to_millis(),
-                headers: message
-                    .headers()
-                    .map(|hs| {
-                        hs.iter()
-                            .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            }),
+            Some(Ok(message)) => records.push(LogRecord::of(&message)),
         }
     }
     records.sort_by_key(|r| (r.partition, r.offset));
     Ok(records)
+}
+
+impl LogRecord {
+    fn of(message: &impl Message) -> Self {
+        Self {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            timestamp: message.timestamp().to_millis(),
+            headers: message
+                .headers()
+                .map(|hs| {
+                    hs.iter()
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The one record at `offset` of `topic`'s `partition`, read within
+/// `timeout` (`None` if the partition holds no such offset).
+pub async fn read_at(
+    kafka: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    timeout: Duration,
+) -> Result<Option<LogRecord>, LogError> {
+    let consumer: BaseConsumer = kafka
+        .client_config(&[
+            ("group.id", "stockledger-log-reader"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", "true"),
+            READ_TO_END_FETCH_WAIT_MS,
+        ])
+        .create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+        consumer.assign(&assignment)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            check_deadline(deadline, &topic, timeout)?;
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(message)) if message.offset() == offset => {
+                    return Ok(Some(LogRecord::of(&message)))
+                }
+                // Compacted away or past it: the offset holds nothing.
+                Some(Ok(_)) => return Ok(None),
+            }
+        }
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
 }
 
 /// A read of `topic` that was given `timeout` has run out at `deadline`.

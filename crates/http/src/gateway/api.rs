@@ -19,15 +19,20 @@ use serde::{Deserialize, Serialize};
 use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, QueryError};
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
+use stockledger_core::codec;
 use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Decision, Deduct, Limit, OrderEntry, OrderId, OrderStatus,
     Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, Sku, UserId, ValidationError,
 };
+use stockledger_io::topic::read_at;
 use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
 
 use super::problem::{Body, Problem, Query};
 use super::Gateway;
+
+/// How long a repeated restock waits to read its first record back.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Most entries one history page holds.
 pub const MAX_HISTORY_LIMIT: i64 = 1000;
@@ -581,11 +586,13 @@ pub(crate) async fn rollback(
            WaitParams),
     request_body = RestockRequest,
     responses(
-        (status = 200, description = "Decided within wait_ms, or a repeat", body = CommandResponse),
+        (status = 200, description = "Decided within wait_ms, or an identical repeat", body = CommandResponse),
         (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 400, description = "Malformed JSON, or no body", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The adjustment id was already used with another mode or quantity; `field` names which", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "The brokers are unreachable, or a repeat's first record could not be read back to compare", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn restock(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -610,7 +617,8 @@ pub(crate) async fn restock(
             warn!(error = %e, "cannot check Redis for a repeated restock; publishing");
             None
         });
-    if known.is_some() {
+    if let Some(offset) = known {
+        gateway.same_restock(&sku, offset, &restock).await?;
         return Ok(repeat(&sku, None));
     }
     gateway
@@ -855,6 +863,56 @@ impl Gateway {
                 warn!(error = %e, "cannot check Redis for a repeated order; publishing");
                 None
             })
+    }
+
+    /// Refuses (409, naming the field) a restock repeated under an
+    /// adjustment id the ledger holds at `offset` with another mode or
+    /// quantity: the first one is read back from the log, the only place
+    /// its body is kept.
+    async fn same_restock(&self, sku: &Sku, offset: i64, asked: &Restock) -> Result<(), Problem> {
+        let unreadable = |why: String| {
+            warn!(%sku, offset, why, "cannot read a repeated restock's first record");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the adjustment id is known, but its first record could not be read back to \
+                 compare; nothing was published",
+            )
+            .retry_after(5)
+        };
+        let partition = match self.projection.stock(&[sku.as_str()]).await {
+            Ok(stock) => stock.into_iter().next().flatten().and_then(|s| s.partition),
+            Err(e) => return Err(unreadable(e.to_string())),
+        };
+        let Some(partition) = partition else {
+            return Err(unreadable("the SKU's partition is not recorded".into()));
+        };
+        let record = read_at(&self.kafka, &self.topic, partition, offset, LOOKUP_TIMEOUT)
+            .await
+            .map_err(|e| unreadable(e.to_string()))?;
+        let first = record
+            .and_then(|r| r.payload)
+            .and_then(|payload| codec::decode_command(&payload).ok());
+        let Some(CommandBody::Restock(first)) = first.map(|c| c.body) else {
+            return Err(unreadable("the record there is not this restock".into()));
+        };
+        let (field, was) = if first.mode() != asked.mode() {
+            ("mode", first.mode().as_str().to_owned())
+        } else if first.quantity() != asked.quantity() {
+            ("quantity", first.quantity().to_string())
+        } else {
+            return Ok(());
+        };
+        Err(Problem {
+            field: Some(field.into()),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "adjustment {} of {sku} was already made with {field} {was}: an adjustment id \
+                     is used once, and only an identical repeat is a repeat",
+                    first.adjustment_id
+                ),
+            )
+        })
     }
 
     /// Publishes `body` and answers with its position, or with its decision

@@ -152,6 +152,8 @@ pub(crate) struct Gateway {
     reader: OutcomeReader,
     projection: Projection,
     archive: sqlx::PgPool,
+    /// The brokers, for reading a record back (a repeated restock's first).
+    kafka: KafkaConfig,
     topic: String,
     max_wait: Duration,
     /// Whether the brokers answered the last metadata request.
@@ -375,6 +377,7 @@ pub async fn run(
         reader,
         projection: Projection::new(redis, config.prefix.clone()),
         archive,
+        kafka: config.kafka.clone(),
         topic: config.topic.clone(),
         max_wait: config.max_wait,
         broker_up,
