@@ -346,3 +346,107 @@ async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> any
     }
     Ok(())
 }
+
+/// A self-signed certificate for localhost and 127.0.0.1, made by openssl
+/// in `dir`: (certificate, key).
+fn certificate(dir: &Path) -> anyhow::Result<(String, String)> {
+    let cert = dir.join("cert.pem").to_string_lossy().into_owned();
+    let key = dir.join("key.pem").to_string_lossy().into_owned();
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+        ])
+        .args([
+            "-out",
+            &cert,
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "openssl: {out:?}");
+    Ok((cert, key))
+}
+
+/// curl, a client that verifies certificates: its exit code and output.
+fn curl(args: &[&str]) -> anyhow::Result<(i32, String)> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.code().unwrap_or(-1), said))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_certificate_the_gateway_speaks_https_to_a_client_that_verifies_it(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-tls", 1).await?;
+    let dir = std::env::temp_dir().join(format!("{}-tls", h.ns.id));
+    std::fs::create_dir_all(&dir)?;
+    let (cert, key) = certificate(&dir)?;
+    let (_gateway, base) = serve(&h, &["--tls-cert", &cert, "--tls-key", &key])?;
+    assert!(base.starts_with("https://127.0.0.1:"), "{base}");
+    let healthz = format!("{base}/healthz");
+
+    // Verified against the certificate, over HTTP/2 and HTTP/1.1.
+    let version = ["-o", "/dev/null", "-w", "%{http_version} %{http_code}"];
+    let (code, said) =
+        curl(&[&["--cacert", &cert, "--http2"], &version[..], &[&healthz]].concat())?;
+    assert_eq!((code, said.as_str()), (0, "2 200"));
+    let (code, said) =
+        curl(&[&["--cacert", &cert, "--http1.1"], &version[..], &[&healthz]].concat())?;
+    assert_eq!((code, said.as_str()), (0, "1.1 200"));
+    // A client that does not trust it refuses it (curl: 60, peer
+    // certificate cannot be authenticated); cleartext gets no HTTP answer.
+    let (code, said) = curl(&[&healthz])?;
+    assert_eq!(code, 60, "{said}");
+    let cleartext = healthz.replacen("https://", "http://", 1);
+    let (code, said) = curl(&["-o", "/dev/null", "-w", "%{http_code}", &cleartext])?;
+    assert!(
+        code != 0 || said != "200",
+        "cleartext was answered: {code} {said}"
+    );
+
+    // Bad certificate input is refused at start, naming the flag and file.
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "not a certificate")?;
+    let not_pem = not_pem.to_string_lossy().into_owned();
+    let cases: [(&[&str], &str); 3] = [
+        (&["serve", "--tls-cert", &cert], "--tls-key"),
+        (
+            &["serve", "--tls-cert", &not_pem, "--tls-key", &key],
+            "no PEM certificate",
+        ),
+        (
+            &["serve", "--tls-cert", &cert, "--tls-key", &not_pem],
+            "reading the key",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = stockledger(&h).args(args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("PRIVATE KEY"), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}

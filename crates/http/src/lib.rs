@@ -1,8 +1,8 @@
 //! What stockledger serves over HTTP.
 //!
 //! - [`server`]: the one accept loop every listener here runs: HTTP/1.1 and
-//!   HTTP/2 (cleartext), header and body read deadlines, a cap on open
-//!   connections, graceful shutdown.
+//!   HTTP/2 (cleartext, or over TLS from [`tls`]), header and body read
+//!   deadlines, a cap on open connections, graceful shutdown.
 //! - [`observe`]: Prometheus metrics (`/metrics`), liveness (`/healthz`) and
 //!   readiness (`/readyz`) for `apply`, `archive` and `serve`.
 //! - [`gateway`]: the JSON API order services call instead of linking the
@@ -12,7 +12,9 @@
 pub mod gateway;
 pub mod observe;
 pub mod server;
+pub mod tls;
 
 pub use gateway::{GatewayConfig, GatewayError};
 pub use observe::{Probes, Recorder};
 pub use server::Limits;
+pub use tls::{Tls, TlsError};

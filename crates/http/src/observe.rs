@@ -335,6 +335,7 @@ pub async fn serve(
             max_connections: 256,
             ..crate::Limits::default()
         },
+        None,
         shutdown,
     )
     .await;

@@ -20,11 +20,13 @@ use tokio::time::Instant;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
+
+use crate::tls::Tls;
 
 /// Bounds on what one client may hold.
 #[derive(Debug, Clone, Copy)]
@@ -55,12 +57,14 @@ impl Default for Limits {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then lets the
-/// requests under way finish (within [`Limits::shutdown_grace`]).
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown`
+/// completes, then lets the requests under way finish (within
+/// [`Limits::shutdown_grace`]).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -103,23 +107,29 @@ pub async fn serve(
             inner: app.clone(),
             activity: activity.clone(),
         });
-        let io = TokioIo::new(Tracked {
+        let tracked = Tracked {
             inner: stream,
             activity: activity.clone(),
-        });
-        let connection = builder
-            .serve_connection_with_upgrades(io, service)
-            .into_owned();
-        let connection = graceful.watch(connection);
-        let (first_byte, idle_timeout) = (limits.header_timeout, limits.idle_timeout);
+        };
+        let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
-            tokio::select! {
-                ended = connection => if let Err(e) = ended {
-                    debug!(%peer, error = %e, "connection ended with an error");
-                },
-                () = activity.idle_for(first_byte, idle_timeout) => {
-                    debug!(%peer, "closing a silent connection");
+            let ended = match tls {
+                None => drive(&builder, watcher, tracked, service, &activity, limits).await,
+                // The handshake has the time a client has for its headers.
+                Some(tls) => {
+                    match tokio::time::timeout(limits.header_timeout, tls.acceptor.accept(tracked))
+                        .await
+                    {
+                        Ok(Ok(stream)) => {
+                            drive(&builder, watcher, stream, service, &activity, limits).await
+                        }
+                        Ok(Err(e)) => Err(format!("TLS handshake failed: {e}")),
+                        Err(_) => Err("TLS handshake not finished in time".to_owned()),
+                    }
                 }
+            };
+            if let Err(error) = ended {
+                debug!(%peer, error, "connection ended");
             }
             drop(permit);
         });
@@ -129,6 +139,29 @@ pub async fn serve(
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(limits.shutdown_grace) => {
             warn!(grace = ?limits.shutdown_grace, "connections still open at the end of the shutdown grace; closing them");
+        }
+    }
+}
+
+/// Serves one connection until it ends, or it has been silent too long.
+async fn drive<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: Watcher,
+    io: I,
+    service: TowerToHyperService<Counted>,
+    activity: &Activity,
+    limits: Limits,
+) -> Result<(), String>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let connection = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    tokio::select! {
+        ended = watcher.watch(connection) => ended.map_err(|e| e.to_string()),
+        () = activity.idle_for(limits.header_timeout, limits.idle_timeout) => {
+            Err("closed a silent connection".to_owned())
         }
     }
 }

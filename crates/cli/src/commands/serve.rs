@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use stockledger_http::gateway::auth::ApiKeys;
-use stockledger_http::{GatewayConfig, Limits, Probes};
+use stockledger_http::{GatewayConfig, Limits, Probes, Tls};
 use tracing::{info, warn};
 
 use super::observe::{self, MetricsArgs};
@@ -26,6 +26,23 @@ pub struct Args {
     /// it, the gateway listens on loopback only.
     #[arg(long, env = "STOCKLEDGER_API_KEYS", value_name = "FILE")]
     pub api_keys: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (the server's first);
+    /// needs --tls-key.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "STOCKLEDGER_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
     /// An origin a browser front end may call the API from (CORS), e.g.
     /// https://shop.example.com. Repeatable; in the environment, separate
     /// them with ','. None by default: browsers on other origins are refused.
@@ -83,6 +100,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.sold_out_fast_path = args.sold_out_fast_path;
     config.api_keys = api_keys;
     config.cors_origins = args.cors_origins;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(Tls::from_pem_files(cert, key).context("--tls-cert/--tls-key")?);
+    }
     config.limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),
@@ -99,7 +119,12 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     // Printed for scripts and tests that ask for port 0.
-    println!("listening on http://{}", listener.local_addr()?);
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("listening on {scheme}://{}", listener.local_addr()?);
     stockledger_http::gateway::run(config, listener, shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -79,6 +79,8 @@ pub struct GatewayConfig {
     /// The keys callers must present; `None` lets anyone in (the CLI allows
     /// that on loopback only).
     pub api_keys: Option<auth::ApiKeys>,
+    /// Serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN) instead of cleartext.
+    pub tls: Option<crate::Tls>,
     /// Origins a browser may call the API from (CORS); none by default.
     /// Each is `http(s)://host[:port]`; one that is not a header value is
     /// left out (the CLI refuses it first).
@@ -98,6 +100,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("limits", &self.limits)
             .field("sold_out_fast_path", &self.sold_out_fast_path)
             .field("api_keys", &self.api_keys)
+            .field("tls", &self.tls.is_some())
             .field("cors_origins", &self.cors_origins)
             .finish()
     }
@@ -121,6 +124,7 @@ impl GatewayConfig {
             limits: Limits::default(),
             sold_out_fast_path: false,
             api_keys: None,
+            tls: None,
             cors_origins: Vec::new(),
         }
     }
@@ -392,7 +396,7 @@ pub async fn run(
     }
     let app = router(gateway, &config).merge(observed);
     info!(address = ?listener.local_addr().ok(), "gateway listening");
-    server::serve(listener, app, config.limits, shutdown).await;
+    server::serve(listener, app, config.limits, config.tls.clone(), shutdown).await;
     watch.abort();
     info!("gateway stopped");
     Ok(())
