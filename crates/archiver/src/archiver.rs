@@ -183,12 +183,22 @@ pub async fn run(
     describe_metrics();
     info!(config = ?config, "starting the archiver");
     let writers = config.writers.max(1);
-    let pool = crate::connect(&config.database_url, writers as u32 + 1)
+    // Migrated as the login, then written as the archiver's role only.
+    crate::connect(&config.database_url, 1)
         .await
         .map_err(|e| match e {
             sqlx::Error::Migrate(m) => ArchiverError::Migrate(*m),
             other => ArchiverError::Database(other),
-        })?;
+        })?
+        .close()
+        .await;
+    let pool = crate::connect_as(
+        &config.database_url,
+        writers as u32 + 1,
+        Duration::from_secs(30),
+        crate::DbRole::Archiver,
+    )
+    .map_err(ArchiverError::Database)?;
     let mut progress = load_progress(&pool, &config).await?;
     // Months whose partition of ledger_entries this run knows exists.
     let mut months = HashSet::new();

@@ -289,6 +289,29 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
         })
 }
 
+/// The archive for reading, acting as the analysts' role (it cannot
+/// write): checked with one connection, so a missing role or membership is
+/// said plainly.
+pub async fn connect_analyst(g: &Global, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
+    use stockledger_archiver::DbRole;
+    let url = stockledger_io::redact_url(&g.database_url).to_string();
+    let pool = stockledger_archiver::connect_as(
+        &g.database_url,
+        max_connections,
+        std::time::Duration::from_secs(10),
+        DbRole::Analyst,
+    )
+    .with_context(|| format!("connecting to {url}"))?;
+    pool.acquire().await.with_context(|| {
+        format!(
+            "connecting to {url} as {role} (its migrations make the role: run `stockledger \
+             archive` once; a login must be a member: GRANT {role} TO the user)",
+            role = DbRole::Analyst.name()
+        )
+    })?;
+    Ok(pool)
+}
+
 /// A Redis key prefix, checked as [`keys::check_prefix`] does.
 fn parse_prefix(s: &str) -> Result<String, String> {
     keys::check_prefix(s)

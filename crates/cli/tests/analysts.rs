@@ -385,3 +385,93 @@ fn example(script: &str) -> PathBuf {
         .join("../../examples/python")
         .join(script)
 }
+
+/// The SQLSTATE of a failed statement.
+async fn refused(pool: &sqlx::PgPool, statement: &str) -> Option<String> {
+    match sqlx::query(statement).execute(pool).await {
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+        Err(other) => Some(other.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_analysts_role_reads_the_archive_and_cannot_write_it() -> anyhow::Result<()> {
+    const DENIED: &str = "42501"; // insufficient_privilege
+    let h = Harness::new("analyst-role", 1).await?;
+    let archiver = h.start_archiver();
+    let applier = h.start_applier();
+    h.producer.restock("R", "r0", RestockMode::Set, 3).await?;
+    h.wait_for_archive(1).await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+
+    // A login that is a member of stockledger_analyst and nothing else.
+    let login = format!("analyst_{}", h.ns.id.replace('-', "_"));
+    sqlx::query(&format!(
+        "CREATE ROLE {login} LOGIN PASSWORD 'read-only' IN ROLE stockledger_analyst"
+    ))
+    .execute(&h.pool)
+    .await?;
+    let url = h.services.database_url.replacen(
+        "postgres:stockledger@",
+        &format!("{login}:read-only@"),
+        1,
+    );
+    let checked = async {
+        let analyst = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await?;
+        sqlx::query("SET ROLE stockledger_analyst")
+            .execute(&analyst)
+            .await?;
+        let (rows,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM ledger_sku_timeline WHERE sku = 'R'")
+                .fetch_one(&analyst)
+                .await?;
+        assert!(rows >= 1, "the analyst reads the archive");
+        for statement in [
+            "INSERT INTO ledger_hourly (topic, sku, hour) VALUES ('t', 's', now())",
+            "DELETE FROM ledger_entries",
+            "UPDATE ledger_entries SET quantity = 0",
+            "TRUNCATE ledger_hourly",
+            "SELECT * FROM archiver_progress",
+            "SELECT ledger_entries_ensure_months(ARRAY[now()])",
+            "CREATE TABLE analyst_scratch (x int)",
+        ] {
+            assert_eq!(
+                refused(&analyst, statement).await.as_deref(),
+                Some(DENIED),
+                "{statement}"
+            );
+        }
+        // The CLI's reads need nothing more: history with that login.
+        let out = common::stockledger(&h)
+            .env("DATABASE_URL", &url)
+            .args(["history", "--sku", "R"])
+            .output()?;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("r0"), "{}", text(&out.stdout));
+        // And whoever logs in, the CLI's and the gateway's reads act as the
+        // analyst: a pool made so cannot write even with the owner's login.
+        let reader = stockledger_archiver::connect_as(
+            &h.services.database_url,
+            1,
+            std::time::Duration::from_secs(10),
+            stockledger_archiver::DbRole::Analyst,
+        )?;
+        assert_eq!(
+            refused(&reader, "DELETE FROM ledger_entries")
+                .await
+                .as_deref(),
+            Some(DENIED)
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    sqlx::query(&format!("DROP ROLE {login}"))
+        .execute(&h.pool)
+        .await?;
+    checked
+}

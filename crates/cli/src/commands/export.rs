@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 use stockledger_archiver::export::{self, Format};
 
 use super::{check_range, parse_time};
-use crate::{connect_archive, Global};
+use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -28,7 +28,7 @@ pub struct Args {
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     check_range(Some(args.since), Some(args.until))?;
-    let pool = connect_archive(g, 1).await?;
+    let pool = connect_analyst(g, 1).await?;
     let rows = export::export(
         &pool,
         &g.topic,

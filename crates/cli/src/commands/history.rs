@@ -11,7 +11,7 @@ use stockledger_core::ResultCode;
 
 use super::table::{self, Format};
 use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, query_error};
-use crate::{connect_archive, Global};
+use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
 #[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order"])))]
@@ -78,7 +78,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         after,
         limit: args.limit,
     };
-    let pool = connect_archive(g, 1).await?;
+    let pool = connect_analyst(g, 1).await?;
     let page = query::history_page(&pool, &g.topic, &q)
         .await
         .map_err(query_error)?;

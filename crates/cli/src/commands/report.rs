@@ -9,7 +9,7 @@ use stockledger_core::ids::Sku;
 
 use super::table::{self, Format};
 use super::{check_range, parse_sku, parse_span, parse_time, query_error};
-use crate::{connect_archive, Global};
+use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -53,7 +53,7 @@ const COLUMNS: [&str; 18] = [
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     check_range(Some(args.since), Some(args.until))?;
-    let pool = connect_archive(g, 1).await?;
+    let pool = connect_analyst(g, 1).await?;
     let rows = query::report(
         &pool,
         &g.topic,

@@ -9,7 +9,7 @@ use stockledger_core::ids::Sku;
 use stockledger_projection::Projection;
 
 use super::{parse_sku, query_error};
-use crate::{connect_archive, Global};
+use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -56,7 +56,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn as_of(g: &Global, sku: &Sku, at: AsOf) -> anyhow::Result<ExitCode> {
-    let pool = connect_archive(g, 1).await?;
+    let pool = connect_analyst(g, 1).await?;
     let asked = match at {
         AsOf::Offset(offset) => format!("offset {offset}"),
         AsOf::Time(ms) => query::format_instant(ms),

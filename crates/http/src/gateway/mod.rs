@@ -349,14 +349,17 @@ pub async fn run(
             stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
             other => GatewayError::Metrics(other.to_string()),
         })?;
-    let archive = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(3))
-        .connect_lazy(&config.database_url)
-        .map_err(|source| GatewayError::Archive {
-            url: redact_url(&config.database_url).to_string(),
-            source,
-        })?;
+    // Reads only, as the analysts' role: the gateway cannot write the archive.
+    let archive = stockledger_archiver::connect_as(
+        &config.database_url,
+        4,
+        Duration::from_secs(3),
+        stockledger_archiver::DbRole::Analyst,
+    )
+    .map_err(|source| GatewayError::Archive {
+        url: redact_url(&config.database_url).to_string(),
+        source,
+    })?;
     let broker_up = Arc::new(AtomicBool::new(true));
     let watch = tokio::spawn(watch_brokers(producer.clone(), broker_up.clone()));
     let probes = Probes::new()
