@@ -34,13 +34,15 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
 use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
-use stockledger_io::group::{commit_and_close, default_instance_id, GroupWatch, SHUTDOWN_GRACE};
+use stockledger_io::group::{
+    commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
+};
 use stockledger_io::kafka::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
 use stockledger_io::topic::offset_ranges;
 use stockledger_io::{redact_url, retry, KafkaConfig};
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, error, info, instrument, warn};
 
 use crate::expiry;
 use crate::record::{interpret, key_text};
@@ -464,7 +466,27 @@ pub async fn run(
 ) -> Result<ApplierStats, ApplierError> {
     let stop = stockledger_io::stop::stop_flag(shutdown);
     describe_metrics();
-    Applier::start(config, stop).await?.run().await
+    let mut total = ApplierStats::default();
+    loop {
+        let (stats, fenced) = Applier::start(config.clone(), stop.clone())
+            .await?
+            .run()
+            .await?;
+        total.records += stats.records;
+        total.dead_lettered += stats.dead_lettered;
+        total.batches += stats.batches;
+        if !fenced || *stop.borrow() {
+            return Ok(total);
+        }
+        // librdkafka gives up on a consumer the broker fenced for good; a
+        // new one rejoins (what was not committed is redelivered and
+        // skipped as applied).
+        warn!(
+            group = %config.group_id,
+            "the brokers fenced this member (its session ended while it could not reach \
+             them); rejoining with a new consumer"
+        );
+    }
 }
 
 /// Gives each of the applier's metrics its help text, and each counter its
@@ -595,7 +617,10 @@ impl Applier {
         })
     }
 
-    async fn run(mut self) -> Result<ApplierStats, ApplierError> {
+    /// Applies until asked to stop, or until the consumer is fenced for
+    /// good (`true`: the caller starts a new one).
+    async fn run(mut self) -> Result<(ApplierStats, bool), ApplierError> {
+        let mut fenced = false;
         let mut ticker = tokio::time::interval(self.config.stats_interval);
         ticker.tick().await;
         let mut last_report = (Instant::now(), 0u64);
@@ -653,6 +678,12 @@ impl Applier {
             };
             let first = match first {
                 Ok(m) => m.detach(),
+                Err(e) if is_fatal(&e) => {
+                    // What is applied and under way is finished below.
+                    error!(error = %e, "the consumer cannot go on");
+                    fenced = true;
+                    break;
+                }
                 Err(e) => {
                     warn!(error = %e, "consumer error; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -740,7 +771,7 @@ impl Applier {
             .await
             .warn_unless_done("records", within);
         info!(records = stats.records, "applier stopped");
-        Ok(stats)
+        Ok((stats, fenced))
     }
 
     /// Appends an expire for each due hold of the partitions this member

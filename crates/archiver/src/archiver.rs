@@ -28,7 +28,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::{PgConnection, PgPool};
 use stockledger_core::codec;
 use stockledger_core::Outcome;
-use stockledger_io::group::{commit_and_close, default_instance_id, GroupWatch, SHUTDOWN_GRACE};
+use stockledger_io::group::{
+    commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
+};
 use stockledger_io::kafka::FETCH_QUEUE_BACKOFF_MS;
 use stockledger_io::lag::{Assignment, LagContext};
 use stockledger_io::topic::offset_ranges;
@@ -223,22 +225,26 @@ pub async fn run(
     }
     let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
     settings.push(("statistics.interval.ms", &stats_ms));
-    let context = LagContext::new(
-        &config.outcomes_topic,
-        Default::default(),
-        config.assignment.clone(),
-    );
-    let consumer: StreamConsumer<LagContext> = config
-        .kafka
-        .client_config(&settings)
-        .create_with_context(context)
-        .map_err(ArchiverError::Client)?;
-    consumer
-        .subscribe(&[&config.outcomes_topic])
-        .map_err(|source| ArchiverError::Subscribe {
-            topic: config.outcomes_topic.clone(),
-            source,
-        })?;
+    let join = || -> Result<StreamConsumer<LagContext>, ArchiverError> {
+        let context = LagContext::new(
+            &config.outcomes_topic,
+            Default::default(),
+            config.assignment.clone(),
+        );
+        let consumer: StreamConsumer<LagContext> = config
+            .kafka
+            .client_config(&settings)
+            .create_with_context(context)
+            .map_err(ArchiverError::Client)?;
+        consumer
+            .subscribe(&[&config.outcomes_topic])
+            .map_err(|source| ArchiverError::Subscribe {
+                topic: config.outcomes_topic.clone(),
+                source,
+            })?;
+        Ok(consumer)
+    };
+    let mut consumer = join()?;
 
     let group = GroupWatch::start(
         &config.kafka,
@@ -252,10 +258,12 @@ pub async fn run(
     let mut last_report = (Instant::now(), 0u64);
     // Read while the page before is written: the next page's messages.
     let mut next: Vec<OwnedMessage> = Vec::new();
-    let report = |last: &mut (Instant, u64), stats: &ArchiverStats| {
+    let report = |consumer: &StreamConsumer<LagContext>,
+                  last: &mut (Instant, u64),
+                  stats: &ArchiverStats| {
         let (at, rows) = *last;
         let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
-        if group.assigned(&consumer) == 0 {
+        if group.assigned(consumer) == 0 {
             info!(rows = stats.rows, group = %config.group_id, "archiver progress: no partitions assigned; waiting for the group");
         } else {
             info!(
@@ -276,13 +284,23 @@ pub async fn run(
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
                 _ = ticker.tick() => {
-                    report(&mut last_report, &stats);
+                    report(&consumer, &mut last_report, &stats);
                     continue;
                 }
                 m = consumer.recv() => m,
             };
             match first {
                 Ok(m) => fill_page(&consumer, vec![m.detach()], &config).await,
+                Err(e) if is_fatal(&e) => {
+                    // librdkafka gives up on a consumer the broker fenced
+                    // for good; a new one rejoins. The progress table says
+                    // where to go on; pages read again are skipped.
+                    warn!(error = %e, group = %config.group_id, "the consumer cannot go on; rejoining with a new one");
+                    let offsets = offsets_of(&config.outcomes_topic, &progress);
+                    commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await;
+                    consumer = join()?;
+                    continue;
+                }
                 Err(e) => {
                     warn!(error = %e, "consumer error; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -291,7 +309,7 @@ pub async fn run(
             }
         } else {
             if last_report.0.elapsed() >= config.stats_interval {
-                report(&mut last_report, &stats);
+                report(&consumer, &mut last_report, &stats);
             }
             std::mem::take(&mut next)
         };

@@ -301,6 +301,15 @@ impl FinalCommit {
     }
 }
 
+/// Whether `error` leaves the consumer unusable for good: librdkafka raised
+/// a fatal error. Seen with static membership when the brokers stalled past
+/// the session (`FencedInstanceId`: librdkafka rejoined on its own session
+/// timeout, and the broker then fenced the member's older self); the only
+/// way on is a new consumer.
+pub fn is_fatal(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::MessageConsumptionFatal(_))
+}
+
 /// Commits `offsets` synchronously, then closes `consumer` (leaving its
 /// group), on a thread of its own, waiting at most `within` for both. The
 /// thread is left behind if the brokers do not answer; a process that
