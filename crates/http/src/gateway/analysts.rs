@@ -26,6 +26,9 @@ pub const MAX_REPORT_ROWS: i64 = 100_000;
 pub struct AsOfParams {
     /// A log offset of the SKU's partition (a whole number), or a time: RFC
     /// 3339, `now`, or a time ago like `-15m`.
+    #[param(
+        pattern = r"^[0-9]+$|^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     pub at: String,
 }
 
@@ -144,13 +147,25 @@ pub(crate) async fn as_of(
 pub struct ReportParams {
     /// Interval length: `1m`, `15m`, `1h`, `1d`, … (default `1h`; aligned on
     /// the Unix epoch, UTC).
+    #[param(pattern = r"^[1-9][0-9]*[smhdw]$")]
     pub every: Option<String>,
     /// Start of the range, inclusive (default `-1d`): RFC 3339, `now`, or a
     /// time ago.
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     pub since: Option<String>,
     /// End of the range, exclusive (default `now`).
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     pub until: Option<String>,
     /// One SKU only.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
     pub sku: Option<String>,
 }
 

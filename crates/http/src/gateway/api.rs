@@ -259,22 +259,41 @@ pub struct StockBody {
 #[into_params(parameter_in = Query)]
 pub struct HistoryParams {
     /// History of this SKU (with `order_id`: that order's entries on it).
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
     pub sku: Option<String>,
     /// History of this order, on every SKU.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
     pub order_id: Option<String>,
     /// Only records that occurred at or after this: RFC 3339
     /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     pub since: Option<String>,
     /// Only records that occurred before this (same forms as `since`).
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     pub until: Option<String>,
     /// Only these results, comma-separated (e.g. `REJECTED_INSUFFICIENT,DUPLICATE`).
+    #[param(pattern = r"^[A-Za-z_]+(,[A-Za-z_]+)*$")]
     pub result: Option<String>,
     /// `true`: newest first (log order reversed).
     pub newest_first: Option<bool>,
     /// The `next` cursor of the previous page (`TOPIC:PARTITION:OFFSET:SKU`);
     /// give the same filters with it.
+    #[param(pattern = r"^.+:[0-9]+:[0-9]+:.+$")]
     pub after: Option<String>,
     /// Entries per page, 1 to 1,000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 

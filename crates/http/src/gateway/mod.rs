@@ -280,7 +280,26 @@ impl utoipa::Modify for Doors {
                     SCHEME,
                     [],
                 )]);
+                let takes_body = operation.request_body.is_some();
                 let responses = &mut operation.responses.responses;
+                let mut unless_listed = |status: &str, description: &str| {
+                    responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| problem(description).into());
+                };
+                if takes_body {
+                    unless_listed("400", "The body is not well-formed JSON");
+                    unless_listed("408", "The body did not arrive within --read-timeout-ms");
+                    unless_listed("413", "The body is over 16 KiB");
+                    unless_listed(
+                        "415",
+                        "A body that is not sent as Content-Type: application/json",
+                    );
+                }
+                unless_listed(
+                    "503",
+                    "A service the route needs (the brokers, Redis or PostgreSQL) does not answer; retry after Retry-After",
+                );
                 responses.insert(
                     "401".into(),
                     problem("No API key, or one that is not known; WWW-Authenticate says which")
