@@ -13,6 +13,7 @@
 # run uses topics and a Redis prefix of its own and removes its processes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
 
 EXAMPLES=30
 while [ $# -gt 0 ]; do
@@ -86,10 +87,12 @@ BASE=$(sed -n 's/^listening on //p' "$WORK/serve.out")
 
 fuzz() { # who token
   log "fuzzing $BASE with the $1 key ($EXAMPLES examples per operation)"
-  "$TOOLS/venv/bin/schemathesis" --no-color run docs/openapi.json --url "$BASE" \
+  # Run from the scratch directory: schemathesis keeps its example
+  # database in the working directory.
+  (cd "$WORK" && "$TOOLS/venv/bin/schemathesis" --no-color run "$ROOT/docs/openapi.json" --url "$BASE" \
     --header "Authorization: Bearer $2" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-    --max-examples "$EXAMPLES" --generation-deterministic --request-timeout 10
+    --max-examples "$EXAMPLES" --generation-deterministic --request-timeout 10)
 }
 status=0
 fuzz operator "$OPERATOR" || status=1
