@@ -127,6 +127,15 @@ pub async fn committed_offsets(
     .map_err(|e| LogError::Task(e.to_string()))?
 }
 
+/// A consumer that reads the log by assignment, outside any group's
+/// progress, and hears where each partition ends.
+const LOG_READER: [(&str, &str); 4] = [
+    ("group.id", "stockledger-log-reader"),
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+    ("enable.partition.eof", "true"),
+];
+
 /// How long [`committed_on`] waits for the group's coordinator, and
 /// [`partitions_of`] and [`watermarks`] for leaders, to come up: a broker that has just started
 /// (or moved a coordinator) answers
@@ -236,14 +245,13 @@ fn read_topic_blocking(
     // (the high watermark of a fetch). ListOffsets is not used: some
     // Kafka-compatible brokers answer it with the last batch's base offset.
     let consumer: BaseConsumer<LagContext> = kafka
-        .client_config(&[
-            ("group.id", "stockledger-log-reader"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "true"),
-            READ_TO_END_FETCH_WAIT_MS,
-            FETCH_QUEUE_BACKOFF_MS,
-        ])
+        .client_config(
+            &[
+                &LOG_READER[..],
+                &[READ_TO_END_FETCH_WAIT_MS, FETCH_QUEUE_BACKOFF_MS],
+            ]
+            .concat(),
+        )
         .create_with_context(LagContext::new(
             topic,
             Default::default(),
@@ -306,13 +314,7 @@ pub async fn read_at(
     timeout: Duration,
 ) -> Result<Option<LogRecord>, LogError> {
     let consumer: BaseConsumer = kafka
-        .client_config(&[
-            ("group.id", "stockledger-log-reader"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "true"),
-            READ_TO_END_FETCH_WAIT_MS,
-        ])
+        .client_config(&[&LOG_READER[..], &[READ_TO_END_FETCH_WAIT_MS]].concat())
         .create()?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
@@ -384,14 +386,7 @@ fn missing_positions_blocking(
     wanted: Vec<(i32, i64)>,
     timeout: Duration,
 ) -> Result<Vec<Missing>, LogError> {
-    let consumer: BaseConsumer = kafka
-        .client_config(&[
-            ("group.id", "stockledger-log-reader"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "true"),
-        ])
-        .create()?;
+    let consumer: BaseConsumer = kafka.client_config(&LOG_READER).create()?;
     let partitions: HashSet<i32> = partitions_of(&consumer, topic)?.into_iter().collect();
     let mut unsure = HashMap::new();
     let mut missing = Vec::new();
