@@ -1,13 +1,13 @@
 //! Appending commands to the ledger.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, ClientContext};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LogPosition,
@@ -19,7 +19,7 @@ use stockledger_projection::ProjectionError;
 
 use crate::precheck::OrderChecks;
 use crate::soldout::{SoldOut, SoldOutGuard};
-use tracing::warn;
+use tracing::{error, warn};
 
 /// Defaults tuned for many small records; each may be overridden.
 const TUNABLE_DEFAULTS: [(&str, &str); 3] = [
@@ -70,7 +70,13 @@ pub enum ProducerError {
 /// A command the brokers did not take. `payload` is the encoded command,
 /// handed back so the caller can retry or record it.
 #[derive(Debug, thiserror::Error)]
-#[error("command {command_id} for sku {sku} was not delivered to {topic}: {error}")]
+#[error(
+    "command {command_id} for sku {sku} was not delivered to {topic}: {error}{}",
+    login_refused.as_ref().map_or(String::new(), |why| format!(
+        " (the brokers refused this client's login: {why}; check sasl.username and \
+         KAFKA_SASL_PASSWORD)"
+    ))
+)]
 pub struct DeliveryFailure {
     pub topic: String,
     pub sku: String,
@@ -78,6 +84,47 @@ pub struct DeliveryFailure {
     #[source]
     pub error: KafkaError,
     pub payload: Vec<u8>,
+    /// Why the brokers last refused the client's login (SASL), if they
+    /// did since the last record went through: a record that times out
+    /// then says so, not only that it timed out.
+    pub login_refused: Option<String>,
+}
+
+/// A producer's context: logs librdkafka's errors as the default one does
+/// and remembers the brokers' last refusal of the login. librdkafka keeps
+/// retrying a refused login (credentials may be fixed on the brokers), so
+/// records wait out their timeout, and without this their error would not
+/// say why.
+/// Clones share what they remember (librdkafka keeps the context; the
+/// producer keeps a clone to ask).
+#[derive(Clone, Default)]
+struct LoginWatch {
+    refused: Arc<Mutex<Option<String>>>,
+}
+
+impl ClientContext for LoginWatch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+        }
+        error!(target: "librdkafka", "librdkafka: {error} {reason}");
+    }
+}
+
+impl LoginWatch {
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn forget(&self) {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
 }
 
 /// Where a command landed, returned once the brokers hold it.
@@ -110,7 +157,8 @@ pub struct LedgerProducer {
 #[derive(Clone)]
 struct Current {
     generation: u64,
-    producer: Arc<FutureProducer>,
+    producer: Arc<FutureProducer<LoginWatch>>,
+    login: LoginWatch,
 }
 
 impl std::fmt::Debug for LedgerProducer {
@@ -140,11 +188,15 @@ impl LedgerProducer {
             .copied()
             .collect();
         let config = kafka.client_config(&defaults);
-        let producer = config.create().map_err(ProducerError::Client)?;
+        let login = LoginWatch::default();
+        let producer = config
+            .create_with_context(login.clone())
+            .map_err(ProducerError::Client)?;
         Ok(Self {
             current: Arc::new(RwLock::new(Current {
                 generation: 0,
                 producer: Arc::new(producer),
+                login,
             })),
             config: Arc::new(config),
             topic: topic.into(),
@@ -181,7 +233,11 @@ impl LedgerProducer {
         if current.generation != generation {
             return;
         }
-        match self.config.create::<FutureProducer>() {
+        let login = LoginWatch::default();
+        match self
+            .config
+            .create_with_context::<_, FutureProducer<LoginWatch>>(login.clone())
+        {
             Ok(fresh) => {
                 warn!(
                     topic = %self.topic,
@@ -191,6 +247,7 @@ impl LedgerProducer {
                 *current = Current {
                     generation: generation + 1,
                     producer: Arc::new(fresh),
+                    login,
                 };
             }
             Err(e) => {
@@ -411,13 +468,17 @@ impl LedgerProducer {
             };
             match delivered {
                 Ok(delivery) => {
-                    return Ok(self.receipt(command, delivery.partition, delivery.offset))
+                    current.login.forget();
+                    return Ok(self.receipt(command, delivery.partition, delivery.offset));
                 }
                 Err(error) if is_fenced(&error) && !resent => {
                     self.renew(current.generation);
                     resent = true;
                 }
-                Err(error) => return Err(self.failure(command, error, payload)),
+                Err(error) => {
+                    let login_refused = current.login.refused();
+                    return Err(self.failure(command, error, payload, login_refused));
+                }
             }
         }
     }
@@ -453,13 +514,20 @@ impl LedgerProducer {
         }
     }
 
-    fn failure(&self, command: &Command, error: KafkaError, payload: Vec<u8>) -> ProducerError {
+    fn failure(
+        &self,
+        command: &Command,
+        error: KafkaError,
+        payload: Vec<u8>,
+        login_refused: Option<String>,
+    ) -> ProducerError {
         ProducerError::Delivery(Box::new(DeliveryFailure {
             topic: self.topic.clone(),
             sku: command.sku.to_string(),
             command_id: command.command_id.to_string(),
             error,
             payload,
+            login_refused,
         }))
     }
 }
