@@ -7,12 +7,20 @@
 #       copy the broker's jars into ~/.stockledger/kafka-<version>/libs
 #       (once, whatever STOCKLEDGER_HOME says; Maven's own cache is ~/.m2)
 #       and print that directory
-#   deploy/local/kafka.sh run DIR PORT CONTROLLER_PORT
+#   deploy/local/kafka.sh run DIR PORT CONTROLLER_PORT [SASL_PORT]
 #       run a broker in the foreground on 127.0.0.1:PORT (clients) and
 #       127.0.0.1:CONTROLLER_PORT (its controller), its log in DIR/data.
 #       DIR/data is formatted on first use with the cluster id kept in
 #       DIR/cluster.id; a log directory that belongs to another cluster is
 #       refused, never deleted. KAFKA_HEAP_OPTS sets the heap (default 1 GiB).
+#       With SASL_PORT, clients may also log in there (SASL_PLAINTEXT, PLAIN
+#       or SCRAM-SHA-512) as user `stockledger`, whose password is made once
+#       into DIR/sasl-password (readable by its owner only).
+#   deploy/local/kafka.sh scram-user DIR PORT
+#       give user `stockledger` its SCRAM-SHA-512 credential (the password in
+#       DIR/sasl-password) through the broker on 127.0.0.1:PORT; SCRAM
+#       credentials live in the cluster's metadata, so only a running broker
+#       can take them. PLAIN needs no such step.
 #
 # Broker settings that matter to stockledger, and the same in
 # deploy/compose.yaml: no topic is created by a client's metadata request
@@ -62,15 +70,30 @@ fetch() {
   exec 9>&-
 }
 
-properties() { # dir port controller_port
+SASL_USER=stockledger
+
+# The SASL password of DIR, made on first use (URL-safe base64, 24 bytes).
+sasl_password() { # dir
+  if [ ! -s "$1/sasl-password" ]; then
+    (umask 077 && head -c 24 /dev/urandom | base64 | tr '+/' '-_' >"$1/sasl-password")
+  fi
+  cat "$1/sasl-password"
+}
+
+properties() { # dir port controller_port [sasl_port]
+  local listeners="PLAINTEXT://127.0.0.1:$2" protocols=PLAINTEXT:PLAINTEXT
+  if [ -n "${4:-}" ]; then
+    listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$4"
+    protocols="$protocols,SASL_PLAINTEXT:SASL_PLAINTEXT"
+  fi
   cat <<EOF
 # Written by deploy/local/kafka.sh at every start; edits are lost.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$3
-listeners=PLAINTEXT://127.0.0.1:$2,CONTROLLER://127.0.0.1:$3
-advertised.listeners=PLAINTEXT://127.0.0.1:$2
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$listeners,CONTROLLER://127.0.0.1:$3
+advertised.listeners=$listeners
+listener.security.protocol.map=$protocols,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$1/data
@@ -81,16 +104,46 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 EOF
+  [ -n "${4:-}" ] || return 0
+  cat <<EOF
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$(sasl_password "$1")";
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+}
+
+scram_user() { # dir port
+  [ $# -eq 2 ] || fail "usage: $0 scram-user DIR PORT"
+  local config
+  config=$(umask 077 && mktemp)
+  # A file, not --add-config, so the password is on no command line.
+  printf 'SCRAM-SHA-512=iterations=8192,password=%s\n' "$(sasl_password "$1")" >"$config"
+  if ! java -cp "$LIBS/*" -Dlog4j2.configurationFile="$1/log4j2.properties" \
+      kafka.admin.ConfigCommand --bootstrap-server "127.0.0.1:$2" --alter \
+      --add-config-file "$config" --entity-type users --entity-name "$SASL_USER" \
+      >"$1/scram-user.log" 2>&1; then
+    rm -f "$config"
+    cat "$1/scram-user.log" >&2
+    fail "setting the SCRAM credential of $SASL_USER failed"
+  fi
+  rm -f "$config"
 }
 
 log4j() { # dir
   cat <<EOF
 # Written by deploy/local/kafka.sh at every start; edits are lost.
-appender.file.type = File
+# Rolled at 64 MiB, four kept: a test run logs tens of MiB.
+appender.file.type = RollingFile
 appender.file.name = file
 appender.file.fileName = $1/server.log
+appender.file.filePattern = $1/server.log.%i
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 64MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 4
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = file
 logger.state.name = state.change.logger
@@ -98,12 +151,15 @@ logger.state.level = WARN
 EOF
 }
 
-run() { # dir port controller_port
-  [ $# -eq 3 ] || fail "usage: $0 run DIR PORT CONTROLLER_PORT"
+run() { # dir port controller_port [sasl_port]
+  [ $# -eq 3 ] || [ $# -eq 4 ] || fail "usage: $0 run DIR PORT CONTROLLER_PORT [SASL_PORT]"
   local dir=$1 id recorded
   check_java
   fetch
   mkdir -p "$dir"
+  # It may hold the SASL password: its owner's alone, even if it was not.
+  touch "$dir/server.properties"
+  chmod 600 "$dir/server.properties"
   properties "$@" >"$dir/server.properties"
   log4j "$dir" >"$dir/log4j2.properties"
   [ -s "$dir/cluster.id" ] ||
@@ -132,5 +188,6 @@ run() { # dir port controller_port
 case "${1:-}" in
   fetch) check_java; fetch; echo "$LIBS" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 fetch | run DIR PORT CONTROLLER_PORT" >&2; exit 2 ;;
+  scram-user) shift; check_java; fetch; scram_user "$@" ;;
+  *) echo "usage: $0 fetch | run DIR PORT CONTROLLER_PORT [SASL_PORT] | scram-user DIR PORT" >&2; exit 2 ;;
 esac

@@ -14,9 +14,12 @@
 # (built once from crates.io, about 15 minutes), whose log is IN MEMORY unless
 # STOCKLEDGER_BROKER_STORAGE=libsql keeps it in ~/.stockledger/broker/tansu.db
 # (10-20 times slower; see README, "The local stack").
+# Apache Kafka also takes SASL logins (PLAIN, SCRAM-SHA-512) on 9094 as user
+# stockledger, password in ~/.stockledger/kafka/sasl-password; `env` says how.
 # STOCKLEDGER_HOME (default ~/.stockledger), STOCKLEDGER_KAFKA_PORT (9092),
-# STOCKLEDGER_KAFKA_CONTROLLER_PORT (9093, Apache Kafka's controller) and
-# STOCKLEDGER_TANSU (a tansu binary to use instead of building one) move it.
+# STOCKLEDGER_KAFKA_CONTROLLER_PORT (9093, Apache Kafka's controller),
+# STOCKLEDGER_KAFKA_SASL_PORT (9094) and STOCKLEDGER_TANSU (a tansu binary to
+# use instead of building one) move it.
 set -euo pipefail
 
 STATE=${STOCKLEDGER_HOME:-$HOME/.stockledger}
@@ -24,6 +27,7 @@ TANSU_VERSION=0.6.0
 TANSU=${STOCKLEDGER_TANSU:-$STATE/tansu/bin/tansu}
 KAFKA_PORT=${STOCKLEDGER_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${STOCKLEDGER_KAFKA_CONTROLLER_PORT:-9093}
+SASL_PORT=${STOCKLEDGER_KAFKA_SASL_PORT:-9094}
 BROKER=${STOCKLEDGER_BROKER:-kafka}
 KAFKA=$(cd "$(dirname "$0")" && pwd)/kafka.sh
 REDIS_PORT=6379
@@ -141,17 +145,22 @@ start_kafka() {
     log "127.0.0.1:$CONTROLLER_PORT, the port of Apache Kafka's controller, is taken; stop what holds it or set STOCKLEDGER_KAFKA_CONTROLLER_PORT"
     exit 1
   fi
+  if listening "$SASL_PORT"; then
+    log "127.0.0.1:$SASL_PORT, the port of Apache Kafka's SASL listener, is taken; stop what holds it or set STOCKLEDGER_KAFKA_SASL_PORT"
+    exit 1
+  fi
   local libs version
   libs=$("$KAFKA" fetch) || exit 1
   version=${libs%/libs}
   version=${version##*/kafka-}
   mkdir -p "$STATE/kafka"
   log "starting Apache Kafka $version on 127.0.0.1:$KAFKA_PORT (log kept in $STATE/kafka/data; broker log in $STATE/kafka/server.log)"
-  nohup "$KAFKA" run "$STATE/kafka" "$KAFKA_PORT" "$CONTROLLER_PORT" \
+  nohup "$KAFKA" run "$STATE/kafka" "$KAFKA_PORT" "$CONTROLLER_PORT" "$SASL_PORT" \
     >"$STATE/kafka/console.log" 2>&1 &
   echo $! >"$STATE/broker.pid"
   echo "kafka $version" >"$STATE/broker.kind"
   await_broker "$!" "Apache Kafka" "$STATE/kafka/console.log"
+  "$KAFKA" scram-user "$STATE/kafka" "$KAFKA_PORT"
 }
 
 start_tansu() {
@@ -187,6 +196,15 @@ ensure_broker() {
           *)
             log "a $(broker_kind) broker started here runs on 127.0.0.1:$KAFKA_PORT, not $BROKER: run \`deploy/local/stack.sh down\` first to switch"
             exit 1 ;;
+        esac
+        case "$(broker_kind)" in
+          kafka*)
+            if ! listening "$SASL_PORT"; then
+              log "the Apache Kafka started here has no SASL listener on 127.0.0.1:$SASL_PORT (it predates it); restarting it"
+              stop_broker
+              start_kafka
+              return
+            fi ;;
         esac
         case "$(broker_kind)" in
           "tansu $TANSU_VERSION memory")
@@ -273,6 +291,15 @@ print_env() {
   echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
   echo "export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/${STOCKLEDGER_REDIS_DB:-0}"
   echo "export DATABASE_URL=$(pg_url "$DATABASE")"
+  case "$(broker_kind)" in
+    kafka*)
+      echo "# SASL logins (PLAIN, SCRAM-SHA-512) as user stockledger, with:"
+      echo "#   KAFKA_BROKERS=127.0.0.1:$SASL_PORT KAFKA_SASL_PASSWORD_FILE=$STATE/kafka/sasl-password"
+      echo "#   KAFKA_PROPERTIES='security.protocol=SASL_PLAINTEXT;sasl.mechanisms=SCRAM-SHA-512;sasl.username=stockledger'"
+      echo "export STOCKLEDGER_SASL_BROKERS=127.0.0.1:$SASL_PORT"
+      echo "export STOCKLEDGER_SASL_PASSWORD_FILE=$STATE/kafka/sasl-password"
+      ;;
+  esac
 }
 
 case "$BROKER" in

@@ -5,6 +5,7 @@
 
 pub mod commands;
 pub mod demo;
+pub mod secrets;
 
 use std::process::ExitCode;
 
@@ -42,8 +43,9 @@ impl Cli {
     }
 }
 
-/// Connection settings and names shared by every subcommand.
-#[derive(Debug, Args)]
+/// Connection settings and names shared by every subcommand. Passwords
+/// come from the environment ([`secrets`]); `Debug` hides them.
+#[derive(Args)]
 pub struct Global {
     /// Kafka bootstrap servers (host:port, comma-separated).
     #[arg(
@@ -55,7 +57,11 @@ pub struct Global {
     pub brokers: String,
 
     /// librdkafka property passed through as is, e.g. -X security.protocol=SASL_SSL.
-    /// Repeatable; in the environment, separate them with ';'.
+    /// Repeatable; in the environment, separate them with ';'. Given both
+    /// ways, -X adds to KAFKA_PROPERTIES and wins where they overlap. Secret ones
+    /// (sasl.password, ssl.key.password, …) are refused here: set
+    /// KAFKA_SASL_PASSWORD or KAFKA_SSL_KEY_PASSWORD (or …_FILE), or put
+    /// them in KAFKA_PROPERTIES.
     #[arg(
         short = 'X',
         global = true,
@@ -69,6 +75,8 @@ pub struct Global {
 
     /// Redis holding the projection: one URL, or the seed nodes of a Redis
     /// Cluster separated by commas (a single URL of a cluster node works too).
+    /// rediss:// for TLS. The password comes from REDIS_PASSWORD or
+    /// REDIS_PASSWORD_FILE (or a whole URL in REDIS_URL), never from here.
     #[arg(
         long,
         global = true,
@@ -78,7 +86,9 @@ pub struct Global {
     )]
     pub redis_url: String,
 
-    /// PostgreSQL holding the archive.
+    /// PostgreSQL holding the archive (?sslmode=verify-full&sslrootcert=FILE
+    /// for TLS). The password comes from DATABASE_PASSWORD or
+    /// DATABASE_PASSWORD_FILE (or a whole URL in DATABASE_URL), never from here.
     #[arg(
         long,
         global = true,
@@ -134,6 +144,22 @@ pub struct Global {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use stockledger_io::redact_url;
+        f.debug_struct("Global")
+            .field("kafka", &self.kafka())
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("database_url", &redact_url(&self.database_url))
+            .field("topic", &self.topic)
+            .field("outcomes_topic", &self.outcomes_topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("prefix", &self.prefix)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
 }
 
 impl Global {
@@ -200,6 +226,29 @@ pub enum Command {
     Keys(commands::keys::Command),
     /// Run a flash sale end to end against the configured services and check the contract.
     Demo(commands::demo::DemoArgs),
+}
+
+/// Finishes what parsing leaves to do, before anything connects: -X
+/// properties are added to those of `KAFKA_PROPERTIES` (clap would let
+/// them replace the whole variable, silently dropping e.g. its SASL
+/// settings), then [`secrets::apply`].
+pub fn prepare(cli: &mut Cli, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    if matches.value_source("kafka_properties") == Some(clap::parser::ValueSource::CommandLine) {
+        let from_env = std::env::var("KAFKA_PROPERTIES").unwrap_or_default();
+        let mut merged = env_properties(&from_env)?;
+        merged.append(&mut cli.global.kafka_properties);
+        cli.global.kafka_properties = merged;
+    }
+    secrets::apply(&mut cli.global, matches)
+}
+
+/// The properties in a `KAFKA_PROPERTIES` value (`key=value;…`).
+fn env_properties(value: &str) -> anyhow::Result<Vec<(String, String)>> {
+    value
+        .split(';')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| parse_property(p).map_err(|e| anyhow::anyhow!("KAFKA_PROPERTIES: {e}")))
+        .collect()
 }
 
 /// Resolves once Ctrl-C or SIGTERM arrives.

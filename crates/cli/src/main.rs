@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 /// mimalloc rather than glibc's malloc: the apply path allocates and frees
 /// many small buffers per record, where glibc's arenas were the top of the
@@ -13,7 +13,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stockledger_cli::{Cli, LogFormat};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Err(e) = stockledger_cli::prepare(&mut cli, &matches) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
     init_tracing(cli.global.log_format, cli.default_log_filter());
     stockledger_cli::block_on(stockledger_cli::run(cli))
 }

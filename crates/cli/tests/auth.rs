@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{log_path, sample, serve, stockledger};
+use common::{certificate, log_path, sample, serve, stockledger};
 use serde_json::{json, Value};
 use stockledger_core::codec::decode_command;
 use stockledger_testkit::harness::CATCH_UP;
@@ -345,40 +345,6 @@ async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> any
         assert!(stderr.trim().lines().count() <= 6, "{args:?}: {stderr}");
     }
     Ok(())
-}
-
-/// A self-signed certificate for localhost and 127.0.0.1, made by openssl
-/// in `dir`: (certificate, key).
-fn certificate(dir: &Path) -> anyhow::Result<(String, String)> {
-    let cert = dir.join("cert.pem").to_string_lossy().into_owned();
-    let key = dir.join("key.pem").to_string_lossy().into_owned();
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args([
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            &key,
-        ])
-        .args([
-            "-out",
-            &cert,
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "openssl: {out:?}");
-    Ok((cert, key))
 }
 
 /// curl, a client that verifies certificates: its exit code and output.

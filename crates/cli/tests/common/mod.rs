@@ -147,3 +147,41 @@ pub fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|(_, value)| value.parse::<f64>().ok())
         .sum()
 }
+
+/// A self-signed server certificate for localhost and 127.0.0.1, made by
+/// openssl in `dir`: (certificate, key). Clients trust it as its own root.
+pub fn certificate(dir: &std::path::Path) -> anyhow::Result<(String, String)> {
+    let cert = dir.join("cert.pem").to_string_lossy().into_owned();
+    let key = dir.join("key.pem").to_string_lossy().into_owned();
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+        ])
+        .args([
+            "-out",
+            &cert,
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            // Not a CA: rustls (webpki) refuses a CA certificate used as a
+            // server's own; OpenSSL's clients take either.
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "openssl: {out:?}");
+    Ok((cert, key))
+}
