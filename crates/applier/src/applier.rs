@@ -237,6 +237,28 @@ pub enum ApplierError {
     },
 }
 
+impl ApplierError {
+    /// Whether the error may pass once the brokers or Redis answer again
+    /// (a start's checks could not be made), rather than saying something
+    /// about the log, the projection or the settings that waiting does not
+    /// change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Offsets(_) | Self::Partitions { .. } | Self::TopicConfig(_) => true,
+            Self::Projection(e) => e.is_transient(),
+            Self::Client { .. }
+            | Self::Subscribe { .. }
+            | Self::Apply { .. }
+            | Self::OtherLog { .. }
+            | Self::LogLost { .. }
+            | Self::PartitionsChanged { .. }
+            | Self::NotPermanent(_)
+            | Self::Encode(_)
+            | Self::Publish { .. } => false,
+        }
+    }
+}
+
 /// Totals of one run of the applier.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ApplierStats {
@@ -467,11 +489,9 @@ pub async fn run(
     let stop = stockledger_io::stop::stop_flag(shutdown);
     describe_metrics();
     let mut total = ApplierStats::default();
+    let mut applier = Applier::start(config.clone(), stop.clone()).await?;
     loop {
-        let (stats, fenced) = Applier::start(config.clone(), stop.clone())
-            .await?
-            .run()
-            .await?;
+        let (stats, fenced) = applier.run().await?;
         total.records += stats.records;
         total.dead_lettered += stats.dead_lettered;
         total.batches += stats.batches;
@@ -486,6 +506,20 @@ pub async fn run(
             "the brokers fenced this member (its session ended while it could not reach \
              them); rejoining with a new consumer"
         );
+        // The brokers were just unreachable and may not lead their
+        // partitions yet: the start's checks are tried again until they
+        // can be made, rather than ending an applier that ran well.
+        let restarted = retry::until_stopped(
+            || Applier::start(config.clone(), stop.clone()),
+            ApplierError::is_transient,
+            |e, wait| warn!(error = %e, retry_in = ?wait, "cannot restart the applier yet"),
+            &mut stop.clone(),
+        )
+        .await?;
+        match restarted {
+            Some(fresh) => applier = fresh,
+            None => return Ok(total),
+        }
     }
 }
 
