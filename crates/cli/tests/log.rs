@@ -290,6 +290,7 @@ struct Stack {
     home: std::path::PathBuf,
     port: u16,
     controller_port: u16,
+    sasl_port: u16,
     broker: Broker,
 }
 
@@ -308,6 +309,7 @@ impl Stack {
             home,
             port,
             controller_port: free()?,
+            sasl_port: free()?,
             broker: Broker::configured()?,
         })
     }
@@ -330,7 +332,8 @@ impl Stack {
             .env(
                 "STOCKLEDGER_KAFKA_CONTROLLER_PORT",
                 self.controller_port.to_string(),
-            );
+            )
+            .env("STOCKLEDGER_KAFKA_SASL_PORT", self.sasl_port.to_string());
         if self.broker == Broker::Tansu {
             command
                 .env("STOCKLEDGER_BROKER", "tansu")
