@@ -13,7 +13,19 @@ eval "$(deploy/local/stack.sh env)"
 # Prometheus' own checker, run by the HTTP tests on every /metrics.
 STOCKLEDGER_PROMTOOL=$(deploy/local/promtool.sh)
 export STOCKLEDGER_PROMTOOL
+# What the tests run in their own processes (appliers, archivers) logs
+# here, a file per test binary, kept until the next run.
+export STOCKLEDGER_TEST_LOG_DIR=${STOCKLEDGER_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-target}/test-logs}
+rm -rf "$STOCKLEDGER_TEST_LOG_DIR"
+mkdir -p "$STOCKLEDGER_TEST_LOG_DIR"
 if [ $# -eq 0 ]; then
   set -- --workspace
 fi
-exec cargo test --locked "$@"
+cargo test --locked "$@" && exit 0
+# cargo stops at the first test binary that fails: its log is the newest.
+last=$(ls -t "$STOCKLEDGER_TEST_LOG_DIR"/*.log 2>/dev/null | head -n 1)
+if [ -n "$last" ]; then
+  echo "test.sh: the last warnings and errors in $last:" >&2
+  grep -E ' (WARN|ERROR) ' "$last" | tail -n 40 >&2 || true
+fi
+exit 1

@@ -19,6 +19,7 @@
 pub mod cluster;
 pub mod fault;
 pub mod harness;
+pub mod log;
 pub mod poison;
 pub mod redis_dump;
 pub mod services;

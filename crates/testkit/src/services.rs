@@ -29,6 +29,7 @@ static REDIS: OnceCell<String> = OnceCell::const_new();
 /// Redis alone, for tests that need nothing else: `REDIS_URL`, or a
 /// `redis-server` started for this process.
 pub async fn redis_url() -> anyhow::Result<&'static str> {
+    crate::log::init();
     let url = REDIS
         .get_or_try_init(|| async {
             match env_url("REDIS_URL") {
@@ -44,6 +45,7 @@ pub async fn redis_url() -> anyhow::Result<&'static str> {
 
 /// The services for this test process, started on first use.
 pub async fn services() -> anyhow::Result<&'static Services> {
+    crate::log::init();
     SERVICES
         .get_or_try_init(|| async {
             let redis_url = redis_url().await?.to_owned();
