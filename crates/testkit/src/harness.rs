@@ -100,6 +100,48 @@ pub struct Harness {
     pub pool: PgPool,
 }
 
+impl Drop for Harness {
+    /// Deletes the namespace's topics, so runs of the suite do not pile
+    /// partitions up on the local broker (about 500 a run; after some days
+    /// over 5,000, and everything on that broker slowed). Best effort, on a
+    /// thread of its own since a drop cannot await: a broker that is gone
+    /// is given a few seconds, no more.
+    fn drop(&mut self) {
+        let kafka = self.kafka.clone();
+        let topics = [
+            self.ns.topic.clone(),
+            self.ns.outcomes_topic.clone(),
+            self.ns.dlq_topic.clone(),
+        ];
+        let deleting = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                let Ok(admin) = kafka
+                    .client_config(&[])
+                    .create::<AdminClient<DefaultClientContext>>()
+                else {
+                    return;
+                };
+                let options = AdminOptions::new()
+                    .request_timeout(Some(Duration::from_secs(5)))
+                    .operation_timeout(Some(Duration::from_secs(5)));
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(6),
+                    admin.delete_topics(&names, &options),
+                )
+                .await;
+            });
+        });
+        let _ = deleting.join();
+    }
+}
+
 impl Harness {
     /// Creates the namespace's topics (`partitions` each for commands and
     /// outcomes) and connects the clients.
