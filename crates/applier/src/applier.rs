@@ -21,6 +21,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stockledger_core::report::Chain;
 
 use futures::channel::oneshot::Canceled;
 use futures::future::{join_all, JoinAll};
@@ -141,23 +142,23 @@ impl ApplierConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplierError {
-    #[error("cannot create the Kafka {what}: {source}")]
+    #[error("cannot create the Kafka {what}")]
     Client {
         what: &'static str,
         #[source]
         source: KafkaError,
     },
-    #[error("cannot subscribe to {topic}: {source}")]
+    #[error("cannot subscribe to {topic}")]
     Subscribe {
         topic: String,
         #[source]
         source: KafkaError,
     },
-    #[error("Redis projection: {0}")]
+    #[error("the Redis projection failed")]
     Projection(#[from] ProjectionError),
     /// A batch could not be applied for a reason retrying does not cure;
     /// nothing of it was published or committed.
-    #[error("applying records {offsets} of {topic} to Redis: {source}")]
+    #[error("applying records {offsets} of {topic} to Redis")]
     Apply {
         topic: String,
         /// `partition:first..=last` of each partition in the batch.
@@ -165,11 +166,11 @@ pub enum ApplierError {
         #[source]
         source: ProjectionError,
     },
-    #[error("reading the group's committed offsets: {0}")]
+    #[error("reading the group's committed offsets")]
     Offsets(#[from] stockledger_io::topic::LogError),
     /// The command topic's partition count decides which partition each
     /// SKU lives on; without it nothing can be applied.
-    #[error("reading the partitions of {topic}: {source}")]
+    #[error("reading the partitions of {topic}")]
     Partitions {
         topic: String,
         #[source]
@@ -221,13 +222,13 @@ pub enum ApplierError {
     /// The command topic would lose records.
     #[error(transparent)]
     NotPermanent(#[from] NotPermanent),
-    #[error("reading the configuration of the command topic: {0}")]
+    #[error("reading the configuration of the command topic")]
     TopicConfig(#[from] AdminError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
     /// An outcome or dead letter was not delivered; offsets were not
     /// committed, so the batch is applied again (harmlessly) after restart.
-    #[error("publishing the {what} for {position} to {topic} failed: {source}")]
+    #[error("publishing the {what} for {position} to {topic} failed")]
     Publish {
         what: &'static str,
         topic: String,
@@ -469,7 +470,7 @@ async fn applied(applying: &mut Option<Applying>) -> Result<Applied, JoinError> 
 
 /// Logs a failed Redis request that is tried again in `wait`.
 fn redis_away(e: &ProjectionError, wait: Duration) {
-    warn!(error = %e, retry_in = ?wait, "Redis unavailable; nothing committed, retrying");
+    warn!(error = %Chain(&e), retry_in = ?wait, "Redis unavailable; nothing committed, retrying");
 }
 
 /// The delivery results of the batch in flight; never ready without one.
@@ -512,7 +513,7 @@ pub async fn run(
         let restarted = retry::until_stopped(
             || Applier::start(config.clone(), stop.clone()),
             ApplierError::is_transient,
-            |e, wait| warn!(error = %e, retry_in = ?wait, "cannot restart the applier yet"),
+            |e, wait| warn!(error = %Chain(&e), retry_in = ?wait, "cannot restart the applier yet"),
             &mut stop.clone(),
         )
         .await?;
@@ -714,12 +715,12 @@ impl Applier {
                 Ok(m) => m.detach(),
                 Err(e) if is_fatal(&e) => {
                     // What is applied and under way is finished below.
-                    error!(error = %e, "the consumer cannot go on");
+                    error!(error = %Chain(&e), "the consumer cannot go on");
                     fenced = true;
                     break;
                 }
                 Err(e) => {
-                    warn!(error = %e, "consumer error; retrying");
+                    warn!(error = %Chain(&e), "consumer error; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -833,7 +834,7 @@ impl Applier {
         match result {
             Ok(0) => {}
             Ok(sent) => debug!(sent, "expires appended for due holds"),
-            Err(e) => warn!(error = %e, "cannot look up due holds; trying again shortly"),
+            Err(e) => warn!(error = %Chain(&e), "cannot look up due holds; trying again shortly"),
         }
     }
 
@@ -846,7 +847,7 @@ impl Applier {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => batch.push(m.detach()),
                 Ok(Err(e)) => {
-                    warn!(error = %e, "consumer error while filling a batch");
+                    warn!(error = %Chain(&e), "consumer error while filling a batch");
                     break;
                 }
                 Err(_) => break,
@@ -1122,7 +1123,7 @@ impl Applier {
             // The list is built from offsets just read; adding cannot fail
             // except on an invalid offset, which Kafka never hands out.
             if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
-                warn!(error = %e, topic, partition, offset, "cannot record an offset to commit");
+                warn!(error = %Chain(&e), topic, partition, offset, "cannot record an offset to commit");
             }
         }
         Ok(InFlight {
@@ -1242,7 +1243,7 @@ impl Applier {
         let offsets = done.offsets;
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             // Not fatal: the records are applied; a redelivery is harmless.
-            warn!(error = %e, "committing offsets failed; records may be redelivered");
+            warn!(error = %Chain(&e), "committing offsets failed; records may be redelivered");
         }
         for element in offsets.elements() {
             let (topic, partition) = (element.topic(), element.partition());
@@ -1283,7 +1284,7 @@ impl Applier {
             .announce_applied(topic, marks.collect())
             .await
         {
-            debug!(error = %e, topic, "could not announce applied offsets");
+            debug!(error = %Chain(&e), topic, "could not announce applied offsets");
         }
     }
 }

@@ -11,6 +11,7 @@
 //! still on its way) is tried again after [`RETRY_MS`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stockledger_core::report::Chain;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use stockledger_core::codec;
@@ -84,7 +85,7 @@ pub async fn expire_due(
             let payload = match codec::encode_command(&command) {
                 Ok(payload) => payload,
                 Err(e) => {
-                    warn!(error = %e, "cannot encode an expire");
+                    warn!(error = %Chain(&e), "cannot encode an expire");
                     continue;
                 }
             };
@@ -99,7 +100,7 @@ pub async fn expire_due(
                     sent.push((sku, order));
                 }
                 Err((e, _)) => {
-                    warn!(error = %e, "cannot hand an expire to the producer; trying again shortly");
+                    warn!(error = %Chain(&e), "cannot hand an expire to the producer; trying again shortly");
                     break;
                 }
             }

@@ -55,7 +55,7 @@ pub struct RepartitionReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepartitionError {
-    #[error("Kafka: {0}")]
+    #[error("a Kafka request failed")]
     Kafka(#[from] KafkaError),
     #[error(transparent)]
     Admin(#[from] AdminError),
@@ -88,7 +88,7 @@ pub enum RepartitionError {
         partition: i32,
         earliest: i64,
     },
-    #[error("copying the record at partition {partition} offset {offset}: {source}")]
+    #[error("copying the record at partition {partition} offset {offset}")]
     Copy {
         partition: i32,
         offset: i64,

@@ -117,17 +117,17 @@ pub struct ReplayReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("Kafka: {0}")]
+    #[error("a Kafka request failed")]
     Kafka(#[from] KafkaError),
     #[error("topic {0} does not exist")]
     NoSuchTopic(String),
     #[error("prefix {prefix} already holds {skus} SKUs; replay into an empty prefix (delete it, or choose another)")]
     TargetNotEmpty { prefix: String, skus: usize },
-    #[error("Redis: {0}")]
+    #[error("the Redis projection failed")]
     Projection(#[from] ProjectionError),
     #[error(transparent)]
     NotPermanent(#[from] NotPermanent),
-    #[error("reading the configuration of the command topic: {0}")]
+    #[error("reading the configuration of the command topic")]
     TopicConfig(#[from] AdminError),
     /// The broker no longer has records the replay must start from.
     #[error(

@@ -20,6 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
+use stockledger_core::report::Chain;
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -110,19 +111,19 @@ impl ArchiverConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiverError {
-    #[error("cannot create the Kafka consumer: {0}")]
+    #[error("cannot create the Kafka consumer")]
     Client(#[source] KafkaError),
-    #[error("cannot subscribe to {topic}: {source}")]
+    #[error("cannot subscribe to {topic}")]
     Subscribe {
         topic: String,
         #[source]
         source: KafkaError,
     },
-    #[error("PostgreSQL: {0}")]
+    #[error("a PostgreSQL request failed")]
     Database(#[from] sqlx::Error),
     /// A page could not be written for a reason retrying does not cure;
     /// its progress was not advanced, so a restart writes it again.
-    #[error("writing the page of outcomes {offsets} of {topic}: {source}")]
+    #[error("writing the page of outcomes {offsets} of {topic}")]
     Page {
         topic: String,
         /// `partition:first..=last` of each partition the page covers.
@@ -132,13 +133,13 @@ pub enum ArchiverError {
     },
     /// The page's rows were written but not its progress; a restart
     /// reads the page again and its rows collapse on the primary key.
-    #[error("recording the archiver's progress on {topic}: {source}")]
+    #[error("recording the archiver's progress on {topic}")]
     Progress {
         topic: String,
         #[source]
         source: sqlx::Error,
     },
-    #[error("migrating the archive schema: {0}")]
+    #[error("migrating the archive schema")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
@@ -295,14 +296,14 @@ pub async fn run(
                     // librdkafka gives up on a consumer the broker fenced
                     // for good; a new one rejoins. The progress table says
                     // where to go on; pages read again are skipped.
-                    warn!(error = %e, group = %config.group_id, "the consumer cannot go on; rejoining with a new one");
+                    warn!(error = %Chain(&e), group = %config.group_id, "the consumer cannot go on; rejoining with a new one");
                     let offsets = offsets_of(&config.outcomes_topic, &progress);
                     commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await;
                     consumer = join()?;
                     continue;
                 }
                 Err(e) => {
-                    warn!(error = %e, "consumer error; retrying");
+                    warn!(error = %Chain(&e), "consumer error; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -325,7 +326,7 @@ pub async fn run(
         metrics::histogram!(PAGE_ROWS_METRIC).record(page_len as f64);
         let offsets = offsets_of(&config.outcomes_topic, &progress);
         if let Err(e) = consumer.commit(&offsets, CommitMode::Async) {
-            warn!(error = %e, "committing offsets failed; pages may be redelivered and skipped");
+            warn!(error = %Chain(&e), "committing offsets failed; pages may be redelivered and skipped");
         }
     }
     // The progress table is the truth; this keeps a restart from re-reading
@@ -349,7 +350,7 @@ async fn fill_page(
         match tokio::time::timeout_at(deadline, consumer.recv()).await {
             Ok(Ok(m)) => page.push(m.detach()),
             Ok(Err(e)) => {
-                warn!(error = %e, "consumer error while filling a page");
+                warn!(error = %Chain(&e), "consumer error while filling a page");
                 break;
             }
             Err(_) => break,
@@ -362,7 +363,7 @@ fn offsets_of(topic: &str, progress: &HashMap<i32, i64>) -> TopicPartitionList {
     let mut offsets = TopicPartitionList::new();
     for (&partition, &next) in progress {
         if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(next)) {
-            warn!(error = %e, partition, "cannot record an offset to commit");
+            warn!(error = %Chain(&e), partition, "cannot record an offset to commit");
         }
     }
     offsets
@@ -517,7 +518,7 @@ fn record(
 
 /// Says that a write is waiting for PostgreSQL, before each retry.
 fn postgres_away(e: &sqlx::Error, wait: Duration) {
-    warn!(error = %e, retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying");
+    warn!(error = %Chain(&e), retry_in = ?wait, "PostgreSQL unavailable; progress not advanced, retrying");
 }
 
 /// Whether PostgreSQL may answer if asked again (unreachable, restarting,
@@ -580,7 +581,7 @@ fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> PageRows {
             Ok(outcome) => rows.columns.push(outcome),
             Err(e) => {
                 rows.undecodable += 1;
-                error!(topic = message.topic(), partition, offset, error = %e, "undecodable outcome message; not archived");
+                error!(topic = message.topic(), partition, offset, error = %Chain(&e), "undecodable outcome message; not archived");
             }
         }
     }

@@ -27,16 +27,16 @@ pub struct CompactReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompactError {
-    #[error("Redis projection: {0}")]
+    #[error("the Redis projection failed")]
     Projection(#[from] ProjectionError),
-    #[error("pruning sku {sku} up to offset {cutoff}: {source}")]
+    #[error("pruning sku {sku} up to offset {cutoff}")]
     Prune {
         sku: String,
         cutoff: i64,
         #[source]
         source: ProjectionError,
     },
-    #[error("PostgreSQL: {0}")]
+    #[error("a PostgreSQL request failed")]
     Database(#[from] sqlx::Error),
 }
 

@@ -94,7 +94,7 @@ const PARQUET_SCHEMA: &str = "message ledger_entry {
 pub enum ExportError {
     #[error("--out: {path} already exists; an export never overwrites a file")]
     Exists { path: PathBuf },
-    #[error("--out: cannot create {path}: {source}")]
+    #[error("--out: cannot create {path}")]
     Create {
         path: PathBuf,
         #[source]
@@ -102,9 +102,9 @@ pub enum ExportError {
     },
     #[error(transparent)]
     Query(#[from] query::QueryError),
-    #[error("reading the archive: {0}")]
+    #[error("reading the archive failed")]
     Database(#[from] sqlx::Error),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path} failed")]
     Write {
         path: PathBuf,
         #[source]

@@ -184,7 +184,7 @@ pub enum QueryError {
         field: &'static str,
         problem: String,
     },
-    #[error("PostgreSQL: {0}")]
+    #[error("a PostgreSQL request failed")]
     Database(#[from] sqlx::Error),
 }
 

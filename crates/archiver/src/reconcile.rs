@@ -31,16 +31,16 @@ pub struct ReconcileReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("Redis projection: {0}")]
+    #[error("the Redis projection failed")]
     Projection(#[from] ProjectionError),
-    #[error("comparing the page of {skus} SKUs from {first}: {source}")]
+    #[error("comparing the page of {skus} SKUs from {first}")]
     Page {
         first: String,
         skus: usize,
         #[source]
         source: Box<ReconcileError>,
     },
-    #[error("PostgreSQL: {0}")]
+    #[error("a PostgreSQL request failed")]
     Database(#[from] sqlx::Error),
 }
 

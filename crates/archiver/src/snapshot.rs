@@ -25,11 +25,11 @@ pub struct Snapshot {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("Kafka: {0}")]
+    #[error("a Kafka request failed")]
     Kafka(#[from] KafkaError),
-    #[error("Redis projection: {0}")]
+    #[error("the Redis projection failed")]
     Projection(#[from] ProjectionError),
-    #[error("PostgreSQL: {0}")]
+    #[error("a PostgreSQL request failed")]
     Database(#[from] sqlx::Error),
     #[error("unreadable state of sku {sku} in snapshot {snapshot}: {problem}")]
     Corrupt {

@@ -291,7 +291,7 @@ pub fn block_on(main: impl std::future::Future<Output = anyhow::Result<ExitCode>
     match runtime.block_on(main) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

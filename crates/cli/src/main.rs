@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(e) = stockledger_cli::prepare(&mut cli, &matches) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
         return ExitCode::from(2);
     }
     init_tracing(cli.global.log_format, cli.default_log_filter());

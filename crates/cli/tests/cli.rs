@@ -186,3 +186,58 @@ async fn cli_sends_commands_waits_for_decisions_and_reads_state() -> anyhow::Res
     archiver.stop().await?;
     Ok(())
 }
+
+/// A command line, what it sets in the environment, and the causes its
+/// failure must name, outermost first.
+type Failure<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a [&'a str]);
+
+/// The causes of the one `error:` line, outermost first.
+fn causes(stderr: &str) -> Vec<String> {
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("error: "))
+        .unwrap_or_default();
+    line.split(": ").map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_says_each_cause_once_outermost_first() -> anyhow::Result<()> {
+    let h = Harness::new("cli-causes", 1).await?;
+    let missing = format!("{}.missing", h.ns.topic);
+    let cases: [Failure; 3] = [
+        // A chain of our own errors: the applier's start, then the log's.
+        (
+            &["apply"],
+            &[("STOCKLEDGER_TOPIC", &missing)],
+            &[
+                &format!("reading the partitions of {missing}"),
+                &format!("topic {missing} does not exist"),
+            ],
+        ),
+        // Ours over a library's: the projection, then the Redis client's.
+        (
+            &["stock", "SKU"],
+            &[("REDIS_URL", "redis://127.0.0.1:1")],
+            &[
+                "a Redis command failed",
+                "Connection refused (os error 111)",
+            ],
+        ),
+        (
+            &["replay", "--into", "elsewhere"],
+            &[("STOCKLEDGER_TOPIC", &missing)],
+            &[&format!("topic {missing} does not exist")],
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let out = common::stockledger(&h)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()?;
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} failed: {stderr}");
+        assert_eq!(causes(&stderr), *expected, "{args:?}: {stderr}");
+    }
+    Ok(())
+}

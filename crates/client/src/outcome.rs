@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
+use stockledger_core::report::Chain;
 
 use futures::StreamExt;
 use stockledger_core::{Decision, LogPosition};
@@ -26,7 +27,7 @@ pub enum OutcomeError {
         position: LogPosition,
         waited: Duration,
     },
-    #[error("reading the decision from Redis failed: {0}")]
+    #[error("reading the decision from Redis failed")]
     Redis(#[from] redis::RedisError),
     #[error("the decision stored for {position} is not readable: {stored:?}")]
     Corrupt {
@@ -206,7 +207,9 @@ impl Applied {
                         "lost the announcement subscription; polling meanwhile"
                     );
                 }
-                Err(e) => debug!(error = %e, channel, "cannot subscribe to announcements; polling"),
+                Err(e) => {
+                    debug!(error = %Chain(&e), channel, "cannot subscribe to announcements; polling")
+                }
             }
             match me.upgrade() {
                 Some(applied) => applied.listening.store(false, Ordering::Release),

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stockledger_core::report::Chain;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -36,15 +37,16 @@ pub const CONTENT_TYPE: &str = "application/vnd.apache.avro.single-object";
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
     /// A command field was refused; nothing was sent.
+    /// The field's problem is part of the message, not a cause of it.
     #[error("invalid command: {0}")]
-    Invalid(#[from] ValidationError),
+    Invalid(ValidationError),
     #[error("librdkafka setting {name}={value} would break the ledger's contract (it needs {name}={required})")]
     ContractSetting {
         name: String,
         value: String,
         required: &'static str,
     },
-    #[error("cannot create the Kafka producer: {0}")]
+    #[error("cannot create the Kafka producer")]
     Client(#[source] KafkaError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
@@ -63,15 +65,21 @@ pub enum ProducerError {
     SoldOut(SoldOut),
     /// The sold-out guard or the order checks could not read Redis;
     /// nothing was sent.
-    #[error("checking the ledger's state before sending failed: {0}")]
+    #[error("checking the ledger's state before sending failed")]
     StateCheck(#[source] ProjectionError),
+}
+
+impl From<ValidationError> for ProducerError {
+    fn from(e: ValidationError) -> Self {
+        Self::Invalid(e)
+    }
 }
 
 /// A command the brokers did not take. `payload` is the encoded command,
 /// handed back so the caller can retry or record it.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "command {command_id} for sku {sku} was not delivered to {topic}: {error}{}",
+    "command {command_id} for sku {sku} was not delivered to {topic}{}",
     login_refused.as_ref().map_or(String::new(), |why| format!(
         " (the brokers refused this client's login: {why}; check sasl.username and \
          KAFKA_SASL_PASSWORD)"
@@ -251,7 +259,7 @@ impl LedgerProducer {
                 };
             }
             Err(e) => {
-                warn!(error = %e, "cannot replace the fenced producer; retrying on the next send")
+                warn!(error = %Chain(&e), "cannot replace the fenced producer; retrying on the next send")
             }
         }
     }

@@ -48,8 +48,16 @@ pub enum DecodeError {
     Malformed { writer: String, message: String },
     #[error("{trailing} trailing bytes after the Avro datum of writer schema {writer}")]
     TrailingBytes { writer: String, trailing: usize },
+    /// The field's problem is this error's own message, not a cause of it:
+    /// "invalid sku: …" says it once.
     #[error("invalid {0}")]
-    Invalid(#[from] ValidationError),
+    Invalid(ValidationError),
+}
+
+impl From<ValidationError> for DecodeError {
+    fn from(e: ValidationError) -> Self {
+        Self::Invalid(e)
+    }
 }
 
 /// Encoding our own types against our own schemas can only fail on a bug.

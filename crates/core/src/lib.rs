@@ -16,6 +16,7 @@
 //!   their fingerprints by the Avro specification's canonical form.
 //! - [`codec`]: Avro single-object encoding of commands and outcomes: the
 //!   newest version written, every released version read.
+//! - [`report`]: an error and its causes as one line, each said once.
 
 pub mod codec;
 pub mod command;
@@ -23,6 +24,7 @@ pub mod ids;
 pub mod machine;
 pub mod outcome;
 pub mod partition;
+pub mod report;
 pub mod schema;
 
 pub use command::{

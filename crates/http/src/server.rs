@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use stockledger_core::report::Chain;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -95,7 +96,7 @@ pub async fn serve(
                 Err(e) => {
                     // Out of file descriptors, or a connection reset before
                     // it was taken: not the listener's end.
-                    warn!(error = %e, "accepting a connection failed");
+                    warn!(error = %Chain(&e), "accepting a connection failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

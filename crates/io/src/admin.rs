@@ -23,9 +23,9 @@ pub struct TopicSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("cannot create a Kafka admin client: {0}")]
+    #[error("cannot create a Kafka admin client")]
     Client(#[source] KafkaError),
-    #[error("creating topics failed: {0}")]
+    #[error("creating topics failed")]
     Request(#[source] KafkaError),
     #[error("creating topic {topic} failed: {code}")]
     Topic {

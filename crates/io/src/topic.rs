@@ -25,7 +25,7 @@ pub struct LogRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("Kafka: {0}")]
+    #[error("a Kafka request failed")]
     Kafka(#[from] KafkaError),
     #[error("topic {0} does not exist")]
     NoSuchTopic(String),

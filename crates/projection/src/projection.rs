@@ -37,7 +37,7 @@ static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lu
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
-    #[error("Redis: {0}")]
+    #[error("a Redis command failed")]
     Redis(#[from] redis::RedisError),
     #[error("the apply script returned {got} decisions for the {expected} records of sku {sku}")]
     ShortReply {

@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use stockledger_core::report::Chain;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
@@ -638,7 +639,7 @@ pub(crate) async fn restock(
         .await
         .unwrap_or_else(|e| {
             // The log decides duplicates anyway: publish without the check.
-            warn!(error = %e, "cannot check Redis for a repeated restock; publishing");
+            warn!(error = %Chain(&e), "cannot check Redis for a repeated restock; publishing");
             None
         });
     if let Some(offset) = known {
@@ -827,21 +828,24 @@ pub(super) fn archive_problem(e: QueryError) -> Problem {
     match e {
         QueryError::Invalid { field, problem } => Problem::invalid(field, problem),
         QueryError::Database(e) => {
-            warn!(error = %e, "reading the archive failed");
+            warn!(error = %Chain(&e), "reading the archive failed");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("the archive could not be read: {e}"),
+                format!("the archive could not be read: {}", Chain(&e)),
             )
             .retry_after(1)
         }
     }
 }
 
-pub(super) fn redis_problem(e: &dyn std::fmt::Display) -> Problem {
-    warn!(error = %e, "reading the Redis projection failed");
+pub(super) fn redis_problem(e: &dyn std::error::Error) -> Problem {
+    warn!(error = %Chain(e), "reading the Redis projection failed");
     Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("the stock projection (Redis) could not be read: {e}"),
+        format!(
+            "the stock projection (Redis) could not be read: {}",
+            Chain(e)
+        ),
     )
     .retry_after(1)
 }
@@ -884,7 +888,7 @@ impl Gateway {
             .order(sku.as_str(), order_id.as_str())
             .await
             .unwrap_or_else(|e| {
-                warn!(error = %e, "cannot check Redis for a repeated order; publishing");
+                warn!(error = %Chain(&e), "cannot check Redis for a repeated order; publishing");
                 None
             })
     }
@@ -1008,7 +1012,7 @@ impl Gateway {
             }
             Err(e) => {
                 // In the log all the same: it will be decided.
-                warn!(error = %e, "waiting for a decision failed");
+                warn!(error = %Chain(&e), "waiting for a decision failed");
                 response.status = CommandStatus::Pending;
                 Ok((StatusCode::ACCEPTED, Json(response)).into_response())
             }
@@ -1044,12 +1048,13 @@ fn publish_problem(e: ProducerError) -> Problem {
         )
         .retry_after(1),
         other => {
-            warn!(error = %other, "publishing a command failed");
+            warn!(error = %Chain(&other), "publishing a command failed");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
-                    "the brokers did not confirm the command ({other}); it may or may not be \
-                     in the log: repeating the request with the same id is safe"
+                    "the brokers did not confirm the command ({}); it may or may not be \
+                     in the log: repeating the request with the same id is safe",
+                    Chain(&other)
                 ),
             )
             .retry_after(5)

@@ -135,13 +135,13 @@ impl GatewayConfig {
 pub enum GatewayError {
     #[error(transparent)]
     Producer(#[from] ProducerError),
-    #[error("connecting to Redis at {url}: {source}")]
+    #[error("connecting to Redis at {url}")]
     Redis {
         url: String,
         #[source]
         source: redis::RedisError,
     },
-    #[error("the archive's URL {url} is not usable: {source}")]
+    #[error("the archive's URL {url} is not usable")]
     Archive {
         url: String,
         #[source]
