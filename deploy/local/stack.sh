@@ -13,7 +13,7 @@
 # `down`, `up` and a crash. STOCKLEDGER_BROKER=tansu runs tansu 0.6 instead
 # (built once from crates.io, about 15 minutes), whose log is IN MEMORY unless
 # STOCKLEDGER_BROKER_STORAGE=libsql keeps it in ~/.stockledger/broker/tansu.db
-# (10-20 times slower; see README, "The local stack").
+# (10-20 times slower; see docs/operators.md, "The local stack").
 # Apache Kafka also takes SASL logins (PLAIN, SCRAM-SHA-512) on 9094 as user
 # stockledger, password in ~/.stockledger/kafka/sasl-password; `env` says how.
 # STOCKLEDGER_HOME (default ~/.stockledger), STOCKLEDGER_KAFKA_PORT (9092),

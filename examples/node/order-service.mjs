@@ -1,6 +1,6 @@
 // A small order service in Node.js, written only against what stockledger
-// publishes: the schemas in schemas/history/ and the wire format in the
-// README ("Publishing from any language").
+// publishes: the schemas in schemas/history/ and the wire format in
+// docs/producers.md ("Publishing from any language").
 //
 // For each of a few SKUs it runs one checkout (restock, hold, confirm, a
 // plain order rolled back, a duplicate, a refusal), reads the applier's

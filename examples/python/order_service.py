@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A small order service in Python, written only against what stockledger
-publishes: the schemas in schemas/history/ and the wire format in the README.
+publishes: the schemas in schemas/history/ and the wire format in docs/producers.md.
 
 It restocks a few SKUs, sends deducts and rollbacks for their orders (some
 refused, some duplicated, a rollback before its deduct) and a hold it
@@ -8,7 +8,7 @@ confirms, reads the applier's
 decisions from the outcomes topic, and exits 1 unless every decision is the
 one the ledger's rules give.
 
-Producing follows the README's "Publishing from any language": key = SKU as
+Producing follows docs/producers.md, "Publishing from any language": key = SKU as
 UTF-8, the Java clients' partitioner (murmur2_random in librdkafka), the
 idempotent producer, and Avro single-object encoding (C3 01, the writer
 schema's CRC-64-AVRO fingerprint little-endian, the datum), all by

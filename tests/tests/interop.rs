@@ -1,5 +1,5 @@
 //! Order services in other languages publish commands and read decisions
-//! knowing only the schemas and the README, each with libraries that are not
+//! knowing only the schemas and docs/producers.md, each with libraries that are not
 //! ours: `examples/python` (confluent-kafka, fastavro), `examples/java`
 //! (Apache's kafka-clients and Avro), `examples/go` (franz-go, hamba/avro)
 //! and `examples/node` (@platformatic/kafka, avsc). The Python one's commands

@@ -41,7 +41,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * A small order service in Java, written only against what stockledger publishes: the schemas in
- * schemas/history/ and the wire format in the README ("Publishing from any language").
+ * schemas/history/ and the wire format in docs/producers.md ("Publishing from any language").
  *
  * <p>For each of a few SKUs it runs one checkout (restock, hold, confirm, a plain order rolled
  * back, a duplicate, a refusal), reads the applier's decisions from the outcomes topic, and exits 1
