@@ -6,8 +6,6 @@ use std::future::pending;
 
 use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_applier::replay::replay;
-use stockledger_archiver::reconcile::reconcile;
-use stockledger_archiver::snapshot;
 use stockledger_client::OutcomeReader;
 use stockledger_core::codec;
 use stockledger_core::ids::MAX_ID_LEN;
@@ -16,6 +14,8 @@ use stockledger_core::{
 };
 use stockledger_io::admin::{create_topics, TopicSpec};
 use stockledger_io::RedisConn;
+use stockledger_maintenance::reconcile::reconcile;
+use stockledger_maintenance::snapshot;
 use stockledger_projection::keys::SkuKeys;
 use stockledger_projection::Projection;
 use stockledger_testkit::cluster::RedisCluster;

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::pending;
 
+use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::replay::replay;
-use stockledger_archiver::query::{self, HistoryOf};
-use stockledger_archiver::reconcile::reconcile;
-use stockledger_archiver::snapshot;
 use stockledger_core::{Decision, ResultCode, SkuState};
+use stockledger_maintenance::reconcile::reconcile;
+use stockledger_maintenance::snapshot;
 use stockledger_projection::encoding::{decode_order, user_of_field};
 use stockledger_projection::Projection;
 use stockledger_testkit::redis_dump::hashes_under;

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use rdkafka::message::Headers;
+use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::applier::DLQ_REASON_HEADER;
-use stockledger_archiver::query::{self, HistoryOf};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::OutcomeReader;
 use stockledger_core::{RestockMode, ResultCode};

@@ -121,7 +121,7 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
-    use stockledger_archiver::reconcile::reconcile;
+    use stockledger_maintenance::reconcile::reconcile;
     use stockledger_projection::keys::SkuKeys;
 
     let h = Harness::new("reconcile", 2).await?;
@@ -165,7 +165,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::Result<()> {
-    use stockledger_archiver::snapshot;
+    use stockledger_maintenance::snapshot;
 
     let h = Harness::new("snapshot", 3).await?;
     let applier = h.start_applier();
@@ -249,10 +249,10 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
 async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_order(
 ) -> anyhow::Result<()> {
     use std::time::Duration;
-    use stockledger_archiver::compact::compact;
-    use stockledger_archiver::reconcile::reconcile;
     use stockledger_client::OutcomeReader;
     use stockledger_core::ResultCode;
+    use stockledger_maintenance::compact::compact;
+    use stockledger_maintenance::reconcile::reconcile;
 
     let h = Harness::new("compact", 1).await?;
     let applier = h.start_applier();
@@ -308,7 +308,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     // The archive keeps what compaction pruned from Redis: the stock as of
     // every offset is still answered, and what the commands said is there.
     {
-        use stockledger_archiver::query::{history, stock_as_of, AsOf, HistoryOf, StockAsOf};
+        use stockledger_analysts::query::{history, stock_as_of, AsOf, HistoryOf, StockAsOf};
         for (offset, expected) in [(0, 10), (1, 10), (2, 8), (3, 7), (4, 8)] {
             match stock_as_of(&h.pool, &h.ns.topic, "C1", AsOf::Offset(offset)).await? {
                 StockAsOf::Known { entry, .. } => {

@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::future::pending;
 
+use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_applier::replay::replay;
-use stockledger_archiver::query::{self, HistoryOf};
-use stockledger_archiver::reconcile::reconcile;
 use stockledger_client::OutcomeReader;
 use stockledger_core::codec;
 use stockledger_core::partition::home_partition;
@@ -17,6 +16,7 @@ use stockledger_core::{
     Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
 };
 use stockledger_io::topic::LogRecord;
+use stockledger_maintenance::reconcile::reconcile;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{wait_until, Harness};

@@ -1,24 +1,17 @@
 //! The CDC archiver: outcomes from Kafka into PostgreSQL, for analysts.
+//! The only writer of the archive, and the owner of its schema and roles.
 //!
 //! - [`archiver`]: the consumer-group member that writes pages of outcomes,
 //!   each page and the archiver's progress in one transaction, with
 //!   `ON CONFLICT DO NOTHING` on the log position.
-//! - [`compact`]: pruning archived history older than a retention window
-//!   from Redis.
-//! - [`query`]: reading the archive back (history pages with time ranges
-//!   and result filters, stock as of a time or an offset, per-interval
-//!   reports, counts), for the CLI, the HTTP gateway and the checks.
-//! - [`export`]: archived rows to a CSV or Parquet file.
-//! - [`reconcile`]: checking Redis against the archive, SKU by SKU.
-//! - [`snapshot`]: snapshots of the projection, and restoring one.
 //! - [`MIGRATOR`]: the schema, from the repository's `migrations/`.
+//! - [`DbRole`], [`connect_as`], [`connect`]: connections acting as the
+//!   archiver's or the analysts' role, and the migrating one.
+//!
+//! It never touches Redis. Reading the archive back is
+//! `stockledger-analysts`; Redis maintenance is `stockledger-maintenance`.
 
 pub mod archiver;
-pub mod compact;
-pub mod export;
-pub mod query;
-pub mod reconcile;
-pub mod snapshot;
 
 pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
 

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Executor, PgPool};
-use stockledger_archiver::query::{self, AsOf, HistoryOf, HistoryQuery};
+use stockledger_analysts::query::{self, AsOf, HistoryOf, HistoryQuery};
 use stockledger_cli::Global;
 
 use crate::Measurement;

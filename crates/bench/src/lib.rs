@@ -870,7 +870,7 @@ async fn archive_differs(
     topic: &str,
     log_records: u64,
 ) -> anyhow::Result<Option<String>> {
-    let rows = stockledger_archiver::query::count_rows(pool, topic).await? as u64;
+    let rows = stockledger_analysts::query::count_rows(pool, topic).await? as u64;
     Ok(
         (rows != log_records)
             .then(|| format!("{rows} archived rows for {log_records} log records")),

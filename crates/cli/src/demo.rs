@@ -8,7 +8,7 @@ use futures::future::try_join_all;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;
-use stockledger_archiver::query;
+use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
 use stockledger_core::{OrderStatus, ResultCode};
 use stockledger_io::topic;

@@ -294,7 +294,7 @@ impl Harness {
 
     /// Rows archived for this test's command topic.
     pub async fn archived_rows(&self) -> anyhow::Result<i64> {
-        Ok(stockledger_archiver::query::count_rows(&self.pool, &self.ns.topic).await?)
+        Ok(stockledger_analysts::query::count_rows(&self.pool, &self.ns.topic).await?)
     }
 
     /// Waits until exactly `rows` rows are archived (fails on more).
@@ -423,7 +423,7 @@ impl Harness {
         let log = self.read(&self.ns.topic).await?;
         self.wait_for_archive(log.len() as i64).await?;
         self.assert_projection_matches_log().await?;
-        let lowest = stockledger_archiver::query::min_available(&self.pool, &self.ns.topic).await?;
+        let lowest = stockledger_analysts::query::min_available(&self.pool, &self.ns.topic).await?;
         anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
         let expected: std::collections::BTreeSet<(i32, i64)> =
             log.iter().map(|r| (r.partition, r.offset)).collect();

@@ -26,7 +26,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let pool = connect_archive(g, 2).await?;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
     let retention = Duration::from_secs_f64(args.retention_days * 86_400.0);
-    let report = stockledger_archiver::compact::compact(
+    let report = stockledger_maintenance::compact::compact(
         &projection.connection(),
         &g.prefix,
         &pool,

@@ -38,7 +38,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         user_id: args.user,
         expires_at: args
             .hold
-            .map(|hold| stockledger_archiver::query::now_ms().saturating_add(hold)),
+            .map(|hold| stockledger_analysts::query::now_ms().saturating_add(hold)),
         ..Deduct::new(args.order_id, args.quantity)
     });
     let receipt = producer.send(args.sku, body).await?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use stockledger_archiver::query;
+use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
 use stockledger_core::{RestockMode, ResultCode};
 use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};

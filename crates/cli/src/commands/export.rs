@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_archiver::export::{self, Format};
+use stockledger_analysts::export::{self, Format};
 
 use super::{check_range, parse_time};
 use crate::{connect_analyst, Global};

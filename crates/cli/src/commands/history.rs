@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
-use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
+use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
 use stockledger_core::ids::{OrderId, Sku};
 use stockledger_core::ResultCode;
 

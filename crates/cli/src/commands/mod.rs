@@ -30,7 +30,7 @@ pub mod stock;
 mod table;
 pub mod topics;
 
-use stockledger_archiver::query;
+use stockledger_analysts::query;
 use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::ResultCode;
 

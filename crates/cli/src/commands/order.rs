@@ -30,7 +30,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             if let Some(deadline) = e.expires_at {
                 extra.push_str(&format!(
                     ", hold until {}",
-                    stockledger_archiver::query::format_instant(deadline)
+                    stockledger_analysts::query::format_instant(deadline)
                 ));
             }
             if e.refunded > 0 {

@@ -20,7 +20,7 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let pool = connect_archive(g, 2).await?;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
-    let report = stockledger_archiver::reconcile::reconcile(
+    let report = stockledger_maintenance::reconcile::reconcile(
         &projection.connection(),
         &g.prefix,
         &pool,

@@ -73,7 +73,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         });
     }
     if args.from_snapshot {
-        use stockledger_archiver::snapshot;
+        use stockledger_maintenance::snapshot;
         let target_projection = Projection::connect(&g.redis_url, target.clone()).await?;
         let existing = target_projection.skus().await?.len();
         anyhow::ensure!(

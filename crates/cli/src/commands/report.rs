@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
-use stockledger_archiver::query;
+use stockledger_analysts::query;
 use stockledger_core::ids::Sku;
 
 use super::table::{self, Format};

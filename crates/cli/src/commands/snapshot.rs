@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_archiver::snapshot;
+use stockledger_maintenance::snapshot;
 use stockledger_projection::Projection;
 
 use crate::{connect_archive, Global};

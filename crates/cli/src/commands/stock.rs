@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_archiver::query::{self, AsOf, StockAsOf};
+use stockledger_analysts::query::{self, AsOf, StockAsOf};
 use stockledger_core::ids::Sku;
 use stockledger_projection::Projection;
 

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use stockledger_archiver::query::{self, StockAsOf};
+use stockledger_analysts::query::{self, StockAsOf};
 use stockledger_core::Sku;
 use utoipa::{IntoParams, ToSchema};
 

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use stockledger_archiver::query::{self, Cursor, HistoryOf, HistoryQuery, QueryError};
+use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery, QueryError};
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::codec;

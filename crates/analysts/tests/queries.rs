@@ -3,7 +3,7 @@
 //! (PostgreSQL from `DATABASE_URL`, as `deploy/local/test.sh` sets it).
 
 use sqlx::PgPool;
-use stockledger_archiver::query::{
+use stockledger_analysts::query::{
     self, AsOf, Cursor, HistoryOf, HistoryQuery, QueryError, StockAsOf,
 };
 use stockledger_core::ResultCode;
@@ -440,7 +440,7 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
     pool: PgPool,
 ) -> anyhow::Result<()> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
-    use stockledger_archiver::export::{export, ExportError, Format};
+    use stockledger_analysts::export::{export, ExportError, Format};
 
     // 70,000 rows a millisecond apart; every third without an order.
     sqlx::query("SELECT ledger_entries_ensure_months(ARRAY[timestamptz 'epoch' + interval '1 millisecond' * $1])")
@@ -474,7 +474,7 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
     let mut reader = csv::Reader::from_path(&csv_path)?;
     assert_eq!(
         reader.headers()?.iter().collect::<Vec<_>>(),
-        stockledger_archiver::export::COLUMNS
+        stockledger_analysts::export::COLUMNS
     );
     let records: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>()?;
     assert_eq!(records.len(), 66_000);
