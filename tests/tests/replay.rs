@@ -1,8 +1,6 @@
 //! Rebuilding the projection from the log, against real services.
 
 use std::future::pending;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_client::LedgerProducer;
@@ -72,18 +70,23 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     h.wait_for_archive(initial as i64).await?;
 
     // Keep producing while the replay runs and swaps, and after it.
-    let stop = Arc::new(AtomicBool::new(false));
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let traffic = tokio::spawn({
-        let (producer, stop) = (h.producer.clone(), stop.clone());
+        let producer = h.producer.clone();
         async move {
             let (mut sent, mut first) = (0, 60);
-            // At least one chunk after the swap; at most 5,000 orders.
+            // One chunk after the swap, whenever it comes; before it, at
+            // most 5,000 orders, then a wait for the swap (a replay
+            // chasing a live applier swaps once the traffic pauses).
             loop {
-                let stopping = stop.load(Ordering::SeqCst);
+                let stopping = *stopped.borrow();
                 sent += workload(&producer, first, 10).await?;
                 first += 10;
-                if stopping || first >= 5_060 {
+                if stopping {
                     return anyhow::Ok(sent);
+                }
+                if first >= 5_060 {
+                    stopped.wait_for(|s| *s).await?;
                 }
             }
         }
@@ -95,7 +98,7 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     let before = record_count(&h.kafka, &h.ns.topic).await?;
     let report = replay(h.replay_swap_config(false), pending(), |_| {}).await?;
     let after = record_count(&h.kafka, &h.ns.topic).await?;
-    stop.store(true, Ordering::SeqCst);
+    stop.send_replace(true);
     let later = traffic.await??;
     let end = record_count(&h.kafka, &h.ns.topic).await?;
     // The log's end moved while the replay ran and again after its swap.
