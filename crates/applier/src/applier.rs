@@ -48,8 +48,7 @@ use tracing::{debug, error, info, instrument, warn};
 use crate::expiry;
 use crate::record::{interpret, key_text};
 use stockledger_io::lag::{Assignment, LagContext};
-use stockledger_projection::batch::in_record_order;
-use stockledger_projection::{Batch, Marker, Projection, ProjectionError, ScriptCalls};
+use stockledger_projection::{Entry, Marker, Prepared, Projection, ProjectionError};
 
 /// Counter: records decided, by `result` (a redelivered batch counts again).
 pub const RECORDS_METRIC: &str = "stockledger_applier_records_total";
@@ -438,8 +437,7 @@ struct Decoded {
     records: Vec<OwnedMessage>,
     /// What each record holds, in the same order.
     items: Vec<Item>,
-    /// For each valid command, in record order, its (run, index in run).
-    slots: Vec<(usize, usize)>,
+    /// The script runs the batch makes.
     runs: usize,
     /// The next offset of each partition of the command topic (the one
     /// topic the consumer reads) in the batch.
@@ -449,7 +447,7 @@ struct Decoded {
 /// What applying a batch in its own task came to: `None` when asked to
 /// stop before Redis answered (whether it applied the batch or not, a
 /// redelivery settles it).
-type Applied = Result<Option<Vec<Vec<Decision>>>, ProjectionError>;
+type Applied = Result<Option<Vec<Decision>>, ProjectionError>;
 
 /// A batch whose script calls are on their way to Redis, sent by a task of
 /// their own while the applier reads the next batch and publishes the
@@ -627,7 +625,8 @@ impl Applier {
             })?;
         let projection = Projection::connect(&config.redis_url, config.prefix.clone())
             .await?
-            .guarded();
+            .guarded()
+            .announcing(config.topic.clone());
         check_marker(&config, &projection, partitions).await?;
         // Joined last: a start refused above never enters the group, and
         // dropping a consumer that never joined cannot block in a
@@ -742,7 +741,7 @@ impl Applier {
             let decided = match applying.take() {
                 Some(mut previous) => {
                     let joined = (&mut previous.task).await;
-                    match self.conclude(previous, joined).await? {
+                    match self.conclude(previous, joined)? {
                         Some(decided) => Some(decided),
                         // Stopping with Redis away: nothing of the batch
                         // is published, so nothing after it may be.
@@ -774,7 +773,7 @@ impl Applier {
             // Asked to stop, the task gives up on a Redis that does not
             // answer; a batch it applied is published like any other.
             if let Ok(joined) = tokio::time::timeout_at(grace, &mut batch.task).await {
-                if let Some(decided) = self.conclude(batch, joined).await? {
+                if let Some(decided) = self.conclude(batch, joined)? {
                     unfinished.push(self.publish(decided).await?);
                 }
             }
@@ -881,13 +880,13 @@ impl Applier {
         *last = (Instant::now(), self.stats.records);
     }
 
-    /// Decodes `records`, groups the valid commands into runs and builds
-    /// their script calls; refuses a batch from a partition beyond the
-    /// count the projection was built with.
+    /// Decodes `records` and prepares the valid commands for Redis;
+    /// refuses a batch from a partition beyond the count the projection
+    /// was built with.
     async fn decode(
         &self,
         records: Vec<OwnedMessage>,
-    ) -> Result<(Decoded, ScriptCalls), ApplierError> {
+    ) -> Result<(Decoded, Prepared), ApplierError> {
         let items: Vec<Item> = records
             .iter()
             .map(|m| Item {
@@ -919,43 +918,36 @@ impl Applier {
             let entry = next.entry(item.position.partition).or_insert(0);
             *entry = (*entry).max(item.position.offset + 1);
         }
-        let batch = Batch::group(
-            items.iter().filter_map(|item| {
-                let command = item.command.as_ref().ok()?;
-                Some((
-                    item.position.partition,
-                    item.position.offset,
-                    item.timestamp,
-                    command,
-                ))
+        let prepared = self.projection.prepare(
+            items.iter().map(|item| Entry {
+                partition: item.position.partition,
+                offset: item.position.offset,
+                timestamp: item.timestamp,
+                command: item.command.as_ref().ok(),
             }),
             self.partitions,
         );
         metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
-        metrics::histogram!(BATCH_RUNS_METRIC).record(batch.runs.len() as f64);
-        let calls = self.projection.script_calls(&batch.runs);
-        let runs = batch.runs.len();
-        let slots = batch.slots;
+        metrics::histogram!(BATCH_RUNS_METRIC).record(prepared.runs() as f64);
         let batch = Decoded {
             records,
             items,
-            slots,
-            runs,
+            runs: prepared.runs(),
             next,
         };
-        Ok((batch, calls))
+        Ok((batch, prepared))
     }
 
-    /// Sends `batch`'s script calls to Redis from a task of their own,
-    /// retrying while Redis is unreachable until asked to stop.
-    fn start_apply(&self, (batch, calls): (Decoded, ScriptCalls)) -> Applying {
+    /// Applies `batch` to Redis from a task of its own, retrying while
+    /// Redis is unreachable until asked to stop.
+    fn start_apply(&self, (batch, prepared): (Decoded, Prepared)) -> Applying {
         let projection = self.projection.clone();
         let mut stop = self.stop.clone();
         let task = tokio::spawn(async move {
             retry::until_stopped(
                 || async {
                     let started = Instant::now();
-                    let applied = projection.execute(&calls).await;
+                    let applied = projection.apply(&prepared).await;
                     metrics::histogram!(APPLY_SECONDS_METRIC)
                         .record(started.elapsed().as_secs_f64());
                     applied
@@ -970,10 +962,11 @@ impl Applier {
     }
 
     /// The decisions of a batch Redis has applied (`joined`), in record
-    /// order, once the holds index is kept and waiting order services are
-    /// told; `None` when the task gave up on Redis to stop (nothing of the
+    /// order; `None` when the task gave up on Redis to stop (nothing of the
     /// batch is published or committed).
-    async fn conclude(
+    // Large, as every ApplierError is: it ends the run, once.
+    #[allow(clippy::result_large_err)]
+    fn conclude(
         &self,
         applying: Applying,
         joined: Result<Applied, JoinError>,
@@ -985,46 +978,23 @@ impl Applier {
             // The runtime is shutting down: as good as asked to stop.
             Err(_) => Ok(None),
         };
-        let apply_error = |source| ApplierError::Apply {
-            topic: self.config.topic.clone(),
-            offsets: offset_ranges(
+        let offsets = || {
+            offset_ranges(
                 batch
                     .items
                     .iter()
                     .map(|i| (i.position.partition, i.position.offset)),
-            ),
+            )
+        };
+        let applied = applied.map_err(|source| ApplierError::Apply {
+            topic: self.config.topic.clone(),
+            offsets: offsets(),
             source,
-        };
-        let Some(per_run) = applied.map_err(apply_error)? else {
+        })?;
+        let Some(decisions) = applied else {
             return Ok(None);
         };
-        let decisions = in_record_order(&batch.slots, &per_run);
-        let holds = batch
-            .items
-            .iter()
-            .filter_map(|item| Some((item.position.partition, item.command.as_ref().ok()?)))
-            .zip(&decisions)
-            .map(|((partition, command), decision)| {
-                (partition, command.sku.as_str(), &command.body, decision)
-            });
-        // Tried once even after a stop: a batch applied as the stop came is
-        // still published when Redis answers.
-        let indexed = retry::until_stopped(
-            || self.projection.index_holds(holds.clone()),
-            ProjectionError::is_transient,
-            redis_away,
-            &mut self.stop.clone(),
-        )
-        .await;
-        if indexed.map_err(apply_error)?.is_none() {
-            return Ok(None);
-        }
-        debug!(
-            runs = batch.runs,
-            offsets = %offset_ranges(batch.items.iter().map(|i| (i.position.partition, i.position.offset))),
-            "applied to Redis"
-        );
-        self.announce_applied(&batch.next).await;
+        debug!(runs = batch.runs, offsets = %offsets(), "applied to Redis");
         Ok(Some(Decided { batch, decisions }))
     }
 
@@ -1146,7 +1116,7 @@ impl Applier {
     ) -> Result<bool, ApplierError> {
         // Stopping with Redis away: nothing of the batch is published, so
         // nothing after it may be.
-        let Some(decided) = self.conclude(batch, joined).await? else {
+        let Some(decided) = self.conclude(batch, joined)? else {
             return Ok(true);
         };
         let next = self.publish(decided).await?;
@@ -1268,23 +1238,5 @@ impl Applier {
             "outcomes delivered; offsets committed"
         );
         Ok(())
-    }
-
-    /// Tells waiting order services that everything up to `next` (per
-    /// partition of the command topic, exclusive) is decided. Best effort:
-    /// a lost announcement only means a waiter finds the decision by
-    /// polling.
-    async fn announce_applied(&self, next: &BTreeMap<i32, i64>) {
-        let marks = next
-            .iter()
-            .map(|(&partition, &offset)| (partition, offset - 1));
-        let topic = &self.config.topic;
-        if let Err(e) = self
-            .projection
-            .announce_applied(topic, marks.collect())
-            .await
-        {
-            debug!(error = %Chain(&e), topic, "could not announce applied offsets");
-        }
     }
 }

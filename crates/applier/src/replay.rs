@@ -27,7 +27,7 @@ use tracing::{debug, info, instrument};
 use crate::record::interpret;
 use stockledger_io::lag::LagContext;
 use stockledger_io::topic::{partitions_of, watermarks};
-use stockledger_projection::{Batch, Projection, ProjectionError};
+use stockledger_projection::{Entry, Projection, ProjectionError};
 
 #[derive(Debug, Clone)]
 pub struct SwapConfig {
@@ -251,7 +251,7 @@ pub async fn replay(
             read
         );
         applied?;
-        settle(&target, &pending, &mut reached, &mut progress).await?;
+        settle(&pending, &mut reached, &mut progress);
         pending = next?;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
@@ -265,7 +265,7 @@ pub async fn replay(
         }
         // The end of the log: what was read is applied before any swap.
         apply(&target, &pending, partitions.len() as i32, &swapped).await?;
-        settle(&target, &pending, &mut reached, &mut progress).await?;
+        settle(&pending, &mut reached, &mut progress);
         pending = Decoded::default();
         new_end = false;
         let Some(swap) = &config.swap else { break };
@@ -319,10 +319,9 @@ pub async fn replay(
 /// A batch read from the log and decoded, not yet applied.
 #[derive(Default)]
 struct Decoded {
-    /// The valid commands: (partition, offset, timestamp, command).
-    commands: Vec<(i32, i64, i64, stockledger_core::Command)>,
-    /// The last offset read from each partition, valid record or not.
-    last: BTreeMap<i32, i64>,
+    /// Every record read: (partition, offset, timestamp, the command if
+    /// it is a valid one).
+    entries: Vec<(i32, i64, i64, Option<stockledger_core::Command>)>,
     /// Records read, valid or not.
     records: u64,
 }
@@ -351,12 +350,9 @@ async fn read_batch(
                 let (partition, offset) = (m.partition(), m.offset());
                 at_end.remove(&partition);
                 batch.records += 1;
-                let last = batch.last.entry(partition).or_insert(offset);
-                *last = (*last).max(offset);
-                if let Ok(command) = interpret(m.key(), m.payload()) {
-                    let timestamp = m.timestamp().to_millis().unwrap_or_default();
-                    batch.commands.push((partition, offset, timestamp, command));
-                }
+                let timestamp = m.timestamp().to_millis().unwrap_or_default();
+                let command = interpret(m.key(), m.payload()).ok();
+                batch.entries.push((partition, offset, timestamp, command));
             }
             Ok(Err(KafkaError::PartitionEOF(p))) => {
                 *new_end |= at_end.insert(p);
@@ -371,7 +367,8 @@ async fn read_batch(
 }
 
 /// Applies the valid commands of `batch`, except for SKUs already swapped
-/// into the live prefix (the live applier owns them now).
+/// into the live prefix (the live applier owns them now), and records in
+/// the target's marker how far each partition is folded.
 #[instrument(name = "replay_batch", skip_all, fields(records = batch.records))]
 async fn apply(
     target: &Projection,
@@ -379,37 +376,30 @@ async fn apply(
     partitions: i32,
     swapped: &HashSet<String>,
 ) -> Result<(), ProjectionError> {
-    let grouped = Batch::group(
-        batch
-            .commands
-            .iter()
-            .filter(|(_, _, _, c)| !swapped.contains(c.sku.as_str()))
-            .map(|(p, o, t, c)| (*p, *o, *t, c)),
+    let prepared = target.prepare(
+        batch.entries.iter().map(|(p, o, t, command)| Entry {
+            partition: *p,
+            offset: *o,
+            timestamp: *t,
+            command: command
+                .as_ref()
+                .filter(|c| !swapped.contains(c.sku.as_str())),
+        }),
         partitions,
     );
-    target.apply(&grouped.runs).await?;
-    debug!(runs = grouped.runs.len(), "applied to the target prefix");
+    target.apply(&prepared).await?;
+    debug!(runs = prepared.runs(), "applied to the target prefix");
     Ok(())
 }
 
-/// After `batch` is applied: records in the target's marker how far each
-/// partition is folded, and counts the batch in `progress`.
-async fn settle(
-    target: &Projection,
-    batch: &Decoded,
-    reached: &mut BTreeMap<i32, i64>,
-    progress: &mut ReplayProgress,
-) -> Result<(), ProjectionError> {
-    let before = reached.clone();
-    for (&partition, &offset) in &batch.last {
+/// After `batch` is applied: notes how far each partition is folded, and
+/// counts the batch in `progress`.
+fn settle(batch: &Decoded, reached: &mut BTreeMap<i32, i64>, progress: &mut ReplayProgress) {
+    for &(partition, offset, _, _) in &batch.entries {
         let last = reached.entry(partition).or_insert(offset);
         *last = (*last).max(offset);
     }
-    if *reached != before {
-        target.record_applied(&marks_of(reached)).await?;
-    }
     progress.records += batch.records;
-    Ok(())
 }
 
 /// Swaps every rebuilt SKU that is not behind its live state; returns how

@@ -8,16 +8,18 @@
 //!   channel announcing applied offsets.
 //! - [`encoding`]: the fields of the stock hash and the compact forms of an
 //!   order's entry and of a decision.
-//! - [`batch`]: a batch of records grouped into runs, one script call each.
+//! - [`fold`]: the one fold path, [`Projection::prepare`] then
+//!   [`Projection::apply`], which the applier and replay both take.
+//! - `batch` (private to [`fold`]): a batch of records grouped into runs,
+//!   one script call each.
 //! - [`Projection`]: one prefix in one Redis or Redis Cluster, with the Lua
 //!   scripts in `lua/` (apply, swap, compact).
 
-pub mod batch;
+mod batch;
 pub mod encoding;
+pub mod fold;
 pub mod keys;
 mod projection;
 
-pub use batch::{Batch, Run};
-pub use projection::{
-    Marker, Projection, ProjectionError, ScriptCalls, SkuExport, SkuPages, Stock,
-};
+pub use fold::{Entry, Prepared};
+pub use projection::{Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

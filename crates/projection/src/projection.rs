@@ -4,29 +4,15 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use redis::{ErrorKind, Script, ServerErrorKind};
-use stockledger_core::command::record_time;
-use stockledger_core::ids::{MAX_HOLD_MS, MAX_STOCK};
 use stockledger_core::machine::misrouted;
-use stockledger_core::{CommandBody, Decision, OrderEntry, ResultCode, SkuState};
+use stockledger_core::{Decision, OrderEntry, SkuState};
 use stockledger_io::{KeyScan, RedisConn};
 
-use crate::batch::Run;
 use crate::encoding::{
     decode_decision, decode_order, user_of_field, AVAILABLE, LIMIT, OFFSET, PARTITION, RESERVED,
     TOTAL,
 };
 use crate::keys::{self, SkuKeys};
-
-/// Records one call of the apply script takes on a single Redis, at most
-/// (a run is never split): enough that setting the script up is a small
-/// share of its work, few enough that Redis answers others in between.
-const CALL_RECORDS: usize = 1000;
-
-/// Runs one call of the apply script takes on a single Redis, at most.
-const CALL_RUNS: usize = 500;
-
-/// The script that applies records; see the file for its contract.
-static APPLY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/apply.lua")));
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
@@ -86,21 +72,28 @@ pub struct Marker {
     /// The partition count when the fold was begun; `None` in a marker
     /// written by a release that did not record it.
     pub partitions: Option<i32>,
-    /// Per partition, the last offset the applier announced as applied (a
-    /// lower bound: a redelivery after a crash may record an earlier one).
+    /// Per partition, the furthest offset folded into the prefix (a
+    /// redelivered or rewound batch never lowers it).
     pub applied: BTreeMap<i32, i64>,
 }
 
-/// The marker's field holding the last offset applied from a partition.
+/// The marker's field holding the furthest offset applied from a partition.
 const APPLIED_FIELD: &str = "applied:";
+
+/// The script that records how far each partition is folded; see the file.
+const MARKS: &str = include_str!("../lua/marks.lua");
 
 /// One prefix of the projection in one Redis or Redis Cluster.
 #[derive(Clone)]
 pub struct Projection {
-    redis: RedisConn,
-    prefix: String,
+    pub(crate) redis: RedisConn,
+    pub(crate) prefix: String,
     /// Check the marker before every apply (the live applier does).
-    guarded: bool,
+    pub(crate) guarded: bool,
+    /// The command topic whose applied offsets each apply announces on
+    /// [`keys::applied_channel`] (the live applier's, for waiting order
+    /// services).
+    pub(crate) announce_on: Option<String>,
 }
 
 impl std::fmt::Debug for Projection {
@@ -126,12 +119,21 @@ impl Projection {
             redis,
             prefix: prefix.into(),
             guarded: false,
+            announce_on: None,
         }
     }
 
     /// This projection, refusing to apply once its marker is gone.
     pub fn guarded(mut self) -> Self {
         self.guarded = true;
+        self
+    }
+
+    /// This projection, announcing after each apply that the offsets it
+    /// folded from `topic` are decided ([`keys::applied_channel`]), so
+    /// order services waiting for a decision hear of it at once.
+    pub fn announcing(mut self, topic: impl Into<String>) -> Self {
+        self.announce_on = Some(topic.into());
         self
     }
 
@@ -185,184 +187,6 @@ impl Projection {
 
     pub fn connection(&self) -> RedisConn {
         self.redis.clone()
-    }
-
-    /// Applies every run, one script call per run, in one pipelined round
-    /// trip on a single Redis (all in flight together on a cluster);
-    /// returns each run's decisions in record order. Safe to repeat:
-    /// records already applied are answered from the stored decisions.
-    pub async fn apply(&self, runs: &[Run<'_>]) -> Result<Vec<Vec<Decision>>, ProjectionError> {
-        let decisions = self.execute(&self.script_calls(runs)).await?;
-        self.index_holds(runs.iter().zip(&decisions).flat_map(|(run, decided)| {
-            run.records
-                .iter()
-                .zip(decided)
-                .map(|(&(_, _, body), d)| (run.at.partition, run.sku, body, d))
-        }))
-        .await?;
-        Ok(decisions)
-    }
-
-    /// The script calls that apply `runs`, built and owning all they need,
-    /// so [`Projection::execute`] can send them from another task while the
-    /// runs' owner goes on. On a single Redis a call takes many runs (one
-    /// script call set up for hundreds of records); on a cluster each run is
-    /// a call of its own, as a script's keys must share a hash slot.
-    pub fn script_calls(&self, runs: &[Run<'_>]) -> ScriptCalls {
-        let calls = call_ranges(runs, self.redis.is_cluster());
-        ScriptCalls {
-            cmds: calls
-                .iter()
-                .map(|call| self.script_call(&runs[call.clone()]))
-                .collect(),
-            calls,
-            runs: runs
-                .iter()
-                .map(|run| (run.sku.to_owned(), run.records.len()))
-                .collect(),
-        }
-    }
-
-    /// Sends `calls` in one pipelined round trip (in flight together on a
-    /// cluster) and returns each run's decisions in record order; the
-    /// holds index is the caller's to keep ([`Projection::index_holds`]).
-    /// Safe to repeat: records already applied are answered from the
-    /// stored decisions.
-    pub async fn execute(
-        &self,
-        calls: &ScriptCalls,
-    ) -> Result<Vec<Vec<Decision>>, ProjectionError> {
-        if calls.cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.redis.clone();
-        if self.guarded {
-            // A round trip of its own: a pipeline would run the scripts even
-            // when the marker is gone. (A flush in the instant between the
-            // two is not caught here; reconcile would show it.)
-            let marked: bool = redis::cmd("EXISTS")
-                .arg(self.marker_key())
-                .query_async(&mut conn)
-                .await?;
-            if !marked {
-                return Err(ProjectionError::StateLost {
-                    prefix: self.prefix.clone(),
-                    key: self.marker_key(),
-                });
-            }
-        }
-        let replies: Vec<Vec<String>> = match self.redis.query_each(calls.cmds.clone()).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // A restarted or flushed Redis (or a cluster node) forgot the
-                // script: load it (on every node) and run the idempotent
-                // calls again.
-                APPLY.prepare_invoke().load_async(&mut conn).await?;
-                self.redis.query_each(calls.cmds.clone()).await?
-            }
-            other => other?,
-        };
-        let mut decisions = Vec::with_capacity(calls.runs.len());
-        for (call, reply) in calls.calls.iter().zip(replies) {
-            let runs = &calls.runs[call.clone()];
-            let expected: usize = runs.iter().map(|(_, records)| records).sum();
-            if reply.len() != expected {
-                return Err(ProjectionError::ShortReply {
-                    sku: runs[0].0.clone(),
-                    expected,
-                    got: reply.len(),
-                });
-            }
-            let mut reply = reply.into_iter();
-            for (sku, records) in runs {
-                let decided = reply
-                    .by_ref()
-                    .take(*records)
-                    .map(|s| {
-                        decode_decision(&s).ok_or_else(|| ProjectionError::Corrupt {
-                            key: SkuKeys::new(&self.prefix, sku).decisions,
-                            value: s,
-                        })
-                    })
-                    .collect::<Result<Vec<Decision>, _>>()?;
-                decisions.push(decided);
-            }
-        }
-        Ok(decisions)
-    }
-
-    /// One call of the apply script for `runs` (see the script for the
-    /// arguments), written straight into the command: no per-record
-    /// allocation.
-    fn script_call(&self, runs: &[Run<'_>]) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(APPLY.get_hash()).arg(4 * runs.len());
-        for run in runs {
-            let keys = SkuKeys::new(&self.prefix, run.sku);
-            cmd.arg(keys.stock)
-                .arg(keys.orders)
-                .arg(keys.adjustments)
-                .arg(keys.decisions);
-        }
-        cmd.arg(MAX_STOCK).arg(MAX_HOLD_MS);
-        for run in runs {
-            cmd.arg(run.at.partition)
-                .arg(run.at.home)
-                .arg(run.records.len());
-            for &(offset, timestamp, body) in &run.records {
-                cmd.arg(offset);
-                script_args(&mut cmd, record_time(timestamp), body);
-            }
-        }
-        cmd
-    }
-
-    /// Keeps the [`keys::holds_key`] index of live reservations after a
-    /// batch, given each applied record as (partition, sku, command,
-    /// decision), each SKU's in log order: a reservation taken is added
-    /// with its deadline; a confirm, rollback or expire that leaves no hold
-    /// removes its order. Safe to repeat (a redelivered batch does it
-    /// again); an entry left behind only makes the expirer send an expire
-    /// that changes nothing.
-    pub async fn index_holds<'a>(
-        &self,
-        records: impl IntoIterator<Item = (i32, &'a str, &'a CommandBody, &'a Decision)>,
-    ) -> Result<(), ProjectionError> {
-        // Only each hold's last change in the batch is written: on a
-        // cluster the writes are in flight together, so a reservation's
-        // add and its confirm's remove must not both be sent.
-        let mut last: BTreeMap<(i32, String), Option<i64>> = BTreeMap::new();
-        for (partition, sku, body, decision) in records {
-            let Some(order) = body.order_id() else {
-                continue;
-            };
-            let change = match (body, decision.result) {
-                (CommandBody::Deduct(d), ResultCode::Applied) => match d.expires_at {
-                    Some(deadline) => Some(deadline),
-                    None => continue,
-                },
-                (
-                    CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_),
-                    result,
-                ) if result != ResultCode::IgnoredNotDue && result != ResultCode::Misrouted => None,
-                _ => continue,
-            };
-            let member = keys::hold_member(sku, order.as_str());
-            last.insert((partition, member), change);
-        }
-        let writes: Vec<redis::Cmd> = last
-            .into_iter()
-            .map(|((partition, member), change)| {
-                let key = keys::holds_key(&self.prefix, partition);
-                match change {
-                    Some(deadline) => redis::Cmd::zadd(key, member, deadline),
-                    None => redis::Cmd::zrem(key, member),
-                }
-            })
-            .collect();
-        if !writes.is_empty() {
-            let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
-        }
-        Ok(())
     }
 
     /// For each of `partitions`, up to `limit` holds whose deadline is
@@ -464,29 +288,9 @@ impl Projection {
         Ok(())
     }
 
-    /// Publishes on the prefix's [`keys::applied_channel`] that `marks`
-    /// (partition, last offset applied) of `topic` are decided, and records
-    /// them in the marker, so a later start can tell whether the broker
-    /// still has the log this fold reached.
-    pub async fn announce_applied(
-        &self,
-        topic: &str,
-        marks: Vec<(i32, i64)>,
-    ) -> Result<(), ProjectionError> {
-        if marks.is_empty() {
-            return Ok(());
-        }
-        let record = self.record_applied_cmd(&marks);
-        let publish = redis::cmd("PUBLISH")
-            .arg(keys::applied_channel(&self.prefix))
-            .arg(keys::encode_applied(topic, marks))
-            .take();
-        let _: Vec<i64> = self.redis.query_each(vec![record, publish]).await?;
-        Ok(())
-    }
-
     /// Records in the marker that `marks` (partition, last offset applied)
-    /// are folded into this prefix, as the applier does with each batch.
+    /// are folded into this prefix, as [`Projection::apply`] does with
+    /// each batch; a mark already further is kept.
     pub async fn record_applied(&self, marks: &[(i32, i64)]) -> Result<(), ProjectionError> {
         if marks.is_empty() {
             return Ok(());
@@ -498,9 +302,12 @@ impl Projection {
         Ok(())
     }
 
-    fn record_applied_cmd(&self, marks: &[(i32, i64)]) -> redis::Cmd {
-        let mut record = redis::cmd("HSET");
-        record.arg(self.marker_key());
+    /// The call that records `marks` in the marker, never lowering one
+    /// (`lua/marks.lua`). Sent as `EVAL`: it runs once a batch, so sending
+    /// its few lines costs nothing, and no Redis can have forgotten it.
+    pub(crate) fn record_applied_cmd(&self, marks: &[(i32, i64)]) -> redis::Cmd {
+        let mut record = redis::cmd("EVAL");
+        record.arg(MARKS).arg(1).arg(self.marker_key());
         for &(partition, offset) in marks {
             record
                 .arg(format!("{APPLIED_FIELD}{partition}"))
@@ -906,116 +713,4 @@ pub struct SkuExport {
     pub orders: BTreeMap<String, String>,
     /// Adjustment id -> the offset that applied it.
     pub adjustments: BTreeMap<String, String>,
-}
-
-/// A batch's apply script calls, built by [`Projection::script_calls`]
-/// and owning what they need: they can be sent from another task.
-#[derive(Debug, Clone)]
-pub struct ScriptCalls {
-    cmds: Vec<redis::Cmd>,
-    /// The runs of each call, as ranges of `runs`.
-    calls: Vec<std::ops::Range<usize>>,
-    /// Each run's SKU (for errors) and record count.
-    runs: Vec<(String, usize)>,
-}
-
-/// The runs of each apply script call, as ranges of `runs`: on a single
-/// Redis, consecutive runs until a call holds [`CALL_RECORDS`] records (or
-/// [`CALL_RUNS`] runs); on a cluster, one run per call.
-fn call_ranges(runs: &[Run<'_>], cluster: bool) -> Vec<std::ops::Range<usize>> {
-    if cluster {
-        return (0..runs.len()).map(|r| r..r + 1).collect();
-    }
-    let mut calls = Vec::new();
-    let (mut start, mut records) = (0, 0);
-    for (r, run) in runs.iter().enumerate() {
-        records += run.records.len();
-        if records >= CALL_RECORDS || r + 1 - start >= CALL_RUNS {
-            calls.push(start..r + 1);
-            (start, records) = (r + 1, 0);
-        }
-    }
-    if start < runs.len() {
-        calls.push(start..runs.len());
-    }
-    calls
-}
-
-/// Writes a record's kind and what that kind needs (after its offset; see
-/// the apply script), `time` being its record timestamp.
-fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
-    match body {
-        CommandBody::Deduct(d) if d.user_id.is_none() && d.expires_at.is_none() => {
-            cmd.arg("D").arg(d.order_id.as_str()).arg(d.quantity.get());
-        }
-        CommandBody::Deduct(d) => {
-            cmd.arg("E")
-                .arg(time)
-                .arg(d.order_id.as_str())
-                .arg(d.quantity.get())
-                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
-            match d.expires_at {
-                Some(t) => cmd.arg(t),
-                None => cmd.arg(""),
-            };
-        }
-        CommandBody::Rollback(r) => {
-            cmd.arg("R").arg(r.order_id.as_str());
-        }
-        CommandBody::Restock(r) => {
-            cmd.arg("S")
-                .arg(r.adjustment_id.as_str())
-                .arg(r.quantity())
-                .arg(r.mode().as_str());
-        }
-        CommandBody::Confirm(c) => {
-            cmd.arg("F").arg(time).arg(c.order_id.as_str());
-        }
-        CommandBody::Refund(r) => {
-            cmd.arg("U")
-                .arg(r.order_id.as_str())
-                .arg(r.quantity.map_or(0, |q| q.get()));
-        }
-        CommandBody::Expire(e) => {
-            cmd.arg("X").arg(time).arg(e.order_id.as_str());
-        }
-        CommandBody::Limit(l) => {
-            cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use stockledger_core::{CommandBody, Deduct, OrderId, Placement, Quantity};
-
-    use super::*;
-
-    #[test]
-    fn calls_take_whole_runs_up_to_the_record_bound_and_one_run_each_on_a_cluster() {
-        let body = CommandBody::Deduct(Deduct::new(
-            OrderId::new("o").unwrap(),
-            Quantity::new(1).unwrap(),
-        ));
-        let run = |records: usize| Run {
-            sku: "S",
-            at: Placement {
-                partition: 0,
-                home: 0,
-            },
-            records: vec![(0, 0, &body); records],
-        };
-        // 600 + 600 passes the bound: the second run closes the first call,
-        // whole; 10 and 990 make the next; 5 is left for a last one.
-        let runs = [run(600), run(600), run(10), run(990), run(5)];
-        assert_eq!(call_ranges(&runs, false), [0..2, 2..4, 4..5]);
-        assert_eq!(call_ranges(&runs, true), [0..1, 1..2, 2..3, 3..4, 4..5]);
-        // Many one-record runs: at most CALL_RUNS of them per call.
-        let small: Vec<Run> = (0..CALL_RUNS + 1).map(|_| run(1)).collect();
-        assert_eq!(
-            call_ranges(&small, false),
-            [0..CALL_RUNS, CALL_RUNS..CALL_RUNS + 1]
-        );
-        assert!(call_ranges(&[], false).is_empty());
-    }
 }
