@@ -146,6 +146,31 @@ pub struct Receipt {
 /// Sends commands to the command topic. Cheap to share: clone it or put it
 /// in an `Arc`; all clones use one librdkafka producer.
 ///
+/// A checkout, with an applier running on the default topic and prefix:
+///
+/// ```no_run
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+///
+/// use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader};
+/// use stockledger_core::ResultCode;
+///
+/// # async fn checkout() -> Result<(), Box<dyn std::error::Error>> {
+/// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+/// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+///
+/// // Hold one unit for user-7 for 15 minutes, then sell it.
+/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
+/// let hold = producer
+///     .reserve("SKU-1", "order-43", 1, Some("user-7"), now_ms + 15 * 60_000)
+///     .await?; // validated, and durable in the log
+/// let decision = reader.wait(&hold, Duration::from_secs(2)).await?;
+/// if decision.result == ResultCode::Applied {
+///     producer.confirm("SKU-1", "order-43").await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
 /// A producer the brokers fence is replaced by a fresh one (a new
 /// producer id): after a record times out, librdkafka bumps its idempotent
 /// producer's epoch, and brokers that do not follow that bump (tansu 0.6)
@@ -178,6 +203,19 @@ impl std::fmt::Debug for LedgerProducer {
 }
 
 impl LedgerProducer {
+    /// A producer of `topic` on `kafka`'s brokers, with the settings the
+    /// contract needs (the idempotent producer, `acks=all`, the murmur2
+    /// partitioner); a pass-through property that would break them is
+    /// refused. Nothing is sent until the first command.
+    ///
+    /// ```
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let mut kafka = KafkaConfig::new("127.0.0.1:9092");
+    /// kafka.properties.push(("acks".into(), "1".into()));
+    /// let refused = LedgerProducer::new(&kafka, "stock.ledger").unwrap_err();
+    /// assert!(matches!(refused, ProducerError::ContractSetting { ref name, .. } if name == "acks"));
+    /// ```
     pub fn new(kafka: &KafkaConfig, topic: impl Into<String>) -> Result<Self, ProducerError> {
         for (name, required) in CONTRACT_SETTINGS {
             if let Some(value) = kafka.property(name) {
@@ -268,7 +306,17 @@ impl LedgerProducer {
         &self.topic
     }
 
-    /// Takes `quantity` units of `sku` for `order_id`.
+    /// Takes `quantity` units of `sku` for `order_id`. A field that breaks
+    /// the rules is refused before anything is sent, naming the field.
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) {
+    /// use stockledger_client::ProducerError;
+    ///
+    /// let refused = producer.deduct("SKU-1", "order-42", 0).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
+    /// # }
+    /// ```
     pub async fn deduct(
         &self,
         sku: &str,

@@ -227,6 +227,25 @@ pub fn outcome_fingerprint() -> u64 {
     SCHEMAS.outcome.current.fingerprint
 }
 
+/// The command in Avro single-object encoding with the newest `Command`
+/// schema: `C3 01`, the schema's 8-byte fingerprint, the datum.
+///
+/// ```
+/// use stockledger_core::codec::{command_fingerprint, decode_command, encode_command};
+/// use stockledger_core::{Command, CommandBody, CommandId, Deduct, OrderId, Quantity, Sku};
+///
+/// let command = Command {
+///     command_id: CommandId::new("c-1")?,
+///     sku: Sku::new("SKU-1")?,
+///     occurred_at: 1_700_000_000_000,
+///     body: CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)),
+/// };
+/// let payload = encode_command(&command)?;
+/// assert_eq!(&payload[..2], [0xC3, 0x01]);
+/// assert_eq!(payload[2..10], command_fingerprint().to_le_bytes());
+/// assert_eq!(decode_command(&payload)?, command);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
     SCHEMAS
         .command
@@ -312,7 +331,14 @@ fn command_value(command: &Command) -> Value {
     ])
 }
 
-/// Decodes and validates a command; every failure is a typed error.
+/// Decodes and validates a command written with any released `Command`
+/// schema; every failure is a typed error.
+///
+/// ```
+/// use stockledger_core::codec::{decode_command, DecodeError};
+///
+/// assert_eq!(decode_command(b"not avro"), Err(DecodeError::NotSingleObject));
+/// ```
 pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     let value = SCHEMAS.command.decode(payload)?;
     let mut fields = Fields::of(value)?;

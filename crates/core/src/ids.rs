@@ -26,6 +26,14 @@ pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
 /// A value was refused; `field` names the input, `problem` says what is wrong.
+///
+/// ```
+/// use stockledger_core::Sku;
+///
+/// let refused = Sku::new("shoes{eu}").unwrap_err();
+/// assert_eq!(refused.field, "sku");
+/// assert!(refused.to_string().starts_with("sku: must not contain '{'"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct ValidationError {
@@ -91,6 +99,9 @@ macro_rules! id_type {
             /// The input field this identifier is validated as.
             pub const FIELD: &'static str = $field;
 
+            /// The identifier, if `value` is 1 to [`MAX_ID_LEN`] bytes with
+            /// no control character, no brace and no surrounding space;
+            /// else the refusal, naming the field.
             pub fn new(value: impl Into<String>) -> Result<Self, ValidationError> {
                 let value = value.into();
                 check_id($field, &value)?;
@@ -153,6 +164,14 @@ id_type!(
 pub struct Quantity(i64);
 
 impl Quantity {
+    /// A quantity of 1 to [`MAX_QUANTITY`] units.
+    ///
+    /// ```
+    /// use stockledger_core::Quantity;
+    ///
+    /// assert_eq!(Quantity::new(3).map(Quantity::get), Ok(3));
+    /// assert_eq!(Quantity::new(0).unwrap_err().field, "quantity");
+    /// ```
     pub fn new(value: i64) -> Result<Self, ValidationError> {
         Self::of_field("quantity", value)
     }

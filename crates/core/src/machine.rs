@@ -503,7 +503,38 @@ impl SkuState {
     }
 }
 
-/// Every SKU's state: the fold of a whole log.
+/// Every SKU's state: the fold of a whole log, by the reference rules the
+/// applier's Lua script must agree with.
+///
+/// ```
+/// use stockledger_core::partition::home_partition;
+/// use stockledger_core::{
+///     Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock, RestockMode,
+///     ResultCode, Rollback, Sku, AdjustmentId,
+/// };
+///
+/// let command = |id: &str, body| Command {
+///     command_id: CommandId::new(id).unwrap(),
+///     sku: Sku::new("SKU-1").unwrap(),
+///     occurred_at: 0,
+///     body,
+/// };
+/// let order = || OrderId::new("order-42").unwrap();
+/// let mut ledger = Ledger::new(8);
+/// let p = home_partition(b"SKU-1", 8);
+/// let restock = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, 1)?;
+/// let deduct = Deduct::new(order(), Quantity::new(1)?);
+///
+/// // A rollback before its deduct leaves a tombstone; the deduct is refused.
+/// let first = ledger.apply(p, 0, 0, &command("c0", CommandBody::Restock(restock)));
+/// assert_eq!(first.result, ResultCode::Applied);
+/// let early = ledger.apply(p, 1, 0, &command("c1", CommandBody::Rollback(Rollback::new(order(), None)?)));
+/// assert_eq!(early.result, ResultCode::IgnoredNoDeduction);
+/// let late = ledger.apply(p, 2, 0, &command("c2", CommandBody::Deduct(deduct)));
+/// assert_eq!(late.result, ResultCode::RejectedCancelled);
+/// assert_eq!(ledger.sku("SKU-1").map(|s| s.available), Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ledger {
     /// The command topic's partition count, which decides each SKU's home.

@@ -12,6 +12,16 @@
 
 /// The partition the Java clients' default partitioner (and librdkafka's
 /// `murmur2_random`) sends a record keyed `key` to, among `partitions`.
+///
+/// ```
+/// use stockledger_core::partition::home_partition;
+///
+/// // As kafka-clients 4.3.1 places them:
+/// // Utils.toPositive(Utils.murmur2(key)) % partitions.
+/// assert_eq!(home_partition(b"SKU-1", 8), 4);
+/// assert_eq!(home_partition(b"SKU-1", 12), 8);
+/// assert_eq!(home_partition(b"DEMO-HOT", 12), 9);
+/// ```
 pub fn home_partition(key: &[u8], partitions: i32) -> i32 {
     let hash = murmur2::murmur2(key, murmur2::KAFKA_SEED) & 0x7fff_ffff;
     // A topic has at least one partition; 0 or less is taken as one.

@@ -14,6 +14,24 @@ use std::fmt;
 /// Some libraries' errors (sqlx's, std's I/O wrappers) put their source
 /// into their own message as well; a cause whose text the link above it
 /// already shows is left out, so that it is still said once.
+///
+/// ```
+/// use stockledger_core::report::Chain;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("reading the partitions of {0}")]
+/// struct Partitions(String, #[source] Missing);
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("topic {0} does not exist")]
+/// struct Missing(String);
+///
+/// let e = Partitions("orders".into(), Missing("orders".into()));
+/// assert_eq!(
+///     Chain(&e).to_string(),
+///     "reading the partitions of orders: topic orders does not exist"
+/// );
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Chain<'a>(pub &'a dyn Error);
 
