@@ -2,11 +2,12 @@
 //! mode on free loopback ports, the slots split evenly over them, no
 //! replicas. The nodes stop once the test process is gone.
 
-use std::time::Duration;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 
-use crate::services::{free_port, spawn_tied, wait_for_port};
+use crate::services::{free_port, spawn_tied};
 use crate::wait::wait_until;
 
 /// Hash slots in a Redis Cluster.
@@ -101,8 +102,40 @@ async fn node(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
 }
 
 /// Starts one empty cluster-mode node; returns its client and bus ports.
+/// A free port can be taken by another process (an outgoing connection's
+/// ephemeral port) before the node binds it: then the node is started
+/// again on other ports, at most three times.
 fn start_node() -> anyhow::Result<(u16, u16)> {
-    let (port, bus) = (free_port()?, free_port()?);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match start_node_on(free_port()?, free_port()?) {
+            Err(Start::PortTaken(log)) if tries < 3 => {
+                eprintln!("a cluster node's port was taken before it bound it ({log}); again");
+            }
+            Err(Start::PortTaken(log)) => {
+                bail!("a redis-server cluster node found its ports taken three times; see {log}")
+            }
+            Err(Start::Failed(e)) => return Err(e),
+            Ok(ports) => return Ok(ports),
+        }
+    }
+}
+
+/// Why a node did not start.
+enum Start {
+    /// Another process bound one of its ports first; the log says which.
+    PortTaken(String),
+    Failed(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Start {
+    fn from(e: E) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+fn start_node_on(port: u16, bus: u16) -> Result<(u16, u16), Start> {
     // A fresh directory: a nodes.conf left by an earlier run that got the
     // same port would bring back that node's slots ("slot already busy").
     let dir =
@@ -133,6 +166,20 @@ fn start_node() -> anyhow::Result<(u16, u16)> {
         ],
         &log,
     )?;
-    wait_for_port(port, "a redis-server cluster node", &log)?;
-    Ok((port, bus))
+    // Listening, or gone for a port another process holds.
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok((port, bus));
+        }
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("Address already in use") {
+            return Err(Start::PortTaken(log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Start::Failed(anyhow::anyhow!(
+        "a redis-server cluster node did not listen on {addr} within 30 s; see {log}"
+    )))
 }
