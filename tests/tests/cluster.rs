@@ -12,12 +12,12 @@ use stockledger_core::ids::MAX_ID_LEN;
 use stockledger_core::{
     Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
 };
-use stockledger_io::admin::{create_topics, TopicSpec};
-use stockledger_io::RedisConn;
+use stockledger_kafka::admin::{create_topics, TopicSpec};
 use stockledger_maintenance::reconcile::reconcile;
 use stockledger_maintenance::snapshot;
 use stockledger_projection::keys::SkuKeys;
 use stockledger_projection::Projection;
+use stockledger_redis::RedisConn;
 use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, hashes_under};

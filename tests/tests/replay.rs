@@ -5,7 +5,7 @@ use std::future::pending;
 use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_io::topic::record_count;
+use stockledger_kafka::topic::record_count;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{traffic, wait_until, Harness};

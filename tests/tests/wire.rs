@@ -15,7 +15,7 @@ use stockledger_core::schema::{self, Subject};
 use stockledger_core::{
     Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
 };
-use stockledger_io::topic::LogRecord;
+use stockledger_kafka::topic::LogRecord;
 use stockledger_maintenance::reconcile::reconcile;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};

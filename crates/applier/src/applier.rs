@@ -34,20 +34,21 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
-use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
-use stockledger_io::group::{
+use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
+use stockledger_kafka::config::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
+use stockledger_kafka::group::{
     commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
 };
-use stockledger_io::kafka::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
-use stockledger_io::topic::offset_ranges;
-use stockledger_io::{redact_url, retry, KafkaConfig};
+use stockledger_kafka::topic::offset_ranges;
+use stockledger_kafka::KafkaConfig;
+use stockledger_runtime::{redact_url, retry};
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tracing::{debug, error, info, instrument, warn};
 
 use crate::expiry;
 use crate::record::{interpret, key_text};
-use stockledger_io::lag::{Assignment, LagContext};
+use stockledger_kafka::lag::{Assignment, LagContext};
 use stockledger_projection::{Entry, Marker, Prepared, Projection, ProjectionError};
 
 /// Counter: records decided, by `result` (a redelivered batch counts again).
@@ -166,14 +167,14 @@ pub enum ApplierError {
         source: ProjectionError,
     },
     #[error("reading the group's committed offsets")]
-    Offsets(#[from] stockledger_io::topic::LogError),
+    Offsets(#[from] stockledger_kafka::topic::LogError),
     /// The command topic's partition count decides which partition each
     /// SKU lives on; without it nothing can be applied.
     #[error("reading the partitions of {topic}")]
     Partitions {
         topic: String,
         #[source]
-        source: stockledger_io::topic::LogError,
+        source: stockledger_kafka::topic::LogError,
     },
     /// The prefix holds the fold of another topic; applying this one onto it
     /// would mix two ledgers.
@@ -313,7 +314,7 @@ async fn check_marker(
             Ok(())
         }
         None => {
-            let committed = stockledger_io::topic::committed_offsets(
+            let committed = stockledger_kafka::topic::committed_offsets(
                 &config.kafka,
                 &config.group_id,
                 &config.topic,
@@ -338,7 +339,7 @@ async fn check_log_reaches(
     config: &ApplierConfig,
     applied: std::collections::BTreeMap<i32, i64>,
 ) -> Result<(), ApplierError> {
-    let missing = stockledger_io::topic::missing_positions(
+    let missing = stockledger_kafka::topic::missing_positions(
         &config.kafka,
         &config.topic,
         applied.into_iter().collect(),
@@ -352,7 +353,7 @@ async fn check_log_reaches(
     if missing.is_empty() {
         return Ok(());
     }
-    let list = |f: &dyn Fn(&stockledger_io::topic::Missing) -> String| {
+    let list = |f: &dyn Fn(&stockledger_kafka::topic::Missing) -> String| {
         missing.iter().map(f).collect::<Vec<_>>().join(", ")
     };
     Err(ApplierError::LogLost {
@@ -374,7 +375,7 @@ fn offset_list(offsets: &TopicPartitionList) -> String {
 }
 
 async fn partition_count(config: &ApplierConfig) -> Result<i32, ApplierError> {
-    stockledger_io::topic::partition_count(&config.kafka, &config.topic)
+    stockledger_kafka::topic::partition_count(&config.kafka, &config.topic)
         .await
         .map_err(|source| ApplierError::Partitions {
             topic: config.topic.clone(),
@@ -485,7 +486,7 @@ pub async fn run(
     config: ApplierConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ApplierStats, ApplierError> {
-    let stop = stockledger_io::stop::stop_flag(shutdown);
+    let stop = stockledger_runtime::stop::stop_flag(shutdown);
     describe_metrics();
     let mut total = ApplierStats::default();
     let mut applier = Applier::start(config.clone(), stop.clone()).await?;

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use stockledger_core::{Ledger, SkuState};
-use stockledger_io::topic::LogRecord;
+use stockledger_kafka::topic::LogRecord;
 
 use crate::record::interpret;
 use stockledger_projection::{Projection, ProjectionError};

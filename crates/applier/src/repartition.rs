@@ -21,10 +21,10 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::partition::home_partition;
-use stockledger_io::admin::{command_topic_spec, create_topics, AdminError};
-use stockledger_io::kafka::CONTRACT_SETTINGS;
-use stockledger_io::topic::{partitions_of, watermarks};
-use stockledger_io::KafkaConfig;
+use stockledger_kafka::admin::{command_topic_spec, create_topics, AdminError};
+use stockledger_kafka::config::CONTRACT_SETTINGS;
+use stockledger_kafka::topic::{partitions_of, watermarks};
+use stockledger_kafka::KafkaConfig;
 use tracing::info;
 
 /// Records handed to the producer before waiting for their deliveries.
@@ -104,7 +104,7 @@ pub async fn repartition(
     config: RepartitionConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RepartitionReport, RepartitionError> {
-    let stop = stockledger_io::stop::stop_flag(shutdown);
+    let stop = stockledger_runtime::stop::stop_flag(shutdown);
     if config.partitions < 1 {
         return Err(RepartitionError::Partitions(config.partitions));
     }

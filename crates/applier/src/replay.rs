@@ -19,14 +19,14 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use stockledger_io::admin::{check_permanent, topic_config, AdminError, NotPermanent};
-use stockledger_io::kafka::{FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
-use stockledger_io::KafkaConfig;
+use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
+use stockledger_kafka::config::{FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
+use stockledger_kafka::KafkaConfig;
 use tracing::{debug, info, instrument};
 
 use crate::record::interpret;
-use stockledger_io::lag::LagContext;
-use stockledger_io::topic::{partitions_of, watermarks};
+use stockledger_kafka::lag::LagContext;
+use stockledger_kafka::topic::{partitions_of, watermarks};
 use stockledger_projection::{Entry, Projection, ProjectionError};
 
 #[derive(Debug, Clone)]
@@ -176,7 +176,7 @@ pub async fn replay(
     shutdown: impl Future<Output = ()> + Send + 'static,
     mut on_progress: impl FnMut(&ReplayProgress) + Send,
 ) -> Result<ReplayReport, ReplayError> {
-    let mut stop = stockledger_io::stop::stop_flag(shutdown);
+    let mut stop = stockledger_runtime::stop::stop_flag(shutdown);
     let topic_config = topic_config(&config.kafka, &config.topic).await?;
     check_permanent(&config.topic, &topic_config, config.allow_finite_retention)?;
     let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;

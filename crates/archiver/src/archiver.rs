@@ -29,13 +29,14 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::{PgConnection, PgPool};
 use stockledger_core::codec;
 use stockledger_core::Outcome;
-use stockledger_io::group::{
+use stockledger_kafka::config::FETCH_QUEUE_BACKOFF_MS;
+use stockledger_kafka::group::{
     commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
 };
-use stockledger_io::kafka::FETCH_QUEUE_BACKOFF_MS;
-use stockledger_io::lag::{Assignment, LagContext};
-use stockledger_io::topic::offset_ranges;
-use stockledger_io::{redact_url, retry, KafkaConfig};
+use stockledger_kafka::lag::{Assignment, LagContext};
+use stockledger_kafka::topic::offset_ranges;
+use stockledger_kafka::KafkaConfig;
+use stockledger_runtime::{redact_url, retry};
 use tokio::sync::watch;
 use tracing::{debug, error, info, instrument, warn};
 
@@ -182,7 +183,7 @@ pub async fn run(
     config: ArchiverConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ArchiverStats, ArchiverError> {
-    let mut stop = stockledger_io::stop::stop_flag(shutdown);
+    let mut stop = stockledger_runtime::stop::stop_flag(shutdown);
     describe_metrics();
     info!(config = ?config, "starting the archiver");
     let writers = config.writers.max(1);

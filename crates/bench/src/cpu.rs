@@ -2,7 +2,7 @@
 //! records/s, the CPU one record costs hardly moves when the shared
 //! machine is busy with something else.
 
-use stockledger_io::RedisConn;
+use stockledger_redis::RedisConn;
 
 /// Linux's `USER_HZ`: the unit of the times in `/proc/<pid>/stat`.
 const TICKS_PER_SECOND: f64 = 100.0;

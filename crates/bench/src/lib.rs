@@ -44,8 +44,8 @@ use hdrhistogram::Histogram;
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
-use stockledger_io::topic::committed_offsets;
+use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
+use stockledger_kafka::topic::committed_offsets;
 use stockledger_testkit::wait_until;
 use tokio::sync::oneshot;
 
@@ -602,7 +602,7 @@ enum Applier {
 /// Topics, an applier and a producer for one scenario, with every SKU
 /// restocked and the restocks applied.
 struct Pipeline {
-    kafka: stockledger_io::KafkaConfig,
+    kafka: stockledger_kafka::KafkaConfig,
     topic: String,
     outcomes_topic: String,
     group: String,
@@ -787,7 +787,7 @@ async fn e2e(
 ) -> anyhow::Result<(Measurement, Ledger)> {
     let per_sku = (records / skus as u64 + 1) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
-    let redis = stockledger_io::RedisConn::connect(&g.redis_url).await?;
+    let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
     pipeline.publish(records, args.in_flight).await?;
@@ -850,8 +850,8 @@ async fn projection_differs(
     // scale log is read and folded well within that here, so only a
     // broker that stops serving runs it out.
     let within = Duration::from_secs(60 + 60 * log_records / 1_000_000);
-    let log = stockledger_io::topic::read_topic(&kafka, topic, within).await?;
-    let partitions = stockledger_io::topic::partition_count(&kafka, topic).await?;
+    let log = stockledger_kafka::topic::read_topic(&kafka, topic, within).await?;
+    let partitions = stockledger_kafka::topic::partition_count(&kafka, topic).await?;
     let reference = stockledger_applier::check::fold(&log, partitions);
     let projection = stockledger_projection::Projection::connect(&g.redis_url, prefix).await?;
     let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
@@ -956,7 +956,7 @@ async fn latency(
 async fn replay(g: &Global, run_id: &str, ledger: &Ledger) -> anyhow::Result<Measurement> {
     let target = format!("{}:{run_id}:replay", g.prefix);
     let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
-    let redis = stockledger_io::RedisConn::connect(&g.redis_url).await?;
+    let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
     let report =
@@ -1062,7 +1062,7 @@ async fn archive(
 /// the baseline's `<run>:…` keys, and the archive's rows and progress for
 /// the run's `<run>.…` topics. Returns the keys and rows removed.
 async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Result<(usize, u64)> {
-    let conn = stockledger_io::RedisConn::connect(&g.redis_url).await?;
+    let conn = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let mut removed = 0;
     for pattern in [format!("{}:{run_id}:*", g.prefix), format!("{run_id}:*")] {
         let keys = conn.scan_all(&pattern).await?;
@@ -1075,7 +1075,7 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
     // The run's topics are named `<run>.…`; the broker lists them, and
     // deleting by exact topic uses the archive's primary key.
     let topics =
-        stockledger_io::topic::topics_starting_with(&g.kafka(), &format!("{run_id}.")).await?;
+        stockledger_kafka::topic::topics_starting_with(&g.kafka(), &format!("{run_id}.")).await?;
     let rows = sqlx::query("DELETE FROM ledger_entries WHERE topic = ANY($1)")
         .bind(&topics)
         .execute(pool)

@@ -11,8 +11,8 @@ use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
 use stockledger_core::{OrderStatus, ResultCode};
-use stockledger_io::topic;
-use stockledger_io::KafkaConfig;
+use stockledger_kafka::topic;
+use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;
 use tokio::time::Instant;
 

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use stockledger_applier::ApplierConfig;
 use stockledger_archiver::ArchiverConfig;
 use stockledger_client::KafkaConfig;
-use stockledger_io::kafka::parse_property;
+use stockledger_kafka::config::parse_property;
 use stockledger_projection::keys;
 
 use crate::commands::*;
@@ -148,7 +148,7 @@ pub struct Global {
 
 impl std::fmt::Debug for Global {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use stockledger_io::redact_url;
+        use stockledger_runtime::redact_url;
         f.debug_struct("Global")
             .field("kafka", &self.kafka())
             .field("redis_url", &redact_url(&self.redis_url))
@@ -333,7 +333,7 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
         .with_context(|| {
             format!(
                 "connecting to {}",
-                stockledger_io::redact_url(&g.database_url)
+                stockledger_runtime::redact_url(&g.database_url)
             )
         })
 }
@@ -343,7 +343,7 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
 /// said plainly.
 pub async fn connect_analyst(g: &Global, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
     use stockledger_archiver::DbRole;
-    let url = stockledger_io::redact_url(&g.database_url).to_string();
+    let url = stockledger_runtime::redact_url(&g.database_url).to_string();
     let pool = stockledger_archiver::connect_as(
         &g.database_url,
         max_connections,
@@ -370,7 +370,7 @@ fn parse_prefix(s: &str) -> Result<String, String> {
 
 /// A `group.instance.id`, checked as Kafka would.
 fn parse_instance_id(s: &str) -> Result<String, String> {
-    stockledger_io::group::check_instance_id(s).map(|()| s.to_owned())
+    stockledger_kafka::group::check_instance_id(s).map(|()| s.to_owned())
 }
 
 pub fn applier_config(g: &Global) -> ApplierConfig {

@@ -82,7 +82,7 @@ fn refuse_command_line(g: &Global, matches: &ArgMatches) -> anyhow::Result<()> {
 }
 
 fn has_password(urls: &str) -> bool {
-    stockledger_io::redis_conn::seed_urls(urls)
+    stockledger_redis::seed_urls(urls)
         .iter()
         .any(|u| Url::parse(u).is_ok_and(|u| u.password().is_some()))
 }
@@ -99,7 +99,7 @@ fn apply_from(g: &mut Global, env: &dyn Fn(&str) -> Option<OsString>) -> anyhow:
         }
     }
     if let Some(password) = read("REDIS_PASSWORD", env)? {
-        g.redis_url = stockledger_io::redis_conn::seed_urls(&g.redis_url)
+        g.redis_url = stockledger_redis::seed_urls(&g.redis_url)
             .into_iter()
             .map(|u| with_password(u, &password, "the Redis URL", "REDIS_PASSWORD"))
             .collect::<anyhow::Result<Vec<_>>>()?

@@ -15,8 +15,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::{KafkaConfig, LedgerProducer};
-use stockledger_io::admin::topic_config;
-use stockledger_io::topic::{committed_offsets, record_count};
+use stockledger_kafka::admin::topic_config;
+use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::services::{signal_broker, start_own_broker};
@@ -45,7 +45,7 @@ const SESSION_AND_REBALANCE: Duration = Duration::from_secs(45 + 15);
 
 /// How soon the partitions of a member that stopped for good must be taken
 /// over: its session, then the group watch's own patience and period
-/// (`stockledger_io::group`), then a rebalance or two.
+/// (`stockledger_kafka::group`), then a rebalance or two.
 const TAKEOVER: Duration = Duration::from_secs(45 + 5 + 5 + 45);
 
 async fn restock(producer: &LedgerProducer) -> anyhow::Result<u64> {

@@ -11,7 +11,7 @@
 //!   refuses a deduct of a sold-out SKU without writing to the log.
 //!
 //! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings)
-//! comes from `stockledger-io` and is re-exported here, so an order service
+//! comes from `stockledger-kafka` and is re-exported here, so an order service
 //! needs this crate alone.
 
 pub mod outcome;
@@ -23,4 +23,4 @@ pub use outcome::OutcomeReader;
 pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
-pub use stockledger_io::KafkaConfig;
+pub use stockledger_kafka::KafkaConfig;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::producer::Receipt;
-use stockledger_io::redis_conn::{seed_urls, RedisConn};
+use stockledger_redis::{seed_urls, RedisConn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutcomeError {

@@ -15,7 +15,7 @@ use stockledger_core::{
     OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
 };
 
-use stockledger_io::kafka::{KafkaConfig, CONTRACT_SETTINGS};
+use stockledger_kafka::config::{KafkaConfig, CONTRACT_SETTINGS};
 use stockledger_projection::ProjectionError;
 
 use crate::precheck::OrderChecks;

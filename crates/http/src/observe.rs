@@ -18,8 +18,9 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
-use stockledger_io::lag::Assignment;
-use stockledger_io::{KafkaConfig, RedisConn};
+use stockledger_kafka::lag::Assignment;
+use stockledger_kafka::KafkaConfig;
+use stockledger_redis::RedisConn;
 
 /// Histogram buckets for durations in seconds: 100 µs to 10 s.
 const SECONDS_BUCKETS: [f64; 16] = [

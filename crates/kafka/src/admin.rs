@@ -9,7 +9,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::kafka::KafkaConfig;
+use crate::config::KafkaConfig;
 
 /// A topic to create.
 #[derive(Debug, Clone)]

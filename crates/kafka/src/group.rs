@@ -12,7 +12,7 @@ use rdkafka::TopicPartitionList;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::kafka::KafkaConfig;
+use crate::config::KafkaConfig;
 use crate::topic::{committed_on, partitions_of, watermarks};
 
 /// How long a stopping consumer waits for its final commit and for leaving

@@ -9,7 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::kafka::{KafkaConfig, FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
+use crate::config::{KafkaConfig, FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
 use crate::lag::LagContext;
 
 /// One record as read from the log.

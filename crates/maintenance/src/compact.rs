@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stockledger_io::RedisConn;
 use stockledger_projection::{Projection, ProjectionError};
+use stockledger_redis::RedisConn;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompactReport {

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use sqlx::PgPool;
-use stockledger_io::RedisConn;
 use stockledger_projection::{Projection, ProjectionError};
+use stockledger_redis::RedisConn;
 
 /// One disagreement between Redis and the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use rdkafka::error::KafkaError;
 use sqlx::PgPool;
-use stockledger_io::topic::{self, LogError};
-use stockledger_io::{KafkaConfig, RedisConn};
+use stockledger_kafka::topic::{self, LogError};
+use stockledger_kafka::KafkaConfig;
 use stockledger_projection::{Projection, ProjectionError, SkuExport, Stock};
+use stockledger_redis::RedisConn;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {

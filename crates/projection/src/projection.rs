@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::machine::misrouted;
 use stockledger_core::{Decision, OrderEntry, SkuState};
-use stockledger_io::{KeyScan, RedisConn};
+use stockledger_redis::{KeyScan, RedisConn};
 
 use crate::encoding::{
     decode_decision, decode_order, user_of_field, AVAILABLE, LIMIT, OFFSET, PARTITION, RESERVED,

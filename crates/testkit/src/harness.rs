@@ -12,11 +12,11 @@ use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 use stockledger_applier::{ApplierConfig, ApplierStats};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
 use stockledger_client::{KafkaConfig, LedgerProducer};
-use stockledger_io::admin::{
+use stockledger_kafka::admin::{
     command_topic_spec, create_topics, ledger_topic_specs, LedgerTopics, Retention,
 };
-use stockledger_io::kafka::CONTRACT_SETTINGS;
-use stockledger_io::topic::{self, LogRecord};
+use stockledger_kafka::config::CONTRACT_SETTINGS;
+use stockledger_kafka::topic::{self, LogRecord};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -195,7 +195,7 @@ impl Harness {
                 .with_context(|| {
                     format!(
                         "connecting to Redis at {}",
-                        stockledger_io::redact_url(&redis_url)
+                        stockledger_runtime::redact_url(&redis_url)
                     )
                 })?,
             pool,
@@ -455,7 +455,7 @@ impl Harness {
 /// `kafka-consumer-groups --reset-offsets --to-earliest` does. The group
 /// must have no active member.
 pub async fn reset_group_offsets(
-    kafka: &stockledger_io::KafkaConfig,
+    kafka: &stockledger_kafka::KafkaConfig,
     group: &str,
     topic: &str,
     partitions: i32,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use stockledger_io::RedisConn;
+use stockledger_redis::RedisConn;
 
 /// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
 /// name without the prefix, so two prefixes can be compared byte for byte.

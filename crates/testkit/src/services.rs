@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use stockledger_io::KafkaConfig;
+use stockledger_kafka::KafkaConfig;
 use tokio::sync::OnceCell;
 
 /// Connection settings of the services shared by the tests of one process.

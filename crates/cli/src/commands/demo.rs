@@ -10,7 +10,7 @@ use clap::Args;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
 use stockledger_core::{RestockMode, ResultCode};
-use stockledger_io::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
+use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use tokio::sync::oneshot;
 
 use crate::demo::{self, Workload, HOT_SKU};

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use stockledger_io::admin::{
+use stockledger_kafka::admin::{
     create_topics, ledger_topic_specs, min_insync_replicas, LedgerTopics, Retention,
 };
 

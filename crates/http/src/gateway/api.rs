@@ -25,7 +25,7 @@ use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Decision, Deduct, Limit, OrderEntry, OrderId, OrderStatus,
     Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, Sku, UserId, ValidationError,
 };
-use stockledger_io::topic::read_at;
+use stockledger_kafka::topic::read_at;
 use tracing::warn;
 use utoipa::{IntoParams, ToSchema};
 
