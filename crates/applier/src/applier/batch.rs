@@ -1,0 +1,179 @@
+//! A batch from the log to Redis: decoded, prepared, applied from a task
+//! of its own, and its decisions taken back.
+
+use super::*;
+
+/// One record of a batch, decoded or refused.
+pub(super) struct Item {
+    pub(super) position: LogPosition,
+    /// The key for reports and outcomes, bounded in length.
+    pub(super) key: String,
+    pub(super) timestamp: i64,
+    pub(super) command: Result<Command, String>,
+}
+
+/// A batch read and decoded, with its script calls built.
+pub(super) struct Decoded {
+    /// The records as read (a dead letter keeps their bytes).
+    pub(super) records: Vec<OwnedMessage>,
+    /// What each record holds, in the same order.
+    pub(super) items: Vec<Item>,
+    /// The script runs the batch makes.
+    pub(super) runs: usize,
+    /// The next offset of each partition of the command topic (the one
+    /// topic the consumer reads) in the batch.
+    pub(super) next: BTreeMap<i32, i64>,
+}
+
+/// What applying a batch in its own task came to: `None` when asked to
+/// stop before Redis answered (whether it applied the batch or not, a
+/// redelivery settles it).
+pub(super) type Applied = Result<Option<Vec<Decision>>, ProjectionError>;
+
+/// A batch whose script calls are on their way to Redis, sent by a task of
+/// their own while the applier reads the next batch and publishes the
+/// previous one.
+pub(super) struct Applying {
+    pub(super) batch: Decoded,
+    pub(super) task: JoinHandle<Applied>,
+}
+
+/// The decisions of the batch being applied, once Redis has answered;
+/// never ready without one.
+pub(super) async fn applied(applying: &mut Option<Applying>) -> Result<Applied, JoinError> {
+    match applying {
+        Some(batch) => (&mut batch.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs a failed Redis request that is tried again in `wait`.
+pub(super) fn redis_away(e: &ProjectionError, wait: Duration) {
+    warn!(error = %Chain(&e), retry_in = ?wait, "Redis unavailable; nothing committed, retrying");
+}
+
+/// A batch with Redis's decision for each valid command, in record order.
+pub(super) struct Decided {
+    pub(super) batch: Decoded,
+    pub(super) decisions: Vec<Decision>,
+}
+
+impl Applier {
+    /// Decodes `records` and prepares the valid commands for Redis;
+    /// refuses a batch from a partition beyond the count the projection
+    /// was built with.
+    pub(super) async fn decode(
+        &self,
+        records: Vec<OwnedMessage>,
+    ) -> Result<(Decoded, Prepared), ApplierError> {
+        let items: Vec<Item> = records
+            .iter()
+            .map(|m| Item {
+                position: LogPosition {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                },
+                key: key_text(m.key()),
+                timestamp: m.timestamp().to_millis().unwrap_or_default(),
+                command: interpret(m.key(), m.payload()),
+            })
+            .collect();
+        if let Some(beyond) = items
+            .iter()
+            .map(|item| item.position.partition)
+            .find(|&p| p >= self.partitions)
+        {
+            // Partitions were added since the count was read: stop before
+            // applying anything of this batch, as a restart would refuse.
+            return Err(ApplierError::PartitionsChanged {
+                topic: self.config.topic.clone(),
+                marked: self.partitions,
+                now: partition_count(&self.config).await?.max(beyond + 1),
+            });
+        }
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for item in &items {
+            let entry = next.entry(item.position.partition).or_insert(0);
+            *entry = (*entry).max(item.position.offset + 1);
+        }
+        let prepared = self.projection.prepare(
+            items.iter().map(|item| Entry {
+                partition: item.position.partition,
+                offset: item.position.offset,
+                timestamp: item.timestamp,
+                command: item.command.as_ref().ok(),
+            }),
+            self.partitions,
+        );
+        metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
+        metrics::histogram!(BATCH_RUNS_METRIC).record(prepared.runs() as f64);
+        let batch = Decoded {
+            records,
+            items,
+            runs: prepared.runs(),
+            next,
+        };
+        Ok((batch, prepared))
+    }
+
+    /// Applies `batch` to Redis from a task of its own, retrying while
+    /// Redis is unreachable until asked to stop.
+    pub(super) fn start_apply(&self, (batch, prepared): (Decoded, Prepared)) -> Applying {
+        let projection = self.projection.clone();
+        let mut stop = self.stop.clone();
+        let task = tokio::spawn(async move {
+            retry::until_stopped(
+                || async {
+                    let started = Instant::now();
+                    let applied = projection.apply(&prepared).await;
+                    metrics::histogram!(APPLY_SECONDS_METRIC)
+                        .record(started.elapsed().as_secs_f64());
+                    applied
+                },
+                ProjectionError::is_transient,
+                redis_away,
+                &mut stop,
+            )
+            .await
+        });
+        Applying { batch, task }
+    }
+
+    /// The decisions of a batch Redis has applied (`joined`), in record
+    /// order; `None` when the task gave up on Redis to stop (nothing of the
+    /// batch is published or committed).
+    // Large, as every ApplierError is: it ends the run, once.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn conclude(
+        &self,
+        applying: Applying,
+        joined: Result<Applied, JoinError>,
+    ) -> Result<Option<Decided>, ApplierError> {
+        let batch = applying.batch;
+        let applied = match joined {
+            Ok(applied) => applied,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down: as good as asked to stop.
+            Err(_) => Ok(None),
+        };
+        let offsets = || {
+            offset_ranges(
+                batch
+                    .items
+                    .iter()
+                    .map(|i| (i.position.partition, i.position.offset)),
+            )
+        };
+        let applied = applied.map_err(|source| ApplierError::Apply {
+            topic: self.config.topic.clone(),
+            offsets: offsets(),
+            source,
+        })?;
+        let Some(decisions) = applied else {
+            return Ok(None);
+        };
+        debug!(runs = batch.runs, offsets = %offsets(), "applied to Redis");
+        Ok(Some(Decided { batch, decisions }))
+    }
+}

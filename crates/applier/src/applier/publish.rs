@@ -1,0 +1,301 @@
+//! A decided batch to the brokers: outcomes and dead letters published,
+//! and, once the brokers hold them all, the offsets committed.
+
+use super::*;
+
+/// What the applier publishes for a record.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Kind {
+    Outcome,
+    DeadLetter,
+}
+
+impl Kind {
+    pub(super) fn what(self) -> &'static str {
+        match self {
+            Self::Outcome => "outcome",
+            Self::DeadLetter => "dead letter",
+        }
+    }
+
+    pub(super) fn topic(self, config: &ApplierConfig) -> &str {
+        match self {
+            Self::Outcome => &config.outcomes_topic,
+            Self::DeadLetter => &config.dlq_topic,
+        }
+    }
+}
+
+/// A record to publish for one item of a batch.
+pub(super) struct Outgoing<'a> {
+    pub(super) kind: Kind,
+    pub(super) key: &'a [u8],
+    pub(super) payload: Vec<u8>,
+    pub(super) headers: Option<OwnedHeaders>,
+    pub(super) position: &'a LogPosition,
+}
+
+/// A batch applied to Redis whose outcomes are on their way to the brokers.
+pub(super) struct InFlight {
+    pub(super) deliveries: JoinAll<DeliveryFuture>,
+    /// What each delivery carries and for which record (partition and
+    /// offset of the command topic), in the same order.
+    pub(super) sent: Vec<(Kind, i32, i64)>,
+    /// The next offset of each partition the batch read.
+    pub(super) offsets: TopicPartitionList,
+    pub(super) records: usize,
+}
+
+/// The delivery results of the batch in flight; never ready without one.
+pub(super) async fn delivered(
+    in_flight: &mut Option<InFlight>,
+) -> Vec<Result<OwnedDeliveryResult, Canceled>> {
+    match in_flight {
+        Some(batch) => (&mut batch.deliveries).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Applier {
+    /// Sends the outcomes (and dead letters) of a batch Redis has decided.
+    #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
+    pub(super) async fn publish(&mut self, decided: Decided) -> Result<InFlight, ApplierError> {
+        let Decided { batch, decisions } = decided;
+        let mut decisions = decisions.into_iter();
+        // Encode everything first so the delivery futures can borrow it.
+        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
+        // Records per result, counted once per batch rather than once per
+        // record (a registry lookup each).
+        let mut results: Vec<(ResultCode, u64)> = Vec::new();
+        for (item, record) in batch.items.iter().zip(&batch.records) {
+            let decision = match &item.command {
+                Ok(_) => decisions.next(),
+                Err(_) => None,
+            };
+            let (outcome, refusal) = match (&item.command, decision) {
+                (Ok(command), Some(decision)) => {
+                    // A misrouted record is decided, but not applied: it goes
+                    // to the dead-letter topic too, as a record to fix.
+                    let refusal = (decision.result == ResultCode::Misrouted)
+                        .then(|| decision.reason.clone().unwrap_or_default());
+                    let outcome = Outcome::for_command(item.position.clone(), command, decision);
+                    (outcome, refusal)
+                }
+                (command, _) => {
+                    // Every valid command got a decision, so this is a refusal.
+                    let reason = command.as_ref().err().cloned().unwrap_or_default();
+                    let outcome = Outcome::invalid(
+                        item.position.clone(),
+                        &item.key,
+                        reason.clone(),
+                        item.timestamp,
+                    );
+                    (outcome, Some(reason))
+                }
+            };
+            if let Some(reason) = refusal {
+                debug!(position = %item.position, %reason, "dead-lettering a record");
+                let source = item.position.to_string();
+                let headers = OwnedHeaders::new()
+                    .insert(Header {
+                        key: DLQ_REASON_HEADER,
+                        value: Some(reason.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: DLQ_SOURCE_HEADER,
+                        value: Some(source.as_bytes()),
+                    });
+                messages.push(Outgoing {
+                    kind: Kind::DeadLetter,
+                    key: record.key().unwrap_or_default(),
+                    payload: record.payload().unwrap_or_default().to_vec(),
+                    headers: Some(headers),
+                    position: &item.position,
+                });
+                self.stats.dead_lettered += 1;
+                metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
+            }
+            match results
+                .iter_mut()
+                .find(|(r, _)| *r == outcome.decision.result)
+            {
+                Some((_, n)) => *n += 1,
+                None => results.push((outcome.decision.result, 1)),
+            }
+            messages.push(Outgoing {
+                kind: Kind::Outcome,
+                key: item.key.as_bytes(),
+                payload: codec::encode_outcome(&outcome)?,
+                headers: None,
+                position: &item.position,
+            });
+        }
+        for (result, n) in results {
+            metrics::counter!(RECORDS_METRIC, "result" => result.as_str()).increment(n);
+        }
+        let mut deliveries = Vec::with_capacity(messages.len());
+        let mut sent = Vec::with_capacity(messages.len());
+        for m in &messages {
+            let mut record = FutureRecord::to(m.kind.topic(&self.config))
+                .key(m.key)
+                .payload(&m.payload);
+            if let Some(headers) = &m.headers {
+                record = record.headers(headers.clone());
+            }
+            deliveries.push(self.enqueue(record, m).await?);
+            sent.push((m.kind, m.position.partition, m.position.offset));
+        }
+
+        let mut offsets = TopicPartitionList::new();
+        let topic = &self.config.topic;
+        for (&partition, &offset) in &batch.next {
+            // The list is built from offsets just read; adding cannot fail
+            // except on an invalid offset, which Kafka never hands out.
+            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
+                warn!(error = %Chain(&e), topic, partition, offset, "cannot record an offset to commit");
+            }
+        }
+        Ok(InFlight {
+            deliveries: join_all(deliveries),
+            sent,
+            offsets,
+            records: batch.items.len(),
+        })
+    }
+
+    /// Publishes a batch Redis has applied (`joined`) and makes it the
+    /// batch in flight; `true` when the applier is to stop.
+    pub(super) async fn publish_applied(
+        &mut self,
+        batch: Applying,
+        joined: Result<Applied, JoinError>,
+        in_flight: &mut Option<InFlight>,
+        unfinished: &mut Vec<InFlight>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, ApplierError> {
+        // Stopping with Redis away: nothing of the batch is published, so
+        // nothing after it may be.
+        let Some(decided) = self.conclude(batch, joined)? else {
+            return Ok(true);
+        };
+        let next = self.publish(decided).await?;
+        self.hand_over(in_flight, next, unfinished, stop).await
+    }
+
+    /// Makes `next` the batch in flight once the one before it is delivered
+    /// and committed. `true` when asked to stop while waiting: both are then
+    /// left in `unfinished`.
+    pub(super) async fn hand_over(
+        &mut self,
+        in_flight: &mut Option<InFlight>,
+        next: InFlight,
+        unfinished: &mut Vec<InFlight>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, ApplierError> {
+        if let Some(mut previous) = in_flight.take() {
+            // With the brokers away, deliveries wait for them; a stop
+            // then finishes both batches within the shutdown grace.
+            let results = tokio::select! {
+                results = &mut previous.deliveries => Some(results),
+                _ = stop.wait_for(|s| *s) => None,
+            };
+            match results {
+                Some(results) => self.commit(previous, results)?,
+                None => {
+                    unfinished.push(previous);
+                    unfinished.push(next);
+                    return Ok(true);
+                }
+            }
+        }
+        *in_flight = Some(next);
+        Ok(false)
+    }
+
+    /// Hands one record to the producer, waiting while its queue is full.
+    pub(super) async fn enqueue(
+        &self,
+        mut record: FutureRecord<'_, [u8], Vec<u8>>,
+        m: &Outgoing<'_>,
+    ) -> Result<DeliveryFuture, ApplierError> {
+        loop {
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err((source, _)) => {
+                    return Err(ApplierError::Publish {
+                        what: m.kind.what(),
+                        topic: m.kind.topic(&self.config).to_owned(),
+                        position: m.position.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Waits for every outcome of `batch` to be delivered, then commits it.
+    pub(super) async fn finish(&mut self, mut batch: InFlight) -> Result<(), ApplierError> {
+        let results = (&mut batch.deliveries).await;
+        self.commit(batch, results)
+    }
+
+    /// Once every outcome of `done` is delivered (`results`), commits its
+    /// offsets; fails on the first record the brokers did not take.
+    #[allow(clippy::result_large_err)] // the applier's one error type; it ends the run
+    pub(super) fn commit(
+        &mut self,
+        done: InFlight,
+        results: Vec<Result<OwnedDeliveryResult, Canceled>>,
+    ) -> Result<(), ApplierError> {
+        for (result, (kind, partition, offset)) in results.into_iter().zip(done.sent) {
+            let source = match result {
+                Ok(Ok(_)) => continue,
+                Ok(Err((source, _))) => source,
+                Err(_) => KafkaError::Canceled,
+            };
+            return Err(ApplierError::Publish {
+                what: kind.what(),
+                topic: kind.topic(&self.config).to_owned(),
+                // The applier reads one topic: every record is from it.
+                position: LogPosition {
+                    topic: self.config.topic.clone(),
+                    partition,
+                    offset,
+                },
+                source,
+            });
+        }
+        let offsets = done.offsets;
+        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
+            // Not fatal: the records are applied; a redelivery is harmless.
+            warn!(error = %Chain(&e), "committing offsets failed; records may be redelivered");
+        }
+        for element in offsets.elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            match self.committed.find_partition(topic, partition) {
+                Some(_) => {
+                    let _ = self
+                        .committed
+                        .set_partition_offset(topic, partition, element.offset());
+                }
+                None => {
+                    let _ = self
+                        .committed
+                        .add_partition_offset(topic, partition, element.offset());
+                }
+            }
+        }
+        self.stats.records += done.records as u64;
+        self.stats.batches += 1;
+        debug!(
+            records = done.records,
+            committed = %offset_list(&offsets),
+            "outcomes delivered; offsets committed"
+        );
+        Ok(())
+    }
+}

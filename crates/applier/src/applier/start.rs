@@ -1,0 +1,110 @@
+//! The checks a start makes before it applies anything: the log this
+//! projection is a fold of, and whether the broker still has it.
+
+use super::*;
+
+/// Refuses a projection that is the fold of another topic, or that lost its
+/// state while the group has already committed progress (a Redis restarted
+/// empty would otherwise be taken for "no stock" and the rest of the log
+/// applied onto nothing). A new projection of a new group is marked.
+pub(super) async fn check_marker(
+    config: &ApplierConfig,
+    projection: &Projection,
+    partitions: i32,
+) -> Result<(), ApplierError> {
+    match projection.marker().await? {
+        Some(marked) if marked.topic != config.topic => Err(ApplierError::OtherLog {
+            prefix: config.prefix.clone(),
+            marked: marked.topic,
+            topic: config.topic.clone(),
+        }),
+        Some(Marker {
+            partitions: Some(marked),
+            ..
+        }) if marked != partitions => Err(ApplierError::PartitionsChanged {
+            topic: config.topic.clone(),
+            marked,
+            now: partitions,
+        }),
+        Some(Marker {
+            partitions: Some(_),
+            applied,
+            ..
+        }) => check_log_reaches(config, applied).await,
+        Some(Marker {
+            partitions: None, ..
+        }) => {
+            // Marked by a release that did not record the count: the fold
+            // so far was made with today's.
+            projection.mark(&config.topic, partitions).await?;
+            Ok(())
+        }
+        None => {
+            let committed = stockledger_kafka::topic::committed_offsets(
+                &config.kafka,
+                &config.group_id,
+                &config.topic,
+            )
+            .await?;
+            if committed.values().any(|&offset| offset > 0) {
+                return Err(ProjectionError::StateLost {
+                    prefix: config.prefix.clone(),
+                    key: projection.marker_key(),
+                }
+                .into());
+            }
+            projection.mark(&config.topic, partitions).await?;
+            Ok(())
+        }
+    }
+}
+
+/// Refuses a projection that has applied positions the broker's log no
+/// longer reaches.
+pub(super) async fn check_log_reaches(
+    config: &ApplierConfig,
+    applied: std::collections::BTreeMap<i32, i64>,
+) -> Result<(), ApplierError> {
+    let missing = stockledger_kafka::topic::missing_positions(
+        &config.kafka,
+        &config.topic,
+        applied.into_iter().collect(),
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(|source| ApplierError::Partitions {
+        topic: config.topic.clone(),
+        source,
+    })?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list = |f: &dyn Fn(&stockledger_kafka::topic::Missing) -> String| {
+        missing.iter().map(f).collect::<Vec<_>>().join(", ")
+    };
+    Err(ApplierError::LogLost {
+        prefix: config.prefix.clone(),
+        topic: config.topic.clone(),
+        applied: list(&|m| format!("partition {} offset {}", m.partition, m.offset)),
+        ends: list(&|m| format!("partition {} at offset {}", m.partition, m.end)),
+    })
+}
+
+/// `partition@next offset` of a commit, for the log.
+pub(super) fn offset_list(offsets: &TopicPartitionList) -> String {
+    offsets
+        .elements()
+        .iter()
+        .map(|e| format!("{}@{:?}", e.partition(), e.offset()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(super) async fn partition_count(config: &ApplierConfig) -> Result<i32, ApplierError> {
+    stockledger_kafka::topic::partition_count(&config.kafka, &config.topic)
+        .await
+        .map_err(|source| ApplierError::Partitions {
+            topic: config.topic.clone(),
+            source,
+        })
+}
