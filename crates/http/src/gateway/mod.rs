@@ -4,14 +4,16 @@
 //! the same idempotent producer, and answered `202` with its log position
 //! or, with `?wait_ms=N`, `200` with the applier's decision (`202` with
 //! `"status": "pending"` if the wait ends first: the command is in the log
-//! and will be decided). [`api`] has the routes, [`analysts`] the archive's
-//! reads, [`auth`] the API keys, their roles and rate limits, [`problem`]
-//! the error bodies, [`ApiDoc`] the OpenAPI document served at
-//! `/openapi.json` and checked in as `docs/openapi.json`.
+//! and will be decided). [`api`] has the routes, [`bodies`] the JSON they
+//! take and answer, [`analysts`] the archive's reads, [`auth`] the API
+//! keys, their roles and rate limits, [`problem`] the error bodies,
+//! [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
+//! as `docs/openapi.json`.
 
 pub mod analysts;
 pub mod api;
 pub mod auth;
+pub mod bodies;
 pub mod problem;
 
 use std::future::Future;

@@ -1,0 +1,316 @@
+//! The JSON the gateway's routes take and answer, and their query
+//! parameters: the schemas of `docs/openapi.json`, with every validation
+//! rule the handlers apply written as schema.
+
+use serde::{Deserialize, Serialize};
+use stockledger_core::{Decision, OrderEntry, OrderId, Sku};
+use utoipa::{IntoParams, ToSchema};
+
+/// Most entries one history page holds.
+pub const MAX_HISTORY_LIMIT: i64 = 1000;
+
+/// `?wait_ms=N`: wait up to N ms for the applier's decision.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WaitParams {
+    /// Milliseconds to wait for the decision (at most the gateway's
+    /// `--max-wait-ms`, 30,000 by default). Without it the answer is `202`
+    /// once the command is in the log.
+    pub wait_ms: Option<u64>,
+}
+
+/// Take stock for an order.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeductRequest {
+    /// Units to take, 1 to 1,000,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub quantity: i64,
+    /// The buyer, counted against the SKU's per-user limit.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub user_id: Option<String>,
+    /// Make it a reservation held this many milliseconds (at most 7 days):
+    /// `confirm` sells it, `rollback` releases it, past the deadline it
+    /// expires by itself.
+    #[schema(minimum = 1, maximum = 604_800_000)]
+    pub hold_ms: Option<i64>,
+    /// Make it a reservation held until this instant (ms since the Unix
+    /// epoch, after now, at most 7 days ahead); not with `hold_ms`.
+    #[schema(minimum = 1)]
+    pub expires_at: Option<i64>,
+}
+
+/// Give back units a confirmed order bought.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefundRequest {
+    /// The order's refunded units once this refund is done (a running
+    /// total, so a resend refunds once); absent: everything it bought.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub total: Option<i64>,
+}
+
+/// Cap the units one user may hold and buy of a SKU.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRequest {
+    /// Units one user's live reservations and purchases may add up to (at
+    /// least 1); `null` lifts the limit. Required: `{}` is refused, so a
+    /// limit is never lifted by a field left out.
+    #[serde(deserialize_with = "present")]
+    #[schema(required = true, minimum = 1, maximum = 1_000_000_000)]
+    pub per_user: Option<i64>,
+}
+
+/// A field that must be there, though it may be `null` (serde treats a
+/// missing `Option` field as `None` unless told otherwise).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Option::deserialize(d)
+}
+
+/// Give back what an order took; before its deduction, refuse that deduction.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// Why (at most 1,024 bytes).
+    #[schema(max_length = 1024)]
+    pub reason: Option<String>,
+}
+
+/// `ADD` changes available stock by `quantity`; `SET` makes the total `quantity`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub enum Mode {
+    #[serde(rename = "ADD")]
+    Add,
+    #[serde(rename = "SET")]
+    Set,
+}
+
+/// Add to, or set, a SKU's stock.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestockRequest {
+    pub mode: Mode,
+    /// `ADD`: non-zero, within ±10¹⁵; `SET`: 0 to 10¹⁵.
+    #[schema(minimum = -1_000_000_000_000_000_i64, maximum = 1_000_000_000_000_000_i64)]
+    pub quantity: i64,
+}
+
+/// Where a command landed in the log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The applier's decision on a command.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DecisionBody {
+    /// `APPLIED`, `REJECTED_INSUFFICIENT`, `REJECTED_CANCELLED`,
+    /// `REJECTED_RESTOCK`, `IGNORED_NO_DEDUCTION`, `DUPLICATE`, `MISROUTED`.
+    pub result: String,
+    /// Change in available stock.
+    pub delta: i64,
+    pub available: i64,
+    pub total: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<Decision> for DecisionBody {
+    fn from(d: Decision) -> Self {
+        Self {
+            result: d.result.as_str().to_owned(),
+            delta: d.delta,
+            available: d.available,
+            total: d.total,
+            reason: d.reason,
+        }
+    }
+}
+
+/// One order of one SKU, as the ledger knows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OrderBody {
+    pub sku: String,
+    pub order_id: String,
+    /// `DEDUCTED`, `RESERVED`, `CONFIRMED`, `EXPIRED`, `ROLLED_BACK` or
+    /// `CANCELLED` (rolled back before any deduct).
+    pub status: String,
+    pub quantity: i64,
+    /// Offset of the order's last step on the SKU's partition.
+    pub offset: i64,
+    /// The buyer the units count against, if the deduct named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// A reservation's deadline (ms since the Unix epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// Units of a confirmed order refunded so far.
+    pub refunded: i64,
+}
+
+impl OrderBody {
+    pub(super) fn new(sku: &Sku, order_id: &OrderId, e: &OrderEntry) -> Self {
+        Self {
+            sku: sku.to_string(),
+            order_id: order_id.to_string(),
+            status: e.status.as_str().to_owned(),
+            quantity: e.quantity,
+            offset: e.offset,
+            user_id: e.user.clone(),
+            expires_at: e.expires_at,
+            refunded: e.refunded,
+        }
+    }
+}
+
+/// Where a command stands.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    /// In the log; the applier will decide it (`202`, no `wait_ms`).
+    Accepted,
+    /// Decided within `wait_ms` (`200`).
+    Decided,
+    /// In the log, not decided within `wait_ms`; it will be (`202`).
+    Pending,
+    /// The ledger already held this request; nothing was published (`200`).
+    Repeat,
+}
+
+/// The answer to a command.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CommandResponse {
+    pub status: CommandStatus,
+    pub sku: String,
+    /// The command's id in the log (absent for a repeat, which is not published).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionBody>,
+    /// This request repeats one the ledger already holds; it changed nothing.
+    pub repeat: bool,
+    /// For an order command that repeats: the order as the ledger holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderBody>,
+}
+
+/// A SKU's stock.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StockBody {
+    pub sku: String,
+    pub available: i64,
+    pub total: i64,
+    /// Units taken by orders and not given back: `total - available`
+    /// (reserved and sold).
+    pub held: i64,
+    /// Units held by live reservations (part of `held`).
+    pub reserved: i64,
+    /// Units one user may hold and buy, when limited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_per_user: Option<i64>,
+    /// The partition of the command topic the SKU lives on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// The offset of the last record applied to the SKU.
+    pub last_offset: i64,
+}
+
+/// `GET /v1/history` parameters: `sku`, `order_id`, or both.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// History of this SKU (with `order_id`: that order's entries on it).
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub sku: Option<String>,
+    /// History of this order, on every SKU.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub order_id: Option<String>,
+    /// Only records that occurred at or after this: RFC 3339
+    /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
+    pub since: Option<String>,
+    /// Only records that occurred before this (same forms as `since`).
+    #[param(
+        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
+    pub until: Option<String>,
+    /// Only these results, comma-separated (e.g. `REJECTED_INSUFFICIENT,DUPLICATE`).
+    #[param(pattern = r"^[A-Za-z_]+(,[A-Za-z_]+)*$")]
+    pub result: Option<String>,
+    /// `true`: newest first (log order reversed).
+    pub newest_first: Option<bool>,
+    /// The `next` cursor of the previous page (`TOPIC:PARTITION:OFFSET:SKU`);
+    /// give the same filters with it.
+    #[param(pattern = r"^.+:[0-9]+:[0-9]+:.+$")]
+    pub after: Option<String>,
+    /// Entries per page, 1 to 1,000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// One archived decision.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HistoryEntry {
+    pub position: Position,
+    pub sku: String,
+    /// `DEDUCT`, `ROLLBACK`, `RESTOCK`, `CONFIRM`, `REFUND`, `EXPIRE` or
+    /// `LIMIT` (absent for an invalid record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adjustment_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<i64>,
+    pub result: String,
+    pub delta: i64,
+    pub available_after: i64,
+    pub total_after: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The reason a rollback gave (archived from outcome schema v3 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_reason: Option<String>,
+    /// `ADD` or `SET`, for a restock (archived from outcome schema v3 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restock_mode: Option<String>,
+    /// RFC 3339, UTC, milliseconds.
+    pub occurred_at: String,
+    /// The buyer a deduct named (archived from outcome schema v4 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// A reservation's deadline: RFC 3339, UTC, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// A page of history, oldest first (newest first when asked).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HistoryPage {
+    pub entries: Vec<HistoryEntry>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
