@@ -9,7 +9,7 @@
 //! as far along the log as the live one; a SKU the live applier has moved
 //! past is caught up first, so no applied record is lost.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -150,10 +150,6 @@ impl From<redis::RedisError> for ReplayError {
     }
 }
 
-fn marks_of(reached: &BTreeMap<i32, i64>) -> Vec<(i32, i64)> {
-    reached.iter().map(|(&p, &o)| (p, o)).collect()
-}
-
 /// Refuses to start `partition` at `start` when the broker's log begins
 /// after it: the records between are gone, and a fold without them would
 /// be wrong.
@@ -228,9 +224,6 @@ pub async fn replay(
     let mut report = ReplayReport::default();
     let mut last_report = Instant::now();
     let mut new_end = false;
-    // The last offset folded from each partition, recorded in the marker
-    // as the applier does.
-    let mut reached: BTreeMap<i32, i64> = BTreeMap::new();
     // A batch is read and decoded while Redis applies the one before it.
     let mut pending = Decoded::default();
     loop {
@@ -251,7 +244,7 @@ pub async fn replay(
             read
         );
         applied?;
-        settle(&pending, &mut reached, &mut progress);
+        progress.records += pending.records;
         pending = next?;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
@@ -265,7 +258,7 @@ pub async fn replay(
         }
         // The end of the log: what was read is applied before any swap.
         apply(&target, &pending, partitions.len() as i32, &swapped).await?;
-        settle(&pending, &mut reached, &mut progress);
+        progress.records += pending.records;
         pending = Decoded::default();
         new_end = false;
         let Some(swap) = &config.swap else { break };
@@ -277,7 +270,15 @@ pub async fn replay(
             // again (this re-marks a Redis that had lost its state).
             let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
             live.mark(&config.topic, partitions.len() as i32).await?;
-            live.record_applied(&marks_of(&reached)).await?;
+            // The target's marker holds the furthest offset folded from
+            // each partition, as the live one must.
+            let folded = target
+                .marker()
+                .await?
+                .map(|m| m.applied)
+                .unwrap_or_default();
+            live.record_applied(&folded.into_iter().collect::<Vec<_>>())
+                .await?;
             target
                 .copy_holds_into(&live, partitions.len() as i32)
                 .await?;
@@ -390,16 +391,6 @@ async fn apply(
     target.apply(&prepared).await?;
     debug!(runs = prepared.runs(), "applied to the target prefix");
     Ok(())
-}
-
-/// After `batch` is applied: notes how far each partition is folded, and
-/// counts the batch in `progress`.
-fn settle(batch: &Decoded, reached: &mut BTreeMap<i32, i64>, progress: &mut ReplayProgress) {
-    for &(partition, offset, _, _) in &batch.entries {
-        let last = reached.entry(partition).or_insert(offset);
-        *last = (*last).max(offset);
-    }
-    progress.records += batch.records;
 }
 
 /// Swaps every rebuilt SKU that is not behind its live state; returns how

@@ -70,6 +70,12 @@ impl Prepared {
     pub fn runs(&self) -> usize {
         self.runs.len()
     }
+
+    /// The last offset read from each partition, valid record or not:
+    /// what [`Projection::apply`] records in the marker.
+    pub fn marks(&self) -> &[(i32, i64)] {
+        &self.marks
+    }
 }
 
 /// What a command may do to the index of live holds, once decided.

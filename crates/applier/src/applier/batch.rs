@@ -92,11 +92,6 @@ impl Applier {
                 now: partition_count(&self.config).await?.max(beyond + 1),
             });
         }
-        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        for item in &items {
-            let entry = next.entry(item.position.partition).or_insert(0);
-            *entry = (*entry).max(item.position.offset + 1);
-        }
         let prepared = self.projection.prepare(
             items.iter().map(|item| Entry {
                 partition: item.position.partition,
@@ -112,7 +107,11 @@ impl Applier {
             records,
             items,
             runs: prepared.runs(),
-            next,
+            next: prepared
+                .marks()
+                .iter()
+                .map(|&(p, last)| (p, last + 1))
+                .collect(),
         };
         Ok((batch, prepared))
     }
