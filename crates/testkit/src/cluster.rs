@@ -2,12 +2,11 @@
 //! mode on free loopback ports, the slots split evenly over them, no
 //! replicas. The nodes stop once the test process is gone.
 
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::services::{free_port, spawn_tied};
+use crate::services::{free_port, spawn_tied, wait_to_listen, Listening};
 use crate::wait::wait_until;
 
 /// Hash slots in a Redis Cluster.
@@ -102,40 +101,25 @@ async fn node(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
 }
 
 /// Starts one empty cluster-mode node; returns its client and bus ports.
-/// A free port can be taken by another process (an outgoing connection's
-/// ephemeral port) before the node binds it: then the node is started
-/// again on other ports, at most three times.
+/// A port taken by another process before the node bound it
+/// ([`Listening::PortTaken`]) gets the node started again on other ports,
+/// at most three times.
 fn start_node() -> anyhow::Result<(u16, u16)> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match start_node_on(free_port()?, free_port()?) {
-            Err(Start::PortTaken(log)) if tries < 3 => {
-                eprintln!("a cluster node's port was taken before it bound it ({log}); again");
+    for _ in 0..3 {
+        let (port, bus) = (free_port()?, free_port()?);
+        let log = start_node_on(port, bus)?;
+        match wait_to_listen(port, "a redis-server cluster node", &log)? {
+            Listening::Up => return Ok((port, bus)),
+            Listening::PortTaken => {
+                eprintln!("a cluster node's port was taken before it bound it ({log}); again")
             }
-            Err(Start::PortTaken(log)) => {
-                bail!("a redis-server cluster node found its ports taken three times; see {log}")
-            }
-            Err(Start::Failed(e)) => return Err(e),
-            Ok(ports) => return Ok(ports),
         }
     }
+    bail!("a redis-server cluster node found its ports taken three times")
 }
 
-/// Why a node did not start.
-enum Start {
-    /// Another process bound one of its ports first; the log says which.
-    PortTaken(String),
-    Failed(anyhow::Error),
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Start {
-    fn from(e: E) -> Self {
-        Self::Failed(e.into())
-    }
-}
-
-fn start_node_on(port: u16, bus: u16) -> Result<(u16, u16), Start> {
+/// Starts a cluster-mode node on `port` and `bus`; returns its log's path.
+fn start_node_on(port: u16, bus: u16) -> anyhow::Result<String> {
     // A fresh directory: a nodes.conf left by an earlier run that got the
     // same port would bring back that node's slots ("slot already busy").
     let dir =
@@ -166,20 +150,5 @@ fn start_node_on(port: u16, bus: u16) -> Result<(u16, u16), Start> {
         ],
         &log,
     )?;
-    // Listening, or gone for a port another process holds.
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok((port, bus));
-        }
-        let said = std::fs::read_to_string(&log).unwrap_or_default();
-        if said.contains("Address already in use") {
-            return Err(Start::PortTaken(log));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(Start::Failed(anyhow::anyhow!(
-        "a redis-server cluster node did not listen on {addr} within 30 s; see {log}"
-    )))
+    Ok(log)
 }

@@ -200,11 +200,33 @@ pub(crate) fn spawn_tied(program: &str, args: &[String], log: &str) -> anyhow::R
 }
 
 pub(crate) fn wait_for_port(port: u16, what: &str, log: &str) -> anyhow::Result<()> {
+    match wait_to_listen(port, what, log)? {
+        Listening::Up => Ok(()),
+        Listening::PortTaken => bail!("{what} found 127.0.0.1:{port} taken; see {log}"),
+    }
+}
+
+/// Whether a server started on a [`free_port`] came up.
+pub(crate) enum Listening {
+    Up,
+    /// Another process bound one of its ports first (a free port is free
+    /// only until someone takes it, e.g. as an outgoing connection's
+    /// ephemeral port); its log, the file `log`, says so.
+    PortTaken,
+}
+
+/// Waits up to 30 s for `port` to take connections, telling a server that
+/// gave up on a taken port (its log says so) from one that is slow.
+pub(crate) fn wait_to_listen(port: u16, what: &str, log: &str) -> anyhow::Result<Listening> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
+            return Ok(Listening::Up);
+        }
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        if said.contains("Address already in use") {
+            return Ok(Listening::PortTaken);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
