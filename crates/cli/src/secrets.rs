@@ -61,15 +61,15 @@ fn refuse_command_line(g: &Global, matches: &ArgMatches) -> anyhow::Result<()> {
             }
         }
     }
-    for (id, flag, var) in [
-        ("redis_url", "--redis-url", "REDIS"),
-        ("database_url", "--database-url", "DATABASE"),
+    for (id, flag, var, url) in [
+        ("redis_url", "--redis-url", "REDIS", &g.redis_url),
+        (
+            "database_url",
+            "--database-url",
+            "DATABASE",
+            &g.database_url,
+        ),
     ] {
-        let url = if id == "redis_url" {
-            &g.redis_url
-        } else {
-            &g.database_url
-        };
         if from_command_line(matches, id) && has_password(url) {
             bail!(
                 "{flag}: a URL with a password is not taken from the command line, where \
