@@ -12,8 +12,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use stockledger_cli::Global;
 
+use crate::pipeline::Pipeline;
 use crate::process::Component;
-use crate::{BenchArgs, Measurement, Pipeline};
+use crate::{BenchArgs, Measurement};
 
 /// SKUs the gateway scenarios spread their orders over (`SKU-00000` …).
 const SKUS: usize = 100;

@@ -7,11 +7,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
 use stockledger_core::{RestockMode, ResultCode};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
+use stockledger_projection::Projection;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::demo::{self, Workload, HOT_SKU};
 use crate::Global;
@@ -66,59 +69,176 @@ pub struct DemoArgs {
 pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
     anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
-    let run_id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let topic = format!("{run_id}.{}", g.topic);
-    let outcomes_topic = format!("{run_id}.{}", g.outcomes_topic);
-    let dlq_topic = format!("{run_id}.{}", g.dlq_topic);
-    let prefix = format!("{}:{run_id}", g.prefix);
-    println!("stockledger demo {run_id}");
-    println!(
-        "  topics   {topic}, {outcomes_topic}, {dlq_topic} ({} partitions)",
-        args.partitions
-    );
-    println!("  redis    prefix {prefix}");
-
+    let names = Names::new(g);
+    names.print(args.partitions);
     let kafka = g.kafka();
-    let topics = LedgerTopics {
-        commands: &topic,
-        outcomes: &outcomes_topic,
-        dead_letters: &dlq_topic,
-    };
-    let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
-    create_topics(&kafka, &specs)
-        .await
-        .with_context(|| format!("creating topics on {}", g.brokers))?;
     let pool = crate::connect_archive(g, 2).await?;
+    let pipeline = Pipeline::start(g, &names, args.partitions).await?;
 
-    let mut applier = crate::applier_config(g);
-    applier.topic = topic.clone();
-    applier.outcomes_topic = outcomes_topic.clone();
-    applier.dlq_topic = dlq_topic.clone();
-    applier.prefix = prefix.clone();
-    applier.group_id = format!("{run_id}-applier");
-    let mut archiver = crate::archiver_config(g);
-    archiver.outcomes_topic = outcomes_topic.clone();
-    archiver.group_id = format!("{run_id}-archiver");
-    archiver.page_wait = Duration::from_millis(20);
-    let (stop_applier, applier_stopped) = oneshot::channel::<()>();
-    let (stop_archiver, archiver_stopped) = oneshot::channel::<()>();
-    let applier_task = tokio::spawn(stockledger_applier::run(applier, async {
-        let _ = applier_stopped.await;
-    }));
-    let archiver_task = tokio::spawn(stockledger_archiver::run(archiver, async {
-        let _ = archiver_stopped.await;
-    }));
-
-    let mut producer = LedgerProducer::new(&kafka, topic.clone())?;
+    let mut producer = LedgerProducer::new(&kafka, names.topic.clone())?;
     let guard = if args.sold_out_fast_path {
-        let guard = SoldOutGuard::connect(&g.redis_url, &prefix).await?;
+        let guard = SoldOutGuard::connect(&g.redis_url, &names.prefix).await?;
         producer = producer.with_sold_out_guard(guard.clone());
         Some(guard)
     } else {
         None
     };
-    let reader = OutcomeReader::connect(&g.redis_url, prefix.clone()).await?;
+    let reader = OutcomeReader::connect(&g.redis_url, names.prefix.clone()).await?;
     let timeout = Duration::from_secs(args.timeout);
+    open_sale(&producer, &reader, &names.run_id, &args, timeout).await?;
+
+    let started = Instant::now();
+    let sent = demo::buy(&producer, &reader, &workload(&args)).await?;
+    let produced_in = started.elapsed();
+    let projection =
+        stockledger_projection::Projection::connect(&g.redis_url, names.prefix.clone()).await?;
+    let archived = demo::settle(&kafka, &pool, &projection, &names.topic, timeout).await?;
+    let end_to_end = started.elapsed();
+    pipeline.stop().await?;
+
+    print_workload(&args, &sent, guard.as_ref());
+    let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
+    println!(
+        "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
+         {archived} decided and archived, expiries included, in {:.2} s",
+        sent.records,
+        produced_in.as_secs_f64(),
+        rate(sent.records, produced_in),
+        end_to_end.as_secs_f64(),
+    );
+    if cfg!(debug_assertions) {
+        println!(
+            "           (a debug build: its rates are not the ledger's; \
+             `deploy/local/demo.sh --release` or the bench measure those)"
+        );
+    }
+    println!();
+    print_decisions(&pool, &names.topic).await?;
+    print_stock(&projection).await?;
+    println!();
+
+    let run = demo::Run {
+        kafka: &kafka,
+        pool: &pool,
+        projection: &projection,
+        topic: &names.topic,
+        archived,
+    };
+    let mut all_pass = true;
+    for check in demo::check_contract(&run, timeout).await? {
+        all_pass &= check.ok;
+        println!(
+            "  {}  {}",
+            if check.ok { "PASS" } else { "FAIL" },
+            check.what
+        );
+    }
+    Ok(if all_pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The run's own topics and key prefix, so a demo never meets another's
+/// records or keys.
+struct Names {
+    run_id: String,
+    topic: String,
+    outcomes_topic: String,
+    dlq_topic: String,
+    prefix: String,
+}
+
+impl Names {
+    fn new(g: &Global) -> Self {
+        let run_id = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        Self {
+            topic: format!("{run_id}.{}", g.topic),
+            outcomes_topic: format!("{run_id}.{}", g.outcomes_topic),
+            dlq_topic: format!("{run_id}.{}", g.dlq_topic),
+            prefix: format!("{}:{run_id}", g.prefix),
+            run_id,
+        }
+    }
+
+    fn print(&self, partitions: i32) {
+        println!("stockledger demo {}", self.run_id);
+        println!(
+            "  topics   {}, {}, {} ({partitions} partitions)",
+            self.topic, self.outcomes_topic, self.dlq_topic
+        );
+        println!("  redis    prefix {}", self.prefix);
+    }
+}
+
+/// The applier and the archiver of the run, each in its own task.
+struct Pipeline {
+    stop_applier: oneshot::Sender<()>,
+    stop_archiver: oneshot::Sender<()>,
+    applier:
+        JoinHandle<Result<stockledger_applier::ApplierStats, stockledger_applier::ApplierError>>,
+    archiver: JoinHandle<
+        Result<stockledger_archiver::ArchiverStats, stockledger_archiver::ArchiverError>,
+    >,
+}
+
+impl Pipeline {
+    /// Creates the run's topics and starts both services on them.
+    async fn start(g: &Global, names: &Names, partitions: i32) -> anyhow::Result<Self> {
+        let topics = LedgerTopics {
+            commands: &names.topic,
+            outcomes: &names.outcomes_topic,
+            dead_letters: &names.dlq_topic,
+        };
+        let specs = ledger_topic_specs(topics, partitions, 1, Retention::default());
+        create_topics(&g.kafka(), &specs)
+            .await
+            .with_context(|| format!("creating topics on {}", g.brokers))?;
+
+        let mut applier = crate::applier_config(g);
+        applier.topic = names.topic.clone();
+        applier.outcomes_topic = names.outcomes_topic.clone();
+        applier.dlq_topic = names.dlq_topic.clone();
+        applier.prefix = names.prefix.clone();
+        applier.group_id = format!("{}-applier", names.run_id);
+        let mut archiver = crate::archiver_config(g);
+        archiver.outcomes_topic = names.outcomes_topic.clone();
+        archiver.group_id = format!("{}-archiver", names.run_id);
+        archiver.page_wait = Duration::from_millis(20);
+        let (stop_applier, applier_stopped) = oneshot::channel::<()>();
+        let (stop_archiver, archiver_stopped) = oneshot::channel::<()>();
+        Ok(Self {
+            stop_applier,
+            stop_archiver,
+            applier: tokio::spawn(stockledger_applier::run(applier, async {
+                let _ = applier_stopped.await;
+            })),
+            archiver: tokio::spawn(stockledger_archiver::run(archiver, async {
+                let _ = archiver_stopped.await;
+            })),
+        })
+    }
+
+    /// Stops both services and reports the first failure of either.
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop_applier.send(());
+        let _ = self.stop_archiver.send(());
+        self.applier.await.context("applier task")??;
+        self.archiver.await.context("archiver task")??;
+        Ok(())
+    }
+}
+
+/// Puts the hot SKU on sale: its stock and its per-user limit, each
+/// awaited until the applier has taken it.
+async fn open_sale(
+    producer: &LedgerProducer,
+    reader: &OutcomeReader,
+    run_id: &str,
+    args: &DemoArgs,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let restock = producer
         .restock(
             HOT_SKU,
@@ -141,9 +261,11 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         decision.result == ResultCode::Applied,
         "per-user limit: {decision:?}"
     );
+    Ok(())
+}
 
-    let started = Instant::now();
-    let workload = Workload {
+fn workload(args: &DemoArgs) -> Workload {
+    Workload {
         orders: args.orders,
         buyers: args.buyers,
         hold_ms: args.hold_ms,
@@ -153,18 +275,10 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         duplicate_percent: args.duplicate_percent,
         early_rollback_percent: args.early_rollback_percent,
         seed: args.seed,
-    };
-    let sent = demo::buy(&producer, &reader, &workload).await?;
-    let produced_in = started.elapsed();
-    let projection =
-        stockledger_projection::Projection::connect(&g.redis_url, prefix.clone()).await?;
-    let archived = demo::settle(&kafka, &pool, &projection, &topic, timeout).await?;
-    let end_to_end = started.elapsed();
-    let _ = stop_applier.send(());
-    let _ = stop_archiver.send(());
-    applier_task.await.context("applier task")??;
-    archiver_task.await.context("archiver task")??;
+    }
+}
 
+fn print_workload(args: &DemoArgs, sent: &demo::Sent, guard: Option<&SoldOutGuard>) {
     println!(
         "  workload {} orders of {} users ({} tasks) on {HOT_SKU} ({} units, {} per user, held {} ms): \
          {} reserved, {} paid, {} cancelled, {} abandoned, {} refunded, {} sent twice, \
@@ -183,73 +297,60 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         sent.duplicated,
         sent.early_rollbacks
     );
-    if let Some(guard) = &guard {
+    if let Some(guard) = guard {
         println!(
             "  sold-out fast path: {} reservations refused in the producer, never logged",
             guard.refused()
         );
     }
-    let rate = |n: i64, d: Duration| (n as f64 / d.as_secs_f64()).round();
-    println!(
-        "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
-         {archived} decided and archived, expiries included, in {:.2} s",
-        sent.records,
-        produced_in.as_secs_f64(),
-        rate(sent.records as i64, produced_in),
-        end_to_end.as_secs_f64(),
-    );
-    if cfg!(debug_assertions) {
-        println!(
-            "           (a debug build: its rates are not the ledger's; \
-             `deploy/local/demo.sh --release` or the bench measure those)"
-        );
-    }
+}
 
-    let by_result = query::count_by_result(&pool, &topic).await?;
-    let counts = query::count_by_command_and_result(&pool, &topic, HOT_SKU).await?;
-    let count = |command: &str, result: ResultCode| {
-        counts
+/// What became of the orders, one line per kind of decision, read back
+/// from the analysts' archive.
+const DECISIONS: [(&str, &str, ResultCode); 11] = [
+    ("reservations granted", "DEDUCT", ResultCode::Applied),
+    (
+        "reservations refused: sold out",
+        "DEDUCT",
+        ResultCode::RejectedInsufficient,
+    ),
+    (
+        "reservations refused: over the limit",
+        "DEDUCT",
+        ResultCode::RejectedLimit,
+    ),
+    (
+        "reservations refused: cancelled first",
+        "DEDUCT",
+        ResultCode::RejectedCancelled,
+    ),
+    (
+        "duplicate reservations ignored",
+        "DEDUCT",
+        ResultCode::Duplicate,
+    ),
+    ("paid (confirmed)", "CONFIRM", ResultCode::Confirmed),
+    ("paid too late", "CONFIRM", ResultCode::RejectedExpired),
+    ("cancelled (released)", "ROLLBACK", ResultCode::Applied),
+    ("abandoned (expired)", "EXPIRE", ResultCode::Expired),
+    ("refunded", "REFUND", ResultCode::Refunded),
+    (
+        "rollbacks before reserving (tombstones)",
+        "ROLLBACK",
+        ResultCode::IgnoredNoDeduction,
+    ),
+];
+
+async fn print_decisions(pool: &PgPool, topic: &str) -> anyhow::Result<()> {
+    let by_result = query::count_by_result(pool, topic).await?;
+    let counts = query::count_by_command_and_result(pool, topic, HOT_SKU).await?;
+    for (label, command, result) in DECISIONS {
+        let n: i64 = counts
             .iter()
             .filter(|(c, r, _)| c.as_deref() == Some(command) && r == result.as_str())
             .map(|(_, _, n)| n)
-            .sum::<i64>()
-    };
-    println!();
-    let lines = [
-        ("reservations granted", "DEDUCT", ResultCode::Applied),
-        (
-            "reservations refused: sold out",
-            "DEDUCT",
-            ResultCode::RejectedInsufficient,
-        ),
-        (
-            "reservations refused: over the limit",
-            "DEDUCT",
-            ResultCode::RejectedLimit,
-        ),
-        (
-            "reservations refused: cancelled first",
-            "DEDUCT",
-            ResultCode::RejectedCancelled,
-        ),
-        (
-            "duplicate reservations ignored",
-            "DEDUCT",
-            ResultCode::Duplicate,
-        ),
-        ("paid (confirmed)", "CONFIRM", ResultCode::Confirmed),
-        ("paid too late", "CONFIRM", ResultCode::RejectedExpired),
-        ("cancelled (released)", "ROLLBACK", ResultCode::Applied),
-        ("abandoned (expired)", "EXPIRE", ResultCode::Expired),
-        ("refunded", "REFUND", ResultCode::Refunded),
-        (
-            "rollbacks before reserving (tombstones)",
-            "ROLLBACK",
-            ResultCode::IgnoredNoDeduction,
-        ),
-    ];
-    for (label, command, result) in lines {
-        println!("  {label:<40} {:>6}", count(command, result));
+            .sum();
+        println!("  {label:<40} {n:>6}");
     }
     println!(
         "  rows by result: {}",
@@ -259,9 +360,11 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    Ok(())
+}
 
-    let state = projection.read_sku(HOT_SKU).await?;
-    match &state {
+async fn print_stock(projection: &Projection) -> anyhow::Result<()> {
+    match projection.read_sku(HOT_SKU).await? {
         Some(s) => println!(
             "  stock left {} of {} ({} sold, {} still held)",
             s.available,
@@ -271,27 +374,5 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         ),
         None => println!("  stock left: no state in Redis"),
     }
-    println!();
-
-    let run = demo::Run {
-        kafka: &kafka,
-        pool: &pool,
-        projection: &projection,
-        topic: &topic,
-        archived,
-    };
-    let mut all_pass = true;
-    for check in demo::check_contract(&run, timeout).await? {
-        all_pass &= check.ok;
-        println!(
-            "  {}  {}",
-            if check.ok { "PASS" } else { "FAIL" },
-            check.what
-        );
-    }
-    Ok(if all_pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(())
 }

@@ -1,0 +1,157 @@
+//! The scenarios through an in-process applier: e2e throughput (with the
+//! contract check), latency at a fixed rate, and replay of the e2e log.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use stockledger_applier::replay::ReplayConfig;
+use stockledger_cli::Global;
+
+use crate::contract::{archive, projection_differs};
+use crate::pipeline::Pipeline;
+use crate::{cpu, BenchArgs, Ledger, Measurement};
+
+/// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
+/// Redis.
+pub(crate) async fn e2e(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<(Measurement, Ledger)> {
+    let per_sku = (records / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
+    let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
+    let cpu = cpu::CpuTimes::now(&redis).await?;
+    let started = Instant::now();
+    pipeline.publish(records, args.in_flight).await?;
+    let produced = started.elapsed().as_secs_f64();
+    pipeline.wait_applied(records).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu.per_record(&redis, records).await?;
+    let (topic, outcomes_topic, prefix) = (
+        pipeline.topic.clone(),
+        pipeline.outcomes_topic.clone(),
+        pipeline.prefix.clone(),
+    );
+    pipeline.stop().await?;
+    let log_records = records + skus as u64;
+    let mut failures = Vec::new();
+    if let Some(failure) = projection_differs(g, &topic, &prefix, log_records).await? {
+        failures.push(failure);
+    }
+    let mut archive = archive(
+        g,
+        args,
+        pool,
+        &format!("{run_id}-{name}"),
+        &topic,
+        &outcomes_topic,
+        log_records,
+    )
+    .await?;
+    if let Some(failure) = &archive.failed {
+        failures.push(failure.clone());
+    }
+    let measurement = Measurement {
+        scenario: if skus == 1 { "e2e-hot" } else { "e2e-uniform" },
+        records,
+        seconds,
+        setup: format!(
+            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; {cpu}; contract checked",
+            args.partitions, args.in_flight, args.batch_size
+        ),
+        latency_ms: None,
+        peak_rss_mib: None,
+        failed: (!failures.is_empty()).then(|| failures.join("; ")),
+    };
+    archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
+    let ledger = Ledger { topic, archive };
+    Ok((measurement, ledger))
+}
+
+/// Commands offered at a fixed rate; each one timed from the produce call
+/// until its decision is visible to the order service (`OutcomeReader`).
+pub(crate) async fn latency(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    scenario: &'static str,
+    rate: u64,
+    records: u64,
+) -> anyhow::Result<Measurement> {
+    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64, true).await?;
+    let reader =
+        stockledger_client::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    let mut timings = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..records {
+        ticker.tick().await;
+        let (producer, reader, sku) = (pipeline.producer.clone(), reader.clone(), pipeline.sku(i));
+        timings.spawn(async move {
+            let sent = Instant::now();
+            let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
+            let acknowledged = sent.elapsed();
+            reader.wait(&receipt, Duration::from_secs(60)).await?;
+            anyhow::Ok((acknowledged, sent.elapsed()))
+        });
+    }
+    // Microseconds, 3 significant figures: far finer than the spread.
+    let mut acks = Histogram::<u64>::new(3)?;
+    let mut latencies = Histogram::<u64>::new(3)?;
+    while let Some(timing) = timings.join_next().await {
+        let (ack, total) = timing.context("latency task")??;
+        acks.record(ack.as_micros() as u64)?;
+        latencies.record(total.as_micros() as u64)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    pipeline.stop().await?;
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (
+        ms(&latencies, 0.50),
+        ms(&latencies, 0.99),
+        ms(&latencies, 0.999),
+    );
+    let ack_p50 = ms(&acks, 0.50);
+    Ok(Measurement {
+        scenario,
+        records,
+        seconds,
+        setup: format!(
+            "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms (broker ack p50 {ack_p50:.1} ms)"
+        ),
+        latency_ms: Some([p50, p99, p999]),
+        peak_rss_mib: None,
+        failed: None,
+    })
+}
+
+pub(crate) async fn replay(
+    g: &Global,
+    run_id: &str,
+    ledger: &Ledger,
+) -> anyhow::Result<Measurement> {
+    let target = format!("{}:{run_id}:replay", g.prefix);
+    let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
+    let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
+    let cpu = cpu::CpuTimes::now(&redis).await?;
+    let started = Instant::now();
+    let report =
+        stockledger_applier::replay::replay(config, std::future::pending(), |_| {}).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu.per_record(&redis, report.records).await?;
+    Ok(Measurement {
+        scenario: "replay",
+        records: report.records,
+        seconds,
+        setup: format!("the e2e-uniform log, {} SKUs; {cpu}", report.skus),
+        latency_ms: None,
+        peak_rss_mib: None,
+        failed: None,
+    })
+}

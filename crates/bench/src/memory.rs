@@ -1,0 +1,149 @@
+//! The memory and scale scenarios: the applier and the archiver as
+//! processes of their own, each one's peak resident set read once the log
+//! is applied and archived.
+
+use std::time::Instant;
+
+use stockledger_applier::replay::ReplayConfig;
+use stockledger_cli::Global;
+
+use crate::contract::{contract_differs, wait_archived};
+use crate::pipeline::{peak_rss, with_processes};
+use crate::{print_measurement, BenchArgs, Measurement};
+
+/// e2e-uniform with the applier and the archiver as processes of their
+/// own, reporting each one's peak resident set once every record is
+/// applied and archived.
+pub(crate) async fn memory(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<Measurement> {
+    let name = format!("memory-{records}");
+    let (pipeline, archiver, archiver_group) =
+        with_processes(g, args, run_id, &name, skus, records).await?;
+    let started = Instant::now();
+    pipeline.publish(records, args.in_flight).await?;
+    pipeline.wait_applied(records).await?;
+    wait_archived(
+        pool,
+        &archiver_group,
+        &pipeline.outcomes_topic,
+        records + skus as u64,
+        || archiver.check_running(),
+    )
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
+    archiver.stop().await?;
+    let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
+    pipeline.stop().await?;
+    let failed = contract_differs(g, pool, &topic, &prefix, records + skus as u64).await?;
+    Ok(Measurement {
+        scenario: "memory",
+        records,
+        seconds,
+        setup: format!(
+            "e2e-uniform over {skus} SKUs, applied and archived by separate processes: peak RSS applier {applier_rss:.1} MiB, archiver {archiver_rss:.1} MiB"
+        ),
+        latency_ms: None,
+        peak_rss_mib: Some([applier_rss, archiver_rss]),
+        failed,
+    })
+}
+
+/// The scale scenario: `records` commands over `skus` SKUs applied and
+/// archived by `stockledger apply` and `stockledger archive` processes, in
+/// three steps (a tenth, half, all), each one's peak RSS read after every
+/// step; then the whole log replayed into a fresh prefix, its rate read
+/// as it passes each step.
+pub(crate) async fn scale(
+    g: &Global,
+    pool: &sqlx::PgPool,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let (pipeline, archiver, archiver_group) =
+        with_processes(g, args, run_id, "scale", skus, records).await?;
+    let steps = [records / 10, records / 2, records];
+    let mut results = Vec::new();
+    let (started, mut from) = (Instant::now(), 0);
+    for step in steps {
+        pipeline.publish_range(from..step, args.in_flight).await?;
+        from = step;
+        pipeline.wait_applied(step).await?;
+        wait_archived(
+            pool,
+            &archiver_group,
+            &pipeline.outcomes_topic,
+            step + skus as u64,
+            || archiver.check_running(),
+        )
+        .await?;
+        let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
+        // The contract check once, at the end: it reads the whole log.
+        let failed = if step == records {
+            let log = step + skus as u64;
+            contract_differs(g, pool, &pipeline.topic, &pipeline.prefix, log).await?
+        } else {
+            None
+        };
+        let m = Measurement {
+            scenario: "memory",
+            records: step,
+            seconds: started.elapsed().as_secs_f64(),
+            setup: format!(
+                "scale: the first {step} of {records} records over {skus} SKUs, applied and archived by separate processes: peak RSS applier {applier_rss:.1} MiB, archiver {archiver_rss:.1} MiB"
+            ),
+            latency_ms: None,
+            peak_rss_mib: Some([applier_rss, archiver_rss]),
+            failed,
+        };
+        print_measurement(&m);
+        results.push(m);
+    }
+    archiver.stop().await?;
+    let topic = pipeline.topic.clone();
+    pipeline.stop().await?;
+    // The whole log replayed; the time it passes each step, read from its
+    // progress reports (a few a second).
+    let target = format!("{}:{run_id}:scale-replay", g.prefix);
+    let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), topic, target);
+    let log = records + skus as u64;
+    let mut passed: Vec<(u64, f64)> = Vec::new();
+    let report = stockledger_applier::replay::replay(config, std::future::pending(), |p| {
+        for step in steps {
+            if p.records >= step && !passed.iter().any(|&(s, _)| s == step) {
+                passed.push((step, p.elapsed.as_secs_f64()));
+            }
+        }
+    })
+    .await?;
+    anyhow::ensure!(
+        report.records == log,
+        "the replay read {} records of a {log}-record log",
+        report.records
+    );
+    for (step, seconds) in passed {
+        let m = Measurement {
+            scenario: "replay",
+            records: step,
+            seconds,
+            setup: format!(
+                "scale: the first {step} records of a {log}-record log ({} SKUs), timed from the replay's start",
+                report.skus
+            ),
+            latency_ms: None,
+            peak_rss_mib: None,
+            failed: None,
+        };
+        print_measurement(&m);
+        results.push(m);
+    }
+    Ok(results)
+}

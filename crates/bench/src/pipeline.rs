@@ -1,0 +1,250 @@
+//! The scenarios' pipeline: the run's topics, an applier (a task of the
+//! bench, or a `stockledger apply` process whose memory can be read
+//! alone), a producer, and every SKU restocked before the clock starts.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::stream::{self, StreamExt};
+use stockledger_cli::{applier_config, Global};
+use stockledger_client::LedgerProducer;
+use stockledger_core::RestockMode;
+use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
+use stockledger_kafka::topic::committed_offsets;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::process::Component;
+use crate::{BenchArgs, ROLLBACK_EVERY};
+
+/// A pipeline for `records` commands over `skus` SKUs whose applier is a
+/// `stockledger apply` process, with a `stockledger archive` process on its
+/// outcomes (and that archiver's group), so each one's memory can be read.
+pub(crate) async fn with_processes(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    name: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<(Pipeline, Component, String)> {
+    let per_sku = (records / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, false).await?;
+    let group = format!("{run_id}-{name}-archiver");
+    let archiver = Component::start(
+        g,
+        &[
+            ("STOCKLEDGER_OUTCOMES_TOPIC", &pipeline.outcomes_topic),
+            ("STOCKLEDGER_ARCHIVER_GROUP", &group),
+            ("STOCKLEDGER_PAGE_SIZE", &args.page_size.max(1).to_string()),
+            (
+                "STOCKLEDGER_ARCHIVE_WRITERS",
+                &args.writers.max(1).to_string(),
+            ),
+        ],
+        "archive",
+    )?;
+    Ok((pipeline, archiver, group))
+}
+
+/// The peak resident set, in MiB, of the applier and archiver processes.
+pub(crate) fn peak_rss(pipeline: &Pipeline, archiver: &Component) -> anyhow::Result<[f64; 2]> {
+    let applier = match &pipeline.applier {
+        Applier::Process(p) => p.peak_rss_mib(),
+        Applier::Task { .. } => None,
+    };
+    match (applier, archiver.peak_rss_mib()) {
+        (Some(applier), Some(archiver)) => Ok([applier, archiver]),
+        _ => anyhow::bail!(
+            "no peak RSS of the applier and archiver processes in /proc (needs Linux)"
+        ),
+    }
+}
+
+/// Where a scenario's applier runs.
+pub(crate) enum Applier {
+    /// A task of the bench process.
+    Task {
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<
+            Result<stockledger_applier::ApplierStats, stockledger_applier::ApplierError>,
+        >,
+    },
+    /// A `stockledger apply` process, so its memory can be read alone.
+    Process(Component),
+}
+
+/// Topics, an applier and a producer for one scenario, with every SKU
+/// restocked and the restocks applied.
+pub(crate) struct Pipeline {
+    pub(crate) kafka: stockledger_kafka::KafkaConfig,
+    pub(crate) topic: String,
+    pub(crate) outcomes_topic: String,
+    pub(crate) group: String,
+    pub(crate) prefix: String,
+    pub(crate) skus: usize,
+    pub(crate) producer: LedgerProducer,
+    pub(crate) restocks: i64,
+    pub(crate) applier: Applier,
+}
+
+impl Pipeline {
+    pub(crate) async fn start(
+        g: &Global,
+        args: &BenchArgs,
+        run_id: &str,
+        name: &str,
+        skus: usize,
+        per_sku: i64,
+        in_process: bool,
+    ) -> anyhow::Result<Self> {
+        let topic = format!("{run_id}.{name}.ledger");
+        let outcomes_topic = format!("{run_id}.{name}.outcomes");
+        let dlq_topic = format!("{run_id}.{name}.dlq");
+        let kafka = g.kafka();
+        let topics = LedgerTopics {
+            commands: &topic,
+            outcomes: &outcomes_topic,
+            dead_letters: &dlq_topic,
+        };
+        let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
+        create_topics(&kafka, &specs).await?;
+        let mut config = applier_config(g);
+        config.topic = topic.clone();
+        config.outcomes_topic = outcomes_topic.clone();
+        config.dlq_topic = dlq_topic;
+        config.prefix = format!("{}:{run_id}:{name}", g.prefix);
+        config.group_id = format!("{run_id}-{name}-applier");
+        config.batch_size = args.batch_size.max(1);
+        config.batch_wait = Duration::from_millis(args.batch_wait_ms);
+        let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
+        let applier = if in_process {
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(stockledger_applier::run(config, async {
+                let _ = stopped.await;
+            }));
+            Applier::Task { stop, task }
+        } else {
+            Applier::Process(Component::start(
+                g,
+                &[
+                    ("STOCKLEDGER_TOPIC", &config.topic),
+                    ("STOCKLEDGER_OUTCOMES_TOPIC", &config.outcomes_topic),
+                    ("STOCKLEDGER_DLQ_TOPIC", &config.dlq_topic),
+                    ("STOCKLEDGER_PREFIX", &config.prefix),
+                    ("STOCKLEDGER_APPLIER_GROUP", &config.group_id),
+                    ("STOCKLEDGER_BATCH_SIZE", &config.batch_size.to_string()),
+                    ("STOCKLEDGER_BATCH_WAIT_MS", &args.batch_wait_ms.to_string()),
+                ],
+                "apply",
+            )?)
+        };
+        let producer = LedgerProducer::new(&kafka, topic.clone())?;
+        let pipeline = Self {
+            kafka,
+            topic,
+            outcomes_topic,
+            group,
+            prefix,
+            skus,
+            producer,
+            restocks: skus as i64,
+            applier,
+        };
+        stream::iter(0..skus as u64)
+            .map(|i| {
+                let p = &pipeline;
+                async move {
+                    p.producer
+                        .restock(&p.sku(i), "initial", RestockMode::Set, per_sku)
+                        .await
+                }
+            })
+            .buffer_unordered(args.in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        pipeline.wait_applied(0).await?;
+        Ok(pipeline)
+    }
+
+    /// The SKU of the `i`-th command.
+    pub(crate) fn sku(&self, i: u64) -> String {
+        format!("SKU-{:05}", i % self.skus as u64)
+    }
+
+    /// Waits until the restocks and `records` more are applied and committed.
+    pub(crate) async fn wait_applied(&self, records: u64) -> anyhow::Result<()> {
+        let records = self.restocks + records as i64;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let done: i64 = committed_offsets(&self.kafka, &self.group, &self.topic)
+                .await?
+                .values()
+                .sum();
+            if done >= records {
+                return Ok(());
+            }
+            if let Applier::Process(p) = &self.applier {
+                p.check_running()?;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} committed {done} of {records} records in 10 minutes",
+                self.group
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends `records` commands, `in_flight` at a time, and returns when the
+    /// broker holds them all. Nine in ten are deducts of one unit; every
+    /// tenth is the rollback of an order deducted at least `in_flight`
+    /// commands earlier (a cancelled or unpaid order), so by the time it is
+    /// sent its deduct is already queued ahead of it on the SKU's partition.
+    pub(crate) async fn publish(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
+        self.publish_range(0..records, in_flight).await
+    }
+
+    /// [`Pipeline::publish`] of the commands numbered `range` (a scenario
+    /// publishing in steps gets the same commands as one publishing at once).
+    pub(crate) async fn publish_range(
+        &self,
+        range: std::ops::Range<u64>,
+        in_flight: usize,
+    ) -> anyhow::Result<()> {
+        let lag = (in_flight as u64).min(range.end / 2) / ROLLBACK_EVERY * ROLLBACK_EVERY
+            + ROLLBACK_EVERY;
+        stream::iter(range)
+            .map(|i| async move {
+                if i % ROLLBACK_EVERY == 0 && i >= lag {
+                    let order = i - lag + 1;
+                    self.producer
+                        .rollback(&self.sku(order), &format!("order-{order}"), None)
+                        .await
+                } else {
+                    self.producer
+                        .deduct(&self.sku(i), &format!("order-{i}"), 1)
+                        .await
+                }
+            })
+            .buffer_unordered(in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        match self.applier {
+            Applier::Task { stop, task } => {
+                let _ = stop.send(());
+                task.await.context("applier task")??;
+            }
+            Applier::Process(process) => process.stop().await?,
+        }
+        Ok(())
+    }
+}
