@@ -88,171 +88,160 @@ async fn fill_and_measure(
         peak_rss_mib: None,
         failed: None,
     }];
-    let span_ms = DAYS * DAY_MS;
-    let per_sku = (rows / SKUS).max(1);
     // Same seed every run: the same SKUs and instants are asked for.
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut pick = move || {
-        let sku = format!("SKU-{}", rng.gen_range(0..SKUS));
-        let at = START_MS + rng.gen_range(0..span_ms - DAY_MS);
-        let offset = rng.gen_range(0..rows);
-        (sku, at, offset)
-    };
-    results.push(
-        timed(
-            "q-sku-day",
-            &format!(
+    for query in Query::ALL {
+        let samples = query.samples(samples);
+        let what = query.what(rows);
+        let m = timed(query.name(), &what, samples, || {
+            let pick = Pick::random(&mut rng, rows);
+            let pool = pool.clone();
+            async move { query.run(&pool, pick).await }
+        })
+        .await?;
+        results.push(m);
+    }
+    Ok(results)
+}
+
+/// What one sample asks about: a SKU, an instant within the log's span
+/// (a day before its end at the latest) and a log offset.
+struct Pick {
+    sku: String,
+    at: i64,
+    offset: i64,
+}
+
+impl Pick {
+    fn random(rng: &mut impl Rng, rows: i64) -> Self {
+        Self {
+            sku: format!("SKU-{}", rng.gen_range(0..SKUS)),
+            at: START_MS + rng.gen_range(0..(DAYS - 1) * DAY_MS),
+            offset: rng.gen_range(0..rows),
+        }
+    }
+
+    /// The start of the day `at` falls in.
+    fn day(&self) -> i64 {
+        START_MS + (self.at - START_MS) / DAY_MS * DAY_MS
+    }
+}
+
+/// The documented queries, each timed on its own.
+#[derive(Debug, Clone, Copy)]
+enum Query {
+    SkuDay,
+    SkuPage,
+    AsOfTime,
+    AsOfOffset,
+    ReportSkuDay,
+    ReportAllDay,
+    SellOutsSku,
+    OrderTimeline,
+}
+
+impl Query {
+    const ALL: [Query; 8] = [
+        Self::SkuDay,
+        Self::SkuPage,
+        Self::AsOfTime,
+        Self::AsOfOffset,
+        Self::ReportSkuDay,
+        Self::ReportAllDay,
+        Self::SellOutsSku,
+        Self::OrderTimeline,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::SkuDay => "q-sku-day",
+            Self::SkuPage => "q-sku-page",
+            Self::AsOfTime => "q-as-of-time",
+            Self::AsOfOffset => "q-as-of-offset",
+            Self::ReportSkuDay => "q-report-sku-day",
+            Self::ReportAllDay => "q-report-all-day",
+            Self::SellOutsSku => "q-sell-outs-sku",
+            Self::OrderTimeline => "q-order-timeline",
+        }
+    }
+
+    /// What the query asks, on an archive of `rows` rows.
+    fn what(self, rows: i64) -> String {
+        let per_sku = (rows / SKUS).max(1);
+        match self {
+            Self::SkuDay => format!(
                 "history of one SKU over a day (~{} rows), log order",
                 per_sku / DAYS
             ),
-            samples,
-            || {
-                let (sku, at, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 1000);
-                    q.since_ms = Some(at);
-                    q.until_ms = Some(at + DAY_MS);
-                    query::history_page(&pool, TOPIC, &q).await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-sku-page",
-            &format!("newest 100 of one SKU's {per_sku} rows, refusals only"),
-            samples,
-            || {
-                let (sku, _, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    let mut q = HistoryQuery::of(HistoryOf::Sku(sku), 100);
-                    q.newest_first = true;
-                    q.results = vec![stockledger_core::ResultCode::RejectedInsufficient];
-                    query::history_page(&pool, TOPIC, &q).await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-as-of-time",
-            "stock of one SKU as of a time",
-            samples,
-            || {
-                let (sku, at, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    query::stock_as_of(&pool, TOPIC, &sku, AsOf::Time(at)).await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-as-of-offset",
-            "stock of one SKU as of a log offset",
-            samples,
-            || {
-                let (sku, _, offset) = pick();
-                let pool = pool.clone();
-                async move {
-                    query::stock_as_of(&pool, TOPIC, &sku, AsOf::Offset(offset)).await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-report-sku-day",
-            "one SKU, one day, per hour",
-            samples,
-            || {
-                let (sku, at, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    let day = START_MS + (at - START_MS) / DAY_MS * DAY_MS;
-                    query::report(&pool, TOPIC, 3600, day, day + DAY_MS, Some(&sku), i64::MAX)
-                        .await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    let rows_per_day = rows / DAYS;
-    results.push(
-        timed(
-            "q-report-all-day",
-            &format!("every SKU ({SKUS}), one day (~{rows_per_day} rows), per hour"),
-            (samples / 20).max(3),
-            || {
-                let (_, at, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    let day = START_MS + (at - START_MS) / DAY_MS * DAY_MS;
-                    query::report(&pool, TOPIC, 3600, day, day + DAY_MS, None, i64::MAX).await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-sell-outs-sku",
-            "ledger_sell_outs view, one SKU",
-            samples,
-            || {
-                let (sku, _, _) = pick();
-                let pool = pool.clone();
-                async move {
-                    sqlx::query(
-                        "SELECT * FROM ledger_sell_outs WHERE topic = $1 AND sku = $2
-                         ORDER BY occurred_at DESC LIMIT 10",
-                    )
-                    .bind(TOPIC)
-                    .bind(sku)
-                    .fetch_all(&pool)
-                    .await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    results.push(
-        timed(
-            "q-order-timeline",
-            "ledger_order_timeline view, one order",
-            samples,
-            || {
-                let (_, _, offset) = pick();
-                let pool = pool.clone();
-                async move {
-                    sqlx::query(
-                        "SELECT * FROM ledger_order_timeline WHERE order_id = $1
-                         ORDER BY sku, log_offset",
-                    )
-                    .bind(format!("o-{}", offset / 10))
-                    .fetch_all(&pool)
-                    .await?;
-                    Ok(())
-                }
-            },
-        )
-        .await?,
-    );
-    Ok(results)
+            Self::SkuPage => format!("newest 100 of one SKU's {per_sku} rows, refusals only"),
+            Self::AsOfTime => "stock of one SKU as of a time".into(),
+            Self::AsOfOffset => "stock of one SKU as of a log offset".into(),
+            Self::ReportSkuDay => "one SKU, one day, per hour".into(),
+            Self::ReportAllDay => format!(
+                "every SKU ({SKUS}), one day (~{} rows), per hour",
+                rows / DAYS
+            ),
+            Self::SellOutsSku => "ledger_sell_outs view, one SKU".into(),
+            Self::OrderTimeline => "ledger_order_timeline view, one order".into(),
+        }
+    }
+
+    /// How many times it is asked: the report over every SKU reads a
+    /// day's rows, so it gets a twentieth of the samples (at least 3).
+    fn samples(self, samples: u64) -> u64 {
+        match self {
+            Self::ReportAllDay => (samples / 20).max(3),
+            _ => samples,
+        }
+    }
+
+    async fn run(self, pool: &PgPool, pick: Pick) -> anyhow::Result<()> {
+        match self {
+            Self::SkuDay => {
+                let mut q = HistoryQuery::of(HistoryOf::Sku(pick.sku), 1000);
+                q.since_ms = Some(pick.at);
+                q.until_ms = Some(pick.at + DAY_MS);
+                query::history_page(pool, TOPIC, &q).await?;
+            }
+            Self::SkuPage => {
+                let mut q = HistoryQuery::of(HistoryOf::Sku(pick.sku), 100);
+                q.newest_first = true;
+                q.results = vec![stockledger_core::ResultCode::RejectedInsufficient];
+                query::history_page(pool, TOPIC, &q).await?;
+            }
+            Self::AsOfTime => {
+                query::stock_as_of(pool, TOPIC, &pick.sku, AsOf::Time(pick.at)).await?;
+            }
+            Self::AsOfOffset => {
+                query::stock_as_of(pool, TOPIC, &pick.sku, AsOf::Offset(pick.offset)).await?;
+            }
+            Self::ReportSkuDay | Self::ReportAllDay => {
+                let sku = matches!(self, Self::ReportSkuDay).then_some(pick.sku.as_str());
+                let day = pick.day();
+                query::report(pool, TOPIC, 3600, day, day + DAY_MS, sku, i64::MAX).await?;
+            }
+            Self::SellOutsSku => {
+                sqlx::query(
+                    "SELECT * FROM ledger_sell_outs WHERE topic = $1 AND sku = $2
+                     ORDER BY occurred_at DESC LIMIT 10",
+                )
+                .bind(TOPIC)
+                .bind(pick.sku)
+                .fetch_all(pool)
+                .await?;
+            }
+            Self::OrderTimeline => {
+                sqlx::query(
+                    "SELECT * FROM ledger_order_timeline WHERE order_id = $1
+                     ORDER BY sku, log_offset",
+                )
+                .bind(format!("o-{}", pick.offset / 10))
+                .fetch_all(pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Generates `rows` rows in chunks, creating the months' partitions first.
