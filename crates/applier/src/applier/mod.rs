@@ -341,52 +341,88 @@ impl Applier {
                     continue;
                 }
             };
-            if let Some(mut batch) = applying.take_if(|batch| batch.task.is_finished()) {
-                // Redis has answered already: its waiters hear of it before
-                // more is read.
-                let joined = (&mut batch.task).await;
-                if self
-                    .publish_applied(batch, joined, &mut in_flight, &mut unfinished, &mut stop)
-                    .await?
-                {
-                    break;
-                }
-            }
-            let records = self.fill_batch(first).await;
-            let batch = self.decode(records).await?;
-            // Redis takes the next batch once it has answered for this one.
-            let decided = match applying.take() {
-                Some(mut previous) => {
-                    let joined = (&mut previous.task).await;
-                    match self.conclude(previous, joined)? {
-                        Some(decided) => Some(decided),
-                        // Stopping with Redis away: nothing of the batch
-                        // is published, so nothing after it may be.
-                        None => break,
-                    }
-                }
-                None => None,
-            };
-            applying = Some(self.start_apply(batch));
-            // A task spawned from a worker waits in that worker's LIFO slot,
-            // which the other workers do not steal from, until this task
-            // yields; publishing does not, so without this the batch would
-            // reach Redis only after its predecessor's outcomes were encoded
-            // (Redis and the applier taking turns instead of overlapping).
-            tokio::task::yield_now().await;
-            if let Some(decided) = decided {
-                let next = self.publish(decided).await?;
-                if self
-                    .hand_over(&mut in_flight, next, &mut unfinished, &mut stop)
-                    .await?
-                {
-                    break;
-                }
+            let stopping = self
+                .take_batch(
+                    first,
+                    &mut applying,
+                    &mut in_flight,
+                    &mut unfinished,
+                    &mut stop,
+                )
+                .await?;
+            if stopping {
+                break;
             }
         }
         unfinished.extend(in_flight);
+        self.drain(applying, unfinished, fenced).await
+    }
+
+    /// Takes a batch starting at `first`: publishes the batch Redis has
+    /// answered for, reads and decodes the rest of this one, and hands it
+    /// to Redis once the batch before is decided. `true` when the applier
+    /// is to stop.
+    async fn take_batch(
+        &mut self,
+        first: OwnedMessage,
+        applying: &mut Option<Applying>,
+        in_flight: &mut Option<InFlight>,
+        unfinished: &mut Vec<InFlight>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, ApplierError> {
+        if let Some(mut batch) = applying.take_if(|batch| batch.task.is_finished()) {
+            // Redis has answered already: its waiters hear of it before
+            // more is read.
+            let joined = (&mut batch.task).await;
+            if self
+                .publish_applied(batch, joined, in_flight, unfinished, stop)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        let records = self.fill_batch(first).await;
+        let batch = self.decode(records).await?;
+        // Redis takes the next batch once it has answered for this one.
+        let decided = match applying.take() {
+            Some(mut previous) => {
+                let joined = (&mut previous.task).await;
+                match self.conclude(previous, joined)? {
+                    Some(decided) => Some(decided),
+                    // Stopping with Redis away: nothing of the batch
+                    // is published, so nothing after it may be.
+                    None => return Ok(true),
+                }
+            }
+            None => None,
+        };
+        *applying = Some(self.start_apply(batch));
+        // A task spawned from a worker waits in that worker's LIFO slot,
+        // which the other workers do not steal from, until this task
+        // yields; publishing does not, so without this the batch would
+        // reach Redis only after its predecessor's outcomes were encoded
+        // (Redis and the applier taking turns instead of overlapping).
+        tokio::task::yield_now().await;
+        match decided {
+            Some(decided) => {
+                let next = self.publish(decided).await?;
+                self.hand_over(in_flight, next, unfinished, stop).await
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Stops within the shutdown grace: publishes the batch Redis may still
+    /// be applying, waits for what is under way to be delivered and
+    /// committed, and makes the last commit durable.
+    async fn drain(
+        mut self,
+        applying: Option<Applying>,
+        mut unfinished: Vec<InFlight>,
+        fenced: bool,
+    ) -> Result<(ApplierStats, bool), ApplierError> {
         let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        if let Some(mut batch) = applying.take() {
+        if let Some(mut batch) = applying {
             // Asked to stop, the task gives up on a Redis that does not
             // answer; a batch it applied is published like any other.
             if let Ok(joined) = tokio::time::timeout_at(grace, &mut batch.task).await {

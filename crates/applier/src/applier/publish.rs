@@ -56,6 +56,69 @@ pub(super) async fn delivered(
     }
 }
 
+/// The outcome of one item of a batch, and why it is dead-lettered too,
+/// if it is: a record that is not a valid command (refused without a
+/// decision), or a misrouted one (decided, but not applied).
+fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<String>) {
+    match (&item.command, decision) {
+        (Ok(command), Some(decision)) => {
+            let refusal = (decision.result == ResultCode::Misrouted)
+                .then(|| decision.reason.clone().unwrap_or_default());
+            let outcome = Outcome::for_command(item.position.clone(), command, decision);
+            (outcome, refusal)
+        }
+        (command, _) => {
+            // Every valid command got a decision, so this is a refusal.
+            let reason = command.as_ref().err().cloned().unwrap_or_default();
+            let outcome = Outcome::invalid(
+                item.position.clone(),
+                &item.key,
+                reason.clone(),
+                item.timestamp,
+            );
+            (outcome, Some(reason))
+        }
+    }
+}
+
+impl<'a> Outgoing<'a> {
+    /// The record as it was read, to the dead-letter topic, with why and
+    /// where it came from in its headers.
+    fn dead_letter(item: &'a Item, record: &'a OwnedMessage, reason: &str) -> Self {
+        let source = item.position.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: DLQ_REASON_HEADER,
+                value: Some(reason.as_bytes()),
+            })
+            .insert(Header {
+                key: DLQ_SOURCE_HEADER,
+                value: Some(source.as_bytes()),
+            });
+        Self {
+            kind: Kind::DeadLetter,
+            key: record.key().unwrap_or_default(),
+            payload: record.payload().unwrap_or_default().to_vec(),
+            headers: Some(headers),
+            position: &item.position,
+        }
+    }
+}
+
+/// The offsets to commit once `batch` is published: the next offset of
+/// each partition it read.
+fn offsets_to_commit(topic: &str, batch: &Decoded) -> TopicPartitionList {
+    let mut offsets = TopicPartitionList::new();
+    for (&partition, &offset) in &batch.next {
+        // The list is built from offsets just read; adding cannot fail
+        // except on an invalid offset, which Kafka never hands out.
+        if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
+            warn!(error = %Chain(&e), topic, partition, offset, "cannot record an offset to commit");
+        }
+    }
+    offsets
+}
+
 impl Applier {
     /// Sends the outcomes (and dead letters) of a batch Redis has decided.
     #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
@@ -72,46 +135,10 @@ impl Applier {
                 Ok(_) => decisions.next(),
                 Err(_) => None,
             };
-            let (outcome, refusal) = match (&item.command, decision) {
-                (Ok(command), Some(decision)) => {
-                    // A misrouted record is decided, but not applied: it goes
-                    // to the dead-letter topic too, as a record to fix.
-                    let refusal = (decision.result == ResultCode::Misrouted)
-                        .then(|| decision.reason.clone().unwrap_or_default());
-                    let outcome = Outcome::for_command(item.position.clone(), command, decision);
-                    (outcome, refusal)
-                }
-                (command, _) => {
-                    // Every valid command got a decision, so this is a refusal.
-                    let reason = command.as_ref().err().cloned().unwrap_or_default();
-                    let outcome = Outcome::invalid(
-                        item.position.clone(),
-                        &item.key,
-                        reason.clone(),
-                        item.timestamp,
-                    );
-                    (outcome, Some(reason))
-                }
-            };
+            let (outcome, refusal) = outcome_of(item, decision);
             if let Some(reason) = refusal {
                 debug!(position = %item.position, %reason, "dead-lettering a record");
-                let source = item.position.to_string();
-                let headers = OwnedHeaders::new()
-                    .insert(Header {
-                        key: DLQ_REASON_HEADER,
-                        value: Some(reason.as_bytes()),
-                    })
-                    .insert(Header {
-                        key: DLQ_SOURCE_HEADER,
-                        value: Some(source.as_bytes()),
-                    });
-                messages.push(Outgoing {
-                    kind: Kind::DeadLetter,
-                    key: record.key().unwrap_or_default(),
-                    payload: record.payload().unwrap_or_default().to_vec(),
-                    headers: Some(headers),
-                    position: &item.position,
-                });
+                messages.push(Outgoing::dead_letter(item, record, &reason));
                 self.stats.dead_lettered += 1;
                 metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
@@ -146,19 +173,10 @@ impl Applier {
             sent.push((m.kind, m.position.partition, m.position.offset));
         }
 
-        let mut offsets = TopicPartitionList::new();
-        let topic = &self.config.topic;
-        for (&partition, &offset) in &batch.next {
-            // The list is built from offsets just read; adding cannot fail
-            // except on an invalid offset, which Kafka never hands out.
-            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(offset)) {
-                warn!(error = %Chain(&e), topic, partition, offset, "cannot record an offset to commit");
-            }
-        }
         Ok(InFlight {
             deliveries: join_all(deliveries),
             sent,
-            offsets,
+            offsets: offsets_to_commit(&self.config.topic, &batch),
             records: batch.items.len(),
         })
     }
