@@ -111,50 +111,14 @@ pub async fn repartition(
     if config.from == config.to {
         return Err(RepartitionError::SameTopic(config.from.clone()));
     }
-    let reader: StreamConsumer = config.kafka.client_config(&[]).create()?;
-    let sources = partitions_of(&reader, &config.from)?;
-    if sources.is_empty() {
-        return Err(RepartitionError::NoSuchTopic(config.from.clone()));
-    }
-    check_target(&config, &reader)?;
-    for &p in &sources {
-        let (earliest, _) = watermarks(&reader, &config.from, p, Duration::from_secs(30))?;
-        if earliest > 0 {
-            return Err(RepartitionError::Truncated {
-                topic: config.from.clone(),
-                partition: p,
-                earliest,
-            });
-        }
-    }
+    let sources = check_source(&config)?;
     let spec = command_topic_spec(&config.to, config.partitions, config.replication);
     create_topics(&config.kafka, &[spec]).await?;
-
     // One consumer per source partition, so each is read in its own order.
-    let mut readers = Vec::new();
-    for &p in &sources {
-        let consumer: StreamConsumer = config
-            .kafka
-            .client_config(&[
-                // Partitions are assigned, never subscribed: the group
-                // only names the client; nothing is committed.
-                ("group.id", "stockledger-repartition"),
-                ("enable.auto.commit", "false"),
-                // The end of a partition is where the broker reports EOF, as
-                // for every reader of the whole log (topic::read_topic).
-                ("enable.partition.eof", "true"),
-            ])
-            .create()?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&config.from, p, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        readers.push(Source {
-            partition: p,
-            done: false,
-            consumer,
-            head: None,
-        });
-    }
+    let mut readers = sources
+        .iter()
+        .map(|&p| Source::open(&config, p))
+        .collect::<Result<Vec<_>, _>>()?;
     let producer: FutureProducer = config
         .kafka
         .client_config(&CONTRACT_SETTINGS)
@@ -187,24 +151,8 @@ pub async fn repartition(
         let Some(record) = source.head.take() else {
             break;
         };
-        let key = record.key().unwrap_or_default();
-        let partition = home_partition(key, config.partitions);
-        let mut out = FutureRecord::to(&config.to)
-            .partition(partition)
-            .key(key)
-            .payload(record.payload().unwrap_or_default());
-        if let Some(ts) = record.timestamp().to_millis() {
-            out = out.timestamp(ts);
-        }
-        if let Some(headers) = record.headers() {
-            let copied = headers.iter().fold(OwnedHeaders::new(), |all, h| {
-                all.insert(rdkafka::message::Header {
-                    key: h.key,
-                    value: h.value,
-                })
-            });
-            out = out.headers(copied);
-        }
+        let partition = home_partition(record.key().unwrap_or_default(), config.partitions);
+        let out = copy_of(&record, &config.to, partition);
         let delivery = enqueue(&producer, out)
             .await
             .map_err(|source| RepartitionError::Copy {
@@ -222,6 +170,55 @@ pub async fn repartition(
     settle(pending).await?;
     info!(records = report.records, "repartition finished");
     Ok(report)
+}
+
+/// The source topic's partitions, once it is known to exist whole (its
+/// earliest offsets 0: a truncated log cannot be copied in order) and the
+/// target may be created.
+fn check_source(config: &RepartitionConfig) -> Result<Vec<i32>, RepartitionError> {
+    let reader: StreamConsumer = config.kafka.client_config(&[]).create()?;
+    let sources = partitions_of(&reader, &config.from)?;
+    if sources.is_empty() {
+        return Err(RepartitionError::NoSuchTopic(config.from.clone()));
+    }
+    check_target(config, &reader)?;
+    for &p in &sources {
+        let (earliest, _) = watermarks(&reader, &config.from, p, Duration::from_secs(30))?;
+        if earliest > 0 {
+            return Err(RepartitionError::Truncated {
+                topic: config.from.clone(),
+                partition: p,
+                earliest,
+            });
+        }
+    }
+    Ok(sources)
+}
+
+/// `record` as it goes to `partition` of `topic`: the same key, payload,
+/// timestamp and headers.
+fn copy_of<'a>(
+    record: &'a OwnedMessage,
+    topic: &'a str,
+    partition: i32,
+) -> FutureRecord<'a, [u8], [u8]> {
+    let mut out = FutureRecord::to(topic)
+        .partition(partition)
+        .key(record.key().unwrap_or_default())
+        .payload(record.payload().unwrap_or_default());
+    if let Some(ts) = record.timestamp().to_millis() {
+        out = out.timestamp(ts);
+    }
+    if let Some(headers) = record.headers() {
+        let copied = headers.iter().fold(OwnedHeaders::new(), |all, h| {
+            all.insert(rdkafka::message::Header {
+                key: h.key,
+                value: h.value,
+            })
+        });
+        out = out.headers(copied);
+    }
+    out
 }
 
 /// The target must be new, or empty with the wanted partition count.
@@ -268,6 +265,31 @@ struct Source {
 }
 
 impl Source {
+    /// A reader of `partition` of the source topic from its beginning.
+    fn open(config: &RepartitionConfig, partition: i32) -> Result<Self, KafkaError> {
+        let consumer: StreamConsumer = config
+            .kafka
+            .client_config(&[
+                // Partitions are assigned, never subscribed: the group
+                // only names the client; nothing is committed.
+                ("group.id", "stockledger-repartition"),
+                ("enable.auto.commit", "false"),
+                // The end of a partition is where the broker reports EOF, as
+                // for every reader of the whole log (topic::read_topic).
+                ("enable.partition.eof", "true"),
+            ])
+            .create()?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&config.from, partition, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        Ok(Self {
+            partition,
+            done: false,
+            consumer,
+            head: None,
+        })
+    }
+
     /// Reads the next record into `head` unless it is there or the end is reached.
     async fn fill(&mut self) -> Result<(), KafkaError> {
         if self.head.is_some() || self.done {

@@ -175,44 +175,9 @@ pub async fn replay(
     let mut stop = stockledger_runtime::stop::stop_flag(shutdown);
     let topic_config = topic_config(&config.kafka, &config.topic).await?;
     check_permanent(&config.topic, &topic_config, config.allow_finite_retention)?;
-    let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
-    let existing = target.skus().await?.len();
-    if existing > 0 && config.require_empty_target {
-        return Err(ReplayError::TargetNotEmpty {
-            prefix: config.target_prefix.clone(),
-            skus: existing,
-        });
-    }
+    let target = open_target(&config).await?;
     let lag = Arc::new(AtomicI64::new(0));
-    let consumer: StreamConsumer<LagContext> = config
-        .kafka
-        .client_config(&[
-            (
-                "group.id",
-                &format!("stockledger-replay-{}", config.target_prefix),
-            ),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "true"),
-            ("statistics.interval.ms", "500"),
-            READ_TO_END_FETCH_WAIT_MS,
-            FETCH_QUEUE_BACKOFF_MS,
-        ])
-        .create_with_context(LagContext::new(
-            &config.topic,
-            lag.clone(),
-            Default::default(),
-        ))?;
-    let partitions = partitions_of(&consumer, &config.topic)?;
-    if partitions.is_empty() {
-        return Err(ReplayError::NoSuchTopic(config.topic.clone()));
-    }
-    let mut assignment = TopicPartitionList::new();
-    for &p in &partitions {
-        let start = config.start.get(&p).copied().unwrap_or(0);
-        let (earliest, _) = watermarks(&consumer, &config.topic, p, Duration::from_secs(30))?;
-        check_start(&config.topic, p, start, earliest)?;
-        assignment.add_partition_offset(&config.topic, p, Offset::Offset(start))?;
-    }
+    let (consumer, partitions, assignment) = open_log(&config, lag.clone())?;
     target.mark(&config.topic, partitions.len() as i32).await?;
     consumer.assign(&assignment)?;
     info!(topic = %config.topic, target = %config.target_prefix, partitions = partitions.len(), "replay started");
@@ -266,23 +231,7 @@ pub async fn replay(
         // for the SKUs the applier has moved past.
         let behind = swap_pass(swap, &target, &mut swapped).await?;
         if behind == 0 {
-            // Every SKU is in: the live prefix is a whole fold of the log
-            // again (this re-marks a Redis that had lost its state).
-            let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
-            live.mark(&config.topic, partitions.len() as i32).await?;
-            // The target's marker holds the furthest offset folded from
-            // each partition, as the live one must.
-            let folded = target
-                .marker()
-                .await?
-                .map(|m| m.applied)
-                .unwrap_or_default();
-            live.record_applied(&folded.into_iter().collect::<Vec<_>>())
-                .await?;
-            target
-                .copy_holds_into(&live, partitions.len() as i32)
-                .await?;
-            target.unmark().await?;
+            hand_over_marker(&config, swap, &target, partitions.len() as i32).await?;
             break;
         }
         info!(
@@ -296,17 +245,8 @@ pub async fn replay(
     report.records = progress.records;
     report.swapped = swapped.len();
     report.skus = swapped.len() + target.skus().await?.len();
-    if let Some(swap) = &config.swap {
-        if !report.interrupted {
-            let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
-            let rebuilt: HashSet<String> = swapped.iter().cloned().collect();
-            report.live_only = live
-                .skus()
-                .await?
-                .into_iter()
-                .filter(|s| !rebuilt.contains(s))
-                .collect();
-        }
+    if let Some(swap) = config.swap.as_ref().filter(|_| !report.interrupted) {
+        report.live_only = live_only(&config, swap, &swapped).await?;
     }
     info!(
         records = report.records,
@@ -315,6 +255,94 @@ pub async fn replay(
         "replay finished"
     );
     Ok(report)
+}
+
+/// The live SKUs no record of the log rebuilt: left as they were.
+async fn live_only(
+    config: &ReplayConfig,
+    swap: &SwapConfig,
+    swapped: &HashSet<String>,
+) -> Result<Vec<String>, ReplayError> {
+    let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
+    Ok(live
+        .skus()
+        .await?
+        .into_iter()
+        .filter(|s| !swapped.contains(s))
+        .collect())
+}
+
+/// The projection the replay folds into; with `require_empty_target`, one
+/// that holds no SKU yet.
+async fn open_target(config: &ReplayConfig) -> Result<Projection, ReplayError> {
+    let target = Projection::connect(&config.redis_url, config.target_prefix.clone()).await?;
+    let existing = target.skus().await?.len();
+    if existing > 0 && config.require_empty_target {
+        return Err(ReplayError::TargetNotEmpty {
+            prefix: config.target_prefix.clone(),
+            skus: existing,
+        });
+    }
+    Ok(target)
+}
+
+/// A consumer of the whole log (outside any group's assignment), its
+/// partitions, and where each is read from: the configured start, which
+/// must not be before the partition's earliest offset.
+fn open_log(
+    config: &ReplayConfig,
+    lag: Arc<AtomicI64>,
+) -> Result<(StreamConsumer<LagContext>, Vec<i32>, TopicPartitionList), ReplayError> {
+    let consumer: StreamConsumer<LagContext> = config
+        .kafka
+        .client_config(&[
+            (
+                "group.id",
+                &format!("stockledger-replay-{}", config.target_prefix),
+            ),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "true"),
+            ("statistics.interval.ms", "500"),
+            READ_TO_END_FETCH_WAIT_MS,
+            FETCH_QUEUE_BACKOFF_MS,
+        ])
+        .create_with_context(LagContext::new(&config.topic, lag, Default::default()))?;
+    let partitions = partitions_of(&consumer, &config.topic)?;
+    if partitions.is_empty() {
+        return Err(ReplayError::NoSuchTopic(config.topic.clone()));
+    }
+    let mut assignment = TopicPartitionList::new();
+    for &p in &partitions {
+        let start = config.start.get(&p).copied().unwrap_or(0);
+        let (earliest, _) = watermarks(&consumer, &config.topic, p, Duration::from_secs(30))?;
+        check_start(&config.topic, p, start, earliest)?;
+        assignment.add_partition_offset(&config.topic, p, Offset::Offset(start))?;
+    }
+    Ok((consumer, partitions, assignment))
+}
+
+/// Once every SKU is swapped in: the live prefix is a whole fold of the
+/// log again (this re-marks a Redis that had lost its state), with the
+/// furthest offset folded from each partition and the holds' index taken
+/// from the target, whose marker goes.
+async fn hand_over_marker(
+    config: &ReplayConfig,
+    swap: &SwapConfig,
+    target: &Projection,
+    partitions: i32,
+) -> Result<(), ReplayError> {
+    let live = Projection::connect(&config.redis_url, swap.live_prefix.clone()).await?;
+    live.mark(&config.topic, partitions).await?;
+    let folded = target
+        .marker()
+        .await?
+        .map(|m| m.applied)
+        .unwrap_or_default();
+    live.record_applied(&folded.into_iter().collect::<Vec<_>>())
+        .await?;
+    target.copy_holds_into(&live, partitions).await?;
+    target.unmark().await?;
+    Ok(())
 }
 
 /// A batch read from the log and decoded, not yet applied.
