@@ -73,27 +73,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         });
     }
     if args.from_snapshot {
-        use stockledger_maintenance::snapshot;
-        let target_projection = Projection::connect(&g.redis_url, target.clone()).await?;
-        let existing = target_projection.skus().await?.len();
-        anyhow::ensure!(
-            existing == 0,
-            "prefix {target} already holds {existing} SKUs; replay into an empty prefix"
-        );
-        let pool = connect_archive(g, 2).await?;
-        let Some(snap) = snapshot::latest(&pool, &g.topic).await? else {
-            anyhow::bail!(
-                "no complete snapshot of {}; take one with `stockledger snapshot`",
-                g.topic
-            );
-        };
-        let restored =
-            snapshot::restore(&pool, &snap, &target_projection.connection(), &target, 1000).await?;
-        eprintln!(
-            "restored snapshot {} ({restored} SKUs) into {target}",
-            snap.id
-        );
-        config.start = snap.start;
+        config.start = restore_snapshot(g, &target).await?;
         config.require_empty_target = false;
     }
     // On a terminal, one line redrawn in place; in a log, a line every 2 s.
@@ -148,4 +128,33 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Restores the latest complete snapshot into the empty prefix `target`;
+/// where the replay goes on from, per partition.
+async fn restore_snapshot(
+    g: &Global,
+    target: &str,
+) -> anyhow::Result<std::collections::HashMap<i32, i64>> {
+    use stockledger_maintenance::snapshot;
+    let target_projection = Projection::connect(&g.redis_url, target).await?;
+    let existing = target_projection.skus().await?.len();
+    anyhow::ensure!(
+        existing == 0,
+        "prefix {target} already holds {existing} SKUs; replay into an empty prefix"
+    );
+    let pool = connect_archive(g, 2).await?;
+    let Some(snap) = snapshot::latest(&pool, &g.topic).await? else {
+        anyhow::bail!(
+            "no complete snapshot of {}; take one with `stockledger snapshot`",
+            g.topic
+        );
+    };
+    let restored =
+        snapshot::restore(&pool, &snap, &target_projection.connection(), target, 1000).await?;
+    eprintln!(
+        "restored snapshot {} ({restored} SKUs) into {target}",
+        snap.id
+    );
+    Ok(snap.start)
 }
