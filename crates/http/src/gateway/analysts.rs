@@ -13,8 +13,11 @@ use stockledger_analysts::query::{self, StockAsOf};
 use stockledger_core::Sku;
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::{archive_problem, instant_param, path_problem, Answer, Position, Shared};
+use super::bodies::Position;
+use super::problem::{archive_problem, path_problem};
 use super::problem::{Problem, Query};
+use super::reads::instant_param;
+use super::{Answer, Shared};
 
 /// Most rows one report answers; a larger one asks for a SKU or a shorter range.
 pub const MAX_REPORT_ROWS: i64 = 100_000;

@@ -306,6 +306,33 @@ pub struct HistoryEntry {
     pub expires_at: Option<String>,
 }
 
+impl From<stockledger_analysts::query::Entry> for HistoryEntry {
+    fn from(e: stockledger_analysts::query::Entry) -> Self {
+        Self {
+            position: Position {
+                topic: e.topic,
+                partition: e.partition,
+                offset: e.log_offset,
+            },
+            sku: e.sku,
+            command: e.command,
+            order_id: e.order_id,
+            adjustment_id: e.adjustment_id,
+            quantity: e.quantity,
+            result: e.result,
+            delta: e.delta,
+            available_after: e.available_after,
+            total_after: e.total_after,
+            reason: e.reason,
+            rollback_reason: e.rollback_reason,
+            restock_mode: e.restock_mode,
+            occurred_at: e.occurred_at,
+            user_id: e.user_id,
+            expires_at: e.expires_at,
+        }
+    }
+}
+
 /// A page of history, oldest first (newest first when asked).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct HistoryPage {

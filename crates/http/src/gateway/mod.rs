@@ -4,17 +4,20 @@
 //! the same idempotent producer, and answered `202` with its log position
 //! or, with `?wait_ms=N`, `200` with the applier's decision (`202` with
 //! `"status": "pending"` if the wait ends first: the command is in the log
-//! and will be decided). [`api`] has the routes, [`bodies`] the JSON they
-//! take and answer, [`analysts`] the archive's reads, [`auth`] the API
+//! and will be decided). [`commands`] and [`reads`] have the routes,
+//! [`publish`] the way from a command to the log and back, [`bodies`] the
+//! JSON they take and answer, [`analysts`] the archive's reads, [`auth`] the API
 //! keys, their roles and rate limits, [`problem`] the error bodies,
 //! [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
 //! as `docs/openapi.json`.
 
 pub mod analysts;
-pub mod api;
 pub mod auth;
 pub mod bodies;
+mod commands;
 pub mod problem;
+mod publish;
+mod reads;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +43,9 @@ use utoipa::OpenApi;
 use crate::observe::{self, Probes, Recorder};
 use crate::server::{self, Limits};
 use problem::Problem;
+
+type Shared = axum::extract::State<Arc<Gateway>>;
+type Answer = Result<Response, Problem>;
 
 /// Largest request body taken; a larger one is refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -177,15 +183,15 @@ pub(crate) struct Gateway {
         description = "Commands (deduct, rollback, restock) and reads (stock, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
     ),
     paths(
-        api::deduct,
-        api::rollback,
-        api::confirm,
-        api::refund,
-        api::limit,
-        api::restock,
-        api::stock,
-        api::order,
-        api::history,
+        commands::deduct,
+        commands::rollback,
+        commands::confirm,
+        commands::refund,
+        commands::limit,
+        commands::restock,
+        reads::stock,
+        reads::order,
+        reads::history,
         analysts::as_of,
         analysts::report,
         observe::healthz,
@@ -431,25 +437,31 @@ pub async fn run(
 
 fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
     let routes = Router::new()
-        .route("/v1/skus/{sku}/orders/{order_id}/deduct", post(api::deduct))
+        .route(
+            "/v1/skus/{sku}/orders/{order_id}/deduct",
+            post(commands::deduct),
+        )
         .route(
             "/v1/skus/{sku}/orders/{order_id}/rollback",
-            post(api::rollback),
+            post(commands::rollback),
         )
         .route(
             "/v1/skus/{sku}/orders/{order_id}/confirm",
-            post(api::confirm),
+            post(commands::confirm),
         )
-        .route("/v1/skus/{sku}/orders/{order_id}/refund", post(api::refund))
-        .route("/v1/skus/{sku}/limit", put(api::limit))
+        .route(
+            "/v1/skus/{sku}/orders/{order_id}/refund",
+            post(commands::refund),
+        )
+        .route("/v1/skus/{sku}/limit", put(commands::limit))
         .route(
             "/v1/skus/{sku}/restocks/{adjustment_id}",
-            post(api::restock),
+            post(commands::restock),
         )
-        .route("/v1/skus/{sku}", get(api::stock))
-        .route("/v1/skus/{sku}/orders/{order_id}", get(api::order))
+        .route("/v1/skus/{sku}", get(reads::stock))
+        .route("/v1/skus/{sku}/orders/{order_id}", get(reads::order))
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
-        .route("/v1/history", get(api::history))
+        .route("/v1/history", get(reads::history))
         .route("/v1/report", get(analysts::report))
         .route("/openapi.json", get(openapi));
     // Inside `track`, which then sees each answer's key; on the routes only,

@@ -3,13 +3,17 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use stockledger_analysts::query::QueryError;
+use stockledger_core::report::Chain;
 use stockledger_core::ValidationError;
+use tracing::warn;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -246,4 +250,36 @@ where
                 Problem::invalid(field, format!("query: {message}"))
             })
     }
+}
+
+pub(super) fn path_problem(rejection: PathRejection) -> Problem {
+    Problem::new(StatusCode::BAD_REQUEST, rejection.body_text())
+}
+
+/// A refused question (`422` naming the parameter), or an unreachable
+/// archive (`503`).
+pub(super) fn archive_problem(e: QueryError) -> Problem {
+    match e {
+        QueryError::Invalid { field, problem } => Problem::invalid(field, problem),
+        QueryError::Database(e) => {
+            warn!(error = %Chain(&e), "reading the archive failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the archive could not be read: {}", Chain(&e)),
+            )
+            .retry_after(1)
+        }
+    }
+}
+
+pub(super) fn redis_problem(e: &dyn std::error::Error) -> Problem {
+    warn!(error = %Chain(e), "reading the Redis projection failed");
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the stock projection (Redis) could not be read: {}",
+            Chain(e)
+        ),
+    )
+    .retry_after(1)
 }

@@ -1,0 +1,358 @@
+//! The commands' routes: each validates its path and body as the Rust
+//! library does, answers a repeat the ledger already holds without
+//! publishing, and otherwise publishes through [`Gateway::command`].
+//!
+//! Commands name their idempotency key in the path (the order id, or the
+//! restock's adjustment id): a request the ledger already holds is answered
+//! `200` with `"repeat": true` and publishes nothing; one that races its
+//! twin into the log is decided `DUPLICATE` by the applier and said to be a
+//! repeat too.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use stockledger_analysts::query::{self};
+use stockledger_core::report::Chain;
+use stockledger_core::{
+    AdjustmentId, CommandBody, Confirm, Deduct, Limit, OrderEntry, OrderId, OrderStatus, Quantity,
+    Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
+};
+use tracing::warn;
+
+use super::bodies::*;
+use super::problem::{path_problem, Body, Problem, Query};
+use super::{Answer, Shared};
+
+pub(super) fn sku_and_order(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(Sku, OrderId), Problem> {
+    let Path((sku, order_id)) = path.map_err(path_problem)?;
+    Ok((Sku::new(sku)?, OrderId::new(order_id)?))
+}
+
+/// Take `quantity` units of `sku` for `order_id`.
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/deduct", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU (1-128 bytes, no control characters, no braces)"),
+           ("order_id" = String, Path, description = "The order: the idempotency key"),
+           WaitParams),
+    request_body = DeductRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms, or a repeat of a request the ledger holds", body = CommandResponse),
+        (status = 202, description = "In the log; decided later (no wait_ms, or not within it)", body = CommandResponse),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The order was already deducted with another quantity", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers (or Redis) are unreachable; retry after Retry-After", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn deduct(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<DeductRequest>,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let quantity = Quantity::new(request.quantity)?;
+    let user_id = request.user_id.map(UserId::new).transpose()?;
+    let expires_at = hold_deadline(request.hold_ms, request.expires_at)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.held_order(&sku, &order_id).await {
+        let deducted = matches!(
+            entry.status,
+            OrderStatus::Deducted
+                | OrderStatus::RolledBack
+                | OrderStatus::Reserved
+                | OrderStatus::Confirmed
+                | OrderStatus::Expired
+        );
+        if deducted {
+            let asked = AskedDeduct {
+                quantity,
+                user_id: user_id.as_ref(),
+                expires_at,
+                hold_field: if request.hold_ms.is_some() {
+                    "hold_ms"
+                } else {
+                    "expires_at"
+                },
+            };
+            asked.same_as(&entry, &sku, &order_id)?;
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Deduct(Deduct {
+        user_id,
+        expires_at,
+        ..Deduct::new(order_id.clone(), quantity)
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// The deadline of the hold a deduct asks for: `hold_ms` from now (at
+/// most [`MAX_HOLD_MS`](stockledger_core::ids::MAX_HOLD_MS)), or
+/// `expires_at`, never both; none for a plain deduct.
+fn hold_deadline(hold_ms: Option<i64>, expires_at: Option<i64>) -> Result<Option<i64>, Problem> {
+    match (hold_ms, expires_at) {
+        (Some(_), Some(_)) => {
+            Err(ValidationError::new("hold_ms", "give hold_ms or expires_at, not both").into())
+        }
+        (Some(hold), None) if hold <= 0 => {
+            Err(ValidationError::new("hold_ms", format!("must be at least 1, got {hold}")).into())
+        }
+        (Some(hold), None) if hold > stockledger_core::ids::MAX_HOLD_MS => {
+            Err(ValidationError::new(
+                "hold_ms",
+                format!(
+                    "must be at most {} (7 days), got {hold}",
+                    stockledger_core::ids::MAX_HOLD_MS
+                ),
+            )
+            .into())
+        }
+        (Some(hold), None) => Ok(Some(query::now_ms().saturating_add(hold))),
+        (None, deadline) => Ok(deadline),
+    }
+}
+
+/// What a deduct asks for, to compare with the order the ledger holds.
+struct AskedDeduct<'a> {
+    quantity: Quantity,
+    user_id: Option<&'a UserId>,
+    expires_at: Option<i64>,
+    /// The field that asked for a hold (`hold_ms` or `expires_at`).
+    hold_field: &'static str,
+}
+
+impl AskedDeduct<'_> {
+    /// Refuses (409, naming the first field that differs) a deduct of an
+    /// order the ledger holds unless it is an identical repeat. A hold's
+    /// deadline is compared as "a hold or not": `hold_ms` gives a new one
+    /// each time.
+    fn same_as(&self, entry: &OrderEntry, sku: &Sku, order_id: &OrderId) -> Result<(), Problem> {
+        let differs: Vec<(&str, String)> = [
+            (entry.quantity != self.quantity.get())
+                .then(|| ("quantity", format!("{} units", entry.quantity))),
+            (entry.user.as_deref() != self.user_id.map(UserId::as_str)).then(|| {
+                let user = entry
+                    .user
+                    .as_deref()
+                    .map_or("no user".into(), |u| format!("user {u:?}"));
+                ("user_id", user)
+            }),
+            (entry.expires_at.is_some() != self.expires_at.is_some()).then(|| {
+                let what = if entry.expires_at.is_some() {
+                    "a hold"
+                } else {
+                    "a plain deduct"
+                };
+                (self.hold_field, what.to_owned())
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let Some((field, _)) = differs.first() else {
+            return Ok(());
+        };
+        let was: Vec<String> = differs
+            .iter()
+            .map(|(field, first)| format!("{field} (the first: {first})"))
+            .collect();
+        Err(Problem {
+            field: Some((*field).to_owned()),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "order {order_id} of {sku} was already taken by a request that differs in {}: \
+                     an order id is used once, and only an identical repeat is a repeat",
+                    was.join(", ")
+                ),
+            )
+        })
+    }
+}
+
+/// Sell what the reservation `order_id` of `sku` holds (on time up to its deadline).
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/confirm", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The reserved order"),
+           WaitParams),
+    responses(
+        (status = 200, description = "Decided within wait_ms (CONFIRMED, REJECTED_EXPIRED, …), or a repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn confirm(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.held_order(&sku, &order_id).await {
+        if entry.status == OrderStatus::Confirmed {
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Confirm(Confirm {
+        order_id: order_id.clone(),
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Give back (part of) what the confirmed order `order_id` of `sku` bought.
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/refund", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The confirmed order"),
+           WaitParams),
+    request_body(content = Option<RefundRequest>, description = "Optional: the refunded total after this refund"),
+    responses(
+        (status = 200, description = "Decided within wait_ms (REFUNDED, REJECTED_REFUND, …)", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn refund(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    request: Request,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let body: RefundRequest = Body::optional(request, &()).await?;
+    let quantity = body
+        .total
+        .map(|n| Quantity::of_field("total", n))
+        .transpose()?;
+    let wait = gateway.wait(&wait)?;
+    let body = CommandBody::Refund(Refund {
+        order_id: order_id.clone(),
+        quantity,
+    });
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Cap (or, with `null`, uncap) the units one user may hold and buy of `sku`.
+#[utoipa::path(put, path = "/v1/skus/{sku}/limit", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"), WaitParams),
+    request_body = LimitRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn limit(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<LimitRequest>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let per_user = request
+        .per_user
+        .map(|n| Quantity::of_field("per_user", n))
+        .transpose()?;
+    let wait = gateway.wait(&wait)?;
+    gateway
+        .command(sku, None, CommandBody::Limit(Limit { per_user }), wait)
+        .await
+}
+
+/// Give back what `order_id` took of `sku` (before its deduction: refuse that deduction).
+#[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/rollback", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("order_id" = String, Path, description = "The order: the idempotency key"),
+           WaitParams),
+    request_body(content = Option<RollbackRequest>, description = "Optional: the reason"),
+    responses(
+        (status = 200, description = "Decided within wait_ms, or a repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn rollback(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    request: Request,
+) -> Answer {
+    let (sku, order_id) = sku_and_order(path)?;
+    let body: RollbackRequest = Body::optional(request, &()).await?;
+    let rollback = Rollback::new(order_id.clone(), body.reason)?;
+    let wait = gateway.wait(&wait)?;
+    if let Some(entry) = gateway.held_order(&sku, &order_id).await {
+        if matches!(
+            entry.status,
+            OrderStatus::RolledBack | OrderStatus::Cancelled
+        ) {
+            return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
+        }
+    }
+    let body = CommandBody::Rollback(rollback);
+    gateway.command(sku, Some(order_id), body, wait).await
+}
+
+/// Add to, or set, the stock of `sku`; `adjustment_id` makes a resend harmless.
+#[utoipa::path(post, path = "/v1/skus/{sku}/restocks/{adjustment_id}", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("adjustment_id" = String, Path, description = "The adjustment: the idempotency key"),
+           WaitParams),
+    request_body = RestockRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms, or an identical repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 400, description = "Malformed JSON, or no body", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The adjustment id was already used with another mode or quantity; `field` names which", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable, or a repeat's first record could not be read back to compare", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn restock(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    Body(request): Body<RestockRequest>,
+) -> Answer {
+    let Path((sku, adjustment_id)) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let adjustment_id = AdjustmentId::new(adjustment_id)?;
+    let mode = match request.mode {
+        Mode::Add => RestockMode::Add,
+        Mode::Set => RestockMode::Set,
+    };
+    let restock = Restock::new(adjustment_id.clone(), mode, request.quantity)?;
+    let wait = gateway.wait(&wait)?;
+    let known = gateway
+        .projection
+        .adjustment(sku.as_str(), adjustment_id.as_str())
+        .await
+        .unwrap_or_else(|e| {
+            // The log decides duplicates anyway: publish without the check.
+            warn!(error = %Chain(&e), "cannot check Redis for a repeated restock; publishing");
+            None
+        });
+    if let Some(offset) = known {
+        gateway.same_restock(&sku, offset, &restock).await?;
+        return Ok(repeat(&sku, None));
+    }
+    gateway
+        .command(sku, None, CommandBody::Restock(restock), wait)
+        .await
+}
+
+fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
+    Json(CommandResponse {
+        status: CommandStatus::Repeat,
+        sku: sku.to_string(),
+        command_id: None,
+        position: None,
+        decision: None,
+        repeat: true,
+        order,
+    })
+    .into_response()
+}

@@ -1,0 +1,246 @@
+//! From a validated command to the log and back: publishing it, waiting
+//! for its decision when asked to, and the checks of a repeat against what
+//! the ledger holds.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use stockledger_client::outcome::OutcomeError;
+use stockledger_client::{ProducerError, Receipt};
+use stockledger_core::codec;
+use stockledger_core::report::Chain;
+use stockledger_core::{CommandBody, OrderEntry, OrderId, Restock, ResultCode, Sku};
+use stockledger_kafka::topic::read_at;
+use tracing::warn;
+
+use super::bodies::*;
+use super::problem::{redis_problem, Problem};
+use super::{Answer, Gateway};
+
+/// How long a repeated restock waits to read its first record back. A
+/// fresh reader takes about 0.1 s on a local Apache Kafka, but the API
+/// fuzzer once got a 503 here (cause not kept) from a broker busy with
+/// thousands of partitions just after the test suite, where the wait was
+/// 3 s. Repeats with another body are rare, so a longer wait costs the
+/// common path nothing.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
+
+impl Gateway {
+    /// The wait a request asks for, bounded by the gateway's maximum.
+    pub(super) fn wait(&self, params: &WaitParams) -> Result<Option<Duration>, Problem> {
+        match params.wait_ms {
+            None => Ok(None),
+            Some(ms) if Duration::from_millis(ms) <= self.max_wait => {
+                Ok(Some(Duration::from_millis(ms)))
+            }
+            Some(ms) => Err(Problem::invalid(
+                "wait_ms",
+                format!(
+                    "wait_ms must be at most {}, got {ms}",
+                    self.max_wait.as_millis()
+                ),
+            )),
+        }
+    }
+
+    pub(super) async fn known_order(
+        &self,
+        sku: &Sku,
+        order_id: &OrderId,
+    ) -> Result<Option<OrderEntry>, Problem> {
+        self.projection
+            .order(sku.as_str(), order_id.as_str())
+            .await
+            .map_err(|e| redis_problem(&e))
+    }
+
+    /// The order as Redis holds it, for the repeat check before publishing.
+    /// With Redis away the command is published unchecked: the applier
+    /// decides a repeat `DUPLICATE` all the same, and the log takes
+    /// commands while the projection is down.
+    pub(super) async fn held_order(&self, sku: &Sku, order_id: &OrderId) -> Option<OrderEntry> {
+        self.projection
+            .order(sku.as_str(), order_id.as_str())
+            .await
+            .unwrap_or_else(|e| {
+                warn!(error = %Chain(&e), "cannot check Redis for a repeated order; publishing");
+                None
+            })
+    }
+
+    /// Refuses (409, naming the field) a restock repeated under an
+    /// adjustment id the ledger holds at `offset` with another mode or
+    /// quantity: the first one is read back from the log, the only place
+    /// its body is kept.
+    pub(super) async fn same_restock(
+        &self,
+        sku: &Sku,
+        offset: i64,
+        asked: &Restock,
+    ) -> Result<(), Problem> {
+        let unreadable = |why: String| {
+            warn!(%sku, offset, why, "cannot read a repeated restock's first record");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the adjustment id is known, but its first record could not be read back to \
+                 compare; nothing was published",
+            )
+            .retry_after(5)
+        };
+        let partition = match self.projection.stock(&[sku.as_str()]).await {
+            Ok(stock) => stock.into_iter().next().flatten().and_then(|s| s.partition),
+            Err(e) => return Err(unreadable(e.to_string())),
+        };
+        let Some(partition) = partition else {
+            return Err(unreadable("the SKU's partition is not recorded".into()));
+        };
+        let record = read_at(&self.kafka, &self.topic, partition, offset, LOOKUP_TIMEOUT)
+            .await
+            .map_err(|e| unreadable(e.to_string()))?;
+        let first = record
+            .and_then(|r| r.payload)
+            .and_then(|payload| codec::decode_command(&payload).ok());
+        let Some(CommandBody::Restock(first)) = first.map(|c| c.body) else {
+            return Err(unreadable("the record there is not this restock".into()));
+        };
+        let (field, was) = if first.mode() != asked.mode() {
+            ("mode", first.mode().as_str().to_owned())
+        } else if first.quantity() != asked.quantity() {
+            ("quantity", first.quantity().to_string())
+        } else {
+            return Ok(());
+        };
+        Err(Problem {
+            field: Some(field.into()),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "adjustment {} of {sku} was already made with {field} {was}: an adjustment id \
+                     is used once, and only an identical repeat is a repeat",
+                    first.adjustment_id
+                ),
+            )
+        })
+    }
+
+    /// Publishes `body` and answers with its position, or with its decision
+    /// when asked to wait.
+    pub(super) async fn command(
+        &self,
+        sku: Sku,
+        order_id: Option<OrderId>,
+        body: CommandBody,
+        wait: Option<Duration>,
+    ) -> Answer {
+        let kind = body.kind().as_str();
+        if !self.broker_up.load(Ordering::Relaxed) {
+            metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => "brokers_down")
+                .increment(1);
+            return Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the Kafka brokers do not answer; nothing was published",
+            )
+            .retry_after(5));
+        }
+        let receipt = self
+            .producer
+            .try_send(sku.clone(), body)
+            .await
+            .map_err(|e| {
+                let reason = match &e {
+                    // The caller's doing: a 4xx, not a failure to publish.
+                    ProducerError::Invalid(_) | ProducerError::SoldOut(_) => None,
+                    ProducerError::QueueFull { .. } => Some("queue_full"),
+                    _ => Some("unconfirmed"),
+                };
+                if let Some(reason) = reason {
+                    metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => reason)
+                        .increment(1);
+                }
+                publish_problem(e)
+            })?;
+        metrics::counter!(super::PUBLISHED_METRIC, "command" => kind).increment(1);
+        let mut response = CommandResponse {
+            status: CommandStatus::Accepted,
+            sku: sku.to_string(),
+            command_id: Some(receipt.command_id.to_string()),
+            position: Some(position(&receipt)),
+            decision: None,
+            repeat: false,
+            order: None,
+        };
+        let Some(wait) = wait else {
+            return Ok((StatusCode::ACCEPTED, Json(response)).into_response());
+        };
+        match self.reader.wait(&receipt, wait).await {
+            Ok(decision) => {
+                response.status = CommandStatus::Decided;
+                if decision.result == ResultCode::Duplicate {
+                    response.repeat = true;
+                    if let Some(order_id) = &order_id {
+                        if let Ok(Some(entry)) = self.known_order(&sku, order_id).await {
+                            response.order = Some(OrderBody::new(&sku, order_id, &entry));
+                        }
+                    }
+                }
+                response.decision = Some(decision.into());
+                Ok(Json(response).into_response())
+            }
+            Err(OutcomeError::Timeout { .. }) => {
+                response.status = CommandStatus::Pending;
+                Ok((StatusCode::ACCEPTED, Json(response)).into_response())
+            }
+            Err(e) => {
+                // In the log all the same: it will be decided.
+                warn!(error = %Chain(&e), "waiting for a decision failed");
+                response.status = CommandStatus::Pending;
+                Ok((StatusCode::ACCEPTED, Json(response)).into_response())
+            }
+        }
+    }
+}
+
+fn position(receipt: &Receipt) -> Position {
+    Position {
+        topic: receipt.position.topic.clone(),
+        partition: receipt.position.partition,
+        offset: receipt.position.offset,
+    }
+}
+
+fn publish_problem(e: ProducerError) -> Problem {
+    match e {
+        ProducerError::Invalid(v) => v.into(),
+        ProducerError::SoldOut(sold_out) => Problem {
+            field: Some("sold_out".into()),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "sku {} is sold out (nothing available, nothing held, as of offset {}); \
+                     refused by the gateway and not logged",
+                    sold_out.sku, sold_out.offset
+                ),
+            )
+        },
+        ProducerError::QueueFull { .. } => Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the gateway's queue to the brokers is full; nothing was published",
+        )
+        .retry_after(1),
+        other => {
+            warn!(error = %Chain(&other), "publishing a command failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the brokers did not confirm the command ({}); it may or may not be \
+                     in the log: repeating the request with the same id is safe",
+                    Chain(&other)
+                ),
+            )
+            .retry_after(5)
+        }
+    }
+}
