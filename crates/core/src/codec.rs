@@ -9,23 +9,26 @@
 //! followed) is read, and resolved into the newest with Avro schema
 //! resolution.
 
-use std::collections::HashMap;
-use std::io::Cursor;
-use std::sync::LazyLock;
-
 use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
-use apache_avro::{GenericSingleObjectReader, Schema};
+use apache_avro::Schema;
 
 use crate::command::{
-    Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
-    RestockMode, Rollback,
+    Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
 };
 use crate::ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError};
 use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
-use crate::schema::{self, Released, Subject};
+use crate::schema::Released;
 
 mod datum;
+mod frame;
+mod value;
+
+pub use frame::{
+    command_fingerprint, command_schema, fingerprint_of, outcome_fingerprint, outcome_schema,
+};
+use frame::{Header, SCHEMAS};
+use value::*;
 
 /// Largest payload the decoder accepts; commands and outcomes are a few
 /// hundred bytes, so anything bigger is garbage.
@@ -66,165 +69,6 @@ impl From<ValidationError> for DecodeError {
 pub struct EncodeError {
     what: &'static str,
     message: String,
-}
-
-/// The single-object header of one fingerprint.
-struct Header(u64);
-
-impl HeaderBuilder for Header {
-    fn build_header(&self) -> Vec<u8> {
-        let mut header = vec![0xC3, 0x01];
-        header.extend_from_slice(&self.0.to_le_bytes());
-        header
-    }
-}
-
-/// A writer schema the decoder accepts, under one of its fingerprints.
-struct KnownWriter {
-    /// Decodes against the writer schema resolved once (named types
-    /// indexed), not on every call as `from_avro_datum` would.
-    reader: GenericSingleObjectReader,
-    /// `Subject.vN`, for error messages.
-    label: String,
-    /// Whether the datum must be resolved into the current schema (an older
-    /// version) or already has its shape (the current one).
-    resolve: bool,
-}
-
-/// Every released version of one subject: the current one to write, all of
-/// them to read.
-struct Framed {
-    current: &'static Released,
-    known: HashMap<u64, KnownWriter>,
-}
-
-impl Framed {
-    fn new(subject: Subject) -> Self {
-        let current = schema::current(subject);
-        let mut known = HashMap::new();
-        for released in schema::versions(subject) {
-            let fingerprints =
-                std::iter::once(released.fingerprint).chain(released.legacy_fingerprint);
-            for fingerprint in fingerprints {
-                #[allow(clippy::expect_used)]
-                let reader = GenericSingleObjectReader::new_with_header_builder(
-                    released.schema.clone(),
-                    Header(fingerprint),
-                )
-                .expect("a released schema resolves: it is self-contained (unit-tested)");
-                known.insert(
-                    fingerprint,
-                    KnownWriter {
-                        reader,
-                        label: format!("{}.v{}", subject.as_str(), released.version),
-                        resolve: released.version != current.version,
-                    },
-                );
-            }
-        }
-        Self { current, known }
-    }
-
-    fn schema(&self) -> &Schema {
-        &self.current.schema
-    }
-
-    /// `datum` in the current version, after its single-object header.
-    /// apache-avro's schema-aware serializer writes it straight from our
-    /// types: no `Value` is built and validated, and no per-record map of
-    /// field names is hashed, which made the `Value` path most of an
-    /// outcome's encoding cost.
-    fn encode(
-        &self,
-        what: &'static str,
-        datum: &impl serde::Serialize,
-    ) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Header(self.current.fingerprint).build_header();
-        out.reserve(246);
-        apache_avro::write_avro_datum_ref(self.schema(), datum, &mut out).map_err(|e| {
-            EncodeError {
-                what,
-                message: e.to_string(),
-            }
-        })?;
-        Ok(out)
-    }
-
-    /// The datum of `payload`, in the shape of the current version.
-    fn decode(&self, payload: &[u8]) -> Result<Value, DecodeError> {
-        if payload.len() > MAX_PAYLOAD_LEN {
-            return Err(DecodeError::TooLarge(payload.len()));
-        }
-        let fingerprint = fingerprint_of(payload).ok_or(DecodeError::NotSingleObject)?;
-        let writer = self
-            .known
-            .get(&fingerprint)
-            .ok_or(DecodeError::UnknownSchema(fingerprint))?;
-        let malformed = |e: apache_avro::Error| DecodeError::Malformed {
-            writer: writer.label.clone(),
-            message: e.to_string(),
-        };
-        let mut cursor = Cursor::new(payload);
-        let value = writer.reader.read_value(&mut cursor).map_err(malformed)?;
-        let trailing = payload.len() - cursor.position() as usize;
-        if trailing != 0 {
-            return Err(DecodeError::TrailingBytes {
-                writer: writer.label.clone(),
-                trailing,
-            });
-        }
-        if writer.resolve {
-            return value.resolve(self.schema()).map_err(malformed);
-        }
-        Ok(value)
-    }
-}
-
-/// The fingerprint in a single-object header, if `payload` starts with one.
-pub fn fingerprint_of(payload: &[u8]) -> Option<u64> {
-    match payload {
-        [0xC3, 0x01, f @ ..] if f.len() >= 8 => {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(&f[..8]);
-            Some(u64::from_le_bytes(bytes))
-        }
-        _ => None,
-    }
-}
-
-struct Schemas {
-    command: Framed,
-    outcome: Framed,
-}
-
-static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
-    // Garbage must never make the decoder allocate more than a payload can
-    // hold; this caps every length prefix.
-    apache_avro::util::max_allocation_bytes(MAX_PAYLOAD_LEN);
-    Schemas {
-        command: Framed::new(Subject::Command),
-        outcome: Framed::new(Subject::Outcome),
-    }
-});
-
-/// The current command schema (the writer schema of every command).
-pub fn command_schema() -> &'static Schema {
-    SCHEMAS.command.schema()
-}
-
-/// The current outcome schema.
-pub fn outcome_schema() -> &'static Schema {
-    SCHEMAS.outcome.schema()
-}
-
-/// Fingerprint of the current command schema, as it appears in headers.
-pub fn command_fingerprint() -> u64 {
-    SCHEMAS.command.current.fingerprint
-}
-
-/// Fingerprint of the current outcome schema, as it appears in headers.
-pub fn outcome_fingerprint() -> u64 {
-    SCHEMAS.outcome.current.fingerprint
 }
 
 /// The command in Avro single-object encoding with the newest `Command`
@@ -608,126 +452,11 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
     })
 }
 
-fn optional_string(s: Option<&str>) -> Value {
-    match s {
-        None => Value::Union(0, Box::new(Value::Null)),
-        Some(s) => Value::Union(1, Box::new(Value::String(s.to_owned()))),
-    }
-}
-
-fn optional_long(n: Option<i64>) -> Value {
-    match n {
-        None => Value::Union(0, Box::new(Value::Null)),
-        Some(n) => Value::Union(1, Box::new(Value::Long(n))),
-    }
-}
-
-fn optional_timestamp(ms: Option<i64>) -> Value {
-    match ms {
-        None => Value::Union(0, Box::new(Value::Null)),
-        Some(ms) => Value::Union(1, Box::new(Value::TimestampMillis(ms))),
-    }
-}
-
-/// A datum that decoded but does not have the shape of the current schema
-/// (cannot happen after resolution; kept as an error rather than a panic).
-fn restock_mode(mode: RestockMode) -> Value {
-    match mode {
-        RestockMode::Add => Value::Enum(0, "ADD".into()),
-        RestockMode::Set => Value::Enum(1, "SET".into()),
-    }
-}
-
-fn parse_restock_mode(symbol: &str) -> Result<RestockMode, DecodeError> {
-    match symbol {
-        "ADD" => Ok(RestockMode::Add),
-        "SET" => Ok(RestockMode::Set),
-        other => Err(shape(format!("mode: unknown symbol {other}"))),
-    }
-}
-
-fn malformed(field: &str, value: &Value) -> DecodeError {
-    shape(format!("{field}: unexpected value {value:?}"))
-}
-
-fn shape(message: String) -> DecodeError {
-    DecodeError::Malformed {
-        writer: "after resolution".into(),
-        message,
-    }
-}
-
-/// The fields of a decoded record, taken out by name.
-struct Fields(Vec<(String, Value)>);
-
-impl Fields {
-    fn of(value: Value) -> Result<Self, DecodeError> {
-        match value {
-            Value::Record(fields) => Ok(Self(fields)),
-            other => Err(malformed("record", &other)),
-        }
-    }
-
-    fn take(&mut self, name: &str) -> Result<Value, DecodeError> {
-        let index = self
-            .0
-            .iter()
-            .position(|(n, _)| n == name)
-            .ok_or_else(|| shape(format!("{name}: missing")))?;
-        Ok(self.0.swap_remove(index).1)
-    }
-
-    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
-        match self.take(name)? {
-            Value::String(s) => Ok(s),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
-    fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
-        match self.take(name)? {
-            Value::Long(n) | Value::TimestampMillis(n) => Ok(n),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
-    fn symbol(&mut self, name: &str) -> Result<String, DecodeError> {
-        match self.take(name)? {
-            Value::Enum(_, symbol) => Ok(symbol),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
-    fn optional(&mut self, name: &str) -> Result<Option<Value>, DecodeError> {
-        match self.take(name)? {
-            Value::Union(_, inner) => match *inner {
-                Value::Null => Ok(None),
-                v => Ok(Some(v)),
-            },
-            other => Err(malformed(name, &other)),
-        }
-    }
-
-    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
-        match self.optional(name)? {
-            None => Ok(None),
-            Some(Value::Long(n) | Value::TimestampMillis(n)) => Ok(Some(n)),
-            Some(other) => Err(malformed(name, &other)),
-        }
-    }
-
-    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
-        match self.optional(name)? {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(malformed(name, &other)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::RestockMode;
+    use crate::schema::{self, Subject};
 
     fn command(body: CommandBody) -> Command {
         Command {

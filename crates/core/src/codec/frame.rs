@@ -1,0 +1,173 @@
+//! The single-object frame: `C3 01`, the writer schema's fingerprint,
+//! the datum; every released schema version known by its fingerprints, the
+//! current one written, older ones resolved into it when read.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::sync::LazyLock;
+
+use apache_avro::headers::HeaderBuilder;
+use apache_avro::types::Value;
+use apache_avro::{GenericSingleObjectReader, Schema};
+
+use super::{DecodeError, EncodeError, MAX_PAYLOAD_LEN};
+use crate::schema::{self, Released, Subject};
+
+/// The single-object header of one fingerprint.
+pub(super) struct Header(pub(super) u64);
+
+impl HeaderBuilder for Header {
+    fn build_header(&self) -> Vec<u8> {
+        let mut header = vec![0xC3, 0x01];
+        header.extend_from_slice(&self.0.to_le_bytes());
+        header
+    }
+}
+
+/// A writer schema the decoder accepts, under one of its fingerprints.
+pub(super) struct KnownWriter {
+    /// Decodes against the writer schema resolved once (named types
+    /// indexed), not on every call as `from_avro_datum` would.
+    reader: GenericSingleObjectReader,
+    /// `Subject.vN`, for error messages.
+    label: String,
+    /// Whether the datum must be resolved into the current schema (an older
+    /// version) or already has its shape (the current one).
+    resolve: bool,
+}
+
+/// Every released version of one subject: the current one to write, all of
+/// them to read.
+pub(super) struct Framed {
+    current: &'static Released,
+    known: HashMap<u64, KnownWriter>,
+}
+
+impl Framed {
+    pub(super) fn new(subject: Subject) -> Self {
+        let current = schema::current(subject);
+        let mut known = HashMap::new();
+        for released in schema::versions(subject) {
+            let fingerprints =
+                std::iter::once(released.fingerprint).chain(released.legacy_fingerprint);
+            for fingerprint in fingerprints {
+                #[allow(clippy::expect_used)]
+                let reader = GenericSingleObjectReader::new_with_header_builder(
+                    released.schema.clone(),
+                    Header(fingerprint),
+                )
+                .expect("a released schema resolves: it is self-contained (unit-tested)");
+                known.insert(
+                    fingerprint,
+                    KnownWriter {
+                        reader,
+                        label: format!("{}.v{}", subject.as_str(), released.version),
+                        resolve: released.version != current.version,
+                    },
+                );
+            }
+        }
+        Self { current, known }
+    }
+
+    pub(super) fn schema(&self) -> &Schema {
+        &self.current.schema
+    }
+
+    /// `datum` in the current version, after its single-object header.
+    /// apache-avro's schema-aware serializer writes it straight from our
+    /// types: no `Value` is built and validated, and no per-record map of
+    /// field names is hashed, which made the `Value` path most of an
+    /// outcome's encoding cost.
+    pub(super) fn encode(
+        &self,
+        what: &'static str,
+        datum: &impl serde::Serialize,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Header(self.current.fingerprint).build_header();
+        out.reserve(246);
+        apache_avro::write_avro_datum_ref(self.schema(), datum, &mut out).map_err(|e| {
+            EncodeError {
+                what,
+                message: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// The datum of `payload`, in the shape of the current version.
+    pub(super) fn decode(&self, payload: &[u8]) -> Result<Value, DecodeError> {
+        if payload.len() > MAX_PAYLOAD_LEN {
+            return Err(DecodeError::TooLarge(payload.len()));
+        }
+        let fingerprint = fingerprint_of(payload).ok_or(DecodeError::NotSingleObject)?;
+        let writer = self
+            .known
+            .get(&fingerprint)
+            .ok_or(DecodeError::UnknownSchema(fingerprint))?;
+        let malformed = |e: apache_avro::Error| DecodeError::Malformed {
+            writer: writer.label.clone(),
+            message: e.to_string(),
+        };
+        let mut cursor = Cursor::new(payload);
+        let value = writer.reader.read_value(&mut cursor).map_err(malformed)?;
+        let trailing = payload.len() - cursor.position() as usize;
+        if trailing != 0 {
+            return Err(DecodeError::TrailingBytes {
+                writer: writer.label.clone(),
+                trailing,
+            });
+        }
+        if writer.resolve {
+            return value.resolve(self.schema()).map_err(malformed);
+        }
+        Ok(value)
+    }
+}
+
+/// The fingerprint in a single-object header, if `payload` starts with one.
+pub fn fingerprint_of(payload: &[u8]) -> Option<u64> {
+    match payload {
+        [0xC3, 0x01, f @ ..] if f.len() >= 8 => {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&f[..8]);
+            Some(u64::from_le_bytes(bytes))
+        }
+        _ => None,
+    }
+}
+
+pub(super) struct Schemas {
+    pub(super) command: Framed,
+    pub(super) outcome: Framed,
+}
+
+pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
+    // Garbage must never make the decoder allocate more than a payload can
+    // hold; this caps every length prefix.
+    apache_avro::util::max_allocation_bytes(MAX_PAYLOAD_LEN);
+    Schemas {
+        command: Framed::new(Subject::Command),
+        outcome: Framed::new(Subject::Outcome),
+    }
+});
+
+/// The current command schema (the writer schema of every command).
+pub fn command_schema() -> &'static Schema {
+    SCHEMAS.command.schema()
+}
+
+/// The current outcome schema.
+pub fn outcome_schema() -> &'static Schema {
+    SCHEMAS.outcome.schema()
+}
+
+/// Fingerprint of the current command schema, as it appears in headers.
+pub fn command_fingerprint() -> u64 {
+    SCHEMAS.command.current.fingerprint
+}
+
+/// Fingerprint of the current outcome schema, as it appears in headers.
+pub fn outcome_fingerprint() -> u64 {
+    SCHEMAS.outcome.current.fingerprint
+}

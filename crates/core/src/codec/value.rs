@@ -1,0 +1,125 @@
+//! Avro values to and from the domain's types: optional fields, enum
+//! symbols, and a decoded record's fields taken by name with an error that
+//! names the field.
+
+use apache_avro::types::Value;
+
+use super::DecodeError;
+use crate::command::RestockMode;
+
+pub(super) fn optional_string(s: Option<&str>) -> Value {
+    match s {
+        None => Value::Union(0, Box::new(Value::Null)),
+        Some(s) => Value::Union(1, Box::new(Value::String(s.to_owned()))),
+    }
+}
+
+pub(super) fn optional_long(n: Option<i64>) -> Value {
+    match n {
+        None => Value::Union(0, Box::new(Value::Null)),
+        Some(n) => Value::Union(1, Box::new(Value::Long(n))),
+    }
+}
+
+pub(super) fn optional_timestamp(ms: Option<i64>) -> Value {
+    match ms {
+        None => Value::Union(0, Box::new(Value::Null)),
+        Some(ms) => Value::Union(1, Box::new(Value::TimestampMillis(ms))),
+    }
+}
+
+/// A datum that decoded but does not have the shape of the current schema
+/// (cannot happen after resolution; kept as an error rather than a panic).
+pub(super) fn restock_mode(mode: RestockMode) -> Value {
+    match mode {
+        RestockMode::Add => Value::Enum(0, "ADD".into()),
+        RestockMode::Set => Value::Enum(1, "SET".into()),
+    }
+}
+
+pub(super) fn parse_restock_mode(symbol: &str) -> Result<RestockMode, DecodeError> {
+    match symbol {
+        "ADD" => Ok(RestockMode::Add),
+        "SET" => Ok(RestockMode::Set),
+        other => Err(shape(format!("mode: unknown symbol {other}"))),
+    }
+}
+
+pub(super) fn malformed(field: &str, value: &Value) -> DecodeError {
+    shape(format!("{field}: unexpected value {value:?}"))
+}
+
+pub(super) fn shape(message: String) -> DecodeError {
+    DecodeError::Malformed {
+        writer: "after resolution".into(),
+        message,
+    }
+}
+
+/// The fields of a decoded record, taken out by name.
+pub(super) struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    pub(super) fn of(value: Value) -> Result<Self, DecodeError> {
+        match value {
+            Value::Record(fields) => Ok(Self(fields)),
+            other => Err(malformed("record", &other)),
+        }
+    }
+
+    pub(super) fn take(&mut self, name: &str) -> Result<Value, DecodeError> {
+        let index = self
+            .0
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| shape(format!("{name}: missing")))?;
+        Ok(self.0.swap_remove(index).1)
+    }
+
+    pub(super) fn string(&mut self, name: &str) -> Result<String, DecodeError> {
+        match self.take(name)? {
+            Value::String(s) => Ok(s),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    pub(super) fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
+        match self.take(name)? {
+            Value::Long(n) | Value::TimestampMillis(n) => Ok(n),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    pub(super) fn symbol(&mut self, name: &str) -> Result<String, DecodeError> {
+        match self.take(name)? {
+            Value::Enum(_, symbol) => Ok(symbol),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    pub(super) fn optional(&mut self, name: &str) -> Result<Option<Value>, DecodeError> {
+        match self.take(name)? {
+            Value::Union(_, inner) => match *inner {
+                Value::Null => Ok(None),
+                v => Ok(Some(v)),
+            },
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    pub(super) fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
+        match self.optional(name)? {
+            None => Ok(None),
+            Some(Value::Long(n) | Value::TimestampMillis(n)) => Ok(Some(n)),
+            Some(other) => Err(malformed(name, &other)),
+        }
+    }
+
+    pub(super) fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
+        match self.optional(name)? {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(malformed(name, &other)),
+        }
+    }
+}
