@@ -1,0 +1,105 @@
+//! The holds' index: reservations by deadline, per partition, for the
+//! applier's expiry and a replay's hand-over.
+
+use super::*;
+
+impl Projection {
+    /// For each of `partitions`, up to `limit` holds whose deadline is
+    /// before `now` (ms): (sku, order id, deadline), earliest first; one
+    /// pipelined round trip for all of them.
+    pub async fn due_holds(
+        &self,
+        partitions: &[i32],
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Vec<(String, String, i64)>>, ProjectionError> {
+        let reads: Vec<redis::Cmd> = partitions
+            .iter()
+            .map(|&partition| {
+                redis::cmd("ZRANGE")
+                    .arg(keys::holds_key(&self.prefix, partition))
+                    .arg("-inf")
+                    .arg(format!("({now}"))
+                    .arg("BYSCORE")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit)
+                    .arg("WITHSCORES")
+                    .clone()
+            })
+            .collect();
+        let due: Vec<Vec<(String, i64)>> = self.redis.query_each(reads).await?;
+        partitions
+            .iter()
+            .zip(due)
+            .map(|(&partition, holds)| {
+                holds
+                    .into_iter()
+                    .map(
+                        |(member, deadline)| match keys::decode_hold_member(&member) {
+                            Some((sku, order)) => Ok((sku.to_owned(), order.to_owned(), deadline)),
+                            None => Err(ProjectionError::Corrupt {
+                                key: keys::holds_key(&self.prefix, partition),
+                                value: member,
+                            }),
+                        },
+                    )
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Puts off the holds of `partition` named by `members` (sku, order)
+    /// until `retry_at` (ms), if they are still indexed: an expire was
+    /// sent for each, and is tried again then if it did not end the hold.
+    pub async fn defer_holds(
+        &self,
+        partition: i32,
+        members: &[(String, String)],
+        retry_at: i64,
+    ) -> Result<(), ProjectionError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(keys::holds_key(&self.prefix, partition)).arg("XX");
+        for (sku, order) in members {
+            cmd.arg(retry_at).arg(keys::hold_member(sku, order));
+        }
+        let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
+        Ok(())
+    }
+
+    /// Adds this prefix's index of holds to `live`'s, for each of
+    /// `partitions` (a rebuilt prefix swapped in whole: the live index may
+    /// have been lost with the live state).
+    pub async fn copy_holds_into(
+        &self,
+        live: &Projection,
+        partitions: i32,
+    ) -> Result<(), ProjectionError> {
+        for partition in 0..partitions {
+            let from = keys::holds_key(&self.prefix, partition);
+            let holds: Vec<(String, i64)> = redis::cmd("ZRANGE")
+                .arg(&from)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut self.redis.clone())
+                .await?;
+            for page in holds.chunks(1000) {
+                let mut cmd = redis::cmd("ZADD");
+                cmd.arg(keys::holds_key(&live.prefix, partition));
+                for (member, deadline) in page {
+                    cmd.arg(deadline).arg(member);
+                }
+                let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
+            }
+            let _: i64 = redis::cmd("DEL")
+                .arg(&from)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! One prefix of the projection: every read and write of a SKU's state.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use redis::{ErrorKind, Script, ServerErrorKind};
+use stockledger_core::machine::misrouted;
+use stockledger_core::{Decision, OrderEntry, SkuState};
+use stockledger_redis::{KeyScan, RedisConn};
+
+use crate::encoding::{
+    decode_decision, decode_order, user_of_field, AVAILABLE, LIMIT, OFFSET, PARTITION, RESERVED,
+    TOTAL,
+};
+use crate::keys::{self, SkuKeys};
+
+mod holds;
+mod reads;
+mod transfer;
+
+pub use reads::{SkuPages, Stock};
+pub use transfer::SkuExport;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error("a Redis command failed")]
+    Redis(#[from] redis::RedisError),
+    #[error("the apply script returned {got} decisions for the {expected} records of sku {sku}")]
+    ShortReply {
+        sku: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("unreadable value in Redis key {key}: {value:?}")]
+    Corrupt { key: String, value: String },
+    /// The marker written when the projection was created is gone: Redis
+    /// restarted empty or was flushed. Applying on would fold the rest of
+    /// the log onto nothing; rebuild with `stockledger replay --swap`.
+    #[error("the projection under {prefix} has lost its state (its marker {key} is gone); rebuild it with `stockledger replay --swap`")]
+    StateLost { prefix: String, key: String },
+}
+
+impl ProjectionError {
+    /// Whether trying again later may succeed (Redis unreachable, busy, or
+    /// a cluster in the middle of a failover).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Server(
+                            ServerErrorKind::BusyLoading
+                                | ServerErrorKind::TryAgain
+                                | ServerErrorKind::ClusterDown
+                                | ServerErrorKind::MasterDown
+                        )
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What a prefix's marker says of the log it is the fold of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub topic: String,
+    /// The partition count when the fold was begun; `None` in a marker
+    /// written by a release that did not record it.
+    pub partitions: Option<i32>,
+    /// Per partition, the furthest offset folded into the prefix (a
+    /// redelivered or rewound batch never lowers it).
+    pub applied: BTreeMap<i32, i64>,
+}
+
+/// The marker's field holding the furthest offset applied from a partition.
+const APPLIED_FIELD: &str = "applied:";
+
+/// The script that records how far each partition is folded; see the file.
+const MARKS: &str = include_str!("../../lua/marks.lua");
+
+/// One prefix of the projection in one Redis or Redis Cluster.
+#[derive(Clone)]
+pub struct Projection {
+    pub(crate) redis: RedisConn,
+    pub(crate) prefix: String,
+    /// Check the marker before every apply (the live applier does).
+    pub(crate) guarded: bool,
+    /// The command topic whose applied offsets each apply announces on
+    /// [`keys::applied_channel`] (the live applier's, for waiting order
+    /// services).
+    pub(crate) announce_on: Option<String>,
+}
+
+impl std::fmt::Debug for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projection")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Projection {
+    pub async fn connect(
+        redis_url: &str,
+        prefix: impl Into<String>,
+    ) -> Result<Self, ProjectionError> {
+        let redis = RedisConn::connect(redis_url).await?;
+        Ok(Self::new(redis, prefix))
+    }
+
+    /// A projection under `prefix` sharing an existing connection.
+    pub fn new(redis: RedisConn, prefix: impl Into<String>) -> Self {
+        Self {
+            redis,
+            prefix: prefix.into(),
+            guarded: false,
+            announce_on: None,
+        }
+    }
+
+    /// This projection, refusing to apply once its marker is gone.
+    pub fn guarded(mut self) -> Self {
+        self.guarded = true;
+        self
+    }
+
+    /// This projection, announcing after each apply that the offsets it
+    /// folded from `topic` are decided ([`keys::applied_channel`]), so
+    /// order services waiting for a decision hear of it at once.
+    pub fn announcing(mut self, topic: impl Into<String>) -> Self {
+        self.announce_on = Some(topic.into());
+        self
+    }
+
+    /// The key marking that this prefix holds a fold of a log: a hash with
+    /// the command topic's name (`topic`) and partition count
+    /// (`partitions`), which decided every SKU's home partition.
+    pub fn marker_key(&self) -> String {
+        format!("{}:meta", self.prefix)
+    }
+
+    /// The log this prefix is a fold of, if it is marked.
+    pub async fn marker(&self) -> Result<Option<Marker>, ProjectionError> {
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.marker_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        let Some(topic) = fields.get("topic") else {
+            return Ok(None);
+        };
+        let applied = fields
+            .iter()
+            .filter_map(|(field, offset)| {
+                let partition = field.strip_prefix(APPLIED_FIELD)?.parse().ok()?;
+                Some((partition, offset.parse().ok()?))
+            })
+            .collect();
+        Ok(Some(Marker {
+            topic: topic.clone(),
+            // A marker written before the count was recorded has none.
+            partitions: fields.get("partitions").and_then(|p| p.parse().ok()),
+            applied,
+        }))
+    }
+
+    /// Marks this prefix as the fold of `topic`, which has `partitions`.
+    pub async fn mark(&self, topic: &str, partitions: i32) -> Result<(), ProjectionError> {
+        let _: () = redis::cmd("HSET")
+            .arg(self.marker_key())
+            .arg("topic")
+            .arg(topic)
+            .arg("partitions")
+            .arg(partitions)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn connection(&self) -> RedisConn {
+        self.redis.clone()
+    }
+
+    /// Records in the marker that `marks` (partition, last offset applied)
+    /// are folded into this prefix, as [`Projection::apply`] does with
+    /// each batch; a mark already further is kept.
+    pub async fn record_applied(&self, marks: &[(i32, i64)]) -> Result<(), ProjectionError> {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let _: i64 = self
+            .record_applied_cmd(marks)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The call that records `marks` in the marker, never lowering one
+    /// (`lua/marks.lua`). Sent as `EVAL`: it runs once a batch, so sending
+    /// its few lines costs nothing, and no Redis can have forgotten it.
+    pub(crate) fn record_applied_cmd(&self, marks: &[(i32, i64)]) -> redis::Cmd {
+        let mut record = redis::cmd("EVAL");
+        record.arg(MARKS).arg(1).arg(self.marker_key());
+        for &(partition, offset) in marks {
+            record
+                .arg(format!("{APPLIED_FIELD}{partition}"))
+                .arg(offset);
+        }
+        record
+    }
+
+    /// Removes the marker (a rebuilt prefix that was swapped in whole).
+    pub async fn unmark(&self) -> Result<(), ProjectionError> {
+        let _: () = redis::cmd("DEL")
+            .arg(self.marker_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+}

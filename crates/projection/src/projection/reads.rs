@@ -1,0 +1,270 @@
+//! Reading a SKU's state back: whole, as stock, one order or adjustment,
+//! a command's decision, and the SKUs of the prefix page by page.
+
+use super::*;
+
+impl Projection {
+    /// The state of `sku`, or `None` if nothing was ever applied to it.
+    pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let mut conn = self.redis.clone();
+        type Hash = BTreeMap<String, String>;
+        let (stock, orders, adjustments, decisions): (Hash, Hash, Hash, Hash) = redis::pipe()
+            .hgetall(&keys.stock)
+            .hgetall(&keys.orders)
+            .hgetall(&keys.adjustments)
+            .hgetall(&keys.decisions)
+            .query_async(&mut conn)
+            .await?;
+        if stock.is_empty() {
+            return Ok(None);
+        }
+        let corrupt = |key: &str, value: &str| ProjectionError::Corrupt {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        };
+        let number = |field: &str| -> Result<i64, ProjectionError> {
+            let value = stock.get(field).map(String::as_str).unwrap_or("");
+            value.parse().map_err(|_| corrupt(&keys.stock, value))
+        };
+        let partition = match stock.get(PARTITION) {
+            None => None, // written before partitions were recorded
+            Some(p) => Some(p.parse().map_err(|_| corrupt(&keys.stock, p))?),
+        };
+        let optional = |field: &str| -> Result<Option<i64>, ProjectionError> {
+            stock
+                .get(field)
+                .map(|v| v.parse().map_err(|_| corrupt(&keys.stock, v)))
+                .transpose()
+        };
+        let mut state = SkuState {
+            available: number(AVAILABLE)?,
+            total: number(TOTAL)?,
+            reserved: optional(RESERVED)?.unwrap_or(0),
+            limit: optional(LIMIT)?,
+            partition,
+            last_offset: Some(number(OFFSET)?),
+            ..SkuState::default()
+        };
+        for (field, value) in orders {
+            if let Some(user) = user_of_field(&field) {
+                let units = value.parse().map_err(|_| corrupt(&keys.orders, &value))?;
+                state.users.insert(user.to_owned(), units);
+                continue;
+            }
+            let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+            state.orders.insert(field, entry);
+        }
+        for (adjustment, value) in adjustments {
+            let offset = value
+                .parse()
+                .map_err(|_| corrupt(&keys.adjustments, &value))?;
+            state.adjustments.insert(adjustment, offset);
+        }
+        for (offset, value) in decisions {
+            let offset = offset
+                .parse()
+                .map_err(|_| corrupt(&keys.decisions, &offset))?;
+            let decision =
+                decode_decision(&value).ok_or_else(|| corrupt(&keys.decisions, &value))?;
+            state.decisions.insert(offset, decision);
+        }
+        Ok(Some(state))
+    }
+
+    /// Every SKU with state under this prefix (by `SCAN`, so Redis is never
+    /// blocked).
+    pub async fn skus(&self) -> Result<Vec<String>, ProjectionError> {
+        let keys = self
+            .redis
+            .scan_all(&keys::stock_key_pattern(&self.prefix))
+            .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// The SKUs with state under this prefix, a page of about `page_size`
+    /// at a time (by `SCAN`), for walks that must stay bounded in memory.
+    pub async fn sku_pages(&self, page_size: usize) -> Result<SkuPages, ProjectionError> {
+        let scan = self
+            .redis
+            .scan(&keys::stock_key_pattern(&self.prefix), page_size)
+            .await?;
+        Ok(SkuPages {
+            scan,
+            prefix: self.prefix.clone(),
+        })
+    }
+
+    /// The decision taken for the record at `partition`/`offset` of `sku`,
+    /// if the applier has taken it. A record on another partition than the
+    /// one `sku`'s state was built on is answered `MISROUTED`: the applier
+    /// decides it so whenever it reaches it, and its offset must not be
+    /// looked up among that partition's decisions. (A misrouted record of a
+    /// SKU with no state yet leaves nothing in Redis: `None`.)
+    pub async fn decision(
+        &self,
+        sku: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Option<Decision>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let (owner, stored): (Option<String>, Option<String>) = redis::pipe()
+            .hget(&keys.stock, PARTITION)
+            .hget(&keys.decisions, offset)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        if let Some(owner) = owner {
+            let owner: i32 = owner.parse().map_err(|_| ProjectionError::Corrupt {
+                key: keys.stock.clone(),
+                value: owner,
+            })?;
+            if owner != partition {
+                return Ok(Some(misrouted(partition, owner)));
+            }
+        }
+        stored
+            .map(|s| {
+                decode_decision(&s).ok_or(ProjectionError::Corrupt {
+                    key: keys.decisions,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// What the ledger knows of `order_id` on `sku` (`None` if no deduct or
+    /// rollback of it was applied): one field of the orders hash, so a SKU
+    /// with millions of orders costs what one with a single order does.
+    pub async fn order(
+        &self,
+        sku: &str,
+        order_id: &str,
+    ) -> Result<Option<OrderEntry>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg(&keys.orders)
+            .arg(order_id)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        stored
+            .map(|s| {
+                decode_order(&s).ok_or(ProjectionError::Corrupt {
+                    key: keys.orders,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// The offset that applied restock `adjustment_id` of `sku`, if any.
+    pub async fn adjustment(
+        &self,
+        sku: &str,
+        adjustment_id: &str,
+    ) -> Result<Option<i64>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg(&keys.adjustments)
+            .arg(adjustment_id)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        stored
+            .map(|s| {
+                s.parse().map_err(|_| ProjectionError::Corrupt {
+                    key: keys.adjustments,
+                    value: s,
+                })
+            })
+            .transpose()
+    }
+
+    /// The stock fields of each of `skus` (`None` for a SKU with no state),
+    /// in one round trip per node.
+    pub async fn stock(&self, skus: &[&str]) -> Result<Vec<Option<Stock>>, ProjectionError> {
+        let reads: Vec<redis::Cmd> = skus
+            .iter()
+            .map(|sku| {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(SkuKeys::new(&self.prefix, sku).stock)
+                    .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION, RESERVED, LIMIT]);
+                cmd
+            })
+            .collect();
+        type Fields = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let rows: Vec<Fields> = self.redis.query_each(reads).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| match row {
+                (Some(available), Some(total), Some(offset), partition, reserved, limit) => {
+                    Some(Stock {
+                        available,
+                        total,
+                        offset,
+                        partition,
+                        reserved: reserved.unwrap_or(0),
+                        limit,
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+/// A walk over the SKUs of a prefix, a page at a time.
+pub struct SkuPages {
+    scan: KeyScan,
+    prefix: String,
+}
+
+impl std::fmt::Debug for SkuPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkuPages")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SkuPages {
+    /// The next page of SKUs (sorted, without repeats), `None` at the end.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<String>>, ProjectionError> {
+        let Some(page) = self.scan.next_page().await? else {
+            return Ok(None);
+        };
+        let mut skus: Vec<String> = page
+            .iter()
+            .filter_map(|k| keys::sku_of_stock_key(&self.prefix, k))
+            .map(str::to_owned)
+            .collect();
+        skus.sort_unstable();
+        skus.dedup();
+        Ok(Some(skus))
+    }
+}
+
+/// A SKU's stock hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stock {
+    pub available: i64,
+    pub total: i64,
+    /// The last offset applied.
+    pub offset: i64,
+    /// The partition whose records built the state (`None` when written
+    /// before partitions were recorded).
+    pub partition: Option<i32>,
+    /// Units held by live reservations.
+    pub reserved: i64,
+    /// Units one user may hold and buy, if limited.
+    pub limit: Option<i64>,
+}

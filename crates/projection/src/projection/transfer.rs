@@ -1,0 +1,138 @@
+//! A SKU's state moved whole: exported and restored (snapshots), pruned of
+//! archived history (compaction), and swapped in from a rebuilt prefix.
+
+use super::*;
+
+/// The script that prunes archived history of one SKU; see the file.
+static COMPACT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/compact.lua")));
+
+/// The script that swaps one SKU's rebuilt keys in; see the file.
+static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/swap.lua")));
+
+impl Projection {
+    /// The state of each of `skus` in its stored forms, each SKU's hashes
+    /// read together (one `MULTI`), for a snapshot. SKUs gone since they
+    /// were listed are left out.
+    pub async fn export(&self, skus: &[&str]) -> Result<Vec<SkuExport>, ProjectionError> {
+        type Hash = BTreeMap<String, String>;
+        let reads: Vec<Vec<redis::Cmd>> = skus
+            .iter()
+            .map(|sku| {
+                let k = SkuKeys::new(&self.prefix, sku);
+                vec![
+                    redis::Cmd::hgetall(k.stock),
+                    redis::Cmd::hgetall(k.orders),
+                    redis::Cmd::hgetall(k.adjustments),
+                ]
+            })
+            .collect();
+        let hashes: Vec<(Hash, Hash, Hash)> = self.redis.transact_each(reads).await?;
+        Ok(skus
+            .iter()
+            .zip(hashes)
+            .filter_map(|(sku, (stock, orders, adjustments))| {
+                let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
+                Some(SkuExport {
+                    sku: (*sku).to_owned(),
+                    stock: Stock {
+                        available: number(AVAILABLE)?,
+                        total: number(TOTAL)?,
+                        offset: number(OFFSET)?,
+                        partition: stock.get(PARTITION).and_then(|v| v.parse().ok()),
+                        reserved: number(RESERVED).unwrap_or(0),
+                        limit: number(LIMIT),
+                    },
+                    orders,
+                    adjustments,
+                })
+            })
+            .collect())
+    }
+
+    /// Writes exported states under this prefix (a restore from a
+    /// snapshot), laid out as the apply script lays them out.
+    pub async fn restore(&self, states: &[SkuExport]) -> Result<(), ProjectionError> {
+        let mut writes: Vec<redis::Cmd> = Vec::new();
+        for state in states {
+            let k = SkuKeys::new(&self.prefix, &state.sku);
+            // The field order of the apply script, so a restored hash is
+            // laid out as a replayed one.
+            let mut stock = vec![
+                (AVAILABLE, state.stock.available),
+                (TOTAL, state.stock.total),
+                (RESERVED, state.stock.reserved),
+            ];
+            if let Some(partition) = state.stock.partition {
+                stock.push((PARTITION, i64::from(partition)));
+            }
+            stock.push((OFFSET, state.stock.offset));
+            if let Some(limit) = state.stock.limit {
+                stock.push((LIMIT, limit));
+            }
+            writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
+            if !state.orders.is_empty() {
+                let orders: Vec<_> = state.orders.iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.orders, &orders));
+            }
+            if !state.adjustments.is_empty() {
+                let adjustments: Vec<_> = state.adjustments.iter().collect();
+                writes.push(redis::Cmd::hset_multiple(&k.adjustments, &adjustments));
+            }
+        }
+        let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
+        Ok(())
+    }
+
+    /// Prunes `sku`'s history at or below `cutoff` (see `lua/compact.lua`):
+    /// returns (orders removed, decisions removed).
+    pub async fn prune(&self, sku: &str, cutoff: i64) -> Result<(u64, u64), ProjectionError> {
+        let k = SkuKeys::new(&self.prefix, sku);
+        Ok(COMPACT
+            .key(k.orders)
+            .key(k.decisions)
+            .arg(cutoff)
+            .invoke_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    /// Swaps `sku`'s state under this (rebuilt) prefix in for its state
+    /// under `live`, atomically, unless the rebuilt state is behind the live
+    /// one; the replaced keys go under `old`, or are deleted when `None`.
+    /// Whether it was swapped.
+    pub async fn swap_into(
+        &self,
+        sku: &str,
+        live: &str,
+        old: Option<&str>,
+    ) -> Result<bool, ProjectionError> {
+        let live_keys = SkuKeys::new(live, sku);
+        let rebuilt = SkuKeys::new(&self.prefix, sku);
+        let old_keys = SkuKeys::new(old.unwrap_or(&self.prefix), sku);
+        let mut invocation = SWAP.prepare_invoke();
+        for key in live_keys
+            .as_array()
+            .into_iter()
+            .chain(rebuilt.as_array())
+            .chain(old_keys.as_array())
+        {
+            invocation.key(key);
+        }
+        invocation.arg(if old.is_none() { "1" } else { "0" });
+        let done: i64 = invocation.invoke_async(&mut self.redis.clone()).await?;
+        Ok(done == 1)
+    }
+}
+
+/// A SKU's state in its stored forms (orders and adjustments as the
+/// hashes hold them), as a snapshot keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkuExport {
+    pub sku: String,
+    pub stock: Stock,
+    /// Order id -> the order's encoded entry, and each user's counted
+    /// units under [`crate::encoding::USER_FIELD_PREFIX`].
+    pub orders: BTreeMap<String, String>,
+    /// Adjustment id -> the offset that applied it.
+    pub adjustments: BTreeMap<String, String>,
+}
