@@ -12,3 +12,4 @@
 
 pub mod export;
 pub mod query;
+mod time;

@@ -1,0 +1,83 @@
+//! Instants and spans as analysts write them (RFC 3339, `now`, `-15m`)
+//! and read them back.
+
+use crate::query::AsOf;
+
+/// Parses an instant as the CLI and the HTTP API take it: RFC 3339 with a
+/// zone (`2026-11-23T10:00:00Z`, `2026-11-23T11:00:00.250+01:00`), `now`, or
+/// an offset from `now_ms` like `-15m`, `-2h`, `-7d` (units s, m, h, d, w).
+/// Milliseconds since the Unix epoch.
+pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now_ms);
+    }
+    if let Some(relative) = text.strip_prefix('-') {
+        let ms = parse_span_ms(relative).map_err(|e| format!("{text:?}: {e}"))?;
+        return Ok(now_ms.saturating_sub(ms));
+    }
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            format!(
+                "{text:?} is not a time: {e} (give RFC 3339 like 2026-11-23T10:00:00Z, \
+                 `now`, or a time ago like -15m)"
+            )
+        })?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| format!("{text:?} is out of range"))
+}
+
+/// Parses the moment of an as-of question: a log offset (a whole number),
+/// or an instant as [`parse_instant`] takes it.
+pub fn parse_as_of(text: &str, now_ms: i64) -> Result<AsOf, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map(AsOf::Offset)
+            .map_err(|_| format!("{text:?}: offset out of range"));
+    }
+    parse_instant(text, now_ms).map(AsOf::Time)
+}
+
+/// Parses a span like `90s`, `15m`, `1h`, `1d` or `1w` into milliseconds.
+pub fn parse_span_ms(text: &str) -> Result<i64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a span (a whole number and s, m, h, d or w)"))?;
+    let unit_ms: i64 = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m, h, d or w)")),
+    };
+    match n.checked_mul(unit_ms) {
+        Some(ms) if ms > 0 => Ok(ms),
+        Some(_) => Err(format!("{text:?} must be longer than zero")),
+        None => Err(format!("{text:?} is too long")),
+    }
+}
+
+/// An instant (ms since the epoch) in RFC 3339, UTC, to the millisecond.
+pub fn format_instant(ms: i64) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
