@@ -32,9 +32,24 @@ use value::*;
 
 /// Largest payload the decoder accepts; commands and outcomes are a few
 /// hundred bytes, so anything bigger is garbage.
+///
+/// ```
+/// use stockledger_core::codec::{decode_command, DecodeError, MAX_PAYLOAD_LEN};
+///
+/// let huge = vec![0u8; MAX_PAYLOAD_LEN + 1];
+/// assert_eq!(decode_command(&huge), Err(DecodeError::TooLarge(MAX_PAYLOAD_LEN + 1)));
+/// ```
 pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
 
 /// Why a payload could not be decoded into a valid command or outcome.
+///
+/// ```
+/// use stockledger_core::codec::{decode_command, DecodeError};
+///
+/// assert_eq!(decode_command(b"{\"sku\":\"SKU-1\"}"), Err(DecodeError::NotSingleObject));
+/// let unknown = [0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8];
+/// assert!(matches!(decode_command(&unknown), Err(DecodeError::UnknownSchema(_))));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     #[error("payload is {0} bytes; at most {MAX_PAYLOAD_LEN} are accepted")]
@@ -64,6 +79,24 @@ impl From<ValidationError> for DecodeError {
 }
 
 /// Encoding our own types against our own schemas can only fail on a bug.
+///
+/// ```
+/// use stockledger_core::codec::encode_command_as;
+/// use stockledger_core::schema::{versions, Subject};
+/// use stockledger_core::{Command, CommandBody, CommandId, Limit, Sku};
+///
+/// // A limit has no place in the first Command schema.
+/// let first = versions(Subject::Command).next().unwrap();
+/// let limit = Command {
+///     command_id: CommandId::new("c-1")?,
+///     sku: Sku::new("SKU-1")?,
+///     occurred_at: 0,
+///     body: CommandBody::Limit(Limit { per_user: None }),
+/// };
+/// let refused = encode_command_as(&limit, first, first.fingerprint).unwrap_err();
+/// assert!(refused.to_string().starts_with("encoding command failed: as Command.v1"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("encoding {what} failed: {message}")]
 pub struct EncodeError {
@@ -245,6 +278,20 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     })
 }
 
+/// The outcome in Avro single-object encoding with the newest `Outcome`
+/// schema.
+///
+/// ```
+/// use stockledger_core::codec::{decode_outcome, encode_outcome, outcome_fingerprint};
+/// use stockledger_core::{LogPosition, Outcome};
+///
+/// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+/// let outcome = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+/// let payload = encode_outcome(&outcome)?;
+/// assert_eq!(payload[2..10], outcome_fingerprint().to_le_bytes());
+/// assert_eq!(decode_outcome(&payload)?, outcome);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
     SCHEMAS
         .outcome
@@ -255,6 +302,19 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
 /// fields that version has), framed with `fingerprint` (one of the
 /// version's): the bytes a log written by an earlier release holds, for
 /// tests of logs that span versions.
+///
+/// ```
+/// use stockledger_core::codec::{decode_outcome, encode_outcome_as};
+/// use stockledger_core::schema::{versions, Subject};
+/// use stockledger_core::{LogPosition, Outcome};
+///
+/// let first = versions(Subject::Outcome).next().unwrap();
+/// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+/// let outcome = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+/// let old = encode_outcome_as(&outcome, first, first.fingerprint)?;
+/// assert_eq!(decode_outcome(&old)?, outcome);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn encode_outcome_as(
     outcome: &Outcome,
     version: &Released,
@@ -265,6 +325,23 @@ pub fn encode_outcome_as(
 
 /// `command` as released `version` of the Command schema wrote it (see
 /// [`encode_outcome_as`]); an error if that version has no place for it.
+///
+/// ```
+/// use stockledger_core::codec::{decode_command, encode_command_as};
+/// use stockledger_core::schema::{versions, Subject};
+/// use stockledger_core::{Command, CommandBody, CommandId, Deduct, OrderId, Quantity, Sku};
+///
+/// let first = versions(Subject::Command).next().unwrap();
+/// let command = Command {
+///     command_id: CommandId::new("c-1")?,
+///     sku: Sku::new("SKU-1")?,
+///     occurred_at: 1_700_000_000_000,
+///     body: CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)),
+/// };
+/// let old = encode_command_as(&command, first, first.fingerprint)?;
+/// assert_eq!(decode_command(&old)?, command);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn encode_command_as(
     command: &Command,
     version: &Released,
@@ -393,6 +470,13 @@ fn outcome_value(outcome: &Outcome) -> Value {
     ])
 }
 
+/// The outcome in `payload`, written with any released `Outcome` schema.
+///
+/// ```
+/// use stockledger_core::codec::{decode_outcome, DecodeError};
+///
+/// assert_eq!(decode_outcome(&[0xC3]), Err(DecodeError::NotSingleObject));
+/// ```
 pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
     let mut f = Fields::of(SCHEMAS.outcome.decode(payload)?)?;
     let partition = match f.take("partition")? {

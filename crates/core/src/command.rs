@@ -8,9 +8,32 @@ use crate::ids::{
 };
 
 /// Longest free-text reason a rollback may carry, in bytes.
+///
+/// ```
+/// use stockledger_core::command::MAX_REASON_LEN;
+/// use stockledger_core::{OrderId, Rollback};
+///
+/// let order = OrderId::new("order-42")?;
+/// let long = "x".repeat(MAX_REASON_LEN + 1);
+/// assert_eq!(Rollback::new(order, Some(long)).unwrap_err().field, "reason");
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 pub const MAX_REASON_LEN: usize = 1024;
 
 /// One record of the command topic. The record key is always `sku`.
+///
+/// ```
+/// use stockledger_core::{Command, CommandBody, CommandId, Deduct, OrderId, Quantity, Sku};
+///
+/// let command = Command {
+///     command_id: CommandId::new("c-1")?,
+///     sku: Sku::new("SKU-1")?,
+///     occurred_at: 1_700_000_000_000,
+///     body: CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(2)?)),
+/// };
+/// assert_eq!(command.body.quantity(), Some(2));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Command {
     pub command_id: CommandId,
@@ -22,6 +45,21 @@ pub struct Command {
     pub body: CommandBody,
 }
 
+/// What a command asks of the ledger: one variant per kind of command.
+///
+/// ```
+/// use stockledger_core::{CommandBody, CommandKind, Deduct, Limit, OrderId, Quantity};
+///
+/// let deduct = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(2)?));
+/// assert_eq!(deduct.kind(), CommandKind::Deduct);
+/// assert_eq!(deduct.order_id().map(OrderId::as_str), Some("order-42"));
+/// assert_eq!(deduct.quantity(), Some(2));
+/// assert_eq!((deduct.user_id(), deduct.expires_at()), (None, None));
+///
+/// let uncapped = CommandBody::Limit(Limit { per_user: None });
+/// assert_eq!((uncapped.order_id(), uncapped.quantity()), (None, None));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandBody {
     Deduct(Deduct),
@@ -34,6 +72,15 @@ pub enum CommandBody {
 }
 
 impl CommandBody {
+    /// Which kind of command this is.
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, CommandKind, Expire, OrderId};
+    ///
+    /// let expire = CommandBody::Expire(Expire { order_id: OrderId::new("order-42")? });
+    /// assert_eq!(expire.kind().as_str(), "EXPIRE");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn kind(&self) -> CommandKind {
         match self {
             Self::Deduct(_) => CommandKind::Deduct,
@@ -47,6 +94,14 @@ impl CommandBody {
     }
 
     /// The order this command belongs to, if it names one.
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, Confirm, OrderId};
+    ///
+    /// let confirm = CommandBody::Confirm(Confirm { order_id: OrderId::new("order-42")? });
+    /// assert_eq!(confirm.order_id().map(OrderId::as_str), Some("order-42"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn order_id(&self) -> Option<&OrderId> {
         match self {
             Self::Deduct(d) => Some(&d.order_id),
@@ -60,6 +115,14 @@ impl CommandBody {
 
     /// The quantity named by the command (signed for `Restock ADD`; a
     /// refund's total, a limit's units per user).
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode};
+    ///
+    /// let taken_back = Restock::new(AdjustmentId::new("count-7")?, RestockMode::Add, -3)?;
+    /// assert_eq!(CommandBody::Restock(taken_back).quantity(), Some(-3));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn quantity(&self) -> Option<i64> {
         match self {
             Self::Deduct(d) => Some(d.quantity.get()),
@@ -71,6 +134,17 @@ impl CommandBody {
     }
 
     /// The buyer a deduct names, if any.
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, Deduct, OrderId, Quantity, UserId};
+    ///
+    /// let deduct = Deduct {
+    ///     user_id: Some(UserId::new("alice")?),
+    ///     ..Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)
+    /// };
+    /// assert_eq!(CommandBody::Deduct(deduct).user_id().map(UserId::as_str), Some("alice"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn user_id(&self) -> Option<&UserId> {
         match self {
             Self::Deduct(d) => d.user_id.as_ref(),
@@ -79,6 +153,17 @@ impl CommandBody {
     }
 
     /// A reservation's deadline, if this is one.
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, Deduct, OrderId, Quantity};
+    ///
+    /// let hold = Deduct {
+    ///     expires_at: Some(1_700_000_600_000),
+    ///     ..Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)
+    /// };
+    /// assert_eq!(CommandBody::Deduct(hold).expires_at(), Some(1_700_000_600_000));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn expires_at(&self) -> Option<i64> {
         match self {
             Self::Deduct(d) => d.expires_at,
@@ -89,6 +174,20 @@ impl CommandBody {
 
 /// Take `quantity` units for `order_id`: sold at once, or, with
 /// `expires_at`, held until a [`Confirm`] sells them or the deadline passes.
+///
+/// ```
+/// use stockledger_core::{Deduct, OrderId, Quantity, UserId};
+///
+/// // A reservation of one unit for alice, held ten minutes.
+/// let now = 1_700_000_000_000;
+/// let hold = Deduct {
+///     user_id: Some(UserId::new("alice")?),
+///     expires_at: Some(now + 600_000),
+///     ..Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)
+/// };
+/// assert!(hold.check_deadline(now).is_ok());
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deduct {
     pub order_id: OrderId,
@@ -103,6 +202,14 @@ pub struct Deduct {
 
 impl Deduct {
     /// A plain deduct: no buyer, no hold.
+    ///
+    /// ```
+    /// use stockledger_core::{Deduct, OrderId, Quantity};
+    ///
+    /// let deduct = Deduct::new(OrderId::new("order-42")?, Quantity::new(2)?);
+    /// assert_eq!((deduct.user_id, deduct.expires_at), (None, None));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn new(order_id: OrderId, quantity: Quantity) -> Self {
         Self {
             order_id,
@@ -116,6 +223,18 @@ impl Deduct {
     /// the Unix epoch) before it is sent: it must lie after `now` and at
     /// most [`MAX_HOLD_MS`] ahead. The applier checks the same against the
     /// record's timestamp.
+    ///
+    /// ```
+    /// use stockledger_core::{Deduct, OrderId, Quantity};
+    ///
+    /// let now = 1_700_000_000_000;
+    /// let late = Deduct {
+    ///     expires_at: Some(now - 1),
+    ///     ..Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?)
+    /// };
+    /// assert_eq!(late.check_deadline(now).unwrap_err().field, "expires_at");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn check_deadline(&self, now: i64) -> Result<(), ValidationError> {
         match self.expires_at {
             Some(deadline) => check_deadline(deadline, now),
@@ -127,12 +246,28 @@ impl Deduct {
 /// A record's timestamp as the ledger compares it with deadlines: clamped
 /// into 0..=[`MAX_TIMESTAMP_MS`] (a record without a timestamp counts as
 /// the epoch), so every comparison is exact in Lua too.
+///
+/// ```
+/// use stockledger_core::command::record_time;
+/// use stockledger_core::ids::MAX_TIMESTAMP_MS;
+///
+/// assert_eq!(record_time(1_700_000_000_000), 1_700_000_000_000);
+/// assert_eq!(record_time(-1), 0);
+/// assert_eq!(record_time(i64::MAX), MAX_TIMESTAMP_MS);
+/// ```
 pub fn record_time(timestamp_ms: i64) -> i64 {
     timestamp_ms.clamp(0, MAX_TIMESTAMP_MS)
 }
 
 /// Checks that a deadline read from a record is an instant the ledger can
 /// compare exactly: between the epoch and the end of year 9999.
+///
+/// ```
+/// use stockledger_core::command::check_expires_at;
+///
+/// assert_eq!(check_expires_at(1_700_000_000_000), Ok(1_700_000_000_000));
+/// assert_eq!(check_expires_at(-5).unwrap_err().field, "expires_at");
+/// ```
 pub fn check_expires_at(deadline: i64) -> Result<i64, ValidationError> {
     if (0..=MAX_TIMESTAMP_MS).contains(&deadline) {
         Ok(deadline)
@@ -147,6 +282,16 @@ pub fn check_expires_at(deadline: i64) -> Result<i64, ValidationError> {
 }
 
 /// Why a reservation's deadline `deadline` is refused at time `now`, if it is.
+///
+/// ```
+/// use stockledger_core::command::check_deadline;
+/// use stockledger_core::ids::MAX_HOLD_MS;
+///
+/// let now = 1_700_000_000_000;
+/// assert!(check_deadline(now + 1, now).is_ok());
+/// assert!(check_deadline(now, now).is_err());
+/// assert!(check_deadline(now + MAX_HOLD_MS + 1, now).is_err());
+/// ```
 pub fn check_deadline(deadline: i64, now: i64) -> Result<(), ValidationError> {
     if deadline <= now {
         return Err(ValidationError::new(
@@ -167,12 +312,29 @@ pub fn check_deadline(deadline: i64, now: i64) -> Result<(), ValidationError> {
 
 /// Sell what a reservation holds. On time when the record's timestamp is at
 /// or before the deadline.
+///
+/// ```
+/// use stockledger_core::{CommandBody, CommandKind, Confirm, OrderId};
+///
+/// let paid = CommandBody::Confirm(Confirm { order_id: OrderId::new("order-42")? });
+/// assert_eq!(paid.kind(), CommandKind::Confirm);
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Confirm {
     pub order_id: OrderId,
 }
 
 /// Give back (part of) what a confirmed order bought.
+///
+/// ```
+/// use stockledger_core::{CommandBody, OrderId, Quantity, Refund};
+///
+/// // Two units refunded in all, however often this is sent.
+/// let refund = Refund { order_id: OrderId::new("order-42")?, quantity: Some(Quantity::new(2)?) };
+/// assert_eq!(CommandBody::Refund(refund).quantity(), Some(2));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refund {
     pub order_id: OrderId,
@@ -184,12 +346,28 @@ pub struct Refund {
 /// End a reservation whose deadline has passed. Written by the applier's
 /// expirer (or anyone): it takes effect only when the record's timestamp
 /// is after the deadline, so the log, not a clock, decides.
+///
+/// ```
+/// use stockledger_core::{CommandBody, Expire, OrderId};
+///
+/// let expire = CommandBody::Expire(Expire { order_id: OrderId::new("order-42")? });
+/// assert_eq!(expire.order_id().map(OrderId::as_str), Some("order-42"));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expire {
     pub order_id: OrderId,
 }
 
 /// Cap the units one user may hold and buy of this SKU; `None` lifts it.
+///
+/// ```
+/// use stockledger_core::{CommandBody, Limit, Quantity};
+///
+/// let one_each = CommandBody::Limit(Limit { per_user: Some(Quantity::new(1)?) });
+/// assert_eq!(one_each.quantity(), Some(1));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
     pub per_user: Option<Quantity>,
@@ -197,6 +375,14 @@ pub struct Limit {
 
 /// Give back what `order_id` took. Sent before its deduction, it leaves a
 /// tombstone so that the late deduction is refused.
+///
+/// ```
+/// use stockledger_core::{OrderId, Rollback};
+///
+/// let cancel = Rollback::new(OrderId::new("order-42")?, Some("payment failed".into()))?;
+/// assert_eq!(cancel.reason.as_deref(), Some("payment failed"));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rollback {
     pub order_id: OrderId,
@@ -204,6 +390,14 @@ pub struct Rollback {
 }
 
 impl Rollback {
+    /// A rollback of `order_id`, its reason at most [`MAX_REASON_LEN`] bytes.
+    ///
+    /// ```
+    /// use stockledger_core::{OrderId, Rollback};
+    ///
+    /// assert!(Rollback::new(OrderId::new("order-42")?, None).is_ok());
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn new(order_id: OrderId, reason: Option<String>) -> Result<Self, ValidationError> {
         if let Some(reason) = &reason {
             if reason.len() > MAX_REASON_LEN {
@@ -220,6 +414,15 @@ impl Rollback {
     }
 }
 
+/// How a restock changes the stock.
+///
+/// ```
+/// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+///
+/// assert!(Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, -3).is_ok());
+/// assert!(Restock::new(AdjustmentId::new("a-2")?, RestockMode::Set, -3).is_err());
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RestockMode {
     /// Change available stock by a signed amount (seed 000's incremental mode).
@@ -229,6 +432,13 @@ pub enum RestockMode {
 }
 
 impl RestockMode {
+    /// The symbol of the Avro enum `RestockMode`.
+    ///
+    /// ```
+    /// use stockledger_core::RestockMode;
+    ///
+    /// assert_eq!(RestockMode::Set.as_str(), "SET");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Add => "ADD",
@@ -239,6 +449,14 @@ impl RestockMode {
 
 /// Arrange stock. Built with [`Restock::new`], which checks the quantity
 /// against the mode.
+///
+/// ```
+/// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+///
+/// let count = Restock::new(AdjustmentId::new("count-2026-11")?, RestockMode::Set, 500)?;
+/// assert_eq!((count.mode(), count.quantity()), (RestockMode::Set, 500));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restock {
     pub adjustment_id: AdjustmentId,
@@ -249,6 +467,14 @@ pub struct Restock {
 impl Restock {
     /// `ADD` takes a non-zero amount between `-MAX_STOCK` and `MAX_STOCK`;
     /// `SET` a total between 0 and `MAX_STOCK`.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// let refused = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, 0).unwrap_err();
+    /// assert_eq!(refused.field, "quantity");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn new(
         adjustment_id: AdjustmentId,
         mode: RestockMode,
@@ -275,15 +501,43 @@ impl Restock {
         })
     }
 
+    /// Whether the quantity is added or is the new total.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// let add = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, 5)?;
+    /// assert_eq!(add.mode(), RestockMode::Add);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn mode(&self) -> RestockMode {
         self.mode
     }
 
+    /// The amount added (signed) or the total set.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// let add = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, -2)?;
+    /// assert_eq!(add.quantity(), -2);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn quantity(&self) -> i64 {
         self.quantity
     }
 }
 
+/// The kinds of command, as the Avro enum `CommandKind` names them.
+///
+/// ```
+/// use stockledger_core::CommandKind;
+///
+/// for kind in CommandKind::ALL {
+///     assert_eq!(CommandKind::parse(kind.as_str()), Some(kind));
+/// }
+/// assert_eq!(CommandKind::Rollback.to_string(), "ROLLBACK");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CommandKind {
     Deduct,
@@ -297,6 +551,12 @@ pub enum CommandKind {
 
 impl CommandKind {
     /// In the order of the `CommandKind` enum's symbols.
+    ///
+    /// ```
+    /// use stockledger_core::CommandKind;
+    ///
+    /// assert_eq!(CommandKind::ALL[0], CommandKind::Deduct);
+    /// ```
     pub const ALL: [CommandKind; 7] = [
         Self::Deduct,
         Self::Rollback,
@@ -307,6 +567,13 @@ impl CommandKind {
         Self::Limit,
     ];
 
+    /// The kind's symbol.
+    ///
+    /// ```
+    /// use stockledger_core::CommandKind;
+    ///
+    /// assert_eq!(CommandKind::Restock.as_str(), "RESTOCK");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Deduct => "DEDUCT",
@@ -319,6 +586,14 @@ impl CommandKind {
         }
     }
 
+    /// The kind a symbol names, if it names one (exactly, upper case).
+    ///
+    /// ```
+    /// use stockledger_core::CommandKind;
+    ///
+    /// assert_eq!(CommandKind::parse("REFUND"), Some(CommandKind::Refund));
+    /// assert_eq!(CommandKind::parse("refund"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }

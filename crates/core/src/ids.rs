@@ -6,23 +6,63 @@
 use std::fmt;
 
 /// Longest SKU, order id, adjustment id or command id accepted, in bytes.
+///
+/// ```
+/// use stockledger_core::ids::MAX_ID_LEN;
+/// use stockledger_core::OrderId;
+///
+/// assert!(OrderId::new("x".repeat(MAX_ID_LEN)).is_ok());
+/// assert!(OrderId::new("x".repeat(MAX_ID_LEN + 1)).is_err());
+/// ```
 pub const MAX_ID_LEN: usize = 128;
 
 /// Largest quantity one deduct may take.
+///
+/// ```
+/// use stockledger_core::ids::MAX_QUANTITY;
+/// use stockledger_core::Quantity;
+///
+/// assert!(Quantity::new(MAX_QUANTITY).is_ok());
+/// assert!(Quantity::new(MAX_QUANTITY + 1).is_err());
+/// ```
 pub const MAX_QUANTITY: i64 = 1_000_000_000;
 
 /// Largest stock level (and restock amount). Chosen well below 2^53 so the
 /// Lua scripts, whose numbers are doubles, compute every value exactly.
+///
+/// ```
+/// use stockledger_core::ids::MAX_STOCK;
+/// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+///
+/// assert!(Restock::new(AdjustmentId::new("a-1")?, RestockMode::Set, MAX_STOCK).is_ok());
+/// assert!(Restock::new(AdjustmentId::new("a-2")?, RestockMode::Set, MAX_STOCK + 1).is_err());
+/// assert!(MAX_STOCK < 1 << 53);
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 pub const MAX_STOCK: i64 = 1_000_000_000_000_000;
 
 /// Longest hold a reservation may ask for: seven days, in milliseconds.
 /// A deadline further ahead is a mistake (seconds sent as milliseconds, a
 /// year typed wrong), not a checkout.
+///
+/// ```
+/// use stockledger_core::ids::MAX_HOLD_MS;
+///
+/// assert_eq!(MAX_HOLD_MS, 604_800_000);
+/// ```
 pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Latest instant a deadline may name (9999-12-31T23:59:59.999Z), in
 /// milliseconds since the Unix epoch: well below 2^53, so the Lua scripts
 /// compare and print every deadline and record time exactly.
+///
+/// ```
+/// use stockledger_core::command::check_expires_at;
+/// use stockledger_core::ids::MAX_TIMESTAMP_MS;
+///
+/// assert!(check_expires_at(MAX_TIMESTAMP_MS).is_ok());
+/// assert!(check_expires_at(MAX_TIMESTAMP_MS + 1).is_err());
+/// ```
 pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
 /// A value was refused; `field` names the input, `problem` says what is wrong.
@@ -42,6 +82,14 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
+    /// A refusal of `field`, saying what is wrong with it.
+    ///
+    /// ```
+    /// use stockledger_core::ValidationError;
+    ///
+    /// let e = ValidationError::new("quantity", "must be at least 1, got 0");
+    /// assert_eq!(e.to_string(), "quantity: must be at least 1, got 0");
+    /// ```
     pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
         Self {
             field,
@@ -55,6 +103,13 @@ impl ValidationError {
 /// corrupt logs, keys and CSV exports), no `{` or `}` (they delimit the Redis
 /// Cluster hash tag that keeps one SKU's keys on one node), no surrounding
 /// whitespace.
+///
+/// ```
+/// use stockledger_core::ids::check_id;
+///
+/// assert!(check_id("warehouse", "eu-west").is_ok());
+/// assert_eq!(check_id("warehouse", " eu").unwrap_err().field, "warehouse");
+/// ```
 pub fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
@@ -97,21 +152,54 @@ macro_rules! id_type {
 
         impl $name {
             /// The input field this identifier is validated as.
+            ///
+            /// ```
+            #[doc = concat!("use stockledger_core::", stringify!($name), ";")]
+            ///
+            #[doc = concat!("assert_eq!(", stringify!($name), "::FIELD, \"", $field, "\");")]
+            /// ```
             pub const FIELD: &'static str = $field;
 
             /// The identifier, if `value` is 1 to [`MAX_ID_LEN`] bytes with
             /// no control character, no brace and no surrounding space;
             /// else the refusal, naming the field.
+            ///
+            /// ```
+            #[doc = concat!("use stockledger_core::", stringify!($name), ";")]
+            ///
+            #[doc = concat!("let id = ", stringify!($name), "::new(\"A-1\")?;")]
+            /// assert_eq!(id.to_string(), "A-1");
+            #[doc = concat!("let refused = ", stringify!($name), "::new(\"A\\n1\").unwrap_err();")]
+            #[doc = concat!("assert_eq!(refused.field, \"", $field, "\");")]
+            /// # Ok::<(), stockledger_core::ValidationError>(())
+            /// ```
             pub fn new(value: impl Into<String>) -> Result<Self, ValidationError> {
                 let value = value.into();
                 check_id($field, &value)?;
                 Ok(Self(value))
             }
 
+            /// The identifier as text.
+            ///
+            /// ```
+            #[doc = concat!("use stockledger_core::", stringify!($name), ";")]
+            ///
+            #[doc = concat!("assert_eq!(", stringify!($name), "::new(\"A-1\")?.as_str(), \"A-1\");")]
+            /// # Ok::<(), stockledger_core::ValidationError>(())
+            /// ```
             pub fn as_str(&self) -> &str {
                 &self.0
             }
 
+            /// The identifier as an owned string, without copying it.
+            ///
+            /// ```
+            #[doc = concat!("use stockledger_core::", stringify!($name), ";")]
+            ///
+            #[doc = concat!("let text: String = ", stringify!($name), "::new(\"A-1\")?.into_string();")]
+            /// assert_eq!(text, "A-1");
+            /// # Ok::<(), stockledger_core::ValidationError>(())
+            /// ```
             pub fn into_string(self) -> String {
                 self.0
             }
@@ -160,6 +248,14 @@ id_type!(
 );
 
 /// A quantity a deduct takes: 1 to [`MAX_QUANTITY`].
+///
+/// ```
+/// use stockledger_core::Quantity;
+///
+/// let two = Quantity::new(2)?;
+/// assert_eq!((two.get(), two.to_string()), (2, "2".to_owned()));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Quantity(i64);
 
@@ -178,6 +274,12 @@ impl Quantity {
 
     /// A quantity read from the input `field` (a refund's `total`, a
     /// limit's `per_user`), which a refusal names.
+    ///
+    /// ```
+    /// use stockledger_core::Quantity;
+    ///
+    /// assert_eq!(Quantity::of_field("per_user", 0).unwrap_err().field, "per_user");
+    /// ```
     pub fn of_field(field: &'static str, value: i64) -> Result<Self, ValidationError> {
         if value <= 0 {
             return Err(ValidationError::new(
@@ -194,6 +296,14 @@ impl Quantity {
         Ok(Self(value))
     }
 
+    /// The number of units.
+    ///
+    /// ```
+    /// use stockledger_core::Quantity;
+    ///
+    /// assert_eq!(Quantity::new(7)?.get(), 7);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn get(self) -> i64 {
         self.0
     }

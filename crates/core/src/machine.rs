@@ -29,6 +29,13 @@ use crate::ids::MAX_STOCK;
 use crate::outcome::{Decision, ResultCode};
 use crate::Command;
 
+/// Where one order of one SKU stands.
+///
+/// ```
+/// use stockledger_core::OrderStatus;
+///
+/// assert_eq!(OrderStatus::RolledBack.as_str(), "ROLLED_BACK");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OrderStatus {
     /// A plain deduction took stock that the order still has (sold).
@@ -47,6 +54,13 @@ pub enum OrderStatus {
 }
 
 impl OrderStatus {
+    /// The status as Redis, Lua and the HTTP API spell it.
+    ///
+    /// ```
+    /// use stockledger_core::OrderStatus;
+    ///
+    /// assert_eq!(OrderStatus::Reserved.as_str(), "RESERVED");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Deducted => "DEDUCTED",
@@ -60,6 +74,20 @@ impl OrderStatus {
 }
 
 /// What the ledger knows of one order of one SKU.
+///
+/// ```
+/// use stockledger_core::{OrderEntry, OrderStatus};
+///
+/// let bought = OrderEntry {
+///     status: OrderStatus::Confirmed,
+///     quantity: 3,
+///     offset: 17,
+///     user: Some("alice".into()),
+///     expires_at: Some(1_700_000_600_000),
+///     refunded: 1,
+/// };
+/// assert_eq!(bought.live_units(), 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderEntry {
     pub status: OrderStatus,
@@ -88,6 +116,20 @@ impl OrderEntry {
     }
 
     /// Units this order still takes from the SKU (held or sold).
+    ///
+    /// ```
+    /// use stockledger_core::{OrderEntry, OrderStatus};
+    ///
+    /// let tombstone = OrderEntry {
+    ///     status: OrderStatus::Cancelled,
+    ///     quantity: 0,
+    ///     offset: 4,
+    ///     user: None,
+    ///     expires_at: None,
+    ///     refunded: 0,
+    /// };
+    /// assert_eq!(tombstone.live_units(), 0);
+    /// ```
     pub fn live_units(&self) -> i64 {
         match self.status {
             OrderStatus::Deducted | OrderStatus::Reserved => self.quantity,
@@ -98,6 +140,13 @@ impl OrderEntry {
 }
 
 /// Where a record was read, and where its SKU belongs.
+///
+/// ```
+/// use stockledger_core::Placement;
+///
+/// let elsewhere = Placement { partition: 3, home: 5 };
+/// assert_ne!(elsewhere, Placement::home(3));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
     /// The partition the record is on.
@@ -109,6 +158,12 @@ pub struct Placement {
 
 impl Placement {
     /// A record on its SKU's home partition.
+    ///
+    /// ```
+    /// use stockledger_core::Placement;
+    ///
+    /// assert_eq!(Placement::home(2), Placement { partition: 2, home: 2 });
+    /// ```
     pub fn home(partition: i32) -> Self {
         Self {
             partition,
@@ -120,6 +175,15 @@ impl Placement {
 /// The decision for a record on a partition its SKU does not live on. It
 /// changes nothing, so stock fields are zero (as for an invalid record),
 /// and it is the same whenever it is taken: the owner never changes.
+///
+/// ```
+/// use stockledger_core::machine::misrouted;
+/// use stockledger_core::ResultCode;
+///
+/// let decision = misrouted(1, 4);
+/// assert_eq!((decision.result, decision.delta), (ResultCode::Misrouted, 0));
+/// assert!(decision.reason.is_some_and(|r| r.contains("partition 4")));
+/// ```
 pub fn misrouted(partition: i32, owner: i32) -> Decision {
     Decision {
         result: ResultCode::Misrouted,
@@ -134,6 +198,16 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
 }
 
 /// The state of one SKU.
+///
+/// ```
+/// use stockledger_core::{AdjustmentId, CommandBody, Placement, Restock, RestockMode, ResultCode, SkuState};
+///
+/// let mut state = SkuState::default();
+/// let restock = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Set, 10)?;
+/// let decision = state.apply(Placement::home(0), 0, 1_000, &CommandBody::Restock(restock));
+/// assert_eq!((decision.result, state.available, state.total), (ResultCode::Applied, 10, 10));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SkuState {
     pub available: i64,
@@ -159,17 +233,38 @@ pub struct SkuState {
 
 impl SkuState {
     /// Units taken by live orders: held by reservations or sold.
+    ///
+    /// ```
+    /// use stockledger_core::SkuState;
+    ///
+    /// let state = SkuState { available: 7, total: 10, reserved: 2, ..SkuState::default() };
+    /// assert_eq!(state.held(), 3);
+    /// ```
     pub fn held(&self) -> i64 {
         self.total - self.available
     }
 
     /// Units sold (by plain deductions and confirmed reservations, less
     /// refunds).
+    ///
+    /// ```
+    /// use stockledger_core::SkuState;
+    ///
+    /// let state = SkuState { available: 7, total: 10, reserved: 2, ..SkuState::default() };
+    /// assert_eq!(state.sold(), 1);
+    /// ```
     pub fn sold(&self) -> i64 {
         self.total - self.available - self.reserved
     }
 
     /// The partition this SKU's records must be on.
+    ///
+    /// ```
+    /// use stockledger_core::SkuState;
+    ///
+    /// assert_eq!(SkuState::default().owner(5), 5);
+    /// assert_eq!(SkuState { partition: Some(2), ..SkuState::default() }.owner(5), 2);
+    /// ```
     pub fn owner(&self, home: i32) -> i32 {
         self.partition.unwrap_or(home)
     }
@@ -180,6 +275,24 @@ impl SkuState {
     /// means nothing here, so it is neither applied nor compared. A record
     /// at or below the last applied offset is a redelivery: it gets the
     /// decision stored for it and changes nothing.
+    ///
+    /// ```
+    /// use stockledger_core::{
+    ///     AdjustmentId, CommandBody, Deduct, OrderId, Placement, Quantity, Restock, RestockMode,
+    ///     ResultCode, SkuState,
+    /// };
+    ///
+    /// let mut state = SkuState::default();
+    /// let at = Placement::home(0);
+    /// let restock = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Set, 1)?;
+    /// state.apply(at, 0, 1_000, &CommandBody::Restock(restock));
+    /// let deduct = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?));
+    /// assert_eq!(state.apply(at, 1, 1_000, &deduct).result, ResultCode::Applied);
+    /// // Redelivered: the same decision, and nothing changes.
+    /// assert_eq!(state.apply(at, 1, 1_000, &deduct).result, ResultCode::Applied);
+    /// assert_eq!(state.available, 0);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn apply(&mut self, at: Placement, offset: i64, time: i64, body: &CommandBody) -> Decision {
         let owner = self.owner(at.home);
         if at.partition != owner {
@@ -544,6 +657,13 @@ pub struct Ledger {
 
 impl Ledger {
     /// An empty fold of a topic with `partitions` partitions.
+    ///
+    /// ```
+    /// use stockledger_core::Ledger;
+    ///
+    /// let ledger = Ledger::new(12);
+    /// assert_eq!((ledger.partitions, ledger.skus.len()), (12, 0));
+    /// ```
     pub fn new(partitions: i32) -> Self {
         Self {
             partitions,
@@ -554,6 +674,26 @@ impl Ledger {
     /// Applies the record at `partition`/`offset` stamped `time` in the
     /// log (clamped by [`crate::command::record_time`]). A misrouted record leaves no trace, not even an empty state for
     /// its SKU.
+    ///
+    /// ```
+    /// use stockledger_core::partition::home_partition;
+    /// use stockledger_core::{AdjustmentId, Command, CommandBody, CommandId, Ledger, Restock};
+    /// use stockledger_core::{RestockMode, ResultCode, Sku};
+    ///
+    /// let mut ledger = Ledger::new(8);
+    /// let restock = Command {
+    ///     command_id: CommandId::new("c-1")?,
+    ///     sku: Sku::new("SKU-1")?,
+    ///     occurred_at: 0,
+    ///     body: CommandBody::Restock(Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, 5)?),
+    /// };
+    /// let home = home_partition(b"SKU-1", 8);
+    /// let elsewhere = (home + 1) % 8;
+    /// assert_eq!(ledger.apply(elsewhere, 0, 0, &restock).result, ResultCode::Misrouted);
+    /// assert!(ledger.sku("SKU-1").is_none());
+    /// assert_eq!(ledger.apply(home, 0, 0, &restock).result, ResultCode::Applied);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn apply(&mut self, partition: i32, offset: i64, time: i64, command: &Command) -> Decision {
         let time = crate::command::record_time(time);
         let sku = command.sku.as_str();
@@ -573,6 +713,13 @@ impl Ledger {
         }
     }
 
+    /// The state of `sku`, if any record of it was applied.
+    ///
+    /// ```
+    /// use stockledger_core::Ledger;
+    ///
+    /// assert!(Ledger::new(8).sku("SKU-1").is_none());
+    /// ```
     pub fn sku(&self, sku: &str) -> Option<&SkuState> {
         self.skus.get(sku)
     }

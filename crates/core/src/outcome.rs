@@ -6,6 +6,13 @@ use crate::command::{Command, CommandBody, CommandKind, RestockMode};
 
 /// Where a record sits in the log: its identity for exactly-once effect and
 /// for the archive's primary key.
+///
+/// ```
+/// use stockledger_core::LogPosition;
+///
+/// let at = LogPosition { topic: "stock.ledger".into(), partition: 3, offset: 42 };
+/// assert_eq!(at.to_string(), "stock.ledger/3@42");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogPosition {
     pub topic: String,
@@ -19,6 +26,14 @@ impl fmt::Display for LogPosition {
     }
 }
 
+/// What the ledger decided for one record.
+///
+/// ```
+/// use stockledger_core::ResultCode;
+///
+/// assert_eq!(ResultCode::parse("REJECTED_LIMIT"), Some(ResultCode::RejectedLimit));
+/// assert_eq!(ResultCode::Duplicate.to_string(), "DUPLICATE");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ResultCode {
     /// The command changed stock (or left a restock applied).
@@ -74,6 +89,12 @@ pub enum ResultCode {
 
 impl ResultCode {
     /// In the order of the `OutcomeResult` enum's symbols.
+    ///
+    /// ```
+    /// use stockledger_core::ResultCode;
+    ///
+    /// assert!(ResultCode::ALL.into_iter().all(|r| ResultCode::parse(r.as_str()) == Some(r)));
+    /// ```
     pub const ALL: [ResultCode; 18] = [
         Self::Applied,
         Self::RejectedInsufficient,
@@ -96,6 +117,12 @@ impl ResultCode {
     ];
 
     /// The symbol used in Avro, Redis, Lua and PostgreSQL.
+    ///
+    /// ```
+    /// use stockledger_core::ResultCode;
+    ///
+    /// assert_eq!(ResultCode::IgnoredNoDeduction.as_str(), "IGNORED_NO_DEDUCTION");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Applied => "APPLIED",
@@ -119,6 +146,14 @@ impl ResultCode {
         }
     }
 
+    /// The result a symbol names, if it names one (exactly, upper case).
+    ///
+    /// ```
+    /// use stockledger_core::ResultCode;
+    ///
+    /// assert_eq!(ResultCode::parse("APPLIED"), Some(ResultCode::Applied));
+    /// assert_eq!(ResultCode::parse("applied"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
     }
@@ -131,6 +166,19 @@ impl fmt::Display for ResultCode {
 }
 
 /// The decision for one record: what happened and the SKU's stock after it.
+///
+/// ```
+/// use stockledger_core::{Decision, ResultCode};
+///
+/// let refused = Decision {
+///     result: ResultCode::RejectedInsufficient,
+///     delta: 0,
+///     available: 0,
+///     total: 1000,
+///     reason: Some("insufficient stock".into()),
+/// };
+/// assert_eq!(refused.available - refused.delta, 0);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub result: ResultCode,
@@ -143,6 +191,14 @@ pub struct Decision {
 
 /// The message published on the outcomes topic for one command record and
 /// archived as one row keyed by `position`.
+///
+/// ```
+/// use stockledger_core::{LogPosition, Outcome, ResultCode};
+///
+/// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+/// let garbage = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+/// assert_eq!((garbage.decision.result, garbage.kind), (ResultCode::Invalid, None));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub position: LogPosition,
@@ -171,6 +227,25 @@ pub struct Outcome {
 
 impl Outcome {
     /// The outcome of a valid command.
+    ///
+    /// ```
+    /// use stockledger_core::{Command, CommandBody, CommandId, CommandKind, Decision, Deduct};
+    /// use stockledger_core::{LogPosition, OrderId, Outcome, Quantity, ResultCode, Sku};
+    ///
+    /// let command = Command {
+    ///     command_id: CommandId::new("c-1")?,
+    ///     sku: Sku::new("SKU-1")?,
+    ///     occurred_at: 1_700_000_000_000,
+    ///     body: CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(2)?)),
+    /// };
+    /// let decision = Decision { result: ResultCode::Applied, delta: -2, available: 8, total: 10, reason: None };
+    /// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+    /// let outcome = Outcome::for_command(at, &command, decision);
+    /// assert_eq!(outcome.kind, Some(CommandKind::Deduct));
+    /// assert_eq!(outcome.order_id.as_deref(), Some("order-42"));
+    /// assert_eq!(outcome.quantity, Some(2));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
     pub fn for_command(position: LogPosition, command: &Command, decision: Decision) -> Self {
         Self {
             position,
@@ -200,6 +275,15 @@ impl Outcome {
 
     /// The outcome of a record that is not a valid command. It changes no
     /// stock, so stock fields are zero.
+    ///
+    /// ```
+    /// use stockledger_core::{LogPosition, Outcome};
+    ///
+    /// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+    /// let outcome = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+    /// assert_eq!((outcome.decision.delta, outcome.decision.total), (0, 0));
+    /// assert_eq!(outcome.decision.reason.as_deref(), Some("not a command"));
+    /// ```
     pub fn invalid(position: LogPosition, key: &str, reason: String, timestamp: i64) -> Self {
         Self {
             position,

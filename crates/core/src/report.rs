@@ -53,6 +53,13 @@ impl fmt::Display for Chain<'_> {
 }
 
 /// The chain of `e` as one string, for an answer or a record header.
+///
+/// ```
+/// use stockledger_core::report::chain;
+///
+/// let e = std::io::Error::new(std::io::ErrorKind::NotFound, "no such topic");
+/// assert_eq!(chain(&e), "no such topic");
+/// ```
 pub fn chain(e: &dyn Error) -> String {
     Chain(e).to_string()
 }

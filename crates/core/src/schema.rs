@@ -27,6 +27,12 @@ use digest::Digest;
 use serde_json::Value as J;
 
 /// The two record types that travel through Kafka.
+///
+/// ```
+/// use stockledger_core::schema::{current, Subject};
+///
+/// assert_eq!(current(Subject::Outcome).subject.as_str(), "Outcome");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subject {
     /// Records of the command topic.
@@ -36,6 +42,13 @@ pub enum Subject {
 }
 
 impl Subject {
+    /// The record's name in its schema.
+    ///
+    /// ```
+    /// use stockledger_core::schema::Subject;
+    ///
+    /// assert_eq!(Subject::Command.as_str(), "Command");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Command => "Command",
@@ -45,6 +58,14 @@ impl Subject {
 }
 
 /// One released version of a schema.
+///
+/// ```
+/// use stockledger_core::schema::{current, fingerprint, Subject};
+///
+/// let now = current(Subject::Command);
+/// assert_eq!(fingerprint(&now.canonical_form), now.fingerprint);
+/// assert!(now.json.contains("\"Command\""));
+/// ```
 #[derive(Debug)]
 pub struct Released {
     pub subject: Subject,
@@ -133,17 +154,37 @@ static RELEASED: LazyLock<Vec<Released>> = LazyLock::new(|| {
 });
 
 /// Every released version, oldest first within each subject.
+///
+/// ```
+/// use stockledger_core::schema::released;
+///
+/// assert!(released().iter().any(|r| r.version == 1));
+/// ```
 pub fn released() -> &'static [Released] {
     &RELEASED
 }
 
 /// The released versions of `subject`, oldest first.
+///
+/// ```
+/// use stockledger_core::schema::{versions, Subject};
+///
+/// let numbers: Vec<u32> = versions(Subject::Outcome).map(|r| r.version).collect();
+/// assert!(numbers.windows(2).all(|w| w[0] < w[1]));
+/// ```
 pub fn versions(subject: Subject) -> impl Iterator<Item = &'static Released> {
     released().iter().filter(move |r| r.subject == subject)
 }
 
 /// The newest version of `subject`: what is written now, and what every
 /// older version is resolved into when read.
+///
+/// ```
+/// use stockledger_core::codec::command_fingerprint;
+/// use stockledger_core::schema::{current, Subject};
+///
+/// assert_eq!(current(Subject::Command).fingerprint, command_fingerprint());
+/// ```
 pub fn current(subject: Subject) -> &'static Released {
     #[allow(clippy::expect_used)]
     versions(subject)
@@ -152,6 +193,13 @@ pub fn current(subject: Subject) -> &'static Released {
 }
 
 /// CRC-64-AVRO (the Rabin fingerprint of the Avro specification) of `bytes`.
+///
+/// ```
+/// use stockledger_core::schema::fingerprint;
+///
+/// // The Avro specification's fingerprint of "int" (fastavro and Java agree).
+/// assert_eq!(fingerprint("\"int\""), 0x7275_d51a_3f39_5c8f);
+/// ```
 pub fn fingerprint(canonical_form: &str) -> u64 {
     let digest = Rabin::digest(canonical_form.as_bytes());
     let mut bytes = [0u8; 8];
@@ -160,6 +208,13 @@ pub fn fingerprint(canonical_form: &str) -> u64 {
 }
 
 /// Why a JSON document is not a schema this module can normalise.
+///
+/// ```
+/// use stockledger_core::schema::parsing_canonical_form;
+///
+/// let refused = parsing_canonical_form(&serde_json::json!(42)).unwrap_err();
+/// assert!(refused.to_string().starts_with("not a valid Avro schema"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a valid Avro schema: {0}")]
 pub struct SchemaError(String);
@@ -175,6 +230,21 @@ const PRIMITIVES: [&str; 8] = [
 /// `symbols`, `items`, `values`, `size`, in that order), no white space.
 /// Written here because apache-avro's `canonical_form` keeps logical types
 /// on primitives, which gives fingerprints no other implementation shares.
+///
+/// ```
+/// use stockledger_core::schema::parsing_canonical_form;
+///
+/// let schema = serde_json::json!({
+///     "type": "record", "name": "Point", "namespace": "geo", "doc": "a point",
+///     "fields": [{"name": "x", "type": {"type": "long", "logicalType": "timestamp-millis"}}]
+/// });
+/// // As fastavro's to_parsing_canonical_form writes it.
+/// assert_eq!(
+///     parsing_canonical_form(&schema)?,
+///     r#"{"name":"geo.Point","type":"record","fields":[{"name":"x","type":"long"}]}"#
+/// );
+/// # Ok::<(), stockledger_core::schema::SchemaError>(())
+/// ```
 pub fn parsing_canonical_form(schema: &J) -> Result<String, SchemaError> {
     let mut out = String::new();
     Normaliser::default().write(schema, "", &mut out)?;

@@ -126,6 +126,14 @@ impl Framed {
 }
 
 /// The fingerprint in a single-object header, if `payload` starts with one.
+///
+/// ```
+/// use stockledger_core::codec::fingerprint_of;
+///
+/// let payload = [0xC3, 0x01, 0x8f, 0x5c, 0x39, 0x3f, 0x1a, 0xd5, 0x75, 0x72, 0x02];
+/// assert_eq!(fingerprint_of(&payload), Some(0x7275_d51a_3f39_5c8f));
+/// assert_eq!(fingerprint_of(b"{}"), None);
+/// ```
 pub fn fingerprint_of(payload: &[u8]) -> Option<u64> {
     match payload {
         [0xC3, 0x01, f @ ..] if f.len() >= 8 => {
@@ -153,21 +161,48 @@ pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
 });
 
 /// The current command schema (the writer schema of every command).
+///
+/// ```
+/// use stockledger_core::codec::command_schema;
+///
+/// assert!(matches!(command_schema(), apache_avro::Schema::Record(_)));
+/// ```
 pub fn command_schema() -> &'static Schema {
     SCHEMAS.command.schema()
 }
 
 /// The current outcome schema.
+///
+/// ```
+/// use stockledger_core::codec::outcome_schema;
+///
+/// let apache_avro::Schema::Record(record) = outcome_schema() else { panic!("a record") };
+/// assert_eq!(record.name.name, "Outcome");
+/// ```
 pub fn outcome_schema() -> &'static Schema {
     SCHEMAS.outcome.schema()
 }
 
 /// Fingerprint of the current command schema, as it appears in headers.
+///
+/// ```
+/// use stockledger_core::codec::command_fingerprint;
+/// use stockledger_core::schema::{current, Subject};
+///
+/// assert_eq!(command_fingerprint(), current(Subject::Command).fingerprint);
+/// ```
 pub fn command_fingerprint() -> u64 {
     SCHEMAS.command.current.fingerprint
 }
 
 /// Fingerprint of the current outcome schema, as it appears in headers.
+///
+/// ```
+/// use stockledger_core::codec::outcome_fingerprint;
+/// use stockledger_core::schema::{current, Subject};
+///
+/// assert_eq!(outcome_fingerprint(), current(Subject::Outcome).fingerprint);
+/// ```
 pub fn outcome_fingerprint() -> u64 {
     SCHEMAS.outcome.current.fingerprint
 }
