@@ -17,6 +17,21 @@ use tracing::debug;
 use crate::producer::Receipt;
 use stockledger_redis::{seed_urls, RedisConn};
 
+/// Why no decision could be read.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use stockledger_client::outcome::OutcomeError;
+/// use stockledger_core::LogPosition;
+///
+/// let late = OutcomeError::Timeout {
+///     sku: "SKU-1".into(),
+///     position: LogPosition { topic: "stock.ledger".into(), partition: 4, offset: 17 },
+///     waited: Duration::from_secs(2),
+/// };
+/// assert!(late.to_string().ends_with("the command is in the log and will still be decided"));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum OutcomeError {
     /// The deadline passed before the applier decided. The command is in the
@@ -42,6 +57,19 @@ pub enum OutcomeError {
 const ANNOUNCED_FALLBACK: Duration = Duration::from_millis(50);
 
 /// Reads decisions from the Redis projection. Cheap to clone.
+///
+/// ```no_run
+/// # async fn example(receipt: stockledger_client::Receipt) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+///
+/// use stockledger_client::OutcomeReader;
+///
+/// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+/// let decision = reader.wait(&receipt, Duration::from_secs(2)).await?;
+/// println!("{} (available after: {})", decision.result, decision.available);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct OutcomeReader {
     projection: Projection,
@@ -60,6 +88,16 @@ impl OutcomeReader {
     /// Connects to the projection's Redis and listens, in a background task
     /// that ends when the last clone is dropped, for the applier's
     /// announcements of what it has decided.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_client::outcome::OutcomeError> {
+    /// use stockledger_client::OutcomeReader;
+    ///
+    /// // The same prefix the applier writes under (`--prefix`).
+    /// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(redis_url: &str, prefix: impl Into<String>) -> Result<Self, OutcomeError> {
         let redis = RedisConn::connect(redis_url).await?;
         let prefix = prefix.into();
@@ -73,6 +111,16 @@ impl OutcomeReader {
     /// The decision for `receipt`, if the applier has taken it. A record on
     /// another partition than the one its SKU's state was built on is
     /// answered `MISROUTED` at once (see [`Projection::decision`]).
+    ///
+    /// ```no_run
+    /// # async fn example(reader: stockledger_client::OutcomeReader, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
+    /// match reader.decision(&receipt).await? {
+    ///     Some(decision) => println!("decided: {}", decision.result),
+    ///     None => println!("not applied yet; ask again"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn decision(&self, receipt: &Receipt) -> Result<Option<Decision>, OutcomeError> {
         let position = &receipt.position;
         self.projection
@@ -93,6 +141,21 @@ impl OutcomeReader {
     /// with a short, growing interval (1 ms up to 50 ms), so a quick applier
     /// answers quickly and a slow one is not hammered. A Redis timeout or
     /// dropped connection is retried until the deadline.
+    ///
+    /// ```no_run
+    /// # async fn example(reader: stockledger_client::OutcomeReader, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
+    /// use std::time::Duration;
+    ///
+    /// use stockledger_client::outcome::OutcomeError;
+    ///
+    /// match reader.wait(&receipt, Duration::from_millis(500)).await {
+    ///     Ok(decision) => println!("decided: {}", decision.result),
+    ///     Err(OutcomeError::Timeout { .. }) => println!("in the log; decided later"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn wait(
         &self,
         receipt: &Receipt,

@@ -15,6 +15,20 @@ use stockledger_core::{Command, CommandBody, OrderStatus, ValidationError};
 use stockledger_projection::{Projection, ProjectionError};
 
 /// Reads an order's state before a confirm or refund of it is sent.
+///
+/// ```no_run
+/// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+/// use stockledger_client::{OrderChecks, ProducerError};
+///
+/// let checks = OrderChecks::connect("redis://127.0.0.1:6379", "stockledger").await?;
+/// let producer = producer.with_order_checks(checks);
+/// match producer.refund("SKU-1", "order-42", Some(5)).await {
+///     Err(ProducerError::Invalid(e)) => println!("not sent: {e}"),
+///     other => println!("{:?}", other?.position),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct OrderChecks {
     projection: Projection,
@@ -22,16 +36,52 @@ pub struct OrderChecks {
 
 impl OrderChecks {
     /// Checks against the projection under `prefix` at `redis_url`.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_projection::ProjectionError> {
+    /// let checks = stockledger_client::OrderChecks::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(redis_url: &str, prefix: &str) -> Result<Self, ProjectionError> {
         Ok(Self::new(Projection::connect(redis_url, prefix).await?))
     }
 
+    /// Checks against `projection`, sharing its connection.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_projection::ProjectionError> {
+    /// use stockledger_client::OrderChecks;
+    /// use stockledger_projection::Projection;
+    ///
+    /// let projection = Projection::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// let checks = OrderChecks::new(projection.clone());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(projection: Projection) -> Self {
         Self { projection }
     }
 
     /// `Ok(Err(_))` names what is wrong with `command`; `Ok(Ok(()))` lets
     /// it be sent (every command but a confirm or refund passes).
+    ///
+    /// ```no_run
+    /// # async fn example(checks: stockledger_client::OrderChecks) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_core::{Command, CommandBody, CommandId, Confirm, OrderId, Sku};
+    ///
+    /// let confirm = Command {
+    ///     command_id: CommandId::new("c-1")?,
+    ///     sku: Sku::new("SKU-1")?,
+    ///     occurred_at: 1_700_000_000_000,
+    ///     body: CommandBody::Confirm(Confirm { order_id: OrderId::new("order-42")? }),
+    /// };
+    /// if let Err(refused) = checks.check(&confirm).await? {
+    ///     println!("would be refused: {refused}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn check(
         &self,
         command: &Command,

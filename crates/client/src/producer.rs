@@ -31,9 +31,31 @@ const TUNABLE_DEFAULTS: [(&str, &str); 3] = [
 ];
 
 /// The header naming the payload's encoding, for tools reading the topic.
+///
+/// ```
+/// use stockledger_client::producer::{CONTENT_TYPE, CONTENT_TYPE_HEADER};
+///
+/// assert_eq!((CONTENT_TYPE_HEADER, CONTENT_TYPE), ("content-type", "application/vnd.apache.avro.single-object"));
+/// ```
 pub const CONTENT_TYPE_HEADER: &str = "content-type";
+/// The content type of every command record: Avro single-object encoding.
+///
+/// ```
+/// use stockledger_client::producer::CONTENT_TYPE;
+///
+/// assert!(CONTENT_TYPE.ends_with("single-object"));
+/// ```
 pub const CONTENT_TYPE: &str = "application/vnd.apache.avro.single-object";
 
+/// Why a command was not sent, or not confirmed sent.
+///
+/// ```
+/// use stockledger_client::ProducerError;
+/// use stockledger_core::Quantity;
+///
+/// let refused: ProducerError = Quantity::new(0).unwrap_err().into();
+/// assert_eq!(refused.to_string(), "invalid command: quantity: must be at least 1, got 0");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
     /// A command field was refused; nothing was sent.
@@ -77,6 +99,21 @@ impl From<ValidationError> for ProducerError {
 
 /// A command the brokers did not take. `payload` is the encoded command,
 /// handed back so the caller can retry or record it.
+///
+/// ```
+/// use rdkafka::error::KafkaError;
+/// use stockledger_client::producer::DeliveryFailure;
+///
+/// let failure = DeliveryFailure {
+///     topic: "stock.ledger".into(),
+///     sku: "SKU-1".into(),
+///     command_id: "c-1".into(),
+///     error: KafkaError::Canceled,
+///     payload: vec![0xC3, 0x01],
+///     login_refused: Some("SASL authentication error".into()),
+/// };
+/// assert!(failure.to_string().contains("refused this client's login"));
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error(
     "command {command_id} for sku {sku} was not delivered to {topic}{}",
@@ -136,6 +173,19 @@ impl LoginWatch {
 }
 
 /// Where a command landed, returned once the brokers hold it.
+///
+/// ```
+/// use stockledger_client::Receipt;
+/// use stockledger_core::{CommandId, LogPosition, Sku};
+///
+/// let receipt = Receipt {
+///     command_id: CommandId::new("c-1")?,
+///     sku: Sku::new("SKU-1")?,
+///     position: LogPosition { topic: "stock.ledger".into(), partition: 4, offset: 17 },
+/// };
+/// assert_eq!(receipt.position.to_string(), "stock.ledger/4@17");
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
     pub command_id: CommandId,
@@ -253,6 +303,19 @@ impl LedgerProducer {
 
     /// This producer, refusing confirms and refunds the projection shows
     /// to be wrong before they reach the log (see [`crate::precheck`]).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, OrderChecks};
+    ///
+    /// let checks = OrderChecks::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?
+    ///     .with_order_checks(checks);
+    /// // Refused here if the ledger holds no reservation of order-42.
+    /// producer.confirm("SKU-1", "order-42").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_order_checks(mut self, checks: OrderChecks) -> Self {
         self.order_checks = Some(checks);
         self
@@ -260,6 +323,21 @@ impl LedgerProducer {
 
     /// This producer, refusing deducts and reservations of a sold-out SKU
     /// before they reach the log (see [`crate::soldout`]).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError, SoldOutGuard};
+    ///
+    /// let guard = SoldOutGuard::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?
+    ///     .with_sold_out_guard(guard.clone());
+    /// match producer.deduct("SKU-1", "order-42", 1).await {
+    ///     Err(ProducerError::SoldOut(s)) => println!("{} is sold out (as of offset {})", s.sku, s.offset),
+    ///     other => println!("{:?}", other?.position),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_sold_out_guard(mut self, guard: SoldOutGuard) -> Self {
         self.sold_out = Some(guard);
         self
@@ -302,6 +380,15 @@ impl LedgerProducer {
         }
     }
 
+    /// The command topic this producer writes to.
+    ///
+    /// ```
+    /// use stockledger_client::{KafkaConfig, LedgerProducer};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// assert_eq!(producer.topic(), "stock.ledger");
+    /// # Ok::<(), stockledger_client::ProducerError>(())
+    /// ```
     pub fn topic(&self) -> &str {
         &self.topic
     }
@@ -333,6 +420,19 @@ impl LedgerProducer {
     /// Holds `quantity` units of `sku` for `order_id` until `expires_at`
     /// (milliseconds since the Unix epoch; after now and at most seven days
     /// ahead), counted against `user_id` when the SKU has a per-user limit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.reserve("SKU-1", "order-42", 1, Some(""), 1_700_000_600_000).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "user_id"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn reserve(
         &self,
         sku: &str,
@@ -350,6 +450,19 @@ impl LedgerProducer {
     }
 
     /// Sells what the reservation `order_id` of `sku` holds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.confirm("SKU-1", "").await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "order_id"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn confirm(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Confirm(Confirm {
             order_id: OrderId::new(order_id)?,
@@ -360,6 +473,19 @@ impl LedgerProducer {
     /// Refunds a confirmed order of `sku` up to `total` units refunded in
     /// all (`None`: everything it bought). A running total, so a resend
     /// refunds once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.refund("SKU-1", "order-42", Some(0)).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn refund(
         &self,
         sku: &str,
@@ -375,6 +501,19 @@ impl LedgerProducer {
 
     /// Asks the ledger to end the reservation `order_id` of `sku`: it does
     /// once the record's timestamp is past the deadline.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.expire("SKU{1}", "order-42").await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "sku"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn expire(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Expire(Expire {
             order_id: OrderId::new(order_id)?,
@@ -383,6 +522,19 @@ impl LedgerProducer {
     }
 
     /// Caps the units one user may hold and buy of `sku` (`None` lifts it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.limit("SKU-1", Some(0)).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "per_user"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn limit(&self, sku: &str, per_user: Option<i64>) -> Result<Receipt, ProducerError> {
         let per_user = per_user
             .map(|n| Quantity::of_field("per_user", n))
@@ -392,6 +544,19 @@ impl LedgerProducer {
     }
 
     /// Gives back what `order_id` took of `sku`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // Refused before anything is sent: no broker needed.
+    /// let refused = producer.rollback("SKU-1", "order-42", Some(&"x".repeat(2000))).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "reason"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn rollback(
         &self,
         sku: &str,
@@ -406,6 +571,20 @@ impl LedgerProducer {
     }
 
     /// Arranges the stock of `sku`; `adjustment_id` makes a resend harmless.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
+    /// use stockledger_core::RestockMode;
+    ///
+    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
+    /// // ADD takes a non-zero amount: refused before anything is sent.
+    /// let refused = producer.restock("SKU-1", "count-1", RestockMode::Add, 0).await.unwrap_err();
+    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn restock(
         &self,
         sku: &str,
@@ -423,6 +602,17 @@ impl LedgerProducer {
 
     /// Sends an already validated command body with a fresh command id
     /// (a deduct first passes the sold-out guard, if there is one).
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_core::{CommandBody, Limit, Quantity, Sku};
+    ///
+    /// let body = CommandBody::Limit(Limit { per_user: Some(Quantity::new(2)?) });
+    /// let receipt = producer.send(Sku::new("SKU-1")?, body).await?;
+    /// println!("limit in the log at {}", receipt.position);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let command = new_command(sku, body)?;
         self.check_state(&command).await?;
@@ -452,6 +642,20 @@ impl LedgerProducer {
     /// [`ProducerError::QueueFull`] when the local queue has no room,
     /// rather than waiting for it: for callers that must answer quickly
     /// and can tell their own caller to come back (the HTTP gateway).
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::ProducerError;
+    /// use stockledger_core::{CommandBody, Deduct, OrderId, Quantity, Sku};
+    ///
+    /// let body = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?));
+    /// match producer.try_send(Sku::new("SKU-1")?, body).await {
+    ///     Err(ProducerError::QueueFull { .. }) => println!("busy: come back in a second"),
+    ///     other => println!("{:?}", other?.position),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let command = new_command(sku, body)?;
         self.check_state(&command).await?;
@@ -460,6 +664,16 @@ impl LedgerProducer {
 
     /// Whether the brokers answer a metadata request for the command topic
     /// within `timeout` (blocking: call it off the async threads).
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let probe = producer.clone();
+    /// tokio::task::spawn_blocking(move || probe.reachable(Duration::from_secs(2))).await??;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
         let metadata = self
             .current()
@@ -475,6 +689,16 @@ impl LedgerProducer {
     /// The offset the next record of the command topic's `partition` will
     /// get (its high watermark), within `timeout` (blocking: call it off
     /// the async threads).
+    ///
+    /// ```no_run
+    /// # fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let next = producer.log_end(0, Duration::from_secs(2))?;
+    /// println!("partition 0 holds offsets below {next}");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn log_end(&self, partition: i32, timeout: Duration) -> Result<i64, KafkaError> {
         let (_, high) =
             self.current()
@@ -486,6 +710,23 @@ impl LedgerProducer {
 
     /// Sends `command` as it is, keyed by its SKU, and waits until the
     /// brokers acknowledge it.
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_core::{Command, CommandBody, CommandId, Expire, OrderId, Sku};
+    ///
+    /// // A command id of the caller's choosing, e.g. kept in its outbox.
+    /// let command = Command {
+    ///     command_id: CommandId::new("outbox-981")?,
+    ///     sku: Sku::new("SKU-1")?,
+    ///     occurred_at: 1_700_000_000_000,
+    ///     body: CommandBody::Expire(Expire { order_id: OrderId::new("order-42")? }),
+    /// };
+    /// let receipt = producer.send_command(&command).await?;
+    /// assert_eq!(receipt.command_id, command.command_id);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {
         self.deliver(command, Queue::Wait).await
     }

@@ -18,9 +18,22 @@ use std::sync::Arc;
 use stockledger_projection::{Projection, ProjectionError};
 
 /// Counter: deducts refused by the sold-out fast path (never logged).
+///
+/// ```
+/// use stockledger_client::soldout::SOLD_OUT_METRIC;
+///
+/// assert!(SOLD_OUT_METRIC.ends_with("_total"));
+/// ```
 pub const SOLD_OUT_METRIC: &str = "stockledger_client_sold_out_refusals_total";
 
 /// What the fast path saw when it refused a deduct.
+///
+/// ```
+/// use stockledger_client::{ProducerError, SoldOut};
+///
+/// let refused = ProducerError::SoldOut(SoldOut { sku: "SKU-1".into(), offset: 981 });
+/// assert!(refused.to_string().starts_with("sku SKU-1 is sold out"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SoldOut {
     pub sku: String,
@@ -29,6 +42,18 @@ pub struct SoldOut {
 }
 
 /// Reads a SKU's stock before a deduct is sent (see the module docs).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use stockledger_client::SoldOutGuard;
+///
+/// let guard = SoldOutGuard::connect("redis://127.0.0.1:6379", "stockledger").await?;
+/// if let Some(sold_out) = guard.check("SKU-1").await? {
+///     println!("{} sold out as of offset {}", sold_out.sku, sold_out.offset);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SoldOutGuard {
     projection: Projection,
@@ -37,10 +62,30 @@ pub struct SoldOutGuard {
 
 impl SoldOutGuard {
     /// A guard reading the projection under `prefix` at `redis_url`.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_projection::ProjectionError> {
+    /// let guard = stockledger_client::SoldOutGuard::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(redis_url: &str, prefix: &str) -> Result<Self, ProjectionError> {
         Ok(Self::new(Projection::connect(redis_url, prefix).await?))
     }
 
+    /// A guard reading `projection`, sharing its connection.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_projection::ProjectionError> {
+    /// use stockledger_client::SoldOutGuard;
+    /// use stockledger_projection::Projection;
+    ///
+    /// let projection = Projection::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// let guard = SoldOutGuard::new(projection.clone());
+    /// assert_eq!(guard.refused(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(projection: Projection) -> Self {
         Self {
             projection,
@@ -51,6 +96,16 @@ impl SoldOutGuard {
     /// `Some` when `sku` has nothing available and nothing held by
     /// reservations; a SKU with no state yet is not sold out (its first
     /// restock may be on its way).
+    ///
+    /// ```no_run
+    /// # async fn example(guard: stockledger_client::SoldOutGuard) -> Result<(), stockledger_projection::ProjectionError> {
+    /// let before = guard.refused();
+    /// if guard.check("SKU-1").await?.is_some() {
+    ///     assert_eq!(guard.refused(), before + 1);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn check(&self, sku: &str) -> Result<Option<SoldOut>, ProjectionError> {
         let stock = self.projection.stock(&[sku]).await?;
         let Some(Some(s)) = stock.into_iter().next() else {
@@ -68,6 +123,12 @@ impl SoldOutGuard {
     }
 
     /// Deducts refused so far by this guard and its clones.
+    ///
+    /// ```no_run
+    /// # fn example(guard: stockledger_client::SoldOutGuard) {
+    /// println!("{} deducts refused without reaching the log", guard.refused());
+    /// # }
+    /// ```
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }

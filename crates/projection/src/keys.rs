@@ -20,11 +20,11 @@ pub struct SkuKeys {
     /// Hash: `available`, `total`, `partition` (whose records built it),
     /// `offset` (last record applied there).
     pub stock: String,
-    /// Hash: order id -> [`crate::OrderEntry`] compact form.
+    /// Hash: order id -> [`stockledger_core::OrderEntry`] compact form.
     pub orders: String,
     /// Hash: applied restock adjustment id -> offset that applied it.
     pub adjustments: String,
-    /// Hash: offset -> [`crate::Decision`] compact form.
+    /// Hash: offset -> [`stockledger_core::Decision`] compact form.
     pub decisions: String,
 }
 

@@ -1,6 +1,6 @@
 //! Test services for stockledger.
 //!
-//! - [`services`]: where Kafka, Redis and PostgreSQL are for this test
+//! - [`services`](mod@services): where Kafka, Redis and PostgreSQL are for this test
 //!   process: URLs from the environment (`KAFKA_BROKERS`, `REDIS_URL`,
 //!   `DATABASE_URL`) when set, else local binaries started on free loopback
 //!   ports (a Kafka-compatible `tansu` broker, `redis-server`) that stop

@@ -16,7 +16,7 @@
 //! recognises applied offsets and answers with the stored decisions, so the
 //! outcomes published again are identical.
 //!
-//! - [`config`]: how an applier is set up; [`error`]: why it stops.
+//! - [`config`]: how an applier is set up; [`error`](mod@error): why it stops.
 //! - `start`: the checks a start makes before applying anything.
 //! - `batch`: a batch from the log to Redis and its decisions back.
 //! - `publish`: outcomes and dead letters to the brokers, then the commit.

@@ -4,8 +4,8 @@
 //! the same idempotent producer, and answered `202` with its log position
 //! or, with `?wait_ms=N`, `200` with the applier's decision (`202` with
 //! `"status": "pending"` if the wait ends first: the command is in the log
-//! and will be decided). [`commands`] and [`reads`] have the routes,
-//! [`publish`] the way from a command to the log and back, [`bodies`] the
+//! and will be decided). `commands` and `reads` have the routes,
+//! `publish` the way from a command to the log and back, [`bodies`] the
 //! JSON they take and answer, [`analysts`] the archive's reads, [`auth`] the API
 //! keys, their roles and rate limits, [`problem`] the error bodies,
 //! [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
