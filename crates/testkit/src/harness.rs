@@ -325,10 +325,33 @@ impl Harness {
         key: &str,
         payload: &[u8],
     ) -> anyhow::Result<(i32, i64)> {
+        self.send_raw_with(partition, key, payload, &[]).await
+    }
+
+    /// Appends raw bytes with `headers` to the command topic, on
+    /// `partition` if given.
+    pub async fn send_raw_with(
+        &self,
+        partition: Option<i32>,
+        key: &str,
+        payload: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> anyhow::Result<(i32, i64)> {
         let producer: FutureProducer = self.kafka.client_config(&CONTRACT_SETTINGS).create()?;
         let mut record = FutureRecord::to(&self.ns.topic).key(key).payload(payload);
         if let Some(partition) = partition {
             record = record.partition(partition);
+        }
+        if !headers.is_empty() {
+            let headers = headers
+                .iter()
+                .fold(OwnedHeaders::new(), |all, (key, value)| {
+                    all.insert(Header {
+                        key,
+                        value: Some(*value),
+                    })
+                });
+            record = record.headers(headers);
         }
         let delivery = producer
             .send(record, Duration::from_secs(30))

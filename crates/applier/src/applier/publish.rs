@@ -82,11 +82,17 @@ fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<Strin
 }
 
 impl<'a> Outgoing<'a> {
-    /// The record as it was read, to the dead-letter topic, with why and
-    /// where it came from in its headers.
+    /// The record as it was read, to the dead-letter topic: its key, its
+    /// payload and its headers (a producer's `traceparent`, say), then why
+    /// and where it came from. Headers of those two names the record
+    /// already carried (a dead letter re-driven and refused again) give
+    /// way to the new ones, so each is there once.
     fn dead_letter(item: &'a Item, record: &'a OwnedMessage, reason: &str) -> Self {
         let source = item.position.to_string();
-        let headers = OwnedHeaders::new()
+        let kept = record.headers().into_iter().flat_map(|h| h.iter());
+        let headers = kept
+            .filter(|h| h.key != DLQ_REASON_HEADER && h.key != DLQ_SOURCE_HEADER)
+            .fold(OwnedHeaders::new(), |all, h| all.insert(h))
             .insert(Header {
                 key: DLQ_REASON_HEADER,
                 value: Some(reason.as_bytes()),
