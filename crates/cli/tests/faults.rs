@@ -523,10 +523,21 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     })?;
     truncated.truncate(truncated.len() - 2);
     poisons.push(truncated);
+    // What a Java service's KafkaAvroSerializer writes: 0, schema id 42.
+    poisons.push(vec![0, 0, 0, 0, 42, 2, 4, 6]);
     poisons.push(poison::deduct_with("F1", "negative", -5)?);
     poisons.push(poison::deduct_with("", "empty-sku", 1)?);
+    // The negative deduct carries the producer's own headers, one of them
+    // a reason of its own (as a re-driven dead letter would).
+    let tagged = poisons.len() - 2;
+    let traceparent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let theirs: [(&str, &[u8]); 2] = [
+        ("traceparent", traceparent),
+        (stockledger_applier::applier::DLQ_REASON_HEADER, b"stale"),
+    ];
     for (i, payload) in poisons.iter().enumerate() {
-        h.send_raw("F1", payload).await?;
+        let headers: &[(&str, &[u8])] = if i == tagged { &theirs } else { &[] };
+        h.send_raw_with(None, "F1", payload, headers).await?;
         h.producer
             .deduct(SKUS[i % SKUS.len()], &format!("between-{i}"), 1)
             .await?;
@@ -535,6 +546,26 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
 
     let dead = h.read(&h.ns.dlq_topic).await?;
     assert_eq!(dead.len(), poisons.len());
+    // Dead letters keep the record's key, payload and headers; the
+    // ledger's reason replaces one the record carried.
+    let first = dead
+        .iter()
+        .find(|r| r.payload.as_deref() == Some(&poisons[tagged][..]))
+        .expect("the negative deduct's dead letter");
+    assert_eq!(first.key.as_deref(), Some(&b"F1"[..]));
+    let names: Vec<&str> = first.headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "traceparent",
+            stockledger_applier::applier::DLQ_REASON_HEADER,
+            stockledger_applier::applier::DLQ_SOURCE_HEADER
+        ],
+        "{:?}",
+        first.headers
+    );
+    assert_eq!(first.headers[0].1, traceparent);
+    assert_ne!(first.headers[1].1, b"stale");
     let reasons: Vec<String> = dead
         .iter()
         .map(|r| {
@@ -554,6 +585,12 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     );
     assert!(
         reasons.iter().any(|r| r.contains("sku: must not be empty")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("Confluent Schema Registry framing (magic byte 0, schema id 42)")),
         "{reasons:?}"
     );
     // The valid deduct sent before the poison was applied, at the position

@@ -47,6 +47,8 @@ pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
 /// use stockledger_core::codec::{decode_command, DecodeError};
 ///
 /// assert_eq!(decode_command(b"{\"sku\":\"SKU-1\"}"), Err(DecodeError::NotSingleObject));
+/// // What Confluent's KafkaAvroSerializer writes: 0, the schema id, the datum.
+/// assert_eq!(decode_command(&[0, 0, 0, 1, 7, 2]), Err(DecodeError::RegistryFramed(263)));
 /// let unknown = [0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8];
 /// assert!(matches!(decode_command(&unknown), Err(DecodeError::UnknownSchema(_))));
 /// ```
@@ -58,6 +60,15 @@ pub enum DecodeError {
         "not Avro single-object encoding (expected magic bytes C3 01 and an 8-byte fingerprint)"
     )]
     NotSingleObject,
+    /// The framing of Confluent's Schema Registry serializers (magic byte
+    /// 0, a 4-byte schema id), which most Java services send by default:
+    /// named, so the producer learns what to change.
+    #[error(
+        "looks like Confluent Schema Registry framing (magic byte 0, schema id {0}), not Avro single-object \
+         encoding (C3 01 and an 8-byte fingerprint): configure the producer to write single-object \
+         encoding (docs/producers.md)"
+    )]
+    RegistryFramed(u32),
     #[error(
         "unknown writer schema fingerprint {0:016x} (not a released version of schemas/history)"
     )]

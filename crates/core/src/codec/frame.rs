@@ -100,7 +100,7 @@ impl Framed {
         if payload.len() > MAX_PAYLOAD_LEN {
             return Err(DecodeError::TooLarge(payload.len()));
         }
-        let fingerprint = fingerprint_of(payload).ok_or(DecodeError::NotSingleObject)?;
+        let fingerprint = fingerprint_of(payload).ok_or_else(|| not_single_object(payload))?;
         let writer = self
             .known
             .get(&fingerprint)
@@ -122,6 +122,15 @@ impl Framed {
             return value.resolve(self.schema()).map_err(malformed);
         }
         Ok(value)
+    }
+}
+
+/// Why `payload`, which has no single-object header, is refused: the
+/// Schema Registry's framing is named, anything else is not single-object.
+fn not_single_object(payload: &[u8]) -> DecodeError {
+    match payload {
+        [0, a, b, c, d, ..] => DecodeError::RegistryFramed(u32::from_be_bytes([*a, *b, *c, *d])),
+        _ => DecodeError::NotSingleObject,
     }
 }
 
