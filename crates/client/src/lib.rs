@@ -11,7 +11,9 @@
 //!   refuses a deduct of a sold-out SKU without writing to the log.
 //!
 //! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings)
-//! comes from `stockledger-kafka` and is re-exported here, so an order service
+//! and the ledger's answers ([`Decision`], [`ResultCode`], [`LogPosition`],
+//! with [`RestockMode`] to ask for a restock) come from `stockledger-kafka`
+//! and `stockledger-core` and are re-exported here, so an order service
 //! needs this crate alone.
 
 pub mod outcome;
@@ -23,4 +25,5 @@ pub use outcome::OutcomeReader;
 pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
+pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode};
 pub use stockledger_kafka::KafkaConfig;

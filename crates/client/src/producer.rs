@@ -201,8 +201,7 @@ pub struct Receipt {
 /// ```no_run
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
-/// use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader};
-/// use stockledger_core::ResultCode;
+/// use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader, ResultCode};
 ///
 /// # async fn checkout() -> Result<(), Box<dyn std::error::Error>> {
 /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
@@ -575,8 +574,7 @@ impl LedgerProducer {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    /// use stockledger_core::RestockMode;
+    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError, RestockMode};
     ///
     /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
     /// // ADD takes a non-zero amount: refused before anything is sent.
