@@ -221,6 +221,8 @@ pub enum Command {
     Compact(compact::Args),
     /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
     Reconcile(reconcile::Args),
+    /// How far the applier and the archiver are behind, holds, dead letters, and which service does not answer.
+    Status(status::Args),
     /// Make API keys for the gateway (serve --api-keys).
     #[command(subcommand)]
     Keys(commands::keys::Command),
@@ -321,6 +323,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot(args) => snapshot::run(g, args).await,
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
+        Command::Status(args) => status::run(g, args).await,
         Command::Keys(command) => commands::keys::run(command),
         Command::Demo(args) => commands::demo::run(g, args).await,
     }

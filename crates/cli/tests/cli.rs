@@ -241,3 +241,105 @@ async fn a_failure_says_each_cause_once_outermost_first() -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+/// `stockledger status --format json`: the exit code and the report.
+fn status(h: &Harness, extra: &[&str]) -> anyhow::Result<(Option<i32>, serde_json::Value)> {
+    let out = common::stockledger(h)
+        .args(["status", "--format", "json"])
+        .args(extra)
+        .output()?;
+    let report = serde_json::from_slice(&out.stdout)
+        .map_err(|e| anyhow::anyhow!("{e}: {}{}", text(&out.stdout), text(&out.stderr)))?;
+    Ok((out.status.code(), report))
+}
+
+/// The sum of `field` over the report's command partitions.
+fn total(report: &serde_json::Value, field: &str) -> i64 {
+    report["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c[field].as_i64())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() -> anyhow::Result<()>
+{
+    use std::time::Duration;
+    use stockledger_core::RestockMode;
+
+    let h = Harness::new("status", 2).await?;
+    h.producer
+        .restock("ST-1", "a-1", RestockMode::Set, 10)
+        .await?;
+    for i in 0..4 {
+        h.producer.deduct("ST-1", &format!("o-{i}"), 1).await?;
+    }
+    let in_ten_minutes = stockledger_analysts::query::now_ms() + 600_000;
+    h.producer
+        .reserve("ST-1", "held", 1, None, in_ten_minutes)
+        .await?;
+
+    // Nothing applies yet: the applier's lag is the whole log.
+    let (code, report) = status(&h, &["--max-lag", "0"])?;
+    assert_eq!(code, Some(3), "{report:#}");
+    assert_eq!(report["state"], "lagging");
+    assert_eq!(total(&report, "applier_lag"), 6, "{report:#}");
+    assert_eq!(total(&report, "log_end"), 6);
+    for service in ["kafka", "redis", "postgres"] {
+        assert_eq!(report[service]["reachable"], true, "{report:#}");
+    }
+
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let report = stockledger_testkit::wait_until(
+        "status to say healthy",
+        Duration::from_secs(60),
+        || async {
+            let (code, report) = status(&h, &["--max-lag", "0"])?;
+            Ok((code == Some(0)).then_some(report))
+        },
+    )
+    .await?;
+    assert_eq!(report["state"], "healthy");
+    let home = report["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["log_end"] == 6)
+        .expect("the partition of ST-1");
+    assert_eq!(home["applier_committed"], 6);
+    assert_eq!(home["projection_applied"], 5, "{report:#}");
+    assert_eq!(home["holds"], 1, "{report:#}");
+    assert!(home["hold_overdue_ms"].is_null(), "{report:#}");
+    assert_eq!(report["dead_letters"], 0);
+    let archived: i64 = report["outcomes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["archiver_committed"].as_i64())
+        .sum();
+    assert_eq!(archived, 6, "{report:#}");
+    applier.stop().await?;
+    archiver.stop().await?;
+
+    // Redis away: the report still has Kafka's figures, names what failed,
+    // and exits unavailable.
+    let out = common::stockledger(&h)
+        .env("REDIS_URL", "redis://127.0.0.1:1")
+        .args(["status", "--format", "json"])
+        .output()?;
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(report["state"], "unreachable");
+    assert_eq!(report["redis"]["reachable"], false);
+    assert!(
+        report["redis"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused")),
+        "{report:#}"
+    );
+    assert_eq!(total(&report, "log_end"), 6);
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! Reading a whole topic to its current end, its partitions, and a
 //! consumer group's committed offsets.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -70,6 +70,19 @@ pub async fn partition_count(kafka: &KafkaConfig, topic: &str) -> Result<i32, Lo
 /// How many records `topic` holds (the sum over its partitions of the high
 /// watermark less the first offset kept).
 pub async fn record_count(kafka: &KafkaConfig, topic: &str) -> Result<i64, LogError> {
+    Ok(watermarks_of(kafka, topic)
+        .await?
+        .values()
+        .map(|(low, high)| high - low)
+        .sum())
+}
+
+/// The low and high watermarks of each partition of `topic`: the first
+/// offset kept and the offset the next record will get.
+pub async fn watermarks_of(
+    kafka: &KafkaConfig,
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, LogError> {
     let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
@@ -77,12 +90,15 @@ pub async fn record_count(kafka: &KafkaConfig, topic: &str) -> Result<i64, LogEr
         if partitions.is_empty() {
             return Err(LogError::NoSuchTopic(topic));
         }
-        let mut records = 0;
-        for partition in partitions {
-            let (low, high) = watermarks(&consumer, &topic, partition, Duration::from_secs(10))?;
-            records += high - low;
-        }
-        Ok(records)
+        partitions
+            .into_iter()
+            .map(|p| {
+                Ok((
+                    p,
+                    watermarks(&consumer, &topic, p, Duration::from_secs(10))?,
+                ))
+            })
+            .collect()
     })
     .await
     .map_err(|e| LogError::Task(e.to_string()))?

@@ -26,6 +26,7 @@ pub mod rollback;
 mod send;
 pub mod serve;
 pub mod snapshot;
+pub mod status;
 pub mod stock;
 mod table;
 pub mod topics;

@@ -49,6 +49,39 @@ impl Projection {
             .collect()
     }
 
+    /// For each of `partitions`, how many holds the index keeps and the
+    /// earliest instant one of them is due (its deadline, or when the
+    /// expire sent for it is to be tried again), in ms.
+    pub async fn holds_summary(
+        &self,
+        partitions: &[i32],
+    ) -> Result<Vec<(u64, Option<i64>)>, ProjectionError> {
+        let key = |p: i32| keys::holds_key(&self.prefix, p);
+        let counts: Vec<u64> = self
+            .redis
+            .query_each(
+                partitions
+                    .iter()
+                    .map(|&p| redis::Cmd::zcard(key(p)))
+                    .collect(),
+            )
+            .await?;
+        let first: Vec<Vec<(String, i64)>> = self
+            .redis
+            .query_each(
+                partitions
+                    .iter()
+                    .map(|&p| redis::Cmd::zrange_withscores(key(p), 0, 0))
+                    .collect(),
+            )
+            .await?;
+        Ok(counts
+            .into_iter()
+            .zip(first)
+            .map(|(count, first)| (count, first.first().map(|&(_, due)| due)))
+            .collect())
+    }
+
     /// Puts off the holds of `partition` named by `members` (sku, order)
     /// until `retry_at` (ms), if they are still indexed: an expire was
     /// sent for each, and is tried again then if it did not end the hold.

@@ -1,0 +1,361 @@
+//! `stockledger status`: how far the applier and the archiver are behind
+//! the log, what the projection has folded, the holds waiting for the
+//! expirer, the dead letters, and which service does not answer.
+//!
+//! Each service is asked on its own, within [`ASK_WITHIN`], so one that is
+//! down leaves the others' figures in the report. The exit code says what
+//! an operator's script needs: healthy, lagging or a service unreachable.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, ValueEnum};
+use serde::Serialize;
+use stockledger_core::report::Chain;
+use stockledger_kafka::topic::{committed_offsets, watermarks_of, LogError};
+use stockledger_projection::Projection;
+
+use crate::Global;
+
+/// How long each service is given to answer.
+const ASK_WITHIN: Duration = Duration::from_secs(15);
+
+/// Exit code when a partition is further behind than allowed.
+pub const EXIT_LAGGING: u8 = 3;
+/// Exit code when a service does not answer (`EX_UNAVAILABLE` of sysexits).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+#[derive(Debug, ClapArgs)]
+#[command(after_help = "Examples:
+  stockledger status
+  stockledger status --format json --max-lag 10000 || alert \"ledger exit $?\"
+
+Exit codes: 0 healthy, 3 lagging (a partition beyond --max-lag, or a hold
+overdue beyond --max-hold-overdue-ms), 69 a service unreachable, 1 a
+ledger topic missing or any other failure, 2 bad arguments.")]
+pub struct Args {
+    /// Consumer group of the appliers.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_APPLIER_GROUP",
+        default_value = "stockledger-applier"
+    )]
+    pub applier_group: String,
+    /// Consumer group of the archivers.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_ARCHIVER_GROUP",
+        default_value = "stockledger-archiver"
+    )]
+    pub archiver_group: String,
+    /// Records a partition may be behind its log end and still count as
+    /// healthy (for the applier on the command topic, for the archiver on
+    /// the outcomes topic).
+    #[arg(long, default_value_t = 1000)]
+    pub max_lag: i64,
+    /// Milliseconds a hold may stay past its deadline before the expirer
+    /// counts as behind (it looks every few seconds).
+    #[arg(long, default_value_t = 30_000)]
+    pub max_hold_overdue_ms: i64,
+    /// A table for people, or one JSON document for scripts.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: StatusFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    Table,
+    Json,
+}
+
+/// Whether a service answered, and if not, why.
+#[derive(Debug, Serialize)]
+struct Reach {
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// One partition of the command topic.
+#[derive(Debug, Default, Serialize)]
+struct CommandPartition {
+    partition: i32,
+    /// The offset the next record will get.
+    log_end: Option<i64>,
+    /// The applier group's committed offset (the next record it reads).
+    applier_committed: Option<i64>,
+    applier_lag: Option<i64>,
+    /// The furthest offset folded into the projection (its marker).
+    projection_applied: Option<i64>,
+    /// Holds the expirer's index keeps for this partition.
+    holds: Option<u64>,
+    /// How long past its due time the earliest hold is, if it is.
+    hold_overdue_ms: Option<i64>,
+}
+
+/// One partition of the outcomes topic.
+#[derive(Debug, Serialize)]
+struct OutcomesPartition {
+    partition: i32,
+    log_end: i64,
+    archiver_committed: Option<i64>,
+    archiver_lag: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    state: &'static str,
+    topic: String,
+    prefix: String,
+    kafka: Reach,
+    redis: Reach,
+    postgres: Reach,
+    commands: Vec<CommandPartition>,
+    outcomes: Vec<OutcomesPartition>,
+    dead_letters: Option<i64>,
+    /// The ledger's topics the brokers do not have (`stockledger topics
+    /// create` makes them).
+    missing_topics: Vec<String>,
+}
+
+pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let mut missing_topics = Vec::new();
+    let (kafka, commands, outcomes, dead_letters) = read_kafka(g, &args, &mut missing_topics).await;
+    let mut commands = commands.unwrap_or_default();
+    let redis = ask(read_redis(g, &mut commands)).await;
+    let postgres = ask(async {
+        let pool = crate::connect_analyst(g, 1).await?;
+        sqlx::query("SELECT 1").execute(&pool).await?;
+        anyhow::Ok(())
+    })
+    .await;
+    let mut report = Report {
+        state: "healthy",
+        topic: g.topic.clone(),
+        prefix: g.prefix.clone(),
+        kafka,
+        redis,
+        postgres,
+        commands,
+        outcomes: outcomes.unwrap_or_default(),
+        dead_letters,
+        missing_topics,
+    };
+    let code = judge(&mut report, &args);
+    match args.format {
+        StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        StatusFormat::Table => print_table(&report),
+    }
+    Ok(code)
+}
+
+/// Runs `question` within [`ASK_WITHIN`]; a failure or silence is the
+/// service's reach.
+async fn ask(question: impl Future<Output = anyhow::Result<()>>) -> Reach {
+    let error = match tokio::time::timeout(ASK_WITHIN, question).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!("{}", Chain(e.as_ref()))),
+        Err(_) => Some(format!("no answer within {ASK_WITHIN:?}")),
+    };
+    Reach {
+        reachable: error.is_none(),
+        error,
+    }
+}
+
+type KafkaFigures = (
+    Reach,
+    Option<Vec<CommandPartition>>,
+    Option<Vec<OutcomesPartition>>,
+    Option<i64>,
+);
+
+/// The log ends of the command and outcomes topics, the groups' committed
+/// offsets, and the dead letters kept; a topic that does not exist is
+/// named in `missing`, and the rest is still read.
+async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> KafkaFigures {
+    let kafka = g.kafka();
+    let mut commands = None;
+    let mut outcomes = None;
+    let mut dead_letters = None;
+    let reach = ask(async {
+        if let Some(ends) = ends_of(&kafka, &g.topic, missing).await? {
+            let committed = committed_offsets(&kafka, &args.applier_group, &g.topic).await?;
+            commands = Some(
+                ends.iter()
+                    .map(|(&partition, &(first, end))| {
+                        let at = committed.get(&partition).copied();
+                        CommandPartition {
+                            partition,
+                            log_end: Some(end),
+                            applier_committed: at,
+                            applier_lag: Some(end - at.unwrap_or(first)),
+                            ..CommandPartition::default()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(ends) = ends_of(&kafka, &g.outcomes_topic, missing).await? {
+            let committed =
+                committed_offsets(&kafka, &args.archiver_group, &g.outcomes_topic).await?;
+            outcomes = Some(
+                ends.iter()
+                    .map(|(&partition, &(first, end))| {
+                        let at = committed.get(&partition).copied();
+                        OutcomesPartition {
+                            partition,
+                            log_end: end,
+                            archiver_committed: at,
+                            archiver_lag: end - at.unwrap_or(first),
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(marks) = ends_of(&kafka, &g.dlq_topic, missing).await? {
+            dead_letters = Some(marks.values().map(|(first, end)| end - first).sum());
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    (reach, commands, outcomes, dead_letters)
+}
+
+/// The first offset kept and the log end of each partition of `topic`, or
+/// `None` (and the topic added to `missing`) if the brokers have no such
+/// topic.
+async fn ends_of(
+    kafka: &stockledger_kafka::KafkaConfig,
+    topic: &str,
+    missing: &mut Vec<String>,
+) -> Result<Option<BTreeMap<i32, (i64, i64)>>, LogError> {
+    match watermarks_of(kafka, topic).await {
+        Ok(marks) => Ok(Some(marks)),
+        Err(LogError::NoSuchTopic(topic)) => {
+            missing.push(topic);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The projection's marker and holds, per partition of `commands`.
+async fn read_redis(g: &Global, commands: &mut [CommandPartition]) -> anyhow::Result<()> {
+    let partitions: Vec<i32> = commands.iter().map(|c| c.partition).collect();
+    let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+    let applied: BTreeMap<i32, i64> = projection
+        .marker()
+        .await?
+        .map(|m| m.applied)
+        .unwrap_or_default();
+    let holds = projection.holds_summary(&partitions).await?;
+    let now = stockledger_analysts::query::now_ms();
+    for (c, (count, due)) in commands.iter_mut().zip(holds) {
+        c.projection_applied = applied.get(&c.partition).copied();
+        c.holds = Some(count);
+        c.hold_overdue_ms = due.map(|due| now - due).filter(|&late| late > 0);
+    }
+    Ok(())
+}
+
+/// The report's state, and the exit code that says it.
+fn judge(report: &mut Report, args: &Args) -> ExitCode {
+    if !(report.kafka.reachable && report.redis.reachable && report.postgres.reachable) {
+        report.state = "unreachable";
+        return ExitCode::from(EXIT_UNAVAILABLE);
+    }
+    if !report.missing_topics.is_empty() {
+        report.state = "topics missing";
+        return ExitCode::FAILURE;
+    }
+    let behind = report
+        .commands
+        .iter()
+        .any(|c| c.applier_lag.unwrap_or(0) > args.max_lag)
+        || report
+            .commands
+            .iter()
+            .any(|c| c.hold_overdue_ms.unwrap_or(0) > args.max_hold_overdue_ms)
+        || report
+            .outcomes
+            .iter()
+            .any(|o| o.archiver_lag > args.max_lag);
+    if behind {
+        report.state = "lagging";
+        return ExitCode::from(EXIT_LAGGING);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_table(report: &Report) {
+    println!(
+        "stockledger status: {} (topic {}, Redis prefix {})",
+        report.state, report.topic, report.prefix
+    );
+    for (name, reach) in [
+        ("kafka", &report.kafka),
+        ("redis", &report.redis),
+        ("postgres", &report.postgres),
+    ] {
+        match &reach.error {
+            None => println!("  {name:<9} reachable"),
+            Some(why) => println!("  {name:<9} UNREACHABLE: {why}"),
+        }
+    }
+    let cell = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let rows: Vec<Vec<serde_json::Value>> = report
+        .commands
+        .iter()
+        .map(|c| {
+            vec![
+                c.partition.into(),
+                cell(c.log_end).into(),
+                cell(c.applier_committed).into(),
+                cell(c.applier_lag).into(),
+                cell(c.projection_applied).into(),
+                c.holds.map_or("-".to_owned(), |n| n.to_string()).into(),
+                cell(c.hold_overdue_ms).into(),
+            ]
+        })
+        .collect();
+    println!();
+    super::table::print(
+        super::table::Format::Table,
+        &[
+            "partition",
+            "log end",
+            "applier at",
+            "lag",
+            "folded to",
+            "holds",
+            "overdue ms",
+        ],
+        &rows,
+    );
+    let rows: Vec<Vec<serde_json::Value>> = report
+        .outcomes
+        .iter()
+        .map(|o| {
+            vec![
+                o.partition.into(),
+                o.log_end.into(),
+                cell(o.archiver_committed).into(),
+                o.archiver_lag.into(),
+            ]
+        })
+        .collect();
+    println!();
+    super::table::print(
+        super::table::Format::Table,
+        &["outcomes partition", "log end", "archiver at", "lag"],
+        &rows,
+    );
+    println!();
+    println!("  dead letters kept: {}", cell(report.dead_letters));
+    for topic in &report.missing_topics {
+        println!("  topic {topic} does not exist (`stockledger topics create` makes the ledger's topics)");
+    }
+}
