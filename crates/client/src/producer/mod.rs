@@ -1,26 +1,30 @@
 //! Appending commands to the ledger.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stockledger_core::report::Chain;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, ClientContext};
-use stockledger_core::codec::{self, EncodeError};
+use rdkafka::ClientConfig;
+use stockledger_core::codec;
+use stockledger_core::report::Chain;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LogPosition,
-    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
+    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId,
 };
-
 use stockledger_kafka::config::{KafkaConfig, CONTRACT_SETTINGS};
-use stockledger_projection::ProjectionError;
+use tracing::warn;
 
 use crate::precheck::OrderChecks;
-use crate::soldout::{SoldOut, SoldOutGuard};
-use tracing::{error, warn};
+use crate::soldout::SoldOutGuard;
+use error::LoginWatch;
+
+pub use error::{DeliveryFailure, ProducerError};
+
+mod commands;
+mod error;
 
 /// Defaults tuned for many small records; each may be overridden.
 const TUNABLE_DEFAULTS: [(&str, &str); 3] = [
@@ -46,131 +50,6 @@ pub const CONTENT_TYPE_HEADER: &str = "content-type";
 /// assert!(CONTENT_TYPE.ends_with("single-object"));
 /// ```
 pub const CONTENT_TYPE: &str = "application/vnd.apache.avro.single-object";
-
-/// Why a command was not sent, or not confirmed sent.
-///
-/// ```
-/// use stockledger_client::ProducerError;
-/// use stockledger_core::Quantity;
-///
-/// let refused: ProducerError = Quantity::new(0).unwrap_err().into();
-/// assert_eq!(refused.to_string(), "invalid command: quantity: must be at least 1, got 0");
-/// ```
-#[derive(Debug, thiserror::Error)]
-pub enum ProducerError {
-    /// A command field was refused; nothing was sent.
-    /// The field's problem is part of the message, not a cause of it.
-    #[error("invalid command: {0}")]
-    Invalid(ValidationError),
-    #[error("librdkafka setting {name}={value} would break the ledger's contract (it needs {name}={required})")]
-    ContractSetting {
-        name: String,
-        value: String,
-        required: &'static str,
-    },
-    #[error("cannot create the Kafka producer")]
-    Client(#[source] KafkaError),
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
-    /// The producer's local queue is full (the brokers are slower than the
-    /// sender, or away); nothing was sent. Only [`LedgerProducer::try_send`]
-    /// refuses so; the other methods wait for room.
-    #[error("the producer's queue is full; command {command_id} for sku {sku} was not sent")]
-    QueueFull { sku: String, command_id: String },
-    /// The brokers did not take the record; the failure hands back the
-    /// encoded command so nothing is dropped silently.
-    #[error(transparent)]
-    Delivery(Box<DeliveryFailure>),
-    /// The sold-out fast path refused the deduct: nothing was sent, and
-    /// the refusal is not in the log or the archive.
-    #[error("sku {} is sold out (nothing available, nothing held, as of offset {}): refused here, not logged", .0.sku, .0.offset)]
-    SoldOut(SoldOut),
-    /// The sold-out guard or the order checks could not read Redis;
-    /// nothing was sent.
-    #[error("checking the ledger's state before sending failed")]
-    StateCheck(#[source] ProjectionError),
-}
-
-impl From<ValidationError> for ProducerError {
-    fn from(e: ValidationError) -> Self {
-        Self::Invalid(e)
-    }
-}
-
-/// A command the brokers did not take. `payload` is the encoded command,
-/// handed back so the caller can retry or record it.
-///
-/// ```
-/// use rdkafka::error::KafkaError;
-/// use stockledger_client::producer::DeliveryFailure;
-///
-/// let failure = DeliveryFailure {
-///     topic: "stock.ledger".into(),
-///     sku: "SKU-1".into(),
-///     command_id: "c-1".into(),
-///     error: KafkaError::Canceled,
-///     payload: vec![0xC3, 0x01],
-///     login_refused: Some("SASL authentication error".into()),
-/// };
-/// assert!(failure.to_string().contains("refused this client's login"));
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "command {command_id} for sku {sku} was not delivered to {topic}{}",
-    login_refused.as_ref().map_or(String::new(), |why| format!(
-        " (the brokers refused this client's login: {why}; check sasl.username and \
-         KAFKA_SASL_PASSWORD)"
-    ))
-)]
-pub struct DeliveryFailure {
-    pub topic: String,
-    pub sku: String,
-    pub command_id: String,
-    #[source]
-    pub error: KafkaError,
-    pub payload: Vec<u8>,
-    /// Why the brokers last refused the client's login (SASL), if they
-    /// did since the last record went through: a record that times out
-    /// then says so, not only that it timed out.
-    pub login_refused: Option<String>,
-}
-
-/// A producer's context: logs librdkafka's errors as the default one does
-/// and remembers the brokers' last refusal of the login. librdkafka keeps
-/// retrying a refused login (credentials may be fixed on the brokers), so
-/// records wait out their timeout, and without this their error would not
-/// say why.
-/// Clones share what they remember (librdkafka keeps the context; the
-/// producer keeps a clone to ask).
-#[derive(Clone, Default)]
-struct LoginWatch {
-    refused: Arc<Mutex<Option<String>>>,
-}
-
-impl ClientContext for LoginWatch {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
-            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
-        }
-        error!(target: "librdkafka", "librdkafka: {error} {reason}");
-    }
-}
-
-impl LoginWatch {
-    fn refused(&self) -> Option<String> {
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn forget(&self) {
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-    }
-}
 
 /// Where a command landed, returned once the brokers hold it.
 ///
@@ -390,212 +269,6 @@ impl LedgerProducer {
     /// ```
     pub fn topic(&self) -> &str {
         &self.topic
-    }
-
-    /// Takes `quantity` units of `sku` for `order_id`. A field that breaks
-    /// the rules is refused before anything is sent, naming the field.
-    ///
-    /// ```no_run
-    /// # async fn example(producer: stockledger_client::LedgerProducer) {
-    /// use stockledger_client::ProducerError;
-    ///
-    /// let refused = producer.deduct("SKU-1", "order-42", 0).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
-    /// # }
-    /// ```
-    pub async fn deduct(
-        &self,
-        sku: &str,
-        order_id: &str,
-        quantity: i64,
-    ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Deduct(Deduct::new(
-            OrderId::new(order_id)?,
-            Quantity::new(quantity)?,
-        ));
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Holds `quantity` units of `sku` for `order_id` until `expires_at`
-    /// (milliseconds since the Unix epoch; after now and at most seven days
-    /// ahead), counted against `user_id` when the SKU has a per-user limit.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.reserve("SKU-1", "order-42", 1, Some(""), 1_700_000_600_000).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "user_id"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn reserve(
-        &self,
-        sku: &str,
-        order_id: &str,
-        quantity: i64,
-        user_id: Option<&str>,
-        expires_at: i64,
-    ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Deduct(Deduct {
-            user_id: user_id.map(UserId::new).transpose()?,
-            expires_at: Some(expires_at),
-            ..Deduct::new(OrderId::new(order_id)?, Quantity::new(quantity)?)
-        });
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Sells what the reservation `order_id` of `sku` holds.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.confirm("SKU-1", "").await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "order_id"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn confirm(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Confirm(Confirm {
-            order_id: OrderId::new(order_id)?,
-        });
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Refunds a confirmed order of `sku` up to `total` units refunded in
-    /// all (`None`: everything it bought). A running total, so a resend
-    /// refunds once.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.refund("SKU-1", "order-42", Some(0)).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn refund(
-        &self,
-        sku: &str,
-        order_id: &str,
-        total: Option<i64>,
-    ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Refund(Refund {
-            order_id: OrderId::new(order_id)?,
-            quantity: total.map(Quantity::new).transpose()?,
-        });
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Asks the ledger to end the reservation `order_id` of `sku`: it does
-    /// once the record's timestamp is past the deadline.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.expire("SKU{1}", "order-42").await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "sku"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn expire(&self, sku: &str, order_id: &str) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Expire(Expire {
-            order_id: OrderId::new(order_id)?,
-        });
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Caps the units one user may hold and buy of `sku` (`None` lifts it).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.limit("SKU-1", Some(0)).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "per_user"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn limit(&self, sku: &str, per_user: Option<i64>) -> Result<Receipt, ProducerError> {
-        let per_user = per_user
-            .map(|n| Quantity::of_field("per_user", n))
-            .transpose()?;
-        let body = CommandBody::Limit(Limit { per_user });
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Gives back what `order_id` took of `sku`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // Refused before anything is sent: no broker needed.
-    /// let refused = producer.rollback("SKU-1", "order-42", Some(&"x".repeat(2000))).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "reason"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn rollback(
-        &self,
-        sku: &str,
-        order_id: &str,
-        reason: Option<&str>,
-    ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Rollback(Rollback::new(
-            OrderId::new(order_id)?,
-            reason.map(str::to_owned),
-        )?);
-        self.send(Sku::new(sku)?, body).await
-    }
-
-    /// Arranges the stock of `sku`; `adjustment_id` makes a resend harmless.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError, RestockMode};
-    ///
-    /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-    /// // ADD takes a non-zero amount: refused before anything is sent.
-    /// let refused = producer.restock("SKU-1", "count-1", RestockMode::Add, 0).await.unwrap_err();
-    /// assert!(matches!(refused, ProducerError::Invalid(ref e) if e.field == "quantity"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn restock(
-        &self,
-        sku: &str,
-        adjustment_id: &str,
-        mode: RestockMode,
-        quantity: i64,
-    ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Restock(Restock::new(
-            AdjustmentId::new(adjustment_id)?,
-            mode,
-            quantity,
-        )?);
-        self.send(Sku::new(sku)?, body).await
     }
 
     /// Sends an already validated command body with a fresh command id
