@@ -223,6 +223,9 @@ pub enum Command {
     Reconcile(reconcile::Args),
     /// How far the applier and the archiver are behind, holds, dead letters, and which service does not answer.
     Status(status::Args),
+    /// The records the applier dead-lettered: list them, show one.
+    #[command(subcommand)]
+    Dlq(dlq::Command),
     /// Make API keys for the gateway (serve --api-keys).
     #[command(subcommand)]
     Keys(commands::keys::Command),
@@ -324,6 +327,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Compact(args) => compact::run(g, args).await,
         Command::Reconcile(args) => reconcile::run(g, args).await,
         Command::Status(args) => status::run(g, args).await,
+        Command::Dlq(command) => dlq::run(g, command).await,
         Command::Keys(command) => commands::keys::run(command),
         Command::Demo(args) => commands::demo::run(g, args).await,
     }

@@ -343,3 +343,64 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
     assert_eq!(total(&report, "log_end"), 6);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_lists_dead_letters_with_why_and_shows_one_decoded_as_far_as_it_goes(
+) -> anyhow::Result<()> {
+    use std::time::Duration;
+
+    let h = Harness::new("dlq", 2).await?;
+    let (partition, offset) = h.send_raw("DL-1", b"not avro at all").await?;
+    let applier = h.start_applier();
+    stockledger_testkit::wait_until("a dead letter", Duration::from_secs(60), || async {
+        Ok((!h.read(&h.ns.dlq_topic).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+
+    let out = stockledger(&h, &["dlq", "list", "--format", "json"])?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(lines.len(), 1, "{}", text(&out.stdout));
+    let listed = &lines[0];
+    assert_eq!(listed["key"], "DL-1");
+    assert_eq!(
+        listed["source"],
+        format!("{}/{partition}@{offset}", h.ns.topic)
+    );
+    assert!(
+        listed["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("not Avro single-object encoding")),
+        "{listed}"
+    );
+
+    let (p, o) = (
+        listed["partition"].to_string(),
+        listed["offset"].to_string(),
+    );
+    let out = stockledger(&h, &["dlq", "show", &p, &o, "--format", "json"])?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(shown["payload_bytes"], 15);
+    assert_eq!(shown["payload_hex"], "6e6f74206176726f20617420616c6c");
+    assert!(
+        shown["decoded"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not Avro single-object encoding")),
+        "{shown}"
+    );
+
+    // An offset that holds nothing is an error naming where it looked.
+    let out = stockledger(&h, &["dlq", "show", &p, "999"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("no dead letter at partition {p} offset 999")),
+        "{}",
+        text(&out.stderr)
+    );
+    Ok(())
+}

@@ -9,6 +9,7 @@ pub mod compact;
 pub mod confirm;
 pub mod deduct;
 pub mod demo;
+pub mod dlq;
 pub mod export;
 pub mod history;
 pub mod keys;

@@ -69,7 +69,7 @@ pub fn print(format: Format, columns: &[&str], rows: &[Vec<Value>]) {
     }
 }
 
-fn text(v: &Value) -> String {
+pub fn text(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
