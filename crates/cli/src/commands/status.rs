@@ -79,14 +79,14 @@ struct Reach {
 }
 
 /// One partition of the command topic.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 struct CommandPartition {
     partition: i32,
     /// The offset the next record will get.
-    log_end: Option<i64>,
+    log_end: i64,
     /// The applier group's committed offset (the next record it reads).
     applier_committed: Option<i64>,
-    applier_lag: Option<i64>,
+    applier_lag: i64,
     /// The furthest offset folded into the projection (its marker).
     projection_applied: Option<i64>,
     /// Holds the expirer's index keeps for this partition.
@@ -181,36 +181,32 @@ async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> Kafka
     let mut outcomes = None;
     let mut dead_letters = None;
     let reach = ask(async {
-        if let Some(ends) = ends_of(&kafka, &g.topic, missing).await? {
-            let committed = committed_offsets(&kafka, &args.applier_group, &g.topic).await?;
+        if let Some(applier) = progress(&kafka, &g.topic, &args.applier_group, missing).await? {
             commands = Some(
-                ends.iter()
-                    .map(|(&partition, &(first, end))| {
-                        let at = committed.get(&partition).copied();
-                        CommandPartition {
-                            partition,
-                            log_end: Some(end),
-                            applier_committed: at,
-                            applier_lag: Some(end - at.unwrap_or(first)),
-                            ..CommandPartition::default()
-                        }
+                applier
+                    .into_iter()
+                    .map(|p| CommandPartition {
+                        partition: p.partition,
+                        log_end: p.log_end,
+                        applier_committed: p.committed,
+                        applier_lag: p.lag,
+                        projection_applied: None,
+                        holds: None,
+                        hold_overdue_ms: None,
                     })
                     .collect(),
             );
         }
-        if let Some(ends) = ends_of(&kafka, &g.outcomes_topic, missing).await? {
-            let committed =
-                committed_offsets(&kafka, &args.archiver_group, &g.outcomes_topic).await?;
+        let archiver = progress(&kafka, &g.outcomes_topic, &args.archiver_group, missing).await?;
+        if let Some(archiver) = archiver {
             outcomes = Some(
-                ends.iter()
-                    .map(|(&partition, &(first, end))| {
-                        let at = committed.get(&partition).copied();
-                        OutcomesPartition {
-                            partition,
-                            log_end: end,
-                            archiver_committed: at,
-                            archiver_lag: end - at.unwrap_or(first),
-                        }
+                archiver
+                    .into_iter()
+                    .map(|p| OutcomesPartition {
+                        partition: p.partition,
+                        log_end: p.log_end,
+                        archiver_committed: p.committed,
+                        archiver_lag: p.lag,
                     })
                     .collect(),
             );
@@ -222,6 +218,43 @@ async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> Kafka
     })
     .await;
     (reach, commands, outcomes, dead_letters)
+}
+
+/// Where `group` stands on one partition.
+struct Progress {
+    partition: i32,
+    log_end: i64,
+    /// The group's committed offset, if it has committed one.
+    committed: Option<i64>,
+    /// Records from the committed offset (or the first kept) to the end.
+    lag: i64,
+}
+
+/// Where `group` stands on each partition of `topic`, or `None` (and the
+/// topic added to `missing`) if the brokers have no such topic.
+async fn progress(
+    kafka: &stockledger_kafka::KafkaConfig,
+    topic: &str,
+    group: &str,
+    missing: &mut Vec<String>,
+) -> Result<Option<Vec<Progress>>, LogError> {
+    let Some(ends) = ends_of(kafka, topic, missing).await? else {
+        return Ok(None);
+    };
+    let committed = committed_offsets(kafka, group, topic).await?;
+    Ok(Some(
+        ends.into_iter()
+            .map(|(partition, (first, end))| {
+                let committed = committed.get(&partition).copied();
+                Progress {
+                    partition,
+                    log_end: end,
+                    committed,
+                    lag: end - committed.unwrap_or(first),
+                }
+            })
+            .collect(),
+    ))
 }
 
 /// The first offset kept and the log end of each partition of `topic`, or
@@ -271,10 +304,7 @@ fn judge(report: &mut Report, args: &Args) -> ExitCode {
         report.state = "topics missing";
         return ExitCode::FAILURE;
     }
-    let behind = report
-        .commands
-        .iter()
-        .any(|c| c.applier_lag.unwrap_or(0) > args.max_lag)
+    let behind = report.commands.iter().any(|c| c.applier_lag > args.max_lag)
         || report
             .commands
             .iter()
@@ -312,9 +342,9 @@ fn print_table(report: &Report) {
         .map(|c| {
             vec![
                 c.partition.into(),
-                cell(c.log_end).into(),
+                c.log_end.into(),
                 cell(c.applier_committed).into(),
-                cell(c.applier_lag).into(),
+                c.applier_lag.into(),
                 cell(c.projection_applied).into(),
                 c.holds.map_or("-".to_owned(), |n| n.to_string()).into(),
                 cell(c.hold_overdue_ms).into(),
