@@ -8,7 +8,8 @@ use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
 
 use crate::contract::{contract_differs, wait_archived};
-use crate::pipeline::{peak_rss, with_processes};
+use crate::pipeline::{peak_rss, with_processes, Pipeline};
+use crate::process::Component;
 use crate::{print_measurement, BenchArgs, Measurement};
 
 /// e2e-uniform with the applier and the archiver as processes of their
@@ -26,18 +27,18 @@ pub(crate) async fn memory(
     let (pipeline, archiver, archiver_group) =
         with_processes(g, args, run_id, &name, skus, records).await?;
     let started = Instant::now();
-    pipeline.publish(records, args.in_flight).await?;
-    pipeline.wait_applied(records).await?;
-    wait_archived(
+    let sent = 0..records;
+    let [applier_rss, archiver_rss] = take(
         pool,
+        &pipeline,
+        &archiver,
         &archiver_group,
-        &pipeline.outcomes_topic,
-        records + skus as u64,
-        || archiver.check_running(),
+        sent,
+        skus,
+        args,
     )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
-    let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
     archiver.stop().await?;
     let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.stop().await?;
@@ -74,18 +75,18 @@ pub(crate) async fn scale(
     let mut results = Vec::new();
     let (started, mut from) = (Instant::now(), 0);
     for step in steps {
-        pipeline.publish_range(from..step, args.in_flight).await?;
+        let sent = from..step;
         from = step;
-        pipeline.wait_applied(step).await?;
-        wait_archived(
+        let [applier_rss, archiver_rss] = take(
             pool,
+            &pipeline,
+            &archiver,
             &archiver_group,
-            &pipeline.outcomes_topic,
-            step + skus as u64,
-            || archiver.check_running(),
+            sent,
+            skus,
+            args,
         )
         .await?;
-        let [applier_rss, archiver_rss] = peak_rss(&pipeline, &archiver)?;
         // The contract check once, at the end: it reads the whole log.
         let failed = if step == records {
             let log = step + skus as u64;
@@ -146,4 +147,30 @@ pub(crate) async fn scale(
         results.push(m);
     }
     Ok(results)
+}
+
+/// Sends the commands numbered `range` and waits until the applier and
+/// archiver processes have taken every command up to its end (and the
+/// restocks of the `skus` SKUs); their peak RSS then.
+async fn take(
+    pool: &sqlx::PgPool,
+    pipeline: &Pipeline,
+    archiver: &Component,
+    archiver_group: &str,
+    range: std::ops::Range<u64>,
+    skus: usize,
+    args: &BenchArgs,
+) -> anyhow::Result<[f64; 2]> {
+    let end = range.end;
+    pipeline.publish_range(range, args.in_flight).await?;
+    pipeline.wait_applied(end).await?;
+    wait_archived(
+        pool,
+        archiver_group,
+        &pipeline.outcomes_topic,
+        end + skus as u64,
+        || archiver.check_running(),
+    )
+    .await?;
+    peak_rss(pipeline, archiver)
 }
