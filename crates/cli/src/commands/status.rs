@@ -122,15 +122,23 @@ struct Report {
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut missing_topics = Vec::new();
-    let (kafka, commands, outcomes, dead_letters) = read_kafka(g, &args, &mut missing_topics).await;
-    let mut commands = commands.unwrap_or_default();
-    let redis = ask(read_redis(g, &mut commands)).await;
+    // Redis is read for the command topic's partitions, so after Kafka;
+    // PostgreSQL meanwhile, so services that are down are waited for at
+    // once, not one after another.
+    let kafka_then_redis = async {
+        let (kafka, commands, outcomes, dead_letters) =
+            read_kafka(g, &args, &mut missing_topics).await;
+        let mut commands = commands.unwrap_or_default();
+        let redis = ask(read_redis(g, &mut commands)).await;
+        (kafka, commands, outcomes, dead_letters, redis)
+    };
     let postgres = ask(async {
         let pool = crate::connect_analyst(g, 1).await?;
         sqlx::query("SELECT 1").execute(&pool).await?;
         anyhow::Ok(())
-    })
-    .await;
+    });
+    let ((kafka, commands, outcomes, dead_letters, redis), postgres) =
+        tokio::join!(kafka_then_redis, postgres);
     let mut report = Report {
         state: "healthy",
         topic: g.topic.clone(),
