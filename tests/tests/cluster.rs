@@ -110,7 +110,16 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
 
     // Snapshot reads each SKU in one MULTI on its own node.
     let start = snapshot::committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
-    let snap = snapshot::take(&h.pool, &redis, &h.ns.prefix, &h.ns.topic, &start, 5).await?;
+    let snap = snapshot::take(
+        &h.pool,
+        &redis,
+        &h.ns.prefix,
+        &h.ns.topic,
+        &start,
+        5,
+        |_| {},
+    )
+    .await?;
     assert_eq!(snap.skus, SKU_COUNT as i64);
 
     // Replay after a wipe: every key comes back as it was, on every node.
@@ -122,7 +131,7 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     assert_eq!(hashes_under(&redis, &h.ns.prefix).await?, on_cluster);
 
     // Reconcile agrees, then names exactly the SKUs corrupted on the cluster.
-    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7).await?;
+    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7, |_| {}).await?;
     assert_eq!(clean.skus_checked, SKU_COUNT as u64);
     assert!(clean.differences.is_empty(), "{:?}", clean.differences);
     let _: () = redis::cmd("HINCRBY")
@@ -135,7 +144,7 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
         .arg(SkuKeys::new(&h.ns.prefix, "C17").stock)
         .query_async(&mut redis.clone())
         .await?;
-    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7).await?;
+    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 7, |_| {}).await?;
     let named: Vec<(&str, &str)> = dirty
         .differences
         .iter()

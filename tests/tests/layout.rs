@@ -72,7 +72,7 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
             "{sku}"
         );
     }
-    let report = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let report = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2, |_| {}).await?;
     assert!(report.differences.is_empty(), "{:?}", report.differences);
 
     // Exported as a snapshot keeps it, in the stored forms.
@@ -100,7 +100,16 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
     // Snapshot, then restore into a fresh prefix: everything but the
     // per-record decisions (which snapshots leave to the archive).
     let start = snapshot::committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
-    let snap = snapshot::take(&h.pool, &redis, &h.ns.prefix, &h.ns.topic, &start, 2).await?;
+    let snap = snapshot::take(
+        &h.pool,
+        &redis,
+        &h.ns.prefix,
+        &h.ns.topic,
+        &start,
+        2,
+        |_| {},
+    )
+    .await?;
     let restored_prefix = format!("{}-restored", h.ns.prefix);
     snapshot::restore(&h.pool, &snap, &redis, &restored_prefix, 2).await?;
     let restored = Projection::new(redis.clone(), restored_prefix.clone());

@@ -134,7 +134,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
     h.wait_for_archive(records as i64).await?;
     let mut redis = h.projection.connection();
 
-    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let clean = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2, |_| {}).await?;
     assert_eq!(clean.skus_checked, SKUS.len() as u64);
     assert!(clean.differences.is_empty(), "{:?}", clean.differences);
 
@@ -149,7 +149,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
         .arg(SkuKeys::new(&h.ns.prefix, "R3").stock)
         .query_async(&mut redis)
         .await?;
-    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2).await?;
+    let dirty = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 2, |_| {}).await?;
     let named: Vec<(&str, &str)> = dirty
         .differences
         .iter()
@@ -186,7 +186,16 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     )
     .await?;
     let redis = h.projection.connection();
-    let snap = snapshot::take(&h.pool, &redis, &h.ns.prefix, &h.ns.topic, &start, 2).await?;
+    let snap = snapshot::take(
+        &h.pool,
+        &redis,
+        &h.ns.prefix,
+        &h.ns.topic,
+        &start,
+        2,
+        |_| {},
+    )
+    .await?;
     assert_eq!(snap.skus, SKUS.len() as i64);
     let after = workload(&h.producer, 90, 60).await?;
     h.wait_for_archive((before + after) as i64).await?;
@@ -277,6 +286,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
         &h.ns.topic,
         Duration::from_secs(86_400),
         10,
+        |_| {},
     )
     .await?;
     assert_eq!(
@@ -295,6 +305,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
         &h.ns.topic,
         Duration::ZERO,
         10,
+        |_| {},
     )
     .await?;
     assert_eq!((report.orders_removed, report.decisions_removed), (2, 5));
@@ -305,7 +316,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
         (state.available, state.total, state.last_offset),
         (8, 10, Some(4))
     );
-    let agree = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
+    let agree = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10, |_| {}).await?;
     assert!(agree.differences.is_empty(), "{:?}", agree.differences);
 
     // The archive keeps what compaction pruned from Redis: the stock as of

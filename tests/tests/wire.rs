@@ -216,7 +216,7 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
     // at, on the other partition: reconcile must compare with the right row.
     assert_eq!(Some(offset), state.last_offset);
     let redis = h.projection.connection();
-    let report = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10).await?;
+    let report = reconcile(&redis, &h.ns.prefix, &h.pool, &h.ns.topic, 10, |_| {}).await?;
     assert!(report.differences.is_empty(), "{:?}", report.differences);
     applier.stop().await?;
     archiver.stop().await?;

@@ -122,6 +122,7 @@ pub async fn export(
     until_ms: i64,
     format: Format,
     path: &Path,
+    on_rows: impl FnMut(u64) + Send,
 ) -> Result<u64, ExportError> {
     query::check_range(Some(since_ms), Some(until_ms))?;
     let exists = || ExportError::Exists {
@@ -143,31 +144,42 @@ pub async fn export(
             path: path.to_owned(),
             source,
         })?;
-    let written = write_rows(pool, topic, since_ms, until_ms, format, path, file)
-        .await
-        .and_then(|rows| {
-            // A hard link takes the name only if nothing has it.
-            std::fs::hard_link(&partial, path).map_err(|source| match source.kind() {
-                std::io::ErrorKind::AlreadyExists => exists(),
-                _ => ExportError::Create {
-                    path: path.to_owned(),
-                    source,
-                },
-            })?;
-            Ok(rows)
-        });
+    let written = write_rows(
+        pool,
+        topic,
+        (since_ms, until_ms),
+        format,
+        path,
+        file,
+        on_rows,
+    )
+    .await
+    .and_then(|rows| {
+        // A hard link takes the name only if nothing has it.
+        std::fs::hard_link(&partial, path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => exists(),
+            _ => ExportError::Create {
+                path: path.to_owned(),
+                source,
+            },
+        })?;
+        Ok(rows)
+    });
     let _ = std::fs::remove_file(&partial);
     written
 }
 
+/// How often (in rows) an export says how far it is.
+const ROWS_PER_REPORT: u64 = 10_000;
+
 async fn write_rows(
     pool: &PgPool,
     topic: &str,
-    since_ms: i64,
-    until_ms: i64,
+    (since_ms, until_ms): (i64, i64),
     format: Format,
     path: &Path,
     file: File,
+    mut on_rows: impl FnMut(u64) + Send,
 ) -> Result<u64, ExportError> {
     let write_error = |source: Box<dyn std::error::Error + Send + Sync>| ExportError::Write {
         path: path.to_owned(),
@@ -182,7 +194,11 @@ async fn write_rows(
     while let Some(entry) = rows.try_next().await? {
         sink.push(entry).map_err(write_error)?;
         count += 1;
+        if count % ROWS_PER_REPORT == 0 {
+            on_rows(count);
+        }
     }
+    on_rows(count);
     sink.finish().map_err(write_error)?;
     Ok(count)
 }

@@ -538,6 +538,26 @@ pub fn entries_between<'a>(
     .fetch(pool)
 }
 
+/// Number of archived entries [`entries_between`] gives for the same
+/// arguments (as of now).
+pub async fn count_between(
+    pool: &PgPool,
+    topic: &str,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entries WHERE topic = $1
+           AND occurred_at >= timestamptz 'epoch' + interval '1 millisecond' * $2
+           AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * $3",
+    )
+    .bind(topic)
+    .bind(since_ms)
+    .bind(until_ms)
+    .fetch_one(pool)
+    .await
+}
+
 /// Number of archived rows whose command record is on `topic`.
 pub async fn count_rows(pool: &PgPool, topic: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM ledger_entries WHERE topic = $1")

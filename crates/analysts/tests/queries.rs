@@ -467,8 +467,20 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
 
     // [T0 + 10, T0 + 66_010): 66,000 rows, more than one row group.
     let (since, until) = (T0 + 10, T0 + 66_010);
+    let mut reported = Vec::new();
     assert_eq!(
-        export(&pool, "t", since, until, Format::Csv, &csv_path).await?,
+        export(&pool, "t", since, until, Format::Csv, &csv_path, |n| {
+            reported.push(n)
+        })
+        .await?,
+        66_000
+    );
+    // Progress every 10,000 rows, and the count at the end, which the
+    // count a progress display takes as its total agrees with.
+    assert_eq!(reported.first(), Some(&10_000));
+    assert_eq!(reported.last(), Some(&66_000));
+    assert_eq!(
+        stockledger_analysts::query::count_between(&pool, "t", since, until).await?,
         66_000
     );
     let mut reader = csv::Reader::from_path(&csv_path)?;
@@ -487,7 +499,16 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
     assert_eq!(&records[0][16], "2026-11-23T10:00:00.010Z");
 
     assert_eq!(
-        export(&pool, "t", since, until, Format::Parquet, &parquet_path).await?,
+        export(
+            &pool,
+            "t",
+            since,
+            until,
+            Format::Parquet,
+            &parquet_path,
+            |_| {}
+        )
+        .await?,
         66_000
     );
     let file = SerializedFileReader::new(std::fs::File::open(&parquet_path)?)?;
@@ -500,7 +521,7 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
 
     // An existing file is never overwritten, and left as it was.
     let before = std::fs::read(&csv_path)?;
-    match export(&pool, "t", since, until, Format::Csv, &csv_path).await {
+    match export(&pool, "t", since, until, Format::Csv, &csv_path, |_| {}).await {
         Err(ExportError::Exists { .. }) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }

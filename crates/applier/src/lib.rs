@@ -12,11 +12,14 @@
 //! - [`replay`]: rebuilding a prefix from the log and swapping it in.
 //! - [`repartition`]: copying the log into a topic with another partition
 //!   count, each record on its SKU's new home partition.
+//! - [`redrive`]: sending dead letters back to the command topic once they
+//!   are commands the applier would decide, each once.
 
 pub mod applier;
 pub mod check;
 pub mod expiry;
 pub mod record;
+pub mod redrive;
 pub mod repartition;
 pub mod replay;
 

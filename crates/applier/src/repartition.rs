@@ -103,6 +103,7 @@ pub enum RepartitionError {
 pub async fn repartition(
     config: RepartitionConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    mut on_progress: impl FnMut(u64, u64) + Send,
 ) -> Result<RepartitionReport, RepartitionError> {
     let stop = stockledger_runtime::stop::stop_flag(shutdown);
     if config.partitions < 1 {
@@ -111,7 +112,7 @@ pub async fn repartition(
     if config.from == config.to {
         return Err(RepartitionError::SameTopic(config.from.clone()));
     }
-    let sources = check_source(&config)?;
+    let (sources, total) = check_source(&config)?;
     let spec = command_topic_spec(&config.to, config.partitions, config.replication);
     create_topics(&config.kafka, &[spec]).await?;
     // One consumer per source partition, so each is read in its own order.
@@ -165,25 +166,29 @@ pub async fn repartition(
         report.per_partition[partition as usize] += 1;
         if pending.len() >= IN_FLIGHT {
             settle(std::mem::take(&mut pending)).await?;
+            on_progress(report.records, total);
         }
     }
     settle(pending).await?;
+    on_progress(report.records, total.max(report.records));
     info!(records = report.records, "repartition finished");
     Ok(report)
 }
 
 /// The source topic's partitions, once it is known to exist whole (its
 /// earliest offsets 0: a truncated log cannot be copied in order) and the
-/// target may be created.
-fn check_source(config: &RepartitionConfig) -> Result<Vec<i32>, RepartitionError> {
+/// target may be created, and how many records they hold now.
+fn check_source(config: &RepartitionConfig) -> Result<(Vec<i32>, u64), RepartitionError> {
     let reader: StreamConsumer = config.kafka.client_config(&[]).create()?;
     let sources = partitions_of(&reader, &config.from)?;
     if sources.is_empty() {
         return Err(RepartitionError::NoSuchTopic(config.from.clone()));
     }
     check_target(config, &reader)?;
+    let mut total = 0u64;
     for &p in &sources {
-        let (earliest, _) = watermarks(&reader, &config.from, p, Duration::from_secs(30))?;
+        let (earliest, end) = watermarks(&reader, &config.from, p, Duration::from_secs(30))?;
+        total += end.max(0) as u64;
         if earliest > 0 {
             return Err(RepartitionError::Truncated {
                 topic: config.from.clone(),
@@ -192,7 +197,7 @@ fn check_source(config: &RepartitionConfig) -> Result<Vec<i32>, RepartitionError
             });
         }
     }
-    Ok(sources)
+    Ok((sources, total))
 }
 
 /// `record` as it goes to `partition` of `topic`: the same key, payload,

@@ -5,6 +5,8 @@
 
 pub mod commands;
 pub mod demo;
+pub mod exit;
+pub mod progress;
 pub mod secrets;
 
 use std::process::ExitCode;
@@ -21,13 +23,33 @@ use crate::commands::*;
 
 /// An event-sourced stock ledger: Kafka log, Redis projection, PostgreSQL archive.
 #[derive(Debug, Parser)]
-#[command(name = "stockledger", version, about, long_about = None)]
+#[command(
+    name = "stockledger",
+    version,
+    about,
+    long_about = None,
+    after_help = EXIT_CODES_HELP
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The exit-code table as `--help` prints it (the same as [`exit::Exit::ALL`];
+/// a test keeps them equal).
+const EXIT_CODES_HELP: &str = "Exit codes:
+  0    ok
+  1    failure: an error no other code names
+  2    usage: a flag, argument or environment variable is wrong
+  3    check failed: differences, lag, a broken rule, a refused command (--wait)
+  4    not found: no such SKU, order, dead letter or topic; not archived yet
+  65   data error: a record that cannot be decoded (dlq redrive)
+  69   unavailable: Kafka, Redis or PostgreSQL did not answer
+  75   timed out: waiting ran out; try again
+  77   denied: credentials or permissions refused
+  130  interrupted: stopped by Ctrl-C or SIGTERM before the end";
 
 impl Cli {
     /// The log filter when `RUST_LOG` is not set: the long-running
@@ -183,53 +205,105 @@ pub enum Command {
     #[command(subcommand)]
     Topics(topics::Command),
     /// Run the ordered applier: fold the command topic into Redis and publish outcomes.
+    #[command(
+        after_help = "Examples:\n  stockledger apply\n  stockledger apply --instance-id applier-1 --metrics-addr 0.0.0.0:9464"
+    )]
     Apply(apply::Args),
     /// Run the archiver: copy outcomes into PostgreSQL in pages.
+    #[command(
+        after_help = "Examples:\n  stockledger archive\n  stockledger archive --writers 4 --metrics-addr 0.0.0.0:9465"
+    )]
     Archive(archive::Args),
     /// Run the HTTP gateway: commands and reads as a JSON API (OpenAPI at /openapi.json).
+    #[command(
+        after_help = "Examples:\n  stockledger serve --listen 127.0.0.1:8080\n  stockledger serve --api-keys keys.toml --tls-cert cert.pem --tls-key key.pem"
+    )]
     Serve(serve::Args),
     /// Take stock for an order (with --hold: reserve it until confirmed).
+    #[command(
+        after_help = "Examples:\n  stockledger deduct SKU-1 order-17 2 --wait 5\n  stockledger deduct SKU-1 order-18 1 --user u-9 --hold 15m --wait 5 --format json"
+    )]
     Deduct(deduct::Args),
     /// Sell what a reservation holds (on time up to its deadline).
+    #[command(after_help = "Examples:\n  stockledger confirm SKU-1 order-18 --wait 5")]
     Confirm(confirm::Args),
     /// Give back units a confirmed order bought.
+    #[command(
+        after_help = "Examples:\n  stockledger refund SKU-1 order-17 --wait 5\n  stockledger refund SKU-1 order-17 --total 1"
+    )]
     Refund(refund::Args),
     /// Cap the units one user may hold and buy of a SKU.
+    #[command(after_help = "Examples:\n  stockledger limit SKU-1 --per-user 2 --wait 5")]
     Limit(limit::Args),
     /// Give back what an order took or holds (before its deduction: refuse that deduction).
+    #[command(after_help = "Examples:\n  stockledger rollback SKU-1 order-17 --wait 5")]
     Rollback(rollback::Args),
     /// Add to, or set, a SKU's stock.
+    #[command(
+        after_help = "Examples:\n  stockledger restock SKU-1 --add 100 --wait 5\n  stockledger restock SKU-1 --set 40 --adjustment-id count-2026-11"
+    )]
     Restock(restock::Args),
     /// Show a SKU's stock from Redis, or from the archive as it was (--as-of).
+    #[command(
+        after_help = "Examples:\n  stockledger stock SKU-1\n  stockledger stock SKU-1 --as-of -1h --format json"
+    )]
     Stock(stock::Args),
     /// Show one order of a SKU from Redis.
+    #[command(
+        after_help = "Examples:\n  stockledger order SKU-1 order-17\n  stockledger order SKU-1 order-17 --format json"
+    )]
     Order(order::Args),
     /// Show archived decisions of a SKU or an order, a page at a time (time range, results, newest first).
+    #[command(
+        after_help = "Examples:\n  stockledger history --sku SKU-1 --since -1d\n  stockledger history --order order-17 --format json"
+    )]
     History(history::Args),
     /// Per-SKU totals per interval from the archive: taken, returned, refused, lowest stock, sold out.
+    #[command(
+        after_help = "Examples:\n  stockledger report --since -7d --every 1d\n  stockledger report --since -1d --every 1h --format csv > hourly.csv"
+    )]
     Report(report::Args),
     /// Write archived rows of a time range to a CSV or Parquet file.
+    #[command(
+        after_help = "Examples:\n  stockledger export --since -30d --format parquet --out ledger.parquet"
+    )]
     Export(export::Args),
     /// Rebuild the projection from the log into a fresh prefix (and swap it in).
+    #[command(
+        after_help = "Examples:\n  stockledger replay --into shop:rebuild\n  stockledger replay --from-snapshot --swap"
+    )]
     Replay(replay::Args),
     /// Copy the command log into a new topic with another partition count
     /// (the way out after partitions were added), per-SKU order kept.
+    #[command(
+        after_help = "Examples:\n  stockledger repartition --to stock.ledger.v2 --partitions 24"
+    )]
     Repartition(repartition::Args),
     /// Write every SKU's state and last-applied offset to PostgreSQL.
+    #[command(
+        after_help = "Examples:\n  stockledger snapshot\n  stockledger snapshot --format json | jq .replay_starts"
+    )]
     Snapshot(snapshot::Args),
     /// Prune archived history older than the retention window from Redis.
+    #[command(after_help = "Examples:\n  stockledger compact --retention-days 7")]
     Compact(compact::Args),
-    /// Compare Redis with the archive, SKU by SKU; exit 1 on any difference.
+    /// Compare Redis with the archive, SKU by SKU; exit 3 on any difference.
+    #[command(
+        after_help = "Examples:\n  stockledger reconcile\n  stockledger reconcile --format json || echo \"differences: exit $?\""
+    )]
     Reconcile(reconcile::Args),
     /// How far the applier and the archiver are behind, holds, dead letters, and which service does not answer.
     Status(status::Args),
-    /// The records the applier dead-lettered: list them, show one.
+    /// The records the applier dead-lettered: list them, show one, send them back.
     #[command(subcommand)]
     Dlq(dlq::Command),
     /// Make API keys for the gateway (serve --api-keys).
     #[command(subcommand)]
     Keys(commands::keys::Command),
     /// Run a flash sale end to end against the configured services and check the contract.
+    #[command(
+        after_help = "Examples:\n  stockledger demo\n  stockledger demo --orders 20000 --buyers 400 --sold-out-fast-path"
+    )]
     Demo(commands::demo::DemoArgs),
 }
 
@@ -281,7 +355,8 @@ pub async fn shutdown_signal() {
 }
 
 /// Runs `main` on a multi-threaded runtime and turns its result into the
-/// process's exit code, printing an error as one line with its causes.
+/// process's exit code, printing an error as one line with its causes
+/// (its code is [`exit::Exit::of`] it).
 pub fn block_on(main: impl std::future::Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -290,14 +365,14 @@ pub fn block_on(main: impl std::future::Future<Output = anyhow::Result<ExitCode>
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return exit::Exit::Failure.into();
         }
     };
     match runtime.block_on(main) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
-            ExitCode::FAILURE
+            exit::Exit::of(&e).into()
         }
     }
 }
@@ -393,4 +468,79 @@ pub fn archiver_config(g: &Global) -> ArchiverConfig {
     let mut c = ArchiverConfig::new(g.kafka(), g.database_url.clone());
     c.outcomes_topic = g.outcomes_topic.clone();
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    /// Every `stockledger …` line of every `--help`'s examples, cut at the
+    /// first pipe, `||` or redirection.
+    fn examples(command: &clap::Command, out: &mut Vec<String>) {
+        if let Some(help) = command.get_after_help() {
+            for line in help.to_string().lines() {
+                let line = line.trim();
+                if line.starts_with("stockledger ") {
+                    let end = line
+                        .find(" |")
+                        .or_else(|| line.find(" >"))
+                        .unwrap_or(line.len());
+                    out.push(line[..end].to_owned());
+                }
+            }
+        }
+        for sub in command.get_subcommands() {
+            examples(sub, out);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_has_examples_and_each_parses() {
+        let root = Cli::command();
+        let mut missing = Vec::new();
+        let mut walk = vec![root.clone()];
+        while let Some(c) = walk.pop() {
+            let subs: Vec<clap::Command> = c.get_subcommands().cloned().collect();
+            if subs.is_empty() && c.get_after_help().is_none() && c.get_name() != "help" {
+                missing.push(c.get_name().to_owned());
+            }
+            walk.extend(subs);
+        }
+        assert!(
+            missing.is_empty(),
+            "subcommands without examples: {missing:?}"
+        );
+        let mut lines = Vec::new();
+        examples(&root, &mut lines);
+        assert!(lines.len() > 30, "{lines:?}");
+        for line in lines {
+            let words: Vec<String> = line
+                .split_whitespace()
+                .map(|w| w.trim_matches('"').to_owned())
+                .collect();
+            if let Err(e) = Cli::try_parse_from(&words) {
+                panic!("{line}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_exit_code_table_in_help_is_the_one_the_code_uses() {
+        let rows: Vec<(u8, String)> = EXIT_CODES_HELP
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let (code, rest) = l.trim().split_once(' ').unwrap_or_default();
+                let name = rest.trim().split(':').next().unwrap_or_default();
+                (code.parse().unwrap_or(u8::MAX), name.to_owned())
+            })
+            .collect();
+        let table: Vec<(u8, String)> = exit::Exit::ALL
+            .iter()
+            .map(|e| (e.code(), e.name().to_owned()))
+            .collect();
+        assert_eq!(rows, table);
+    }
 }

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(e) = stockledger_cli::prepare(&mut cli, &matches) {
         eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
-        return ExitCode::from(2);
+        return stockledger_cli::exit::Exit::Usage.into();
     }
     init_tracing(cli.global.log_format, cli.default_log_filter());
     stockledger_cli::block_on(stockledger_cli::run(cli))

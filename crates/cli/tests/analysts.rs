@@ -120,7 +120,7 @@ async fn analysts_page_filter_ask_as_of_report_and_export_what_the_archive_holds
     let (stdout, _) = ok(&h, &["stock", "A", "--as-of", "now"])?;
     assert!(stdout.contains("available 2, total 5, held 3"), "{stdout}");
     let out = stockledger(&h, &["stock", "A", "--as-of", "5"])?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stdout)
             .contains("not archived yet: the archive holds partition 0 up to offset 4"),
@@ -128,7 +128,7 @@ async fn analysts_page_filter_ask_as_of_report_and_export_what_the_archive_holds
         text(&out.stdout)
     );
     let out = stockledger(&h, &["stock", "A", "--as-of", "-1d"])?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stdout).contains("no record yet"),
         "{}",

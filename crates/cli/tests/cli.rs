@@ -162,7 +162,7 @@ async fn cli_sends_commands_waits_for_decisions_and_reads_state() -> anyhow::Res
         text(&out.stdout)
     );
     let out = stockledger(&h, &["stock", "NEVER"])?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
 
     h.wait_for_archive(3).await?;
     let out = stockledger(&h, &["history", "--order", "o1", "--json"])?;
@@ -396,11 +396,268 @@ async fn dlq_lists_dead_letters_with_why_and_shows_one_decoded_as_far_as_it_goes
 
     // An offset that holds nothing is an error naming where it looked.
     let out = stockledger(&h, &["dlq", "show", &p, "999"])?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         text(&out.stderr).contains(&format!("no dead letter at partition {p} offset 999")),
         "{}",
         text(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_redrive_sends_back_what_is_now_a_command_once_and_leaves_what_is_not(
+) -> anyhow::Result<()> {
+    use std::time::Duration;
+
+    use stockledger_core::ids::{CommandId, OrderId, Quantity, Sku};
+    use stockledger_core::partition::home_partition;
+    use stockledger_core::{codec, Command, CommandBody, Deduct, RestockMode};
+
+    let h = Harness::new("redrive", 2).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer.restock("R-1", "a", RestockMode::Set, 5).await?;
+    // A valid deduct on the partition R-1 does not live on (a producer with
+    // another partitioner): misrouted, dead-lettered; and bytes that are no
+    // command at all.
+    let away = 1 - home_partition(b"R-1", 2);
+    let deduct = Command {
+        command_id: CommandId::new("c-r1")?,
+        sku: Sku::new("R-1")?,
+        occurred_at: stockledger_analysts::query::now_ms(),
+        body: CommandBody::Deduct(Deduct::new(OrderId::new("o-1")?, Quantity::new(2)?)),
+    };
+    let traceparent: &[u8] = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    h.send_raw_with(
+        Some(away),
+        "R-1",
+        &codec::encode_command(&deduct)?,
+        &[("traceparent", traceparent)],
+    )
+    .await?;
+    h.send_raw("R-1", b"not avro at all").await?;
+    stockledger_testkit::wait_until("two dead letters", Duration::from_secs(60), || async {
+        Ok((h.read(&h.ns.dlq_topic).await?.len() == 2).then_some(()))
+    })
+    .await?;
+    let log_end = || async { anyhow::Ok(h.read(&h.ns.topic).await?.len()) };
+    let before = log_end().await?;
+
+    // A dry run judges both and sends nothing.
+    let json_rows = |out: &Output| -> anyhow::Result<Vec<serde_json::Value>> {
+        Ok(text(&out.stdout)
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?)
+    };
+    let out = stockledger(
+        &h,
+        &["dlq", "redrive", "--all", "--dry-run", "--format", "json"],
+    )?;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out.stderr));
+    let mut verdicts: Vec<String> = json_rows(&out)?
+        .iter()
+        .map(|r| r["verdict"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    verdicts.sort();
+    assert_eq!(verdicts, ["still invalid", "would re-drive"]);
+    assert_eq!(log_end().await?, before);
+
+    // For real: the deduct goes back to R-1's home partition with its
+    // traceparent, and is decided there; the garbage stays, saying why.
+    let out = stockledger(&h, &["dlq", "redrive", "--all", "--format", "json"])?;
+    assert_eq!(out.status.code(), Some(65), "{}", text(&out.stderr));
+    let mut rows = json_rows(&out)?;
+    rows.sort_by_key(|r| r["verdict"].to_string());
+    assert_eq!(rows[0]["verdict"], "re-driven", "{rows:?}");
+    assert_eq!(rows[1]["verdict"], "still invalid", "{rows:?}");
+    assert!(
+        rows[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("not Avro single-object encoding")),
+        "{rows:?}"
+    );
+    let log = h.read(&h.ns.topic).await?;
+    assert_eq!(log.len(), before + 1);
+    let copy = log
+        .iter()
+        .find(|r| {
+            r.headers
+                .iter()
+                .any(|(k, _)| k == "stockledger.redriven-from")
+        })
+        .ok_or_else(|| anyhow::anyhow!("no re-driven record in the log"))?;
+    assert_eq!(copy.partition, 1 - away);
+    assert_eq!(copy.key.as_deref(), Some(&b"R-1"[..]));
+    let header = |name: &str| {
+        copy.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("traceparent").as_deref(), Some(traceparent));
+    assert!(header("stockledger.reason").is_none());
+    assert_eq!(
+        header("stockledger.redriven-from"),
+        rows[0]["partition"].as_i64().map(|p| format!(
+            "{}/{p}@{}",
+            h.ns.dlq_topic, rows[0]["offset"]
+        )
+        .into_bytes())
+    );
+    stockledger_testkit::wait_until(
+        "the re-driven deduct decided",
+        Duration::from_secs(60),
+        || async {
+            let state = h.projection.read_sku("R-1").await?;
+            Ok(state.filter(|s| s.available == 3).map(|_| ()))
+        },
+    )
+    .await?;
+
+    // Again: nothing is sent twice.
+    let out = stockledger(&h, &["dlq", "redrive", "--all", "--format", "json"])?;
+    let again: Vec<serde_json::Value> = json_rows(&out)?;
+    assert!(
+        again.iter().any(|r| r["verdict"] == "already re-driven"),
+        "{again:?}"
+    );
+    assert_eq!(h.read(&h.ns.topic).await?.len(), before + 1);
+
+    // A selection that matches nothing says so.
+    let out = stockledger(
+        &h,
+        &["dlq", "redrive", "--reason-contains", "no such reason"],
+    )?;
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+/// Runs `args` and returns the exit code with what was said on both streams.
+fn exit_of(cmd: &mut std::process::Command, args: &[&str]) -> anyhow::Result<(i32, String)> {
+    let out = cmd.args(args).output()?;
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), said))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_exit_code_says_what_happened() -> anyhow::Result<()> {
+    use stockledger_projection::keys::SkuKeys;
+
+    let h = Harness::new("exit-codes", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let run = |args: &[&str]| exit_of(&mut common::stockledger(&h), args);
+
+    // 0 and 3: a command the ledger takes, then one it refuses.
+    let (code, said) = run(&["restock", "X-1", "--set", "1", "--wait", "30"])?;
+    assert_eq!(code, 0, "{said}");
+    let (code, said) = run(&[
+        "deduct", "X-1", "o-1", "5", "--wait", "30", "--format", "json",
+    ])?;
+    assert_eq!(code, 3, "{said}");
+    let sent: serde_json::Value = serde_json::from_str(said.lines().next().unwrap_or_default())?;
+    assert_eq!(
+        sent["decision"]["result"], "REJECTED_INSUFFICIENT",
+        "{said}"
+    );
+    // 2: a wrong argument; 4: nothing there.
+    let (code, said) = run(&["deduct", "X-1", "o-2", "0"])?;
+    assert_eq!(code, 2, "{said}");
+    let (code, said) = run(&["order", "X-1", "o-404", "--format", "json"])?;
+    assert_eq!(code, 4, "{said}");
+    assert!(said.contains(r#""order":null"#), "{said}");
+
+    // 3: reconcile agrees, then finds the difference planted in Redis.
+    h.assert_contract().await?;
+    let (code, said) = run(&["reconcile"])?;
+    assert_eq!(code, 0, "{said}");
+    let mut redis = h.projection.connection();
+    let () = redis::cmd("HSET")
+        .arg(SkuKeys::new(&h.ns.prefix, "X-1").stock)
+        .arg("available")
+        .arg(7)
+        .query_async(&mut redis)
+        .await?;
+    let (code, said) = run(&["reconcile", "--format", "json"])?;
+    assert_eq!(code, 3, "{said}");
+    assert!(said.contains(r#""field":"available""#), "{said}");
+
+    // 75: nobody decides within --wait (the applier is stopped); the
+    // command is still in the log.
+    applier.stop().await?;
+    archiver.stop().await?;
+    let (code, said) = run(&["deduct", "X-1", "o-3", "1", "--wait", "1"])?;
+    assert_eq!(code, 75, "{said}");
+    assert!(said.contains("will still be decided"), "{said}");
+
+    // 69: each service away in turn, named in the error.
+    let closed = [
+        ("REDIS_URL", "redis://127.0.0.1:1", vec!["stock", "X-1"]),
+        (
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:1/stockledger",
+            vec!["history", "--sku", "X-1"],
+        ),
+        ("KAFKA_BROKERS", "127.0.0.1:1", vec!["dlq", "list"]),
+    ];
+    for (variable, url, args) in closed {
+        let (code, said) = exit_of(common::stockledger(&h).env(variable, url), &args)?;
+        assert_eq!(code, 69, "{variable} closed, {args:?}: {said}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_drawn_on_a_terminal_and_nothing_is_said_in_a_pipe() -> anyhow::Result<()> {
+    let h = Harness::new("progress", 1).await?;
+    for i in 0..3 {
+        h.producer
+            .restock(
+                &format!("P-{i}"),
+                "a",
+                stockledger_core::RestockMode::Set,
+                1,
+            )
+            .await?;
+    }
+    let applier = h.start_applier();
+    stockledger_testkit::wait_until(
+        "three SKUs applied",
+        std::time::Duration::from_secs(60),
+        || async { Ok((h.projection.count_skus(100).await? == 3).then_some(())) },
+    )
+    .await?;
+    applier.stop().await?;
+
+    // In a pipe: the result on stdout, not a byte on stderr.
+    let out = stockledger(&h, &["snapshot"])?;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(": 3 SKUs"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(text(&out.stderr), "");
+
+    // On a terminal (a pseudo-terminal from script(1)): a bar with the
+    // count, the rate and the time left.
+    let line = format!("{} snapshot", env!("CARGO_BIN_EXE_stockledger"));
+    let mut script = std::process::Command::new("script");
+    script.args(["-qec", &line, "/dev/null"]);
+    for (k, v) in common::stockledger(&h).get_envs() {
+        script.env(k, v.unwrap_or_default());
+    }
+    let out = script.stdin(std::process::Stdio::null()).output()?;
+    let drawn = text(&out.stdout);
+    assert!(out.status.success(), "{drawn}");
+    assert!(
+        drawn.contains("/3 SKUs") && drawn.contains("/s") && drawn.contains("left"),
+        "{drawn:?}"
     );
     Ok(())
 }

@@ -146,6 +146,24 @@ impl ResultCode {
         }
     }
 
+    /// Whether the ledger said no: the command was refused (a `REJECTED_`
+    /// result) or was not a command it could decide (`INVALID`,
+    /// `MISROUTED`). A repeat (`DUPLICATE`) and a rollback or expiry with
+    /// nothing to undo (`IGNORED_`) are not refusals: what was asked for
+    /// holds.
+    ///
+    /// ```
+    /// use stockledger_core::ResultCode;
+    ///
+    /// assert!(ResultCode::RejectedInsufficient.is_refusal());
+    /// assert!(ResultCode::Invalid.is_refusal());
+    /// assert!(!ResultCode::Duplicate.is_refusal());
+    /// assert!(!ResultCode::IgnoredNoDeduction.is_refusal());
+    /// ```
+    pub fn is_refusal(self) -> bool {
+        self.as_str().starts_with("REJECTED_") || matches!(self, Self::Invalid | Self::Misrouted)
+    }
+
     /// The result a symbol names, if it names one (exactly, upper case).
     ///
     /// ```

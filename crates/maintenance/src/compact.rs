@@ -49,6 +49,7 @@ pub async fn compact(
     topic: &str,
     retention: Duration,
     page_size: usize,
+    mut on_page: impl FnMut(u64) + Send,
 ) -> Result<CompactReport, CompactError> {
     let projection = Projection::new(redis.clone(), prefix);
     let mut report = CompactReport::default();
@@ -83,6 +84,7 @@ pub async fn compact(
             report.orders_removed += orders;
             report.decisions_removed += decisions;
         }
+        on_page(report.skus_checked);
     }
     Ok(report)
 }

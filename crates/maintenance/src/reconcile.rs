@@ -52,6 +52,7 @@ pub async fn reconcile(
     pool: &PgPool,
     topic: &str,
     page_size: usize,
+    mut on_page: impl FnMut(u64) + Send,
 ) -> Result<ReconcileReport, ReconcileError> {
     let projection = Projection::new(redis.clone(), prefix);
     let mut report = ReconcileReport::default();
@@ -64,6 +65,7 @@ pub async fn reconcile(
                 skus: skus.len(),
                 source: Box::new(e),
             })?;
+        on_page(report.skus_checked);
     }
     check_archived_skus_exist(&projection, pool, topic, page_size, &mut report).await?;
     Ok(report)

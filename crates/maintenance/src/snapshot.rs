@@ -65,6 +65,7 @@ pub async fn take(
     topic: &str,
     start: &HashMap<i32, i64>,
     page_size: usize,
+    mut on_page: impl FnMut(u64) + Send,
 ) -> Result<Snapshot, SnapshotError> {
     let id: i64 =
         sqlx::query_scalar("INSERT INTO snapshots (topic, prefix) VALUES ($1, $2) RETURNING id")
@@ -89,6 +90,7 @@ pub async fn take(
     while let Some(skus) = pages.next_page().await? {
         let names: Vec<&str> = skus.iter().map(String::as_str).collect();
         total += write_page(pool, &projection.export(&names).await?, id).await?;
+        on_page(total as u64);
     }
     sqlx::query("UPDATE snapshots SET skus = $2, complete = true WHERE id = $1")
         .bind(id)

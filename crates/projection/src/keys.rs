@@ -69,6 +69,13 @@ pub fn decode_hold_member(member: &str) -> Option<(&str, &str)> {
     member.split_once('\n')
 }
 
+/// The hash of dead letters re-driven to the command topic: field the
+/// dead letter's position (`topic/partition@offset`), value the position
+/// of its copy. `dlq redrive` reads it so a dead letter goes back once.
+pub fn redriven_key(prefix: &str) -> String {
+    format!("{prefix}:redriven")
+}
+
 /// The pattern matching every SKU's stock key under `prefix` (for `SCAN`).
 pub fn stock_key_pattern(prefix: &str) -> String {
     format!("{prefix}:{{*}}:stock")

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::demo::{self, Workload, HOT_SKU};
+use crate::exit::Exit;
 use crate::Global;
 
 #[derive(Debug, Args)]
@@ -133,11 +134,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             check.what
         );
     }
-    Ok(if all_pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if all_pass { Exit::Ok } else { Exit::Check }.into())
 }
 
 /// The run's own topics and key prefix, so a demo never meets another's

@@ -1,5 +1,6 @@
 //! `stockledger dlq`: the records the applier dead-lettered, each with
-//! where it came from and why, and one of them decoded as far as it goes.
+//! where it came from and why, one of them decoded as far as it goes, and
+//! sending them back once what refused them is fixed.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,9 +9,13 @@ use clap::{Args as ClapArgs, Subcommand};
 use serde_json::{json, Value};
 use stockledger_analysts::query::format_instant;
 use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+use stockledger_applier::redrive::{self, RedriveConfig, Verdict};
 use stockledger_kafka::topic::{read_at, read_topic, LogRecord};
+use stockledger_projection::Projection;
 
 use super::table::{self, Format};
+use crate::exit::{fail, Exit};
+use crate::progress::Progress;
 use crate::Global;
 
 /// How long reading the dead-letter topic may take.
@@ -28,6 +33,40 @@ pub enum Command {
   stockledger dlq show 0 41
   stockledger dlq show 0 41 --format json")]
     Show(ShowArgs),
+    /// Send dead letters back to the command topic once what refused them
+    /// is fixed: each is judged as the applier would judge it; one still
+    /// invalid stays (exit 65, with why), one sent back before is skipped.
+    #[command(after_help = "Examples:
+  stockledger dlq redrive --all --dry-run
+  stockledger dlq redrive --partition 0 --from 40 --to 45
+  stockledger dlq redrive --reason-contains \"is on partition\" --format json")]
+    Redrive(RedriveArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["all", "partition", "reason_contains"])))]
+pub struct RedriveArgs {
+    /// Every dead letter.
+    #[arg(long)]
+    pub all: bool,
+    /// Dead letters on this partition of the dead-letter topic.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// With --partition: from this offset (inclusive).
+    #[arg(long, requires = "partition")]
+    pub from: Option<i64>,
+    /// With --partition: up to this offset (inclusive).
+    #[arg(long, requires = "partition")]
+    pub to: Option<i64>,
+    /// Dead letters whose reason contains this text.
+    #[arg(long, value_name = "TEXT")]
+    pub reason_contains: Option<String>,
+    /// Say what would happen to each; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -60,6 +99,7 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List(args) => list(g, args).await,
         Command::Show(args) => show(g, args).await,
+        Command::Redrive(args) => redrive(g, args).await,
     }
 }
 
@@ -103,12 +143,13 @@ async fn show(g: &Global, args: ShowArgs) -> anyhow::Result<ExitCode> {
     )
     .await?
     else {
-        anyhow::bail!(
-            "no dead letter at partition {} offset {} of {} (`stockledger dlq list` shows them)",
-            args.partition,
-            args.offset,
-            g.dlq_topic
-        );
+        return Err(fail(
+            Exit::NotFound,
+            format!(
+                "no dead letter at partition {} offset {} of {} (`stockledger dlq list` shows them)",
+                args.partition, args.offset, g.dlq_topic
+            ),
+        ));
     };
     let payload = record.payload.as_deref().unwrap_or_default();
     let decoded = match stockledger_core::codec::decode_command(payload) {
@@ -138,6 +179,88 @@ async fn show(g: &Global, args: ShowArgs) -> anyhow::Result<ExitCode> {
         println!("{shown}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn redrive(g: &Global, args: RedriveArgs) -> anyhow::Result<ExitCode> {
+    let mut records = read_topic(&g.kafka(), &g.dlq_topic, READ_WITHIN).await?;
+    records.retain(|r| {
+        args.partition.is_none_or(|p| r.partition == p)
+            && args.from.is_none_or(|o| r.offset >= o)
+            && args.to.is_none_or(|o| r.offset <= o)
+            && args.reason_contains.as_deref().is_none_or(|text| {
+                header(r, DLQ_REASON_HEADER).is_some_and(|reason| reason.contains(text))
+            })
+    });
+    records.sort_by_key(|r| (r.timestamp, r.partition, r.offset));
+    if records.is_empty() {
+        return Err(fail(
+            Exit::NotFound,
+            format!("no dead letter in {} matches", g.dlq_topic),
+        ));
+    }
+    let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+    let config = RedriveConfig {
+        kafka: g.kafka(),
+        dlq_topic: g.dlq_topic.clone(),
+        command_topic: g.topic.clone(),
+        dry_run: args.dry_run,
+    };
+    let what = format!("re-drive {} to {}", g.dlq_topic, g.topic);
+    let mut progress = Progress::new(what, "dead letters", Some(records.len() as u64));
+    let verdicts =
+        redrive::redrive(&config, &projection, &records, |done| progress.set(done)).await?;
+    progress.finish();
+    let rows: Vec<Vec<Value>> = records
+        .iter()
+        .zip(&verdicts)
+        .map(|(r, v)| {
+            let (verdict, detail) = match v {
+                Verdict::Redriven(to) => ("re-driven", to.to_string()),
+                Verdict::WouldRedrive => ("would re-drive", String::new()),
+                Verdict::AlreadyRedriven(to) => ("already re-driven", to.clone()),
+                Verdict::StillInvalid(why) => ("still invalid", why.clone()),
+                _ => ("?", String::new()),
+            };
+            vec![
+                r.partition.into(),
+                r.offset.into(),
+                key(r).into(),
+                verdict.into(),
+                detail.into(),
+            ]
+        })
+        .collect();
+    table::print(
+        args.format,
+        &["partition", "offset", "key", "verdict", "detail"],
+        &rows,
+    );
+    let invalid = verdicts
+        .iter()
+        .filter(|v| matches!(v, Verdict::StillInvalid(_)))
+        .count();
+    if args.format == Format::Table {
+        let sent = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Redriven(_)))
+            .count();
+        println!(
+            "{} dead letters: {sent} re-driven to {}, {invalid} still invalid{}",
+            verdicts.len(),
+            g.topic,
+            if args.dry_run {
+                " (dry run: nothing sent)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(if invalid > 0 {
+        Exit::DataError
+    } else {
+        Exit::Ok
+    }
+    .into())
 }
 
 /// A header of `record` as text, if it has it.

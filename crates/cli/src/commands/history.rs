@@ -105,20 +105,25 @@ const COLUMNS: [&str; 16] = [
     "expires_at",
 ];
 
+/// An archived entry as JSON, the fields named as the archive names them
+/// (stable for scripts).
+pub fn entry_json(e: &query::Entry) -> Value {
+    json!({
+        "topic": e.topic, "partition": e.partition, "offset": e.log_offset,
+        "sku": e.sku, "command": e.command, "command_id": e.command_id,
+        "order_id": e.order_id, "adjustment_id": e.adjustment_id,
+        "quantity": e.quantity, "restock_mode": e.restock_mode, "result": e.result,
+        "delta": e.delta, "available_after": e.available_after,
+        "total_after": e.total_after, "reason": e.reason,
+        "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
+        "user_id": e.user_id, "expires_at": e.expires_at,
+    })
+}
+
 fn print_page(page: &query::Page, format: Format) {
     if format == Format::Json {
-        // The fields as the archive names them (stable for scripts).
         for e in &page.entries {
-            let line = json!({
-                "topic": e.topic, "partition": e.partition, "offset": e.log_offset,
-                "sku": e.sku, "command": e.command, "command_id": e.command_id,
-                "order_id": e.order_id, "adjustment_id": e.adjustment_id,
-                "quantity": e.quantity, "restock_mode": e.restock_mode, "result": e.result,
-                "delta": e.delta, "available_after": e.available_after,
-                "total_after": e.total_after, "reason": e.reason,
-                "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
-                "user_id": e.user_id, "expires_at": e.expires_at,
-            });
+            let line = entry_json(e);
             println!("{line}");
         }
     } else {

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use stockledger_http::gateway::auth::{self, Role};
 
+use super::table::Style;
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Make a random token and print it once, with the stanza to add to the
@@ -24,6 +26,10 @@ pub enum Command {
         /// read orders), operator (everything) or analyst (reads only).
         #[arg(long)]
         role: Role,
+        /// The token and the stanza with comments, or one JSON object
+        /// (`token`, `name`, `role`, `sha256`) for a script that files them.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Style,
     },
 }
 
@@ -33,8 +39,15 @@ fn parse_name(s: &str) -> Result<String, String> {
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::New { name, role } => {
+        Command::New { name, role, format } => {
             let (token, digest) = auth::new_token();
+            if format == Style::Json {
+                let shown = serde_json::json!({
+                    "token": token, "name": name, "role": role.to_string(), "sha256": digest,
+                });
+                println!("{shown}");
+                return Ok(ExitCode::SUCCESS);
+            }
             println!("# The token, shown this once: give it to the caller, store it as a secret.");
             println!("{token}");
             println!();

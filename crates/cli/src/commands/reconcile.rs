@@ -1,10 +1,13 @@
-//! `stockledger reconcile`: compare Redis with the archive; exit 1 on a difference.
+//! `stockledger reconcile`: compare Redis with the archive; exit 3 on a difference.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_projection::Projection;
 
+use super::snapshot::sku_progress;
+use super::table::Style;
+use crate::exit::Exit;
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -12,24 +15,34 @@ pub struct Args {
     /// SKUs read per page (bounds memory).
     #[arg(long, default_value_t = 1000)]
     pub page_size: usize,
-    /// One JSON object per difference, then a summary object.
-    #[arg(long)]
+    /// Lines for people, or one JSON object per difference and then a
+    /// summary object, for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
+    /// The same as --format json.
+    #[arg(long, hide = true)]
     pub json: bool,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let pool = connect_archive(g, 2).await?;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+    let json = args.json || args.format == Style::Json;
+    let page_size = args.page_size.max(1);
+    let mut progress =
+        sku_progress(&projection, format!("reconcile {}", g.prefix), page_size).await?;
     let report = stockledger_maintenance::reconcile::reconcile(
         &projection.connection(),
         &g.prefix,
         &pool,
         &g.topic,
-        args.page_size.max(1),
+        page_size,
+        |done| progress.set(done),
     )
     .await?;
+    progress.finish();
     for d in &report.differences {
-        if args.json {
+        if json {
             let line = serde_json::json!({
                 "sku": d.sku, "field": d.field, "redis": d.redis,
                 "archive": d.archive, "offset": d.offset,
@@ -46,7 +59,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    if args.json {
+    if json {
         let summary = serde_json::json!({
             "skus_checked": report.skus_checked,
             "differences": report.differences.len(),
@@ -63,7 +76,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if !report.differences.is_empty() {
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Check.into());
     }
     Ok(ExitCode::SUCCESS)
 }

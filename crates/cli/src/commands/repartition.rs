@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_applier::repartition::{repartition, RepartitionConfig};
 
+use super::table::Style;
+use crate::exit::Exit;
+use crate::progress::Progress;
 use crate::{shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -19,6 +22,9 @@ pub struct Args {
     /// Replication factor of the new topic.
     #[arg(long, env = "STOCKLEDGER_REPLICATION", default_value_t = 1)]
     pub replication: i32,
+    /// Sentences for people, or one JSON object for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
@@ -29,7 +35,33 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         partitions: args.partitions,
         replication: args.replication,
     };
-    let report = repartition(config, shutdown_signal()).await?;
+    let mut progress = Progress::new(
+        format!("copy {} to {}", g.topic, args.to),
+        "records",
+        Some(0),
+    );
+    let report = repartition(config, shutdown_signal(), |done, total| {
+        progress.set_total(total);
+        progress.set(done);
+    })
+    .await?;
+    progress.finish();
+    if args.format == Style::Json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "from": g.topic, "to": args.to, "records": report.records,
+                "source_partitions": report.source_partitions,
+                "per_partition": report.per_partition, "interrupted": report.interrupted,
+            })
+        );
+        return Ok(if report.interrupted {
+            Exit::Interrupted
+        } else {
+            Exit::Ok
+        }
+        .into());
+    }
     println!(
         "copied {} records from {} ({} partitions) to {} ({} partitions)",
         report.records,
@@ -40,7 +72,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     );
     if report.interrupted {
         println!("interrupted before the end; {} is incomplete", args.to);
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Interrupted.into());
     }
     println!(
         "next: point producers at {to}; rebuild the projection with \

@@ -1,12 +1,14 @@
 //! `stockledger replay`: rebuild the projection from the log (and swap it in).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
 use stockledger_projection::Projection;
 
+use super::table::Style;
+use crate::exit::Exit;
+use crate::progress::Progress;
 use crate::{connect_archive, shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -47,10 +49,12 @@ pub struct Args {
     /// Redis applies for less.
     #[arg(long, env = "STOCKLEDGER_REPLAY_BATCH_SIZE", default_value_t = 50_000)]
     pub batch_size: usize,
+    /// Sentences for people, or one JSON object for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal;
     use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 
     let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
@@ -76,35 +80,31 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         config.start = restore_snapshot(g, &target).await?;
         config.require_empty_target = false;
     }
-    // On a terminal, one line redrawn in place; in a log, a line every 2 s.
-    let terminal = std::io::stderr().is_terminal();
-    let bar = if terminal {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})")?);
-    let mut last_line = std::time::Instant::now();
+    let mut progress = Progress::new(format!("replay into {target}"), "records", None);
     let report = stockledger_applier::replay::replay(config, shutdown_signal(), |p| {
-        let line = format!(
-            "replay {target}: {} records, {:.0}/s, lag {}{}",
-            p.records,
-            p.rate(),
-            p.lag,
-            if p.caught_up { " (caught up)" } else { "" }
-        );
-        if terminal {
-            bar.set_message(line);
-            bar.tick();
-        } else if last_line.elapsed() >= Duration::from_secs(2) {
-            eprintln!("{line}");
-            last_line = std::time::Instant::now();
+        progress.set_total(p.records + p.lag.max(0) as u64);
+        progress.set(p.records);
+        if p.caught_up {
+            progress.note("caught up");
         }
     })
     .await?;
-    if terminal {
-        bar.finish();
-        eprintln!();
+    progress.finish();
+    if args.format == Style::Json {
+        println!(
+            "{}",
+            json!({
+                "into": target, "records": report.records, "skus": report.skus,
+                "swapped": report.swapped, "live_only": report.live_only,
+                "interrupted": report.interrupted,
+            })
+        );
+        return Ok(if report.interrupted {
+            Exit::Interrupted
+        } else {
+            Exit::Ok
+        }
+        .into());
     }
     println!(
         "replayed {} records into {target}: {} SKUs{}",
@@ -125,7 +125,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     }
     if report.interrupted {
         println!("interrupted before the end; {target} is incomplete");
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Interrupted.into());
     }
     Ok(ExitCode::SUCCESS)
 }

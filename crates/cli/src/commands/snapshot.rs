@@ -6,6 +6,8 @@ use clap::Args as ClapArgs;
 use stockledger_maintenance::snapshot;
 use stockledger_projection::Projection;
 
+use super::table::Style;
+use crate::progress::Progress;
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -21,23 +23,45 @@ pub struct Args {
     /// SKUs read and written per page (bounds memory).
     #[arg(long, default_value_t = 1000)]
     pub page_size: usize,
+    /// Sentences for people, or one JSON object for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let pool = connect_archive(g, 2).await?;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
     let start = snapshot::committed_offsets(&g.kafka(), &args.applier_group, &g.topic).await?;
+    let page_size = args.page_size.max(1);
+    let mut progress =
+        sku_progress(&projection, format!("snapshot of {}", g.prefix), page_size).await?;
     let taken = snapshot::take(
         &pool,
         &projection.connection(),
         &g.prefix,
         &g.topic,
         &start,
-        args.page_size.max(1),
+        page_size,
+        |done| progress.set(done),
     )
     .await?;
+    progress.finish();
     let mut starts: Vec<_> = taken.start.iter().collect();
     starts.sort();
+    if args.format == Style::Json {
+        let starts: serde_json::Map<String, serde_json::Value> = starts
+            .iter()
+            .map(|(p, o)| (p.to_string(), (**o).into()))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "snapshot": taken.id, "prefix": g.prefix, "topic": g.topic,
+                "skus": taken.skus, "replay_starts": starts,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "snapshot {} of {}: {} SKUs; a replay from it starts at {}",
         taken.id,
@@ -54,4 +78,19 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A progress display over the SKUs under `projection`'s prefix; they are
+/// counted first only when the display is drawn.
+pub async fn sku_progress(
+    projection: &Projection,
+    what: String,
+    page_size: usize,
+) -> anyhow::Result<Progress> {
+    let total = if Progress::drawn() {
+        Some(projection.count_skus(page_size).await?)
+    } else {
+        None
+    };
+    Ok(Progress::new(what, "SKUs", total))
 }

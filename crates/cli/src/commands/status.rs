@@ -17,15 +17,11 @@ use stockledger_core::report::Chain;
 use stockledger_kafka::topic::{committed_offsets, watermarks_of, LogError};
 use stockledger_projection::Projection;
 
+use crate::exit::Exit;
 use crate::Global;
 
 /// How long each service is given to answer.
 const ASK_WITHIN: Duration = Duration::from_secs(15);
-
-/// Exit code when a partition is further behind than allowed.
-pub const EXIT_LAGGING: u8 = 3;
-/// Exit code when a service does not answer (`EX_UNAVAILABLE` of sysexits).
-pub const EXIT_UNAVAILABLE: u8 = 69;
 
 #[derive(Debug, ClapArgs)]
 #[command(after_help = "Examples:
@@ -306,11 +302,11 @@ async fn read_redis(g: &Global, commands: &mut [CommandPartition]) -> anyhow::Re
 fn judge(report: &mut Report, args: &Args) -> ExitCode {
     if !(report.kafka.reachable && report.redis.reachable && report.postgres.reachable) {
         report.state = "unreachable";
-        return ExitCode::from(EXIT_UNAVAILABLE);
+        return Exit::Unavailable.into();
     }
     if !report.missing_topics.is_empty() {
         report.state = "topics missing";
-        return ExitCode::FAILURE;
+        return Exit::NotFound.into();
     }
     let behind = report.commands.iter().any(|c| c.applier_lag > args.max_lag)
         || report
@@ -323,7 +319,7 @@ fn judge(report: &mut Report, args: &Args) -> ExitCode {
             .any(|o| o.archiver_lag > args.max_lag);
     if behind {
         report.state = "lagging";
-        return ExitCode::from(EXIT_LAGGING);
+        return Exit::Check.into();
     }
     ExitCode::SUCCESS
 }

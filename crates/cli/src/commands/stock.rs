@@ -8,7 +8,12 @@ use stockledger_analysts::query::{self, AsOf, StockAsOf};
 use stockledger_core::ids::Sku;
 use stockledger_projection::Projection;
 
+use serde_json::json;
+
+use super::history::entry_json;
+use super::table::Style;
 use super::{parse_sku, query_error};
+use crate::exit::Exit;
 use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -20,6 +25,9 @@ pub struct Args {
     /// `now`, or a time ago like -15m).
     #[arg(long, value_parser = parse_as_of, allow_hyphen_values = true)]
     pub as_of: Option<AsOf>,
+    /// A sentence for people, or one JSON object for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
 }
 
 fn parse_as_of(s: &str) -> Result<AsOf, String> {
@@ -29,11 +37,26 @@ fn parse_as_of(s: &str) -> Result<AsOf, String> {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let sku = args.sku;
     if let Some(at) = args.as_of {
-        return as_of(g, &sku, at).await;
+        return as_of(g, &sku, at, args.format).await;
     }
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
-    match projection.read_sku(sku.as_str()).await? {
-        Some(s) => println!(
+    let state = projection.read_sku(sku.as_str()).await?;
+    let shown = state.as_ref().map(|s| {
+        json!({
+            "sku": sku.as_str(),
+            "available": s.available,
+            "total": s.total,
+            "held": s.held(),
+            "reserved": s.reserved,
+            "sold": s.sold(),
+            "limit_per_user": s.limit,
+            "partition": s.partition,
+            "last_offset": s.last_offset,
+        })
+    });
+    match (args.format, &state) {
+        (Style::Json, _) => println!("{}", shown.unwrap_or(json!({ "sku": sku.as_str() }))),
+        (Style::Text, Some(s)) => println!(
             "{sku}: available {}, total {}, held {} (reserved {}, sold {}){}, last offset {}",
             s.available,
             s.total,
@@ -44,18 +67,20 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 .map_or(String::new(), |l| format!(", limit {l} per user")),
             s.last_offset.map_or("-".into(), |o| o.to_string())
         ),
-        None => {
-            println!(
-                "{sku}: no state under prefix {} (never restocked?)",
-                g.prefix
-            );
-            return Ok(ExitCode::from(1));
-        }
+        (Style::Text, None) => println!(
+            "{sku}: no state under prefix {} (never restocked?)",
+            g.prefix
+        ),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if state.is_some() {
+        Exit::Ok
+    } else {
+        Exit::NotFound
+    }
+    .into())
 }
 
-async fn as_of(g: &Global, sku: &Sku, at: AsOf) -> anyhow::Result<ExitCode> {
+async fn as_of(g: &Global, sku: &Sku, at: AsOf, format: Style) -> anyhow::Result<ExitCode> {
     let pool = connect_analyst(g, 1).await?;
     let asked = match at {
         AsOf::Offset(offset) => format!("offset {offset}"),
@@ -64,16 +89,22 @@ async fn as_of(g: &Global, sku: &Sku, at: AsOf) -> anyhow::Result<ExitCode> {
     let answer = query::stock_as_of(&pool, &g.topic, sku.as_str(), at)
         .await
         .map_err(query_error)?;
-    match answer {
-        StockAsOf::Known { entry: e, reach } => {
-            println!(
-                "{sku} as of {asked}: available {}, total {}, held {}",
+    let reach_json = |r: &query::Reach| json!({ "partition": r.partition, "offset": r.log_offset, "occurred_at": r.occurred_at });
+    let (exit, shown, text) = match answer {
+        StockAsOf::Known { entry: e, reach } => (
+            Exit::Ok,
+            json!({
+                "sku": sku.as_str(), "as_of": asked, "state": "known",
+                "available": e.available_after, "total": e.total_after,
+                "held": e.total_after - e.available_after,
+                "after": entry_json(&e), "archive_reaches": reach_json(&reach),
+            }),
+            format!(
+                "{sku} as of {asked}: available {}, total {}, held {}\n  \
+                 after {}@{} ({} {} {}, occurred {}); the archive holds partition {} up to offset {} (occurred {})",
                 e.available_after,
                 e.total_after,
-                e.total_after - e.available_after
-            );
-            println!(
-                "  after {}@{} ({} {} {}, occurred {}); the archive holds partition {} up to offset {} (occurred {})",
+                e.total_after - e.available_after,
                 e.partition,
                 e.log_offset,
                 e.command.as_deref().unwrap_or("-"),
@@ -83,27 +114,34 @@ async fn as_of(g: &Global, sku: &Sku, at: AsOf) -> anyhow::Result<ExitCode> {
                 reach.partition,
                 reach.log_offset,
                 reach.occurred_at
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        StockAsOf::BeforeFirst { first } => {
-            println!(
+            ),
+        ),
+        StockAsOf::BeforeFirst { first } => (
+            Exit::NotFound,
+            json!({ "sku": sku.as_str(), "as_of": asked, "state": "before_first", "first": entry_json(&first) }),
+            format!(
                 "{sku} as of {asked}: no record yet (its first archived record is {}@{}, occurred {})",
                 first.partition, first.log_offset, first.occurred_at
-            );
-            Ok(ExitCode::from(1))
-        }
-        StockAsOf::NotArchivedYet { asked, reach } => {
-            println!(
+            ),
+        ),
+        StockAsOf::NotArchivedYet { asked, reach } => (
+            Exit::NotFound,
+            json!({ "sku": sku.as_str(), "as_of": format!("offset {asked}"), "state": "not_archived_yet", "archive_reaches": reach_json(&reach) }),
+            format!(
                 "{sku} as of offset {asked}: not archived yet: the archive holds partition {} up to offset {} \
                  (the archiver is behind, or the log does not reach offset {asked})",
                 reach.partition, reach.log_offset
-            );
-            Ok(ExitCode::from(1))
-        }
-        StockAsOf::Unknown => {
-            println!("{sku}: no archived record on topic {}", g.topic);
-            Ok(ExitCode::from(1))
-        }
+            ),
+        ),
+        StockAsOf::Unknown => (
+            Exit::NotFound,
+            json!({ "sku": sku.as_str(), "as_of": asked, "state": "unknown" }),
+            format!("{sku}: no archived record on topic {}", g.topic),
+        ),
+    };
+    match format {
+        Style::Text => println!("{text}"),
+        Style::Json => println!("{shown}"),
     }
+    Ok(exit.into())
 }

@@ -4,6 +4,15 @@
 use clap::ValueEnum;
 use serde_json::{Map, Value};
 
+/// How a command that prints one result prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Style {
+    /// Sentences or aligned lines, for people.
+    Text,
+    /// One JSON object, for scripts.
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// Aligned columns, for people.

@@ -7,6 +7,7 @@ use stockledger_kafka::admin::{
     create_topics, ledger_topic_specs, min_insync_replicas, LedgerTopics, Retention,
 };
 
+use super::table::Style;
 use crate::Global;
 
 #[derive(Debug, Subcommand)]
@@ -15,6 +16,9 @@ pub enum Command {
     /// kept as they are). The command topic keeps every record
     /// (retention.ms=-1, retention.bytes=-1); min.insync.replicas is a
     /// majority of the replication factor.
+    #[command(after_help = "Examples:
+  stockledger topics create
+  stockledger topics create --partitions 24 --replication 3 --format json")]
     Create {
         /// Partitions of the command and outcomes topics.
         #[arg(long, env = "STOCKLEDGER_PARTITIONS", default_value_t = 12)]
@@ -41,6 +45,9 @@ pub enum Command {
             value_parser = clap::value_parser!(i64).range(-1..)
         )]
         dlq_retention_ms: i64,
+        /// Lines for people, or one JSON object for scripts.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Style,
     },
 }
 
@@ -50,6 +57,7 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
         replication,
         outcomes_retention_ms,
         dlq_retention_ms,
+        format,
     } = command;
     anyhow::ensure!(
         partitions >= 1,
@@ -70,6 +78,28 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
     };
     let specs = ledger_topic_specs(topics, partitions, replication, retention);
     let created = create_topics(&g.kafka(), &specs).await?;
+    if format == Style::Json {
+        let topics: Vec<serde_json::Value> = specs
+            .iter()
+            .map(|s| {
+                let configs: serde_json::Map<String, serde_json::Value> = s
+                    .configs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into()))
+                    .collect();
+                serde_json::json!({
+                    "topic": s.name, "created": created.contains(&s.name),
+                    "partitions": s.partitions, "configs": configs,
+                })
+            })
+            .collect();
+        let shown = serde_json::json!({
+            "topics": topics, "replication": replication,
+            "min_insync_replicas": min_insync_replicas(replication),
+        });
+        println!("{shown}");
+        return Ok(ExitCode::SUCCESS);
+    }
     for spec in &specs {
         let state = if created.contains(&spec.name) {
             "created"

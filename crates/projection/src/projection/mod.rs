@@ -144,6 +144,27 @@ impl Projection {
         format!("{}:meta", self.prefix)
     }
 
+    /// Where the dead letter at `dead_letter` (its `topic/partition@offset`)
+    /// was re-driven to, if it was (see [`keys::redriven_key`]).
+    pub async fn redriven_to(&self, dead_letter: &str) -> Result<Option<String>, ProjectionError> {
+        Ok(redis::cmd("HGET")
+            .arg(keys::redriven_key(&self.prefix))
+            .arg(dead_letter)
+            .query_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    /// Remembers that the dead letter at `dead_letter` was re-driven to `to`.
+    pub async fn mark_redriven(&self, dead_letter: &str, to: &str) -> Result<(), ProjectionError> {
+        let () = redis::cmd("HSET")
+            .arg(keys::redriven_key(&self.prefix))
+            .arg(dead_letter)
+            .arg(to)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
     /// The log this prefix is a fold of, if it is marked.
     pub async fn marker(&self) -> Result<Option<Marker>, ProjectionError> {
         let fields: BTreeMap<String, String> = redis::cmd("HGETALL")

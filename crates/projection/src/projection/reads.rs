@@ -99,6 +99,18 @@ impl Projection {
         })
     }
 
+    /// How many SKUs have state under this prefix, counted a page of
+    /// `page_size` keys at a time (a whole `SCAN`; a SKU written while it
+    /// runs may or may not be counted). For a progress display's total.
+    pub async fn count_skus(&self, page_size: usize) -> Result<u64, ProjectionError> {
+        let mut pages = self.sku_pages(page_size).await?;
+        let mut count = 0u64;
+        while let Some(skus) = pages.next_page().await? {
+            count += skus.len() as u64;
+        }
+        Ok(count)
+    }
+
     /// The decision taken for the record at `partition`/`offset` of `sku`,
     /// if the applier has taken it. A record on another partition than the
     /// one `sku`'s state was built on is answered `MISROUTED`: the applier
