@@ -204,3 +204,64 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
     applier.stop().await?;
     Ok(())
 }
+
+/// Builds (if need be) and runs `crates/client/examples/checkout.rs`
+/// against `h`'s topics; its standard output.
+fn run_rust_checkout(h: &Harness) -> anyhow::Result<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(&cargo)
+        .args(["build", "--quiet", "--locked", "-p", "stockledger-client"])
+        .args(["--example", "checkout", "--message-format", "json"])
+        .output()?;
+    anyhow::ensure!(
+        built.status.success(),
+        "building the example: {}{}",
+        String::from_utf8_lossy(&built.stderr),
+        // The compiler's messages are on stdout, as JSON.
+        String::from_utf8_lossy(&built.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|m| m["message"]["rendered"].as_str().map(str::to_owned))
+            .collect::<String>()
+    );
+    // The executable, as cargo reports it.
+    let executable = String::from_utf8(built.stdout)?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| anyhow::anyhow!("cargo did not name the example's executable"))?;
+    let out = Command::new(executable)
+        .env("KAFKA_BROKERS", &h.kafka.brokers)
+        .env("STOCKLEDGER_TOPIC", &h.ns.topic)
+        .env("STOCKLEDGER_OUTCOMES_TOPIC", &h.ns.outcomes_topic)
+        .output()?;
+    let printed = String::from_utf8(out.stdout)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the Rust checkout failed ({}):\n{printed}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(printed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_checkout_example_gets_every_decision_from_the_outcomes_topic(
+) -> anyhow::Result<()> {
+    let h = Harness::new("interop-rust", PARTITIONS).await?;
+    let applier = h.start_applier();
+    let printed = tokio::task::block_in_place(|| run_rust_checkout(&h))?;
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 9, "{printed}");
+    assert!(lines.iter().all(|l| l.starts_with("ok ")), "{printed}");
+    for expected in ["CONFIRMED", "REJECTED_LIMIT", "REJECTED_INSUFFICIENT"] {
+        assert!(printed.contains(expected), "{expected}: {printed}");
+    }
+    assert!(
+        h.read(&h.ns.dlq_topic).await?.is_empty(),
+        "nothing dead-lettered"
+    );
+    h.assert_projection_matches_log().await?;
+    applier.stop().await?;
+    Ok(())
+}

@@ -1,5 +1,11 @@
 //! The library order services link to talk to the stock ledger.
 //!
+//! - [`ledger`]: [`Ledger`], built with [`Ledger::builder`], is where to
+//!   start: typed commands, holds as [`Duration`](std::time::Duration)s,
+//!   and their decisions read from the outcomes topic (Kafka is all it
+//!   needs). `examples/checkout.rs` is a whole checkout with it.
+//! - [`decisions`]: [`DecisionWatcher`](decisions::DecisionWatcher), the
+//!   reader of the outcomes topic underneath.
 //! - [`producer`]: [`LedgerProducer`] validates a command, appends it to the
 //!   command topic keyed by SKU with the idempotent producer, and returns
 //!   its log position once the brokers hold it.
@@ -10,20 +16,37 @@
 //! - [`soldout`]: [`SoldOutGuard`], the opt-in sold-out fast path that
 //!   refuses a deduct of a sold-out SKU without writing to the log.
 //!
-//! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings)
-//! and the ledger's answers ([`Decision`], [`ResultCode`], [`LogPosition`],
-//! with [`RestockMode`] to ask for a restock) come from `stockledger-kafka`
-//! and `stockledger-core` and are re-exported here, so an order service
-//! needs this crate alone.
+//! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings),
+//! the identifiers a command is made of ([`Sku`], [`OrderId`], [`UserId`],
+//! [`AdjustmentId`], [`Quantity`], each checked when made, with
+//! [`ValidationError`] naming the field; the bodies [`LedgerProducer::send`]
+//! takes, [`CommandBody`] and its parts) and the ledger's answers
+//! ([`Decision`], [`ResultCode`], [`LogPosition`], with [`RestockMode`] to
+//! ask for a restock) come from `stockledger-kafka` and `stockledger-core`
+//! and are re-exported here, so an order service needs this crate alone.
 
+pub mod decisions;
+pub mod ledger;
 pub mod outcome;
 pub mod precheck;
 pub mod producer;
 pub mod soldout;
 
-pub use outcome::OutcomeReader;
+pub use ledger::{BuildError, Ledger, LedgerBuilder};
+pub use outcome::{OutcomeError, OutcomeReader};
 pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
-pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode};
+pub use stockledger_core::ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId};
+pub use stockledger_core::{
+    CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
+};
+pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode, ValidationError};
 pub use stockledger_kafka::KafkaConfig;
+
+/// The README's and the producers' guide's Rust snippets, compiled as
+/// doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/producers.md")]
+pub struct DocumentedSnippets;

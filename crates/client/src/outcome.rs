@@ -33,6 +33,7 @@ use stockledger_redis::{seed_urls, RedisConn};
 /// assert!(late.to_string().ends_with("the command is in the log and will still be decided"));
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OutcomeError {
     /// The deadline passed before the applier decided. The command is in the
     /// log and will still be applied; ask again later.
@@ -44,6 +45,10 @@ pub enum OutcomeError {
     },
     #[error("reading the decision from Redis failed")]
     Redis(#[from] redis::RedisError),
+    /// The [`DecisionWatcher`](crate::decisions::DecisionWatcher)'s
+    /// reading task ended (it was dropped, or panicked).
+    #[error("the outcomes topic is no longer read")]
+    WatcherStopped,
     #[error("the decision stored for {position} is not readable: {stored:?}")]
     Corrupt {
         position: LogPosition,

@@ -39,7 +39,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   stockledger dlq redrive --all --dry-run
   stockledger dlq redrive --partition 0 --from 40 --to 45
-  stockledger dlq redrive --reason-contains \"is on partition\" --format json")]
+  stockledger dlq redrive --reason-contains murmur2 --format json")]
     Redrive(RedriveArgs),
 }
 

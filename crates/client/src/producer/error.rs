@@ -24,6 +24,7 @@ use crate::soldout::SoldOut;
 /// assert_eq!(refused.to_string(), "invalid command: quantity: must be at least 1, got 0");
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProducerError {
     /// A command field was refused; nothing was sent.
     /// The field's problem is part of the message, not a cause of it.

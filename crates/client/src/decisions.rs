@@ -1,0 +1,321 @@
+//! Waiting for decisions by reading the outcomes topic: for an order
+//! service that may reach Kafka and nothing else.
+//!
+//! A [`DecisionWatcher`] reads every partition of the outcomes topic from
+//! where each ended when it started, in one background task, and hands each
+//! outcome to whoever waits for it. An outcome that comes before anybody
+//! asks is kept a while ([`KEPT`] outcomes, the newest), so asking just
+//! after the command was decided still finds it. Decisions of commands
+//! decided before the watcher started are not seen: start it once, with
+//! the service, before sending.
+//!
+//! Each watcher reads the whole outcomes topic (one outcome per command);
+//! a service keeps one per process and shares it (it is cheap to clone).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use stockledger_core::{codec, Decision, LogPosition};
+use stockledger_kafka::topic::partitions_of;
+use stockledger_kafka::KafkaConfig;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::outcome::OutcomeError;
+use crate::Receipt;
+
+/// How many outcomes nobody has asked for yet are kept.
+///
+/// ```
+/// assert!(stockledger_client::decisions::KEPT >= 10_000);
+/// ```
+pub const KEPT: usize = 100_000;
+
+/// Why a [`DecisionWatcher`] could not start.
+///
+/// ```
+/// use stockledger_client::decisions::WatchError;
+///
+/// let missing = WatchError::NoSuchTopic("stock.ledger.outcomes".into());
+/// assert_eq!(missing.to_string(), "the outcomes topic stock.ledger.outcomes does not exist");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WatchError {
+    #[error("cannot read the outcomes topic {topic}")]
+    Kafka {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("the outcomes topic {0} does not exist")]
+    NoSuchTopic(String),
+}
+
+#[derive(Default)]
+struct Shared {
+    waiting: HashMap<LogPosition, Vec<oneshot::Sender<Decision>>>,
+    kept: HashMap<LogPosition, Decision>,
+    kept_order: VecDeque<LogPosition>,
+}
+
+impl Shared {
+    fn deliver(&mut self, position: LogPosition, decision: Decision) {
+        if let Some(waiters) = self.waiting.remove(&position) {
+            for waiter in waiters {
+                let _ = waiter.send(decision.clone());
+            }
+            return;
+        }
+        if self.kept_order.len() >= KEPT {
+            if let Some(oldest) = self.kept_order.pop_front() {
+                self.kept.remove(&oldest);
+            }
+        }
+        self.kept_order.push_back(position.clone());
+        self.kept.insert(position, decision);
+    }
+}
+
+/// Hands out decisions read from the outcomes topic. Cheap to clone; the
+/// reading stops when the last clone is dropped.
+///
+/// ```no_run
+/// # async fn example(kafka: stockledger_client::KafkaConfig) -> Result<(), Box<dyn std::error::Error>> {
+/// use stockledger_client::decisions::DecisionWatcher;
+///
+/// // One per process, cloned into every task that waits.
+/// let decisions = DecisionWatcher::start(&kafka, "stock.ledger.outcomes").await?;
+/// let for_a_task = decisions.clone();
+/// assert!(for_a_task.is_running());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct DecisionWatcher {
+    shared: Arc<Mutex<Shared>>,
+    task: Arc<Reader>,
+}
+
+impl std::fmt::Debug for DecisionWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionWatcher").finish_non_exhaustive()
+    }
+}
+
+/// The reading task, stopped when dropped.
+struct Reader(JoinHandle<()>);
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl DecisionWatcher {
+    /// Starts reading `outcomes_topic` from where each of its partitions
+    /// ends now: every command decided after this returns is seen.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// use stockledger_client::decisions::DecisionWatcher;
+    /// use stockledger_client::{KafkaConfig, LedgerProducer};
+    ///
+    /// let kafka = KafkaConfig::new("127.0.0.1:9092");
+    /// let decisions = DecisionWatcher::start(&kafka, "stock.ledger.outcomes").await?;
+    /// let producer = LedgerProducer::new(&kafka, "stock.ledger")?;
+    /// let receipt = producer.deduct("SKU-1", "order-42", 1).await?;
+    /// let decision = decisions.wait(&receipt, Duration::from_secs(5)).await?;
+    /// println!("{}", decision.result);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn start(kafka: &KafkaConfig, outcomes_topic: &str) -> Result<Self, WatchError> {
+        let topic = outcomes_topic.to_owned();
+        let kafka_error = |source| WatchError::Kafka {
+            topic: topic.clone(),
+            source,
+        };
+        let consumer: StreamConsumer = kafka
+            .client_config(&[("enable.auto.commit", "false")])
+            .set("group.id", "stockledger-decision-watcher")
+            .create()
+            .map_err(kafka_error)?;
+        let consumer = Arc::new(consumer);
+        let assignment = {
+            let (consumer, topic) = (consumer.clone(), topic.clone());
+            tokio::task::spawn_blocking(move || end_of_each_partition(&consumer, &topic))
+                .await
+                .map_err(|_| kafka_error(KafkaError::Canceled))?
+                .map_err(kafka_error)?
+        };
+        if assignment.count() == 0 {
+            return Err(WatchError::NoSuchTopic(topic));
+        }
+        consumer.assign(&assignment).map_err(kafka_error)?;
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let task = tokio::spawn(read(consumer, shared.clone()));
+        Ok(Self {
+            shared,
+            task: Arc::new(Reader(task)),
+        })
+    }
+
+    /// The decision for the command `receipt` names, waiting up to
+    /// `timeout` for it (then [`OutcomeError::Timeout`]: the command is in
+    /// the log and will still be decided).
+    ///
+    /// ```no_run
+    /// # async fn example(decisions: stockledger_client::decisions::DecisionWatcher, receipt: stockledger_client::Receipt) {
+    /// use std::time::Duration;
+    ///
+    /// use stockledger_client::OutcomeError;
+    ///
+    /// match decisions.wait(&receipt, Duration::from_secs(2)).await {
+    ///     Ok(decision) => println!("{}", decision.result),
+    ///     // In the log, not decided yet: ask again later.
+    ///     Err(OutcomeError::Timeout { position, .. }) => println!("pending at {position}"),
+    ///     Err(e) => eprintln!("{e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn wait(
+        &self,
+        receipt: &Receipt,
+        timeout: Duration,
+    ) -> Result<Decision, OutcomeError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(decision) = shared.kept.get(&receipt.position) {
+                return Ok(decision.clone());
+            }
+            shared
+                .waiting
+                .entry(receipt.position.clone())
+                .or_default()
+                .push(tx);
+        }
+        let timed_out = || OutcomeError::Timeout {
+            sku: receipt.sku.to_string(),
+            position: receipt.position.clone(),
+            waited: timeout,
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(decision)) => Ok(decision),
+            Ok(Err(_)) => Err(OutcomeError::WatcherStopped),
+            Err(_) => {
+                let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(waiters) = shared.waiting.get_mut(&receipt.position) {
+                    waiters.retain(|w| !w.is_closed());
+                    if waiters.is_empty() {
+                        shared.waiting.remove(&receipt.position);
+                    }
+                }
+                Err(timed_out())
+            }
+        }
+    }
+
+    /// Whether the reading task is still running (it ends only on a
+    /// panic, or when the watcher is dropped).
+    ///
+    /// ```no_run
+    /// # async fn example(decisions: stockledger_client::decisions::DecisionWatcher) {
+    /// // A readiness probe of the order service.
+    /// let ready = decisions.is_running();
+    /// # }
+    /// ```
+    pub fn is_running(&self) -> bool {
+        !self.task.0.is_finished()
+    }
+}
+
+/// Each partition of `topic` at its current end.
+fn end_of_each_partition(
+    consumer: &StreamConsumer,
+    topic: &str,
+) -> Result<TopicPartitionList, KafkaError> {
+    let mut assignment = TopicPartitionList::new();
+    for p in partitions_of(consumer, topic)? {
+        let (_, end) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        assignment.add_partition_offset(topic, p, Offset::Offset(end))?;
+    }
+    Ok(assignment)
+}
+
+async fn read(consumer: Arc<StreamConsumer>, shared: Arc<Mutex<Shared>>) {
+    loop {
+        let message = match consumer.recv().await {
+            Ok(message) => message,
+            Err(error) => {
+                // librdkafka retries by itself; say it and go on.
+                tracing::warn!(%error, "reading the outcomes topic");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let Some(payload) = message.payload() else {
+            continue;
+        };
+        match codec::decode_outcome(payload) {
+            Ok(outcome) => shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .deliver(outcome.position, outcome.decision),
+            Err(error) => tracing::warn!(
+                %error,
+                partition = message.partition(),
+                offset = message.offset(),
+                "an outcome that is not readable"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockledger_core::ResultCode;
+
+    fn at(offset: i64) -> LogPosition {
+        LogPosition {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+        }
+    }
+
+    fn decision() -> Decision {
+        Decision {
+            result: ResultCode::Applied,
+            delta: -1,
+            available: 4,
+            total: 5,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn an_outcome_goes_to_its_waiter_or_is_kept_and_the_oldest_kept_goes_first() {
+        let mut shared = Shared::default();
+        let (tx, mut rx) = oneshot::channel();
+        shared.waiting.insert(at(1), vec![tx]);
+        shared.deliver(at(1), decision());
+        assert_eq!(rx.try_recv().ok(), Some(decision()));
+        assert!(shared.kept.is_empty());
+
+        for offset in 0..(KEPT as i64 + 1) {
+            shared.deliver(at(offset + 10), decision());
+        }
+        assert_eq!(shared.kept.len(), KEPT);
+        assert!(!shared.kept.contains_key(&at(10)));
+        assert!(shared.kept.contains_key(&at(KEPT as i64 + 10)));
+    }
+}

@@ -1,0 +1,500 @@
+//! [`Ledger`]: the client an order service holds, built once with
+//! [`Ledger::builder`], with typed arguments that cannot be swapped
+//! ([`Sku`], [`OrderId`], [`Quantity`]…), [`Duration`]s for holds and
+//! timeouts, and decisions read from the outcomes topic: Kafka is all it
+//! needs to reach.
+//!
+//! ```no_run
+//! # async fn checkout() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//!
+//! use stockledger_client::{Ledger, OrderId, Quantity, ResultCode, Sku, UserId};
+//!
+//! let ledger = Ledger::builder()
+//!     .brokers("127.0.0.1:9092")
+//!     .decision_timeout(Duration::from_secs(5))
+//!     .build()
+//!     .await?;
+//! let (sku, order) = (Sku::new("SKU-1")?, OrderId::new("order-43")?);
+//! let buyer = UserId::new("user-7")?;
+//! let hold = Duration::from_secs(15 * 60);
+//! let held = ledger
+//!     .reserve(&sku, &order, Quantity::new(1)?, hold, Some(&buyer))
+//!     .await?;
+//! if ledger.decision(&held).await?.result == ResultCode::Applied {
+//!     // Paid: sell the held unit (or `rollback` to release it).
+//!     let sold = ledger.confirm(&sku, &order).await?;
+//!     assert_eq!(ledger.decision(&sold).await?.result, ResultCode::Confirmed);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
+use stockledger_core::{
+    CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
+};
+use stockledger_kafka::KafkaConfig;
+
+use crate::decisions::{DecisionWatcher, WatchError};
+use crate::outcome::OutcomeError;
+use crate::producer::{LedgerProducer, ProducerError, Receipt};
+
+/// Why a [`Ledger`] could not be built.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use stockledger_client::{BuildError, Ledger};
+///
+/// let refused = Ledger::builder().property("acks", "1").without_decisions().build().await;
+/// assert!(matches!(refused, Err(BuildError::Producer(_))));
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    #[error("the producer could not be made")]
+    Producer(#[from] ProducerError),
+    #[error("decisions cannot be read")]
+    Decisions(#[from] WatchError),
+}
+
+/// Builds a [`Ledger`]; every option has the ledger's default.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use stockledger_client::Ledger;
+///
+/// let builder = Ledger::builder()
+///     .brokers("kafka-1:9092,kafka-2:9092")
+///     .topic("shop.stock")
+///     .outcomes_topic("shop.stock.outcomes")
+///     .decision_timeout(Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LedgerBuilder {
+    kafka: KafkaConfig,
+    topic: String,
+    outcomes_topic: String,
+    decision_timeout: Duration,
+    read_decisions: bool,
+}
+
+impl Default for LedgerBuilder {
+    fn default() -> Self {
+        Self {
+            kafka: KafkaConfig::new("127.0.0.1:9092"),
+            topic: "stock.ledger".into(),
+            outcomes_topic: "stock.ledger.outcomes".into(),
+            decision_timeout: Duration::from_secs(5),
+            read_decisions: true,
+        }
+    }
+}
+
+impl LedgerBuilder {
+    /// The Kafka bootstrap servers (`host:port`, comma-separated);
+    /// default `127.0.0.1:9092`.
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder().brokers("kafka-1:9092,kafka-2:9092");
+    /// ```
+    pub fn brokers(mut self, brokers: impl Into<String>) -> Self {
+        self.kafka.brokers = brokers.into();
+        self
+    }
+
+    /// A librdkafka property passed through as is (TLS, SASL, tuning). One
+    /// the ledger's contract fixes (`acks`, idempotence…) is refused at
+    /// [`build`](Self::build) if set to another value.
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder()
+    ///     .property("security.protocol", "SASL_SSL")
+    ///     .property("sasl.mechanism", "SCRAM-SHA-512");
+    /// ```
+    pub fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.kafka.properties.push((name.into(), value.into()));
+        self
+    }
+
+    /// The whole Kafka configuration at once (e.g. one shared with other
+    /// parts of the service).
+    ///
+    /// ```
+    /// use stockledger_client::{KafkaConfig, Ledger};
+    ///
+    /// let kafka = KafkaConfig::new("kafka-1:9092");
+    /// let builder = Ledger::builder().kafka(kafka);
+    /// ```
+    pub fn kafka(mut self, kafka: KafkaConfig) -> Self {
+        self.kafka = kafka;
+        self
+    }
+
+    /// The command topic; default `stock.ledger`.
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder().topic("shop.stock");
+    /// ```
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = topic.into();
+        self
+    }
+
+    /// The outcomes topic decisions are read from; default
+    /// `stock.ledger.outcomes`.
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder().outcomes_topic("shop.stock.outcomes");
+    /// ```
+    pub fn outcomes_topic(mut self, topic: impl Into<String>) -> Self {
+        self.outcomes_topic = topic.into();
+        self
+    }
+
+    /// How long [`Ledger::decision`] waits; default 5 s.
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder().decision_timeout(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn decision_timeout(mut self, timeout: Duration) -> Self {
+        self.decision_timeout = timeout;
+        self
+    }
+
+    /// Send only: do not read the outcomes topic ([`Ledger::decision`]
+    /// then fails with [`OutcomeError::WatcherStopped`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{Ledger, OutcomeError};
+    ///
+    /// // Built without a broker in reach: a producer connects when it sends.
+    /// let ledger = Ledger::builder().without_decisions().build().await?;
+    /// # let receipt = stockledger_client::Receipt {
+    /// #     command_id: stockledger_client::CommandId::new("c-1")?,
+    /// #     sku: stockledger_client::Sku::new("SKU-1")?,
+    /// #     position: stockledger_client::LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 0 },
+    /// # };
+    /// assert!(matches!(ledger.decision(&receipt).await, Err(OutcomeError::WatcherStopped)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn without_decisions(mut self) -> Self {
+        self.read_decisions = false;
+        self
+    }
+
+    /// Makes the producer and starts reading decisions (from the outcomes
+    /// topic's end: commands sent from now on).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), stockledger_client::BuildError> {
+    /// let ledger = stockledger_client::Ledger::builder().build().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn build(self) -> Result<Ledger, BuildError> {
+        let producer = LedgerProducer::new(&self.kafka, self.topic)?;
+        let decisions = if self.read_decisions {
+            Some(DecisionWatcher::start(&self.kafka, &self.outcomes_topic).await?)
+        } else {
+            None
+        };
+        Ok(Ledger {
+            producer,
+            decisions,
+            decision_timeout: self.decision_timeout,
+        })
+    }
+}
+
+/// An order service's handle on the ledger: sends commands (each returns
+/// its [`Receipt`] once the brokers hold it) and reads their decisions.
+/// Cheap to clone; clones share one producer and one reader.
+///
+/// ```no_run
+/// # async fn example(ledger: stockledger_client::Ledger) {
+/// // Each request handler gets a clone: one producer, one reader.
+/// let for_handler = ledger.clone();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    producer: LedgerProducer,
+    decisions: Option<DecisionWatcher>,
+    decision_timeout: Duration,
+}
+
+impl Ledger {
+    /// A builder with the defaults (local brokers, the default topics).
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder();
+    /// ```
+    pub fn builder() -> LedgerBuilder {
+        LedgerBuilder::default()
+    }
+
+    /// Takes `quantity` of `sku` for `order` at once (sold), counted
+    /// against `user`'s per-user limit if given (a SKU with a limit refuses
+    /// a deduct that names no user: `REJECTED_LIMIT`).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{OrderId, Quantity, Sku};
+    ///
+    /// let sent = ledger.deduct(&Sku::new("SKU-1")?, &OrderId::new("o-1")?, Quantity::new(2)?, None).await?;
+    /// println!("in the log at {}", sent.position);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn deduct(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        quantity: Quantity,
+        user: Option<&UserId>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Deduct(Deduct {
+            user_id: user.cloned(),
+            ..Deduct::new(order.clone(), quantity)
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Holds `quantity` of `sku` for `order` for `hold` (at most 7 days),
+    /// counted against `user`'s per-user limit if given; [`confirm`](Self::confirm)
+    /// sells it, [`rollback`](Self::rollback) releases it, and past the
+    /// deadline it comes back by itself.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// use stockledger_client::{OrderId, Quantity, Sku, UserId};
+    ///
+    /// let (sku, order, buyer) = (Sku::new("SKU-1")?, OrderId::new("o-2")?, UserId::new("u-7")?);
+    /// let held = ledger
+    ///     .reserve(&sku, &order, Quantity::new(1)?, Duration::from_secs(900), Some(&buyer))
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reserve(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        quantity: Quantity,
+        hold: Duration,
+        user: Option<&UserId>,
+    ) -> Result<Receipt, ProducerError> {
+        let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
+        let body = CommandBody::Deduct(Deduct {
+            user_id: user.cloned(),
+            expires_at: Some(now_ms().saturating_add(hold_ms)),
+            ..Deduct::new(order.clone(), quantity)
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Sells what `order` holds of `sku` (on time: up to its deadline).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{OrderId, ResultCode, Sku};
+    ///
+    /// let sold = ledger.confirm(&Sku::new("SKU-1")?, &OrderId::new("o-2")?).await?;
+    /// let on_time = ledger.decision(&sold).await?.result == ResultCode::Confirmed;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn confirm(&self, sku: &Sku, order: &OrderId) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Confirm(Confirm {
+            order_id: order.clone(),
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Gives back what `order` took or holds of `sku`; sent before its
+    /// deduction, that deduction is refused when it comes.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{OrderId, Sku};
+    ///
+    /// ledger.rollback(&Sku::new("SKU-1")?, &OrderId::new("o-2")?, Some("payment failed")).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn rollback(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        reason: Option<&str>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Rollback(Rollback::new(order.clone(), reason.map(str::to_owned))?);
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Gives back units `order` bought: `total` is the order's refunded
+    /// units once done (a running total, so a repeat refunds once); `None`
+    /// refunds all of it.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{OrderId, Quantity, Sku};
+    ///
+    /// let (sku, order) = (Sku::new("SKU-1")?, OrderId::new("o-1")?);
+    /// ledger.refund(&sku, &order, Some(Quantity::new(1)?)).await?; // one of the two back
+    /// ledger.refund(&sku, &order, None).await?; // and the rest
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn refund(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        total: Option<Quantity>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Refund(Refund {
+            order_id: order.clone(),
+            quantity: total,
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Adds to (`RestockMode::Add`, negative to remove) or sets
+    /// (`RestockMode::Set`) the stock of `sku`; `adjustment` names it so a
+    /// repeat applies once.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{AdjustmentId, RestockMode, Sku};
+    ///
+    /// let sku = Sku::new("SKU-1")?;
+    /// ledger.restock(&sku, &AdjustmentId::new("count-2026-11")?, RestockMode::Set, 40).await?;
+    /// ledger.restock(&sku, &AdjustmentId::new("delivery-17")?, RestockMode::Add, 10).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn restock(
+        &self,
+        sku: &Sku,
+        adjustment: &AdjustmentId,
+        mode: RestockMode,
+        quantity: i64,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Restock(Restock::new(adjustment.clone(), mode, quantity)?);
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Caps what one user may hold and buy of `sku` (`None`: no cap).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{Quantity, Sku};
+    ///
+    /// ledger.limit(&Sku::new("SKU-1")?, Some(Quantity::new(1)?)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn limit(
+        &self,
+        sku: &Sku,
+        per_user: Option<Quantity>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Limit(Limit { per_user });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// The decision for `receipt`'s command, waiting up to the builder's
+    /// [`decision_timeout`](LedgerBuilder::decision_timeout).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger, sent: stockledger_client::Receipt) -> Result<(), Box<dyn std::error::Error>> {
+    /// let decision = ledger.decision(&sent).await?;
+    /// println!("{}: available {}", decision.result, decision.available);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn decision(&self, receipt: &Receipt) -> Result<Decision, OutcomeError> {
+        self.decision_within(receipt, self.decision_timeout).await
+    }
+
+    /// The decision for `receipt`'s command, waiting up to `timeout`
+    /// ([`OutcomeError::Timeout`] then: the command is in the log and will
+    /// still be decided).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger, sent: stockledger_client::Receipt) -> Result<(), Box<dyn std::error::Error>> {
+    /// let decision = ledger.decision_within(&sent, std::time::Duration::from_millis(200)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn decision_within(
+        &self,
+        receipt: &Receipt,
+        timeout: Duration,
+    ) -> Result<Decision, OutcomeError> {
+        match &self.decisions {
+            Some(watcher) => watcher.wait(receipt, timeout).await,
+            None => Err(OutcomeError::WatcherStopped),
+        }
+    }
+
+    /// The producer underneath, for what only it offers (`try_send`, the
+    /// sold-out guard, order checks).
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{CommandBody, Deduct, OrderId, Quantity, Sku};
+    ///
+    /// // Refused at once when librdkafka's queue is full, instead of waiting.
+    /// let body = CommandBody::Deduct(Deduct::new(OrderId::new("o-9")?, Quantity::new(1)?));
+    /// ledger.producer().try_send(Sku::new("SKU-1")?, body).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn producer(&self) -> &LedgerProducer {
+        &self.producer
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_contract_setting_is_refused_when_built_naming_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let built = runtime.block_on(
+            Ledger::builder()
+                .property("enable.idempotence", "false")
+                .without_decisions()
+                .build(),
+        );
+        match built {
+            Err(BuildError::Producer(ProducerError::ContractSetting { name, .. })) => {
+                assert_eq!(name, "enable.idempotence")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
