@@ -315,3 +315,91 @@ async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_
     assert_eq!(dump_prefix(&redis, &h.ns.prefix).await?, before);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_traceparent_reaches_the_outcome_and_the_archive_row_and_a_bad_one_does_not(
+) -> anyhow::Result<()> {
+    use stockledger_client::ProducerError;
+
+    let h = Harness::new("traceparent", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let body = |order: &str| {
+        CommandBody::Deduct(Deduct::new(
+            OrderId::new(order).unwrap_or_else(|e| panic!("{e}")),
+            Quantity::new(1).unwrap_or_else(|e| panic!("{e}")),
+        ))
+    };
+    h.producer.restock("T-1", "a", RestockMode::Set, 5).await?;
+    let sent = h
+        .producer
+        .send_traced(Sku::new("T-1")?, body("o-1"), traced, false)
+        .await?;
+    // A traceparent no tracer would accept is not carried (upper-case hex).
+    let payload = codec::encode_command(&deduct("T-1", "o-2", 1))?;
+    h.send_raw_with(
+        None,
+        "T-1",
+        &payload,
+        &[("traceparent", traced.to_uppercase().as_bytes())],
+    )
+    .await?;
+    // The library refuses one, naming the field, and sends nothing.
+    let refused = h
+        .producer
+        .send_traced(Sku::new("T-1")?, body("o-3"), "00-abc", false)
+        .await;
+    assert!(
+        matches!(&refused, Err(ProducerError::Invalid(e)) if e.field == "traceparent"),
+        "{refused:?}"
+    );
+    h.wait_for_archive(3).await?;
+
+    let outcomes = h.read(&h.ns.outcomes_topic).await?;
+    let carried: Vec<(i64, Option<String>)> = outcomes
+        .iter()
+        .map(|r| {
+            let outcome = codec::decode_outcome(r.payload.as_deref().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let header = r
+                .headers
+                .iter()
+                .find(|(k, _)| k == "traceparent")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+            (outcome.position.offset, header)
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        vec![
+            (0, None),
+            (sent.position.offset, Some(traced.to_owned())),
+            (2, None)
+        ]
+    );
+    let archived: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT log_offset, traceparent FROM ledger_entries WHERE topic = $1 ORDER BY log_offset",
+    )
+    .bind(&h.ns.topic)
+    .fetch_all(&h.pool)
+    .await?;
+    assert_eq!(archived, carried);
+    let history = query::history(
+        &h.pool,
+        &h.ns.topic,
+        &HistoryOf::Order {
+            order_id: "o-1".into(),
+            sku: None,
+        },
+        10,
+    )
+    .await?;
+    assert_eq!(
+        history.first().and_then(|e| e.traceparent.as_deref()),
+        Some(traced)
+    );
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}

@@ -36,6 +36,8 @@ pub struct Entry {
     pub expires_at: Option<String>,
     /// `expires_at` in milliseconds since the Unix epoch.
     pub expires_at_ms: Option<i64>,
+    /// The W3C `traceparent` the command's producer sent, if any.
+    pub traceparent: Option<String>,
 }
 
 /// Which history to read.
@@ -74,7 +76,7 @@ macro_rules! entry_columns {
             ", (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
-            ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms"
+            ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent"
         )
     };
 }

@@ -181,10 +181,13 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decision"]["result"], "APPLIED");
     assert_eq!(body["decision"]["delta"], 2);
+    // The caller's trace context rides along to the archived row.
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let response = client()
         .post(format!(
             "{base}/v1/skus/SKU-H/orders/o3/rollback?wait_ms=30000"
         ))
+        .header("traceparent", traceparent)
         .send()
         .await?;
     let (status, _, body) = answer(response).await?;
@@ -244,6 +247,12 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
     );
     assert_eq!(entries[3]["command"], "ROLLBACK");
     assert_eq!(entries[3]["order_id"], "o1");
+    let traced: Vec<&serde_json::Value> = entries
+        .iter()
+        .filter(|e| e["traceparent"] == traceparent)
+        .collect();
+    assert_eq!(traced.len(), 1, "{entries:?}");
+    assert_eq!(traced[0]["order_id"], "o3");
 
     // The served OpenAPI document is the checked-in one.
     let served = text(&format!("{base}/openapi.json")).await?;

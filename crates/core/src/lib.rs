@@ -26,6 +26,7 @@ pub mod outcome;
 pub mod partition;
 pub mod report;
 pub mod schema;
+pub mod trace;
 
 pub use command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,

@@ -111,6 +111,20 @@ impl<'a> Outgoing<'a> {
     }
 }
 
+/// The headers of `record`'s outcome: its producer's W3C `traceparent`,
+/// when it has a valid one, so the order can be followed past the ledger.
+fn trace_of(record: &OwnedMessage) -> Option<OwnedHeaders> {
+    let headers = record.headers()?;
+    let traceparent = headers
+        .iter()
+        .filter(|h| h.key == TRACEPARENT_HEADER)
+        .find_map(|h| valid_traceparent(h.value?))?;
+    Some(OwnedHeaders::new_with_capacity(1).insert(Header {
+        key: TRACEPARENT_HEADER,
+        value: Some(traceparent),
+    }))
+}
+
 /// The offsets to commit once `batch` is published: the next offset of
 /// each partition it read.
 fn offsets_to_commit(topic: &str, batch: &Decoded) -> TopicPartitionList {
@@ -159,7 +173,7 @@ impl Applier {
                 kind: Kind::Outcome,
                 key: item.key.as_bytes(),
                 payload: codec::encode_outcome(&outcome)?,
-                headers: None,
+                headers: trace_of(record),
                 position: &item.position,
             });
         }

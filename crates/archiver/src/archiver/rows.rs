@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use sqlx::PgConnection;
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
+use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
 use stockledger_core::Outcome;
 use tracing::error;
 
@@ -33,7 +34,7 @@ pub(super) fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> 
         let next = rows.next_offsets.entry(partition).or_insert(0);
         *next = (*next).max(offset + 1);
         match codec::decode_outcome(message.payload().unwrap_or_default()) {
-            Ok(outcome) => rows.columns.push(outcome),
+            Ok(outcome) => rows.columns.push(outcome, traceparent_of(message)),
             Err(e) => {
                 rows.undecodable += 1;
                 error!(topic = message.topic(), partition, offset, error = %Chain(&e), "undecodable outcome message; not archived");
@@ -41,6 +42,16 @@ pub(super) fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> 
         }
     }
     rows
+}
+
+/// The outcome's W3C `traceparent` header, if it carries a valid one.
+fn traceparent_of(message: &OwnedMessage) -> Option<String> {
+    message
+        .headers()?
+        .iter()
+        .filter(|h| h.key == TRACEPARENT_HEADER)
+        .find_map(|h| valid_traceparent(h.value?))
+        .map(str::to_owned)
 }
 
 /// The page as columns, ready for `UNNEST`.
@@ -65,10 +76,12 @@ pub(super) struct Columns {
     pub(super) rollback_reason: Vec<Option<String>>,
     pub(super) user_id: Vec<Option<String>>,
     pub(super) expires_at_ms: Vec<Option<i64>>,
+    pub(super) traceparent: Vec<Option<String>>,
 }
 
 impl Columns {
-    fn push(&mut self, o: Outcome) {
+    fn push(&mut self, o: Outcome, traceparent: Option<String>) {
+        self.traceparent.push(traceparent);
         self.topic.push(o.position.topic);
         self.partition.push(o.position.partition);
         self.offset.push(o.position.offset);
@@ -112,19 +125,19 @@ pub(super) async fn insert_rows(
     sqlx::query(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
              order_id, adjustment_id, quantity, result, delta, available_after, total_after,
-             reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at)
+             reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent)
          SELECT topic, partition, log_offset, sku, command, command_id, order_id,
              adjustment_id, quantity, result, delta, available_after, total_after, reason,
              timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
              rollback_reason, user_id,
-             timestamptz 'epoch' + expires_ms * interval '1 millisecond'
+             timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent
          FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
              $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
-             $19::bigint[])
+             $19::bigint[], $20::text[])
              AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                 occurred_ms, restock_mode, rollback_reason, user_id, expires_ms)
+                 occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent)
          ON CONFLICT DO NOTHING",
     )
     .bind(&columns.topic)
@@ -146,6 +159,7 @@ pub(super) async fn insert_rows(
     .bind(&columns.rollback_reason)
     .bind(&columns.user_id)
     .bind(&columns.expires_at_ms)
+    .bind(&columns.traceparent)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -155,7 +169,8 @@ pub(super) async fn insert_rows(
 pub(super) const COPY: &str =
     "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
     order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
-    occurred_at, restock_mode, rollback_reason, user_id, expires_at) FROM STDIN (FORMAT binary)";
+    occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent)
+    FROM STDIN (FORMAT binary)";
 
 /// Writes the page's rows with a binary `COPY`: no statement to plan, no
 /// per-row conflict check. A row already archived (possible only when two
@@ -211,7 +226,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     for i in 0..c.offset.len() {
-        out.extend_from_slice(&19i16.to_be_bytes());
+        out.extend_from_slice(&20i16.to_be_bytes());
         text(&mut out, Some(&c.topic[i]));
         out.extend_from_slice(&4i32.to_be_bytes());
         out.extend_from_slice(&c.partition[i].to_be_bytes());
@@ -232,6 +247,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         text(&mut out, c.rollback_reason[i].as_deref());
         text(&mut out, c.user_id[i].as_deref());
         int8(&mut out, c.expires_at_ms[i].map(micros));
+        text(&mut out, c.traceparent[i].as_deref());
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     out

@@ -116,7 +116,7 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "delta": e.delta, "available_after": e.available_after,
         "total_after": e.total_after, "reason": e.reason,
         "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
-        "user_id": e.user_id, "expires_at": e.expires_at,
+        "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
     })
 }
 

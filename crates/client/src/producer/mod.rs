@@ -10,9 +10,10 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
+use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LogPosition,
-    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId,
+    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
 };
 use stockledger_kafka::config::{KafkaConfig, CONTRACT_SETTINGS};
 use tracing::warn;
@@ -330,7 +331,7 @@ impl LedgerProducer {
     pub async fn try_send(&self, sku: Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let command = new_command(sku, body)?;
         self.check_state(&command).await?;
-        self.deliver(&command, Queue::Refuse).await
+        self.deliver(&command, Queue::Refuse, None).await
     }
 
     /// Whether the brokers answer a metadata request for the command topic
@@ -399,19 +400,65 @@ impl LedgerProducer {
     /// # }
     /// ```
     pub async fn send_command(&self, command: &Command) -> Result<Receipt, ProducerError> {
-        self.deliver(command, Queue::Wait).await
+        self.deliver(command, Queue::Wait, None).await
+    }
+
+    /// Like [`LedgerProducer::send`] (or, with `queue_full_refuses`,
+    /// [`LedgerProducer::try_send`]), with the caller's W3C `traceparent`
+    /// as a record header: the applier copies it to the outcome's headers
+    /// and the archiver into the row, so the order can be followed from the
+    /// service that sent it to its archived decision. One that is not a
+    /// valid `traceparent` is refused, naming the field.
+    ///
+    /// ```no_run
+    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{CommandBody, Deduct, OrderId, Quantity, Sku};
+    ///
+    /// // From the incoming request's span (e.g. OpenTelemetry's propagator).
+    /// let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    /// let body = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?));
+    /// producer.send_traced(Sku::new("SKU-1")?, body, traceparent, false).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_traced(
+        &self,
+        sku: Sku,
+        body: CommandBody,
+        traceparent: &str,
+        queue_full_refuses: bool,
+    ) -> Result<Receipt, ProducerError> {
+        let Some(traceparent) = valid_traceparent(traceparent.as_bytes()) else {
+            return Err(ProducerError::Invalid(ValidationError::new(
+                "traceparent",
+                "is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zeros)",
+            )));
+        };
+        let command = new_command(sku, body)?;
+        self.check_state(&command).await?;
+        let queue = if queue_full_refuses {
+            Queue::Refuse
+        } else {
+            Queue::Wait
+        };
+        self.deliver(&command, queue, Some(traceparent)).await
     }
 
     /// Sends `command` and waits for the brokers' answer. A record the
     /// brokers refused because they fenced the producer was not written
     /// (librdkafka: "MsgNotPersisted"), so it is sent once more through the
     /// producer that replaces the fenced one.
-    async fn deliver(&self, command: &Command, queue: Queue) -> Result<Receipt, ProducerError> {
+    async fn deliver(
+        &self,
+        command: &Command,
+        queue: Queue,
+        traceparent: Option<&str>,
+    ) -> Result<Receipt, ProducerError> {
         let payload = codec::encode_command(command)?;
         let mut resent = false;
         loop {
             let current = self.current();
-            let record = self.record(command, &payload);
+            let record = self.record(command, &payload, traceparent);
             let delivered = match queue {
                 // The queue wait is bounded by message.timeout.ms.
                 Queue::Wait => current
@@ -455,11 +502,18 @@ impl LedgerProducer {
         &'a self,
         command: &'a Command,
         payload: &'a [u8],
+        traceparent: Option<&str>,
     ) -> FutureRecord<'a, str, [u8]> {
-        let headers = OwnedHeaders::new().insert(Header {
+        let mut headers = OwnedHeaders::new().insert(Header {
             key: CONTENT_TYPE_HEADER,
             value: Some(CONTENT_TYPE),
         });
+        if let Some(traceparent) = traceparent {
+            headers = headers.insert(Header {
+                key: TRACEPARENT_HEADER,
+                value: Some(traceparent),
+            });
+        }
         // The record's timestamp is the command's own time, the instant its
         // deadline was checked against: the ledger compares deadlines with
         // record timestamps.

@@ -20,6 +20,35 @@ pub struct WaitParams {
     pub wait_ms: Option<u64>,
 }
 
+/// The W3C trace context of the caller's span, from the `traceparent`
+/// request header. A valid one goes on the command record, from there to
+/// the outcome's headers and into the archived row; an invalid one is
+/// ignored (the W3C rule), never refused.
+#[derive(Debug, Default, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct TraceHeader {
+    /// W3C trace context, `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`:
+    /// carried to the outcome and the archived row.
+    #[param(pattern = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
+    pub traceparent: Option<String>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let traceparent = parts
+            .headers
+            .get(stockledger_core::trace::TRACEPARENT_HEADER)
+            .and_then(|v| stockledger_core::trace::valid_traceparent(v.as_bytes()))
+            .map(str::to_owned);
+        Ok(Self { traceparent })
+    }
+}
+
 /// Take stock for an order.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -304,6 +333,9 @@ pub struct HistoryEntry {
     /// A reservation's deadline: RFC 3339, UTC, milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// The W3C `traceparent` the command was sent with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -329,6 +361,7 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             occurred_at: e.occurred_at,
             user_id: e.user_id,
             expires_at: e.expires_at,
+            traceparent: e.traceparent,
         }
     }
 }

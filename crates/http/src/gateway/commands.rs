@@ -36,7 +36,7 @@ pub(super) fn sku_and_order(
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/deduct", tag = "commands",
     params(("sku" = String, Path, description = "The SKU (1-128 bytes, no control characters, no braces)"),
            ("order_id" = String, Path, description = "The order: the idempotency key"),
-           WaitParams),
+           WaitParams, TraceHeader),
     request_body = DeductRequest,
     responses(
         (status = 200, description = "Decided within wait_ms, or a repeat of a request the ledger holds", body = CommandResponse),
@@ -51,6 +51,7 @@ pub(crate) async fn deduct(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
     Body(request): Body<DeductRequest>,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
@@ -87,7 +88,9 @@ pub(crate) async fn deduct(
         expires_at,
         ..Deduct::new(order_id.clone(), quantity)
     });
-    gateway.command(sku, Some(order_id), body, wait).await
+    gateway
+        .command(sku, Some(order_id), body, wait, trace.traceparent)
+        .await
 }
 
 /// The deadline of the hold a deduct asks for: `hold_ms` from now (at
@@ -178,7 +181,7 @@ impl AskedDeduct<'_> {
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/confirm", tag = "commands",
     params(("sku" = String, Path, description = "The SKU"),
            ("order_id" = String, Path, description = "The reserved order"),
-           WaitParams),
+           WaitParams, TraceHeader),
     responses(
         (status = 200, description = "Decided within wait_ms (CONFIRMED, REJECTED_EXPIRED, …), or a repeat", body = CommandResponse),
         (status = 202, description = "In the log; decided later", body = CommandResponse),
@@ -189,6 +192,7 @@ pub(crate) async fn confirm(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
     let wait = gateway.wait(&wait)?;
@@ -200,14 +204,16 @@ pub(crate) async fn confirm(
     let body = CommandBody::Confirm(Confirm {
         order_id: order_id.clone(),
     });
-    gateway.command(sku, Some(order_id), body, wait).await
+    gateway
+        .command(sku, Some(order_id), body, wait, trace.traceparent)
+        .await
 }
 
 /// Give back (part of) what the confirmed order `order_id` of `sku` bought.
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/refund", tag = "commands",
     params(("sku" = String, Path, description = "The SKU"),
            ("order_id" = String, Path, description = "The confirmed order"),
-           WaitParams),
+           WaitParams, TraceHeader),
     request_body(content = Option<RefundRequest>, description = "Optional: the refunded total after this refund"),
     responses(
         (status = 200, description = "Decided within wait_ms (REFUNDED, REJECTED_REFUND, …)", body = CommandResponse),
@@ -219,6 +225,7 @@ pub(crate) async fn refund(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
     request: Request,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
@@ -232,12 +239,14 @@ pub(crate) async fn refund(
         order_id: order_id.clone(),
         quantity,
     });
-    gateway.command(sku, Some(order_id), body, wait).await
+    gateway
+        .command(sku, Some(order_id), body, wait, trace.traceparent)
+        .await
 }
 
 /// Cap (or, with `null`, uncap) the units one user may hold and buy of `sku`.
 #[utoipa::path(put, path = "/v1/skus/{sku}/limit", tag = "commands",
-    params(("sku" = String, Path, description = "The SKU"), WaitParams),
+    params(("sku" = String, Path, description = "The SKU"), WaitParams, TraceHeader),
     request_body = LimitRequest,
     responses(
         (status = 200, description = "Decided within wait_ms", body = CommandResponse),
@@ -249,6 +258,7 @@ pub(crate) async fn limit(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
     Body(request): Body<LimitRequest>,
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
@@ -259,7 +269,13 @@ pub(crate) async fn limit(
         .transpose()?;
     let wait = gateway.wait(&wait)?;
     gateway
-        .command(sku, None, CommandBody::Limit(Limit { per_user }), wait)
+        .command(
+            sku,
+            None,
+            CommandBody::Limit(Limit { per_user }),
+            wait,
+            trace.traceparent,
+        )
         .await
 }
 
@@ -267,7 +283,7 @@ pub(crate) async fn limit(
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/rollback", tag = "commands",
     params(("sku" = String, Path, description = "The SKU"),
            ("order_id" = String, Path, description = "The order: the idempotency key"),
-           WaitParams),
+           WaitParams, TraceHeader),
     request_body(content = Option<RollbackRequest>, description = "Optional: the reason"),
     responses(
         (status = 200, description = "Decided within wait_ms, or a repeat", body = CommandResponse),
@@ -279,6 +295,7 @@ pub(crate) async fn rollback(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
     request: Request,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
@@ -294,14 +311,16 @@ pub(crate) async fn rollback(
         }
     }
     let body = CommandBody::Rollback(rollback);
-    gateway.command(sku, Some(order_id), body, wait).await
+    gateway
+        .command(sku, Some(order_id), body, wait, trace.traceparent)
+        .await
 }
 
 /// Add to, or set, the stock of `sku`; `adjustment_id` makes a resend harmless.
 #[utoipa::path(post, path = "/v1/skus/{sku}/restocks/{adjustment_id}", tag = "commands",
     params(("sku" = String, Path, description = "The SKU"),
            ("adjustment_id" = String, Path, description = "The adjustment: the idempotency key"),
-           WaitParams),
+           WaitParams, TraceHeader),
     request_body = RestockRequest,
     responses(
         (status = 200, description = "Decided within wait_ms, or an identical repeat", body = CommandResponse),
@@ -315,6 +334,7 @@ pub(crate) async fn restock(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
     Body(request): Body<RestockRequest>,
 ) -> Answer {
     let Path((sku, adjustment_id)) = path.map_err(path_problem)?;
@@ -340,7 +360,13 @@ pub(crate) async fn restock(
         return Ok(repeat(&sku, None));
     }
     gateway
-        .command(sku, None, CommandBody::Restock(restock), wait)
+        .command(
+            sku,
+            None,
+            CommandBody::Restock(restock),
+            wait,
+            trace.traceparent,
+        )
         .await
 }
 

@@ -134,6 +134,7 @@ impl Gateway {
         order_id: Option<OrderId>,
         body: CommandBody,
         wait: Option<Duration>,
+        traceparent: Option<String>,
     ) -> Answer {
         let kind = body.kind().as_str();
         if !self.broker_up.load(Ordering::Relaxed) {
@@ -145,10 +146,15 @@ impl Gateway {
             )
             .retry_after(5));
         }
-        let receipt = self
-            .producer
-            .try_send(sku.clone(), body)
-            .await
+        let sent = match &traceparent {
+            Some(traceparent) => {
+                self.producer
+                    .send_traced(sku.clone(), body, traceparent, true)
+                    .await
+            }
+            None => self.producer.try_send(sku.clone(), body).await,
+        };
+        let receipt = sent
             .map_err(|e| {
                 let reason = match &e {
                     // The caller's doing: a 4xx, not a failure to publish.
