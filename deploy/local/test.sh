@@ -15,7 +15,7 @@ STOCKLEDGER_PROMTOOL=$(deploy/local/promtool.sh)
 export STOCKLEDGER_PROMTOOL
 # What the tests run in their own processes (appliers, archivers) logs
 # here, a file per test binary, kept until the next run.
-export STOCKLEDGER_TEST_LOG_DIR=${STOCKLEDGER_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-target}/test-logs}
+export STOCKLEDGER_TEST_LOG_DIR=${STOCKLEDGER_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/test-logs}
 rm -rf "$STOCKLEDGER_TEST_LOG_DIR"
 mkdir -p "$STOCKLEDGER_TEST_LOG_DIR"
 if [ $# -eq 0 ]; then

@@ -194,7 +194,7 @@ async fn write_rows(
     while let Some(entry) = rows.try_next().await? {
         sink.push(entry).map_err(write_error)?;
         count += 1;
-        if count % ROWS_PER_REPORT == 0 {
+        if count.is_multiple_of(ROWS_PER_REPORT) {
             on_rows(count);
         }
     }

@@ -640,13 +640,18 @@ mod tests {
     }
 
     #[test]
-    fn spans_take_whole_numbers_of_one_unit() {
+    fn spans_take_numbers_of_fixed_units() {
         assert_eq!(parse_span_ms("1m"), Ok(60_000));
         assert_eq!(parse_span_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_span_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_span_ms("250ms"), Ok(250));
         assert_eq!(parse_span_ms("1w"), Ok(604_800_000));
-        assert!(parse_span_ms("1.5h").is_err());
+        assert_eq!(parse_span_ms("1.5h"), Ok(5_400_000));
         assert!(parse_span_ms("h").is_err());
         assert!(parse_span_ms("99999999999999999d").is_err());
+        assert!(parse_span_ms("0s").is_err_and(|e| e.contains("longer than zero")));
+        assert!(parse_span_ms("1y").is_err_and(|e| e.contains("unknown unit")));
+        assert!(parse_span_ms("2months").is_err_and(|e| e.contains("unknown unit")));
     }
 
     #[test]

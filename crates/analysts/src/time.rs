@@ -40,27 +40,35 @@ pub fn parse_as_of(text: &str, now_ms: i64) -> Result<AsOf, String> {
     parse_instant(text, now_ms).map(AsOf::Time)
 }
 
-/// Parses a span like `90s`, `15m`, `1h`, `1d` or `1w` into milliseconds.
+/// Parses a span like `90s`, `15m`, `1h30m`, `1.5h`, `1d` or `1w` into
+/// milliseconds, as `humantime` reads them (units from `ms` to `w`).
+/// Months and years are refused: they have no fixed length.
 pub fn parse_span_ms(text: &str) -> Result<i64, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: i64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a span (a whole number and s, m, h, d or w)"))?;
-    let unit_ms: i64 = match unit {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        "w" => 7 * 86_400_000,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m, h, d or w)")),
-    };
-    match n.checked_mul(unit_ms) {
-        Some(ms) if ms > 0 => Ok(ms),
-        Some(_) => Err(format!("{text:?} must be longer than zero")),
-        None => Err(format!("{text:?} is too long")),
+    const FIXED_UNITS: &str = "ms, s, m, h, d or w";
+    let span = humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("{text:?}: unknown unit {unit:?} ({FIXED_UNITS})")
+        }
+        humantime::DurationError::NumberOverflow => format!("{text:?} is too long"),
+        other => format!("{text:?} is not a span ({other}; a number and {FIXED_UNITS})"),
+    })?;
+    // humantime's months and years are averages (30.44 and 365.25 days).
+    let unit_of = |c: char| c.is_ascii_alphabetic();
+    let calendar = text.split(|c: char| !unit_of(c)).any(|unit| {
+        matches!(
+            unit,
+            "M" | "y" | "month" | "months" | "year" | "years" | "mon"
+        )
+    });
+    if calendar {
+        return Err(format!(
+            "{text:?}: unknown unit (months and years have no fixed length; {FIXED_UNITS})"
+        ));
+    }
+    match i64::try_from(span.as_millis()) {
+        Ok(0) => Err(format!("{text:?} must be longer than zero")),
+        Ok(ms) => Ok(ms),
+        Err(_) => Err(format!("{text:?} is too long")),
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Executor, PgPool};
 use stockledger_analysts::query::{self, AsOf, HistoryOf, HistoryQuery};
@@ -113,11 +113,11 @@ struct Pick {
 }
 
 impl Pick {
-    fn random(rng: &mut impl Rng, rows: i64) -> Self {
+    fn random(rng: &mut impl RngExt, rows: i64) -> Self {
         Self {
-            sku: format!("SKU-{}", rng.gen_range(0..SKUS)),
-            at: START_MS + rng.gen_range(0..(DAYS - 1) * DAY_MS),
-            offset: rng.gen_range(0..rows),
+            sku: format!("SKU-{}", rng.random_range(0..SKUS)),
+            at: START_MS + rng.random_range(0..(DAYS - 1) * DAY_MS),
+            offset: rng.random_range(0..rows),
         }
     }
 

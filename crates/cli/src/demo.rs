@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
@@ -104,7 +104,7 @@ pub async fn buy(
             let user = format!("user-{}", order / 2);
             let reserve =
                 || producer.reserve(HOT_SKU, &order_id, 1, Some(&user), now_ms() + w.hold_ms);
-            let roll: u32 = rng.gen_range(0..100);
+            let roll: u32 = rng.random_range(0..100);
             if roll < w.early_rollback_percent {
                 producer
                     .rollback(HOT_SKU, &order_id, Some("cancelled before reserving"))
@@ -127,7 +127,7 @@ pub async fn buy(
                 Err(e) => return Err(e.into()),
             };
             sent.records += 1;
-            if rng.gen_range(0..100) < w.duplicate_percent {
+            if rng.random_range(0..100) < w.duplicate_percent {
                 match reserve().await {
                     Ok(_) => sent.records += 1,
                     Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
@@ -140,7 +140,7 @@ pub async fn buy(
                 continue;
             }
             sent.reserved += 1;
-            let then: u32 = rng.gen_range(0..100);
+            let then: u32 = rng.random_range(0..100);
             if then < w.cancel_percent {
                 producer
                     .rollback(HOT_SKU, &order_id, Some("changed their mind"))

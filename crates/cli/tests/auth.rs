@@ -81,12 +81,9 @@ fn write(path: &Path, stanzas: &[&str]) -> anyhow::Result<()> {
     Ok(std::fs::write(path, stanzas.join("\n"))?)
 }
 
-fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill {signal} {pid} failed");
-    Ok(())
+fn signal(pid: u32, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+    nix::sys::signal::kill(pid, signal).map_err(|e| anyhow::anyhow!("kill {signal} {pid}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +255,7 @@ async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() ->
         401
     );
     write(&file, &[&operator.stanza, &late.stanza])?;
-    signal(gateway.0.id(), "-HUP")?;
+    signal(gateway.0.id(), nix::sys::signal::Signal::SIGHUP)?;
     wait_until("the new key accepted", CATCH_UP, || async {
         Ok((call("GET", &stock, &late.token, None, "x").await?.status == 404).then_some(()))
     })
@@ -268,7 +265,7 @@ async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() ->
         401
     );
     std::fs::write(&file, "[[keys]]\nname = \"broken\"\n")?;
-    signal(gateway.0.id(), "-HUP")?;
+    signal(gateway.0.id(), nix::sys::signal::Signal::SIGHUP)?;
     let log = log_path(&h, &["serve"]);
     wait_until("the broken file reported", CATCH_UP, || async {
         let text = std::fs::read_to_string(&log)?;

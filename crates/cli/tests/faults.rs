@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{log_path, spawn, terminate, Running};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::{KafkaConfig, LedgerProducer};
 use stockledger_kafka::admin::topic_config;
@@ -168,7 +168,7 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
         })
         .await?;
         // Kill at a random moment of the batches in flight.
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..60))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..60))).await;
         if !traffic.is_finished() {
             under_traffic += 1;
         }
@@ -510,7 +510,7 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     let valid = h.producer.deduct("F1", "valid", 1).await?;
     let mut rng = StdRng::seed_from_u64(3);
     let mut poisons: Vec<Vec<u8>> = (0..20)
-        .map(|_| (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect())
+        .map(|_| (0..rng.random_range(0..64)).map(|_| rng.random()).collect())
         .collect();
     let mut truncated = stockledger_core::codec::encode_command(&stockledger_core::Command {
         command_id: "c".parse()?,

@@ -473,10 +473,10 @@ async fn the_local_brokers_log_survives_a_kill_9_under_load() -> anyhow::Result<
     })
     .await?;
     let pid = stack.broker_pid()?;
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()?;
-    assert!(killed.success());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
     wait_until("the killed broker gone", CATCH_UP, || async {
         Ok((!stack.listening()).then_some(()))
     })

@@ -369,10 +369,13 @@ fn encode_as(
 ) -> Result<Vec<u8>, EncodeError> {
     let value = only_fields_of(value, &version.schema);
     let mut out = Header(fingerprint).build_header();
-    let datum = apache_avro::to_avro_datum(&version.schema, value).map_err(|e| EncodeError {
-        what,
-        message: format!("as {}.v{}: {e}", version.subject.as_str(), version.version),
-    })?;
+    let datum = apache_avro::writer::datum::GenericDatumWriter::builder(&version.schema)
+        .build()
+        .and_then(|writer| writer.write_value_to_vec(value))
+        .map_err(|e| EncodeError {
+            what,
+            message: format!("as {}.v{}: {e}", version.subject.as_str(), version.version),
+        })?;
     out.extend(datum);
     Ok(out)
 }

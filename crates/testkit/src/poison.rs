@@ -26,6 +26,8 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
     ]);
     let mut payload = vec![0xC3, 0x01];
     payload.extend_from_slice(&codec::command_fingerprint().to_le_bytes());
-    payload.extend(apache_avro::to_avro_datum(codec::command_schema(), value)?);
+    let writer =
+        apache_avro::writer::datum::GenericDatumWriter::builder(codec::command_schema()).build()?;
+    payload.extend(writer.write_value_to_vec(value)?);
     Ok(payload)
 }

@@ -1,5 +1,5 @@
-//! Rows printed as an aligned table, JSON lines or CSV, for the commands
-//! that read the archive.
+//! Rows printed as an aligned table (comfy-table), JSON lines or CSV, for
+//! the commands that print rows.
 
 use clap::ValueEnum;
 use serde_json::{Map, Value};
@@ -48,31 +48,21 @@ pub fn print(format: Format, columns: &[&str], rows: &[Vec<Value>]) {
             }
         }
         Format::Table => {
-            let cells: Vec<Vec<String>> =
-                rows.iter().map(|r| r.iter().map(text).collect()).collect();
-            let widths: Vec<usize> = columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    cells
-                        .iter()
-                        .map(|r| r[i].chars().count())
-                        .chain([c.len()])
-                        .max()
-                        .unwrap_or_default()
-                })
-                .collect();
-            let line = |values: Vec<&str>| {
-                let padded: Vec<String> = values
-                    .iter()
-                    .zip(&widths)
-                    .map(|(v, w)| format!("{v:<w$}"))
-                    .collect();
-                println!("{}", padded.join("  ").trim_end());
-            };
-            line(columns.to_vec());
-            for row in &cells {
-                line(row.iter().map(String::as_str).collect());
+            // Aligned by display width (a CJK SKU is two columns a
+            // character), no borders: columns two spaces apart.
+            let mut table = comfy_table::Table::new();
+            table
+                .load_style(comfy_table::presets::NOTHING)
+                .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+                .set_header(columns.iter().copied());
+            for column in table.column_iter_mut() {
+                column.set_padding((0, 2));
+            }
+            for row in rows {
+                table.add_row(row.iter().map(text));
+            }
+            for line in table.lines() {
+                println!("{}", line.trim_end());
             }
         }
     }

@@ -45,15 +45,12 @@ pub fn spawn(h: &Harness, args: &[&str]) -> std::io::Result<Child> {
 
 /// Sends SIGTERM, as an orchestrator stopping the process does.
 pub fn terminate(child: &Child) -> std::io::Result<()> {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(std::io::Error::other("kill -TERM failed"))
-    }
+    let pid = i32::try_from(child.id()).map_err(std::io::Error::other)?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// A child process killed (and reaped) when the test ends, whichever way.
@@ -136,6 +133,9 @@ pub fn free_port() -> anyhow::Result<u16> {
 
 /// The value of the Prometheus sample `name{labels}` in `text` (labels as
 /// rendered, e.g. `result="APPLIED"`; all of them must appear), or 0.
+/// (Read by hand: `prometheus-parse` drops a sample whose label value holds
+/// a `}`, as the gateway's route labels do; the format itself is checked
+/// by `promtool` in the tests that scrape.)
 pub fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::{GenericSingleObjectReader, Schema};
 
 use super::{DecodeError, EncodeError, MAX_PAYLOAD_LEN};
@@ -40,6 +41,8 @@ pub(super) struct KnownWriter {
 /// them to read.
 pub(super) struct Framed {
     current: &'static Released,
+    /// The current version's writer, its named types resolved once.
+    writer: GenericDatumWriter<'static>,
     known: HashMap<u64, KnownWriter>,
 }
 
@@ -52,11 +55,11 @@ impl Framed {
                 std::iter::once(released.fingerprint).chain(released.legacy_fingerprint);
             for fingerprint in fingerprints {
                 #[allow(clippy::expect_used)]
-                let reader = GenericSingleObjectReader::new_with_header_builder(
-                    released.schema.clone(),
-                    Header(fingerprint),
-                )
-                .expect("a released schema resolves: it is self-contained (unit-tested)");
+                let reader = GenericSingleObjectReader::builder()
+                    .schema(released.schema.clone())
+                    .header(Header(fingerprint).build_header())
+                    .build()
+                    .expect("a released schema resolves: it is self-contained (unit-tested)");
                 known.insert(
                     fingerprint,
                     KnownWriter {
@@ -67,7 +70,15 @@ impl Framed {
                 );
             }
         }
-        Self { current, known }
+        #[allow(clippy::expect_used)]
+        let writer = GenericDatumWriter::builder(&current.schema)
+            .build()
+            .expect("the current schema resolves: it is self-contained (unit-tested)");
+        Self {
+            current,
+            writer,
+            known,
+        }
     }
 
     pub(super) fn schema(&self) -> &Schema {
@@ -86,12 +97,12 @@ impl Framed {
     ) -> Result<Vec<u8>, EncodeError> {
         let mut out = Header(self.current.fingerprint).build_header();
         out.reserve(246);
-        apache_avro::write_avro_datum_ref(self.schema(), datum, &mut out).map_err(|e| {
-            EncodeError {
+        self.writer
+            .write_ser(&mut out, datum)
+            .map_err(|e| EncodeError {
                 what,
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         Ok(out)
     }
 
@@ -186,7 +197,7 @@ pub fn command_schema() -> &'static Schema {
 /// use stockledger_core::codec::outcome_schema;
 ///
 /// let apache_avro::Schema::Record(record) = outcome_schema() else { panic!("a record") };
-/// assert_eq!(record.name.name, "Outcome");
+/// assert_eq!(record.name.name(), "Outcome");
 /// ```
 pub fn outcome_schema() -> &'static Schema {
     SCHEMAS.outcome.schema()

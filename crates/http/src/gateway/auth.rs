@@ -24,7 +24,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rand::RngCore;
+use rand::Rng;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -286,7 +286,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// A fresh token and the hex SHA-256 the keys file holds for it.
 pub fn new_token() -> (String, String) {
     let mut secret = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut secret);
+    // ThreadRng: ChaCha12, seeded and reseeded from the OS (a CryptoRng).
+    rand::rng().fill_bytes(&mut secret);
     let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
     let digest = hex::encode(Sha256::digest(token.as_bytes()));
     (token, digest)
