@@ -53,6 +53,7 @@ pub const MAX_PAYLOAD_LEN: usize = 64 * 1024;
 /// assert!(matches!(decode_command(&unknown), Err(DecodeError::UnknownSchema(_))));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     #[error("payload is {0} bytes; at most {MAX_PAYLOAD_LEN} are accepted")]
     TooLarge(usize),

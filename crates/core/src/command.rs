@@ -60,6 +60,10 @@ pub struct Command {
 /// assert_eq!((uncapped.order_id(), uncapped.quantity()), (None, None));
 /// # Ok::<(), stockledger_core::ValidationError>(())
 /// ```
+///
+/// Deliberately not `#[non_exhaustive]`: the fold, the Lua encoding and
+/// the codec must each be revisited when a kind of command is added, and
+/// exhaustive matches make the compiler find them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandBody {
     Deduct(Deduct),
@@ -424,6 +428,7 @@ impl Rollback {
 /// # Ok::<(), stockledger_core::ValidationError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RestockMode {
     /// Change available stock by a signed amount (seed 000's incremental mode).
     Add,
@@ -539,6 +544,7 @@ impl Restock {
 /// assert_eq!(CommandKind::Rollback.to_string(), "ROLLBACK");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CommandKind {
     Deduct,
     Rollback,

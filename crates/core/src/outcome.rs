@@ -35,6 +35,7 @@ impl fmt::Display for LogPosition {
 /// assert_eq!(ResultCode::Duplicate.to_string(), "DUPLICATE");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ResultCode {
     /// The command changed stock (or left a restock applied).
     Applied,
