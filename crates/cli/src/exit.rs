@@ -15,6 +15,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::ProducerError;
 use stockledger_core::codec::DecodeError;
+use stockledger_core::ValidationError;
 use stockledger_kafka::topic::LogError;
 
 /// What a `stockledger` exit code says.
@@ -154,6 +155,9 @@ fn cause_exit(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             ProducerError::Delivery(d) if d.login_refused.is_some() => Some(Exit::Denied),
             _ => None,
         };
+    }
+    if cause.downcast_ref::<ValidationError>().is_some() {
+        return Some(Exit::Usage);
     }
     if let Some(OutcomeError::Timeout { .. }) = cause.downcast_ref::<OutcomeError>() {
         return Some(Exit::TimedOut);

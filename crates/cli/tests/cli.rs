@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 20] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -86,10 +86,15 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             &["refund", "SKU", "nobody"],
             "order_id: the ledger has no sale of SKU for order nobody",
         ),
+        (
+            &["deduct", "SKU", "o1", "1", "--traceparent", "00-abc"],
+            "is not a W3C traceparent",
+        ),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;
-        assert!(!out.status.success(), "{args:?} must fail");
+        // 2: usage, whether clap or the ledger's rules refused it.
+        assert_eq!(out.status.code(), Some(2), "{args:?} must fail");
         let stderr = text(&out.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
@@ -554,7 +559,17 @@ async fn each_exit_code_says_what_happened() -> anyhow::Result<()> {
     let run = |args: &[&str]| exit_of(&mut common::stockledger(&h), args);
 
     // 0 and 3: a command the ledger takes, then one it refuses.
-    let (code, said) = run(&["restock", "X-1", "--set", "1", "--wait", "30"])?;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (code, said) = run(&[
+        "restock",
+        "X-1",
+        "--set",
+        "1",
+        "--wait",
+        "30",
+        "--traceparent",
+        traceparent,
+    ])?;
     assert_eq!(code, 0, "{said}");
     let (code, said) = run(&[
         "deduct", "X-1", "o-1", "5", "--wait", "30", "--format", "json",
@@ -576,6 +591,10 @@ async fn each_exit_code_says_what_happened() -> anyhow::Result<()> {
     h.assert_contract().await?;
     let (code, said) = run(&["reconcile"])?;
     assert_eq!(code, 0, "{said}");
+    // The restock's trace context reached its archived row.
+    let (_, said) = run(&["history", "--sku", "X-1", "--format", "json"])?;
+    let first: serde_json::Value = serde_json::from_str(said.lines().next().unwrap_or("{}"))?;
+    assert_eq!(first["traceparent"], traceparent, "{said}");
     let mut redis = h.projection.connection();
     let () = redis::cmd("HSET")
         .arg(SkuKeys::new(&h.ns.prefix, "X-1").stock)

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_client::{LedgerProducer, OrderChecks};
 use stockledger_core::ids::{OrderId, Sku};
+use stockledger_core::{CommandBody, Confirm};
 
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_sku};
 use crate::Global;
 
@@ -25,8 +26,8 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     // above what it bought) is refused before anything is published.
     let checks = OrderChecks::connect(&g.redis_url, &g.prefix).await?;
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?.with_order_checks(checks);
-    let receipt = producer
-        .confirm(args.sku.as_str(), args.order_id.as_str())
-        .await?;
-    report_sent(g, &receipt, &args.wait).await
+    let body = CommandBody::Confirm(Confirm {
+        order_id: args.order_id,
+    });
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

@@ -8,7 +8,7 @@ use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{OrderId, Quantity, Sku, UserId};
 use stockledger_core::{CommandBody, Deduct};
 
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
 use crate::Global;
 
@@ -41,6 +41,5 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .map(|hold| stockledger_analysts::query::now_ms().saturating_add(hold)),
         ..Deduct::new(args.order_id, args.quantity)
     });
-    let receipt = producer.send(args.sku, body).await?;
-    report_sent(g, &receipt, &args.wait).await
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

@@ -4,10 +4,11 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::Sku;
+use stockledger_core::ids::{Quantity, Sku};
+use stockledger_core::{CommandBody, Limit};
 
 use super::parse_sku;
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use crate::Global;
 
 #[derive(Debug, ClapArgs)]
@@ -28,6 +29,10 @@ pub struct Args {
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
-    let receipt = producer.limit(args.sku.as_str(), args.per_user).await?;
-    report_sent(g, &receipt, &args.wait).await
+    let per_user = args
+        .per_user
+        .map(|n| Quantity::of_field("per_user", n))
+        .transpose()?;
+    let body = CommandBody::Limit(Limit { per_user });
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

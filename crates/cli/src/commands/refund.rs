@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_client::{LedgerProducer, OrderChecks};
 use stockledger_core::ids::{OrderId, Quantity, Sku};
+use stockledger_core::{CommandBody, Refund};
 
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_quantity, parse_sku};
 use crate::Global;
 
@@ -30,12 +31,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     // above what it bought) is refused before anything is published.
     let checks = OrderChecks::connect(&g.redis_url, &g.prefix).await?;
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?.with_order_checks(checks);
-    let receipt = producer
-        .refund(
-            args.sku.as_str(),
-            args.order_id.as_str(),
-            args.total.map(Quantity::get),
-        )
-        .await?;
-    report_sent(g, &receipt, &args.wait).await
+    let body = CommandBody::Refund(Refund {
+        order_id: args.order_id,
+        quantity: args.total,
+    });
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

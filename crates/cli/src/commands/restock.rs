@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{AdjustmentId, Sku};
-use stockledger_core::RestockMode;
+use stockledger_core::{CommandBody, Restock, RestockMode};
 
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use super::{parse_adjustment_id, parse_sku};
 use crate::Global;
 
@@ -41,8 +41,6 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         None => AdjustmentId::new(uuid::Uuid::new_v4().to_string())?,
     };
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
-    let receipt = producer
-        .restock(args.sku.as_str(), adjustment.as_str(), mode, quantity)
-        .await?;
-    report_sent(g, &receipt, &args.wait).await
+    let body = CommandBody::Restock(Restock::new(adjustment, mode, quantity)?);
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{OrderId, Sku};
+use stockledger_core::{CommandBody, Rollback};
 
-use super::send::{report_sent, WaitArgs};
+use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_sku};
 use crate::Global;
 
@@ -25,12 +26,6 @@ pub struct Args {
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
-    let receipt = producer
-        .rollback(
-            args.sku.as_str(),
-            args.order_id.as_str(),
-            args.reason.as_deref(),
-        )
-        .await?;
-    report_sent(g, &receipt, &args.wait).await
+    let body = CommandBody::Rollback(Rollback::new(args.order_id, args.reason)?);
+    publish(g, &producer, args.sku, body, &args.wait).await
 }

@@ -6,15 +6,21 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
-use stockledger_client::{Decision, OutcomeReader, Receipt};
+use stockledger_client::{CommandBody, Decision, LedgerProducer, OutcomeReader, Receipt, Sku};
+use stockledger_core::trace::valid_traceparent;
 
 use super::table::Style;
 use crate::exit::Exit;
 use crate::Global;
 
-/// Waiting for the decision after sending, and how to print both.
+/// How a command is sent (with the caller's trace context), whether to
+/// wait for its decision, and how to print both.
 #[derive(Debug, Args)]
 pub struct WaitArgs {
+    /// A W3C traceparent to send the command with (00-<trace id>-<parent
+    /// id>-<flags>): it is carried to the outcome and the archived row.
+    #[arg(long, env = "TRACEPARENT", value_parser = parse_traceparent)]
+    pub traceparent: Option<String>,
     /// Wait up to this many seconds for the applier's decision and print it:
     /// exit 3 if the ledger refused the command, 75 if the decision did not
     /// come in time (the command is in the log and will still be decided).
@@ -23,6 +29,31 @@ pub struct WaitArgs {
     /// Sentences for people, or one JSON object for scripts.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Style,
+}
+
+fn parse_traceparent(s: &str) -> Result<String, String> {
+    valid_traceparent(s.as_bytes())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            "is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zeros)"
+                .to_owned()
+        })
+}
+
+/// Sends `body` for `sku` through `producer` (with `--traceparent` if
+/// given), then prints what [`report_sent`] prints.
+pub async fn publish(
+    g: &Global,
+    producer: &LedgerProducer,
+    sku: Sku,
+    body: CommandBody,
+    wait: &WaitArgs,
+) -> anyhow::Result<ExitCode> {
+    let receipt = match &wait.traceparent {
+        Some(traceparent) => producer.send_traced(sku, body, traceparent, false).await?,
+        None => producer.send(sku, body).await?,
+    };
+    report_sent(g, &receipt, wait).await
 }
 
 pub async fn report_sent(
