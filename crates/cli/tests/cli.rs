@@ -680,3 +680,31 @@ async fn progress_is_drawn_on_a_terminal_and_nothing_is_said_in_a_pipe() -> anyh
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_says_its_run_and_checks_as_one_json_object() -> anyhow::Result<()> {
+    let h = Harness::new("demo-json", 1).await?;
+    let out = stockledger(
+        &h,
+        &[
+            "demo",
+            "--orders",
+            "200",
+            "--buyers",
+            "20",
+            "--stock",
+            "40",
+            "--partitions",
+            "2",
+            "--format",
+            "json",
+        ],
+    )?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(shown["pass"], true, "{shown:#}");
+    let checks = shown["checks"].as_array().map(Vec::len);
+    assert_eq!(checks, Some(5), "{shown:#}");
+    assert!(shown["records_sent"].as_u64() >= Some(200), "{shown:#}");
+    Ok(())
+}

@@ -16,6 +16,7 @@ use stockledger_projection::Projection;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::table::Style;
 use crate::demo::{self, Workload, HOT_SKU};
 use crate::exit::Exit;
 use crate::Global;
@@ -65,13 +66,21 @@ pub struct DemoArgs {
     /// Seconds to wait for the pipeline to catch up before failing.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// The story of the sale for people, or one JSON object for scripts
+    /// (the run's names, its figures and each check); the exit code is the
+    /// verdict either way.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Style,
 }
 
 pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
     anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
     let names = Names::new(g);
-    names.print(args.partitions);
+    let text = args.format == Style::Text;
+    if text {
+        names.print(args.partitions);
+    }
     let kafka = g.kafka();
     let pool = crate::connect_archive(g, 2).await?;
     let pipeline = Pipeline::start(g, &names, args.partitions).await?;
@@ -97,6 +106,30 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let end_to_end = started.elapsed();
     pipeline.stop().await?;
 
+    let run = demo::Run {
+        kafka: &kafka,
+        pool: &pool,
+        projection: &projection,
+        topic: &names.topic,
+        archived,
+    };
+    if !text {
+        let checks = demo::check_contract(&run, timeout).await?;
+        let pass = checks.iter().all(|c| c.ok);
+        let checks: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| serde_json::json!({ "pass": c.ok, "what": c.what }))
+            .collect();
+        let shown = serde_json::json!({
+            "run": names.run_id, "topic": names.topic, "prefix": names.prefix,
+            "records_sent": sent.records, "archived": archived,
+            "send_seconds": produced_in.as_secs_f64(),
+            "end_to_end_seconds": end_to_end.as_secs_f64(),
+            "checks": checks, "pass": pass,
+        });
+        println!("{shown}");
+        return Ok(if pass { Exit::Ok } else { Exit::Check }.into());
+    }
     print_workload(&args, &sent, guard.as_ref());
     let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
     println!(
@@ -118,13 +151,6 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     print_stock(&projection).await?;
     println!();
 
-    let run = demo::Run {
-        kafka: &kafka,
-        pool: &pool,
-        projection: &projection,
-        topic: &names.topic,
-        archived,
-    };
     let mut all_pass = true;
     for check in demo::check_contract(&run, timeout).await? {
         all_pass &= check.ok;
