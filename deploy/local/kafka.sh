@@ -16,6 +16,12 @@
 #       With SASL_PORT, clients may also log in there (SASL_PLAINTEXT, PLAIN
 #       or SCRAM-SHA-512) as user `stockledger`, whose password is made once
 #       into DIR/sasl-password (readable by its owner only).
+#       One node of a replicated cluster (deploy/local/cluster.sh) takes
+#       from the environment KAFKA_NODE_ID (default 1), KAFKA_VOTERS (the
+#       controller quorum, id@host:port,…; default this node alone),
+#       KAFKA_CLUSTER_ID_FILE (one cluster id for every node; default
+#       DIR/cluster.id) and KAFKA_REPLICATION (of the internal topics, and
+#       their min.insync.replicas a majority of it; default 1).
 #   deploy/local/kafka.sh scram-user DIR PORT
 #       give user `stockledger` its SCRAM-SHA-512 credential (the password in
 #       DIR/sasl-password) through the broker on 127.0.0.1:PORT; SCRAM
@@ -86,11 +92,13 @@ properties() { # dir port controller_port [sasl_port]
     listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$4"
     protocols="$protocols,SASL_PLAINTEXT:SASL_PLAINTEXT"
   fi
+  local node=${KAFKA_NODE_ID:-1} replication=${KAFKA_REPLICATION:-1}
+  local voters=${KAFKA_VOTERS:-$node@127.0.0.1:$3} min_isr=$(( ${KAFKA_REPLICATION:-1} / 2 + 1 ))
   cat <<EOF
 # Written by deploy/local/kafka.sh at every start; edits are lost.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$3
+node.id=$node
+controller.quorum.voters=$voters
 listeners=$listeners,CONTROLLER://127.0.0.1:$3
 advertised.listeners=$listeners
 listener.security.protocol.map=$protocols,CONTROLLER:PLAINTEXT
@@ -98,11 +106,11 @@ inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$1/data
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+offsets.topic.replication.factor=$replication
+transaction.state.log.replication.factor=$replication
+transaction.state.log.min.isr=$min_isr
+share.coordinator.state.topic.replication.factor=$replication
+share.coordinator.state.topic.min.isr=$min_isr
 EOF
   [ -n "${4:-}" ] || return 0
   cat <<EOF
@@ -162,13 +170,22 @@ run() { # dir port controller_port [sasl_port]
   chmod 600 "$dir/server.properties"
   properties "$@" >"$dir/server.properties"
   log4j "$dir" >"$dir/log4j2.properties"
-  [ -s "$dir/cluster.id" ] ||
-    java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid >"$dir/cluster.id"
-  id=$(cat "$dir/cluster.id")
+  local id_file=${KAFKA_CLUSTER_ID_FILE:-$dir/cluster.id}
+  if [ ! -s "$id_file" ]; then
+    # Nodes of one cluster may start at once: one of them makes the id.
+    (
+      flock 8
+      if [ ! -s "$id_file" ]; then
+        java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid >"$id_file.new"
+        mv "$id_file.new" "$id_file"
+      fi
+    ) 8>"$id_file.lock"
+  fi
+  id=$(cat "$id_file")
   if [ -f "$dir/data/meta.properties" ]; then
     recorded=$(sed -n 's/^cluster\.id=//p' "$dir/data/meta.properties")
     [ "$recorded" = "$id" ] ||
-      fail "the log in $dir/data belongs to cluster $recorded, not $id (from $dir/cluster.id); put that cluster's id back in $dir/cluster.id, or move $dir/data away to start an empty log"
+      fail "the log in $dir/data belongs to cluster $recorded, not $id (from $id_file); put that cluster's id back in $id_file, or move $dir/data away to start an empty log"
   elif [ -n "$(ls -A "$dir/data" 2>/dev/null)" ]; then
     fail "$dir/data holds files but no meta.properties, so it is no Kafka log; move it away to start an empty log"
   else

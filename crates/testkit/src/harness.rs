@@ -160,6 +160,25 @@ impl Harness {
         Self::build(test, partitions, kafka, services.redis_url.clone()).await
     }
 
+    /// Like [`Harness::with_kafka`], the ledger's topics replicated
+    /// `replication` times (`min.insync.replicas` a majority of it).
+    pub async fn with_replicated_kafka(
+        test: &str,
+        partitions: i32,
+        kafka: KafkaConfig,
+        replication: i32,
+    ) -> anyhow::Result<Self> {
+        let services = services().await?;
+        Self::build_replicated(
+            test,
+            partitions,
+            kafka,
+            services.redis_url.clone(),
+            replication,
+        )
+        .await
+    }
+
     /// Like [`Harness::new`], on a Redis (or Redis Cluster) of the test's own.
     pub async fn with_redis(
         test: &str,
@@ -176,6 +195,16 @@ impl Harness {
         kafka: KafkaConfig,
         redis_url: String,
     ) -> anyhow::Result<Self> {
+        Self::build_replicated(test, partitions, kafka, redis_url, 1).await
+    }
+
+    async fn build_replicated(
+        test: &str,
+        partitions: i32,
+        kafka: KafkaConfig,
+        redis_url: String,
+        replication: i32,
+    ) -> anyhow::Result<Self> {
         let services = services().await?;
         let ns = Namespace::new(test);
         let topics = LedgerTopics {
@@ -183,7 +212,7 @@ impl Harness {
             outcomes: &ns.outcomes_topic,
             dead_letters: &ns.dlq_topic,
         };
-        let specs = ledger_topic_specs(topics, partitions, 1, Retention::default());
+        let specs = ledger_topic_specs(topics, partitions, replication, Retention::default());
         create_topics(&kafka, &specs).await?;
         let pool = stockledger_archiver::connect(&services.database_url, 4)
             .await

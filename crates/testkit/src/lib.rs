@@ -9,6 +9,8 @@
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
 //! - [`cluster`]: a local Redis Cluster of the test's own.
+//! - [`kafka_cluster`]: a replicated Apache Kafka (three KRaft nodes) of the
+//!   test's own, whose nodes can be killed and started again.
 //! - [`fault`]: a loopback TCP proxy that cuts a service off and lets it back.
 //! - [`poison`]: records that are not valid commands.
 //! - [`traffic`]: order traffic for end-to-end and fault tests.
@@ -19,6 +21,7 @@
 pub mod cluster;
 pub mod fault;
 pub mod harness;
+pub mod kafka_cluster;
 pub mod log;
 pub mod poison;
 pub mod redis_dump;

@@ -1,0 +1,182 @@
+//! A replicated Apache Kafka of the test's own: three (or more) nodes in
+//! KRaft mode, each broker and controller, on free loopback ports, through
+//! `deploy/local/kafka.sh` as `deploy/local/cluster.sh` runs them. Internal
+//! topics are replicated to every node with a majority in sync; a node can
+//! be killed and started again on its log. The nodes stop once the test
+//! process is gone.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use stockledger_kafka::KafkaConfig;
+
+use crate::services::{free_port, kafka_script, spawn_tied};
+use crate::wait::wait_until;
+
+/// One node: its client and controller ports.
+#[derive(Debug, Clone, Copy)]
+pub struct Node {
+    pub id: i32,
+    pub port: u16,
+    pub controller: u16,
+}
+
+/// A running cluster.
+#[derive(Debug, Clone)]
+pub struct KafkaCluster {
+    pub nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+impl KafkaCluster {
+    /// Starts `size` nodes and waits until every one is a registered
+    /// broker of the cluster.
+    pub async fn start(size: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(size > 0, "a cluster needs a node");
+        let nodes = (1..=size)
+            .map(|id| {
+                Ok(Node {
+                    id: i32::try_from(id)?,
+                    port: free_port()?,
+                    controller: free_port()?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let first = nodes.first().map_or(0, |n| n.port);
+        let dir = std::env::temp_dir().join(format!("stockledger-kafka-cluster-{first}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let cluster = Self { nodes, dir };
+        for node in &cluster.nodes {
+            cluster.spawn(node)?;
+        }
+        cluster.wait_for_brokers(size).await?;
+        Ok(cluster)
+    }
+
+    /// The bootstrap servers, every node.
+    pub fn brokers(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client configuration for the whole cluster.
+    pub fn kafka(&self) -> KafkaConfig {
+        KafkaConfig::new(self.brokers())
+    }
+
+    /// `kill -9` of node `id`: its log stays on disk.
+    pub fn kill(&self, id: i32) -> anyhow::Result<()> {
+        let status = Command::new("pkill")
+            .args(["-KILL", "-f", &self.pattern(id)])
+            .status()
+            .context("running pkill")?;
+        anyhow::ensure!(status.success(), "no node {id} to kill");
+        Ok(())
+    }
+
+    /// Starts node `id` again on its log, once the old process is gone,
+    /// and waits until the cluster has every broker again.
+    pub async fn restart(&self, id: i32) -> anyhow::Result<()> {
+        let pattern = self.pattern(id);
+        wait_until("the killed node gone", Duration::from_secs(60), || async {
+            let running = Command::new("pgrep")
+                .args(["-f", &pattern])
+                .stdout(Stdio::null())
+                .status()?
+                .success();
+            Ok((!running).then_some(()))
+        })
+        .await?;
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .copied()
+            .with_context(|| format!("no node {id}"))?;
+        self.spawn(&node)?;
+        self.wait_for_brokers(self.nodes.len()).await
+    }
+
+    /// The node leading `partition` of `topic`, as the metadata says now.
+    pub fn leader(&self, topic: &str, partition: i32) -> anyhow::Result<i32> {
+        let consumer: BaseConsumer = self.kafka().client_config(&[]).create()?;
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions())
+            .find(|p| p.id() == partition)
+            .map(|p| p.leader())
+            .filter(|&leader| leader >= 0)
+            .with_context(|| format!("{topic}/{partition} has no leader"))
+    }
+
+    fn node_dir(&self, id: i32) -> PathBuf {
+        self.dir.join(format!("node-{id}"))
+    }
+
+    /// What tells node `id`'s process apart from every other one.
+    fn pattern(&self, id: i32) -> String {
+        format!("{}/server.properties", self.node_dir(id).display())
+    }
+
+    fn spawn(&self, node: &Node) -> anyhow::Result<()> {
+        let voters = self
+            .nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller))
+            .collect::<Vec<_>>()
+            .join(",");
+        let dir = self.node_dir(node.id);
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("console.log").to_string_lossy().into_owned();
+        spawn_tied(
+            "env",
+            &[
+                "KAFKA_HEAP_OPTS=-Xmx384m -Xms384m".into(),
+                format!("KAFKA_NODE_ID={}", node.id),
+                format!("KAFKA_VOTERS={voters}"),
+                format!(
+                    "KAFKA_CLUSTER_ID_FILE={}",
+                    self.dir.join("cluster.id").display()
+                ),
+                format!("KAFKA_REPLICATION={}", self.nodes.len()),
+                kafka_script().to_string_lossy().into_owned(),
+                "run".into(),
+                dir.to_string_lossy().into_owned(),
+                node.port.to_string(),
+                node.controller.to_string(),
+            ],
+            &log,
+        )
+    }
+
+    async fn wait_for_brokers(&self, size: usize) -> anyhow::Result<()> {
+        let kafka = self.kafka();
+        wait_until(
+            "every node a broker of the cluster",
+            Duration::from_secs(120),
+            || {
+                let kafka = kafka.clone();
+                async move {
+                    let brokers = tokio::task::spawn_blocking(move || {
+                        let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
+                        let metadata = consumer.fetch_metadata(None, Duration::from_secs(2))?;
+                        anyhow::Ok(metadata.brokers().len())
+                    })
+                    .await?;
+                    Ok((brokers.unwrap_or(0) >= size).then_some(()))
+                }
+            },
+        )
+        .await
+        .with_context(|| format!("the nodes' logs are in {}", self.dir.display()))
+    }
+}
