@@ -77,9 +77,9 @@ pub struct BenchArgs {
     /// Partitions of the e2e topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
-    /// Keep the Redis keys and archived rows the run wrote (by default they
-    /// are removed at the end, so later runs and tests do not scan past
-    /// them, nor insert into ever larger indexes).
+    /// Keep the topics, Redis keys and archived rows the run wrote (by
+    /// default they are removed at the end, so later runs and tests do not
+    /// scan past them, insert into ever larger indexes, or fill the disk).
     #[arg(long)]
     pub keep: bool,
     /// Records of the e2e scenarios and of the baselines (the memory
@@ -256,7 +256,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
     if !args.keep {
         let (keys, rows) = clean_up(g, &bench.pool, &run_id).await?;
         println!(
-            "removed the run's {keys} Redis keys and {rows} archived rows (--keep keeps them)"
+            "removed the run's topics, {keys} Redis keys and {rows} archived rows (--keep keeps them)"
         );
     }
     println!("results in {}", args.out.display());
@@ -396,8 +396,9 @@ fn print_measurement(m: &Measurement) {
 }
 
 /// Removes what the run wrote: Redis projections under `<prefix>:<run>:…`,
-/// the baseline's `<run>:…` keys, and the archive's rows and progress for
-/// the run's `<run>.…` topics. Returns the keys and rows removed.
+/// the baseline's `<run>:…` keys, the archive's rows and progress for the
+/// run's `<run>.…` topics, and those topics. Returns the keys and rows
+/// removed.
 async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Result<(usize, u64)> {
     let conn = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let mut removed = 0;
@@ -426,5 +427,7 @@ async fn clean_up(g: &Global, pool: &sqlx::PgPool, run_id: &str) -> anyhow::Resu
         .bind(&topics)
         .execute(pool)
         .await?;
+    // And the topics themselves: a full run writes gigabytes of log.
+    stockledger_kafka::admin::delete_topics(&g.kafka(), &topics).await?;
     Ok((removed, rows))
 }

@@ -27,11 +27,37 @@ pub enum AdminError {
     Client(#[source] KafkaError),
     #[error("creating topics failed")]
     Request(#[source] KafkaError),
-    #[error("creating topic {topic} failed: {code}")]
+    #[error("creating or deleting topic {topic} failed: {code}")]
     Topic {
         topic: String,
         code: RDKafkaErrorCode,
     },
+}
+
+/// Deletes each topic (its records and partitions, for good); one that
+/// does not exist is not an error. For a bench or test run's own topics,
+/// never the ledger's.
+pub async fn delete_topics(kafka: &KafkaConfig, topics: &[String]) -> Result<(), AdminError> {
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let admin: AdminClient<DefaultClientContext> = kafka
+        .client_config(&[])
+        .create()
+        .map_err(AdminError::Client)?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .delete_topics(&names, &options)
+        .await
+        .map_err(AdminError::Request)?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, code)) => return Err(AdminError::Topic { topic, code }),
+        }
+    }
+    Ok(())
 }
 
 /// Creates each topic; one that already exists is left as it is.
