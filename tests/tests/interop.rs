@@ -265,3 +265,49 @@ async fn the_rust_checkout_example_gets_every_decision_from_the_outcomes_topic(
     applier.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_ledger_built_with_its_checks_refuses_before_sending() -> anyhow::Result<()> {
+    use stockledger_client::{
+        AdjustmentId, Ledger, OrderId, ProducerError, Quantity, RestockMode, ResultCode, Sku,
+    };
+
+    let h = Harness::new("ledger-checks", 2).await?;
+    let applier = h.start_applier();
+    let ledger = Ledger::builder()
+        .kafka(h.kafka.clone())
+        .topic(h.ns.topic.clone())
+        .outcomes_topic(h.ns.outcomes_topic.clone())
+        .decision_timeout(CATCH_UP)
+        .order_checks(h.redis_url.clone(), h.ns.prefix.clone())
+        .sold_out_guard(h.redis_url.clone(), h.ns.prefix.clone())
+        .build()
+        .await?;
+    let sku = Sku::new("LC-1")?;
+    let one = Quantity::new(1)?;
+    let stocked = ledger
+        .restock(&sku, &AdjustmentId::new("a")?, RestockMode::Set, 1)
+        .await?;
+    assert_eq!(ledger.decision(&stocked).await?.result, ResultCode::Applied);
+    let bought = ledger
+        .deduct(&sku, &OrderId::new("o-1")?, one, None)
+        .await?;
+    assert_eq!(ledger.decision(&bought).await?.result, ResultCode::Applied);
+    let before = h.read(&h.ns.topic).await?.len();
+
+    // Sold out: refused here, not logged.
+    let refused = ledger.deduct(&sku, &OrderId::new("o-2")?, one, None).await;
+    assert!(
+        matches!(refused, Err(ProducerError::SoldOut(_))),
+        "{refused:?}"
+    );
+    // A confirm of an order the ledger never held: refused naming the field.
+    let refused = ledger.confirm(&sku, &OrderId::new("nobody")?).await;
+    assert!(
+        matches!(&refused, Err(ProducerError::Invalid(e)) if e.field == "order_id"),
+        "{refused:?}"
+    );
+    assert_eq!(h.read(&h.ns.topic).await?.len(), before, "nothing sent");
+    applier.stop().await?;
+    Ok(())
+}

@@ -41,6 +41,8 @@ use stockledger_kafka::KafkaConfig;
 use crate::decisions::{DecisionWatcher, WatchError};
 use crate::outcome::OutcomeError;
 use crate::producer::{LedgerProducer, ProducerError, Receipt};
+use crate::{OrderChecks, SoldOutGuard};
+use stockledger_projection::ProjectionError;
 
 /// Why a [`Ledger`] could not be built.
 ///
@@ -60,6 +62,9 @@ pub enum BuildError {
     Producer(#[from] ProducerError),
     #[error("decisions cannot be read")]
     Decisions(#[from] WatchError),
+    /// The order checks or the sold-out guard could not reach Redis.
+    #[error("the projection in Redis cannot be reached for the checks before sending")]
+    Projection(#[from] ProjectionError),
 }
 
 /// Builds a [`Ledger`]; every option has the ledger's default.
@@ -83,6 +88,9 @@ pub struct LedgerBuilder {
     outcomes_topic: String,
     decision_timeout: Duration,
     read_decisions: bool,
+    /// Redis URL and key prefix of the projection the checks read.
+    order_checks: Option<(String, String)>,
+    sold_out_guard: Option<(String, String)>,
 }
 
 impl Default for LedgerBuilder {
@@ -93,6 +101,8 @@ impl Default for LedgerBuilder {
             outcomes_topic: "stock.ledger.outcomes".into(),
             decision_timeout: Duration::from_secs(5),
             read_decisions: true,
+            order_checks: None,
+            sold_out_guard: None,
         }
     }
 }
@@ -192,6 +202,35 @@ impl LedgerBuilder {
         self
     }
 
+    /// Refuse, before sending, a confirm or refund of an order the
+    /// projection (Redis at `redis_url`, keys under `prefix`) shows to be
+    /// wrong (see [`OrderChecks`](crate::OrderChecks)).
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder()
+    ///     .order_checks("redis://127.0.0.1:6379", "stockledger");
+    /// ```
+    pub fn order_checks(mut self, redis_url: impl Into<String>, prefix: impl Into<String>) -> Self {
+        self.order_checks = Some((redis_url.into(), prefix.into()));
+        self
+    }
+
+    /// Refuse a deduct of a sold-out SKU at once, without logging it (the
+    /// opt-in sold-out fast path, see [`SoldOutGuard`](crate::SoldOutGuard)).
+    ///
+    /// ```
+    /// let builder = stockledger_client::Ledger::builder()
+    ///     .sold_out_guard("redis://127.0.0.1:6379", "stockledger");
+    /// ```
+    pub fn sold_out_guard(
+        mut self,
+        redis_url: impl Into<String>,
+        prefix: impl Into<String>,
+    ) -> Self {
+        self.sold_out_guard = Some((redis_url.into(), prefix.into()));
+        self
+    }
+
     /// Makes the producer and starts reading decisions (from the outcomes
     /// topic's end: commands sent from now on).
     ///
@@ -202,7 +241,13 @@ impl LedgerBuilder {
     /// # }
     /// ```
     pub async fn build(self) -> Result<Ledger, BuildError> {
-        let producer = LedgerProducer::new(&self.kafka, self.topic)?;
+        let mut producer = LedgerProducer::new(&self.kafka, self.topic)?;
+        if let Some((url, prefix)) = &self.order_checks {
+            producer = producer.with_order_checks(OrderChecks::connect(url, prefix).await?);
+        }
+        if let Some((url, prefix)) = &self.sold_out_guard {
+            producer = producer.with_sold_out_guard(SoldOutGuard::connect(url, prefix).await?);
+        }
         let decisions = if self.read_decisions {
             Some(DecisionWatcher::start(&self.kafka, &self.outcomes_topic).await?)
         } else {
@@ -450,8 +495,8 @@ impl Ledger {
         }
     }
 
-    /// The producer underneath, for what only it offers (`try_send`, the
-    /// sold-out guard, order checks).
+    /// The producer underneath, for what only it offers (`try_send`,
+    /// `send_traced`).
     ///
     /// ```no_run
     /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
