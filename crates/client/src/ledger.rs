@@ -204,7 +204,7 @@ impl LedgerBuilder {
 
     /// Refuse, before sending, a confirm or refund of an order the
     /// projection (Redis at `redis_url`, keys under `prefix`) shows to be
-    /// wrong (see [`OrderChecks`](crate::OrderChecks)).
+    /// wrong (see [`OrderChecks`]).
     ///
     /// ```
     /// let builder = stockledger_client::Ledger::builder()
@@ -216,7 +216,7 @@ impl LedgerBuilder {
     }
 
     /// Refuse a deduct of a sold-out SKU at once, without logging it (the
-    /// opt-in sold-out fast path, see [`SoldOutGuard`](crate::SoldOutGuard)).
+    /// opt-in sold-out fast path, see [`SoldOutGuard`]).
     ///
     /// ```
     /// let builder = stockledger_client::Ledger::builder()
