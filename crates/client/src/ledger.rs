@@ -30,19 +30,19 @@
 //! # }
 //! ```
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::{
     CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
 };
 use stockledger_kafka::KafkaConfig;
+use stockledger_projection::ProjectionError;
 
 use crate::decisions::{DecisionWatcher, WatchError};
 use crate::outcome::OutcomeError;
-use crate::producer::{LedgerProducer, ProducerError, Receipt};
+use crate::producer::{now_millis, LedgerProducer, ProducerError, Receipt};
 use crate::{OrderChecks, SoldOutGuard};
-use stockledger_projection::ProjectionError;
 
 /// Why a [`Ledger`] could not be built.
 ///
@@ -344,7 +344,7 @@ impl Ledger {
         let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
         let body = CommandBody::Deduct(Deduct {
             user_id: user.cloned(),
-            expires_at: Some(now_ms().saturating_add(hold_ms)),
+            expires_at: Some(now_millis().saturating_add(hold_ms)),
             ..Deduct::new(order.clone(), quantity)
         });
         self.producer.send(sku.clone(), body).await
@@ -511,12 +511,6 @@ impl Ledger {
     pub fn producer(&self) -> &LedgerProducer {
         &self.producer
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

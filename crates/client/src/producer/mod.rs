@@ -591,7 +591,9 @@ fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
     })
 }
 
-fn now_millis() -> i64 {
+/// Now, in milliseconds since the Unix epoch: the time a command is
+/// stamped with, and a hold's deadline is counted from.
+pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
