@@ -309,6 +309,42 @@ impl Harness {
         Ok(counts.iter().sum())
     }
 
+    /// Restocks `skus`, then sends 600 orders over them
+    /// ([`traffic::orders`](crate::traffic::orders)) from a task of their
+    /// own, running `fault` once the applier has decided 50 of them; waits
+    /// until everything sent is applied and checks that the command log
+    /// holds each acknowledged record once. Returns the records sent.
+    pub async fn orders_through<F, Fut>(
+        &self,
+        skus: &'static [&'static str],
+        fault: F,
+    ) -> anyhow::Result<u64>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>>,
+    {
+        let mut sent = crate::traffic::restock_all(&self.producer, skus, 500).await?;
+        let producer = self.producer.clone();
+        let load =
+            tokio::spawn(async move { crate::traffic::orders(&producer, skus, 0, 600).await });
+        wait_until("the load under way", CATCH_UP, || async {
+            Ok((self.applied(skus).await? >= sent + 50).then_some(()))
+        })
+        .await?;
+        fault().await?;
+        sent += load.await??;
+        wait_until("everything applied", CATCH_UP, || async {
+            Ok((self.applied(skus).await? >= sent).then_some(()))
+        })
+        .await?;
+        let logged = self.read(&self.ns.topic).await?.len() as u64;
+        anyhow::ensure!(
+            logged == sent,
+            "every acknowledged command must be in the log once: {sent} sent, {logged} logged"
+        );
+        Ok(sent)
+    }
+
     /// The archiver's stored progress: next offsets summed over partitions
     /// (0 before its first page).
     pub async fn archiver_progress(&self) -> anyhow::Result<i64> {

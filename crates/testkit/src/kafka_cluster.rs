@@ -6,15 +6,15 @@
 //! process is gone.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use stockledger_kafka::KafkaConfig;
 
-use crate::services::{free_port, kafka_script, spawn_tied};
-use crate::wait::wait_until;
+use crate::services::{
+    await_gone, free_port, kafka_script, signal_matching, spawn_tied, wait_for_brokers,
+};
 
 /// One node: its client and controller ports.
 #[derive(Debug, Clone, Copy)]
@@ -73,27 +73,13 @@ impl KafkaCluster {
 
     /// `kill -9` of node `id`: its log stays on disk.
     pub fn kill(&self, id: i32) -> anyhow::Result<()> {
-        let status = Command::new("pkill")
-            .args(["-KILL", "-f", &self.pattern(id)])
-            .status()
-            .context("running pkill")?;
-        anyhow::ensure!(status.success(), "no node {id} to kill");
-        Ok(())
+        signal_matching(&self.pattern(id), "KILL").with_context(|| format!("no node {id} to kill"))
     }
 
     /// Starts node `id` again on its log, once the old process is gone,
     /// and waits until the cluster has every broker again.
     pub async fn restart(&self, id: i32) -> anyhow::Result<()> {
-        let pattern = self.pattern(id);
-        wait_until("the killed node gone", Duration::from_secs(60), || async {
-            let running = Command::new("pgrep")
-                .args(["-f", &pattern])
-                .stdout(Stdio::null())
-                .status()?
-                .success();
-            Ok((!running).then_some(()))
-        })
-        .await?;
+        await_gone(&self.pattern(id)).await?;
         let node = self
             .nodes
             .iter()
@@ -159,24 +145,11 @@ impl KafkaCluster {
     }
 
     async fn wait_for_brokers(&self, size: usize) -> anyhow::Result<()> {
-        let kafka = self.kafka();
-        wait_until(
-            "every node a broker of the cluster",
-            Duration::from_secs(120),
-            || {
-                let kafka = kafka.clone();
-                async move {
-                    let brokers = tokio::task::spawn_blocking(move || {
-                        let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
-                        let metadata = consumer.fetch_metadata(None, Duration::from_secs(2))?;
-                        anyhow::Ok(metadata.brokers().len())
-                    })
-                    .await?;
-                    Ok((brokers.unwrap_or(0) >= size).then_some(()))
-                }
-            },
-        )
+        let (brokers, logs) = (self.brokers(), self.dir.display().to_string());
+        tokio::task::spawn_blocking(move || {
+            wait_for_brokers(&brokers, size, Duration::from_secs(120), &logs)
+        })
         .await
-        .with_context(|| format!("the nodes' logs are in {}", self.dir.display()))
+        .context("waiting for the cluster")?
     }
 }

@@ -303,14 +303,35 @@ fn broker_pattern(port: u16) -> anyhow::Result<String> {
 /// `port`: a frozen broker keeps its log, a killed one recovers it from
 /// disk when [`restart_own_broker`] starts it again (Apache Kafka).
 pub fn signal_broker(port: u16, signal: &str) -> anyhow::Result<()> {
+    signal_matching(&broker_pattern(port)?, signal)
+        .with_context(|| format!("no broker on port {port} to {signal}"))
+}
+
+/// Sends `signal` (`KILL`, `STOP`, …) to the processes whose command line
+/// matches `pattern`; an error if none does.
+pub(crate) fn signal_matching(pattern: &str, signal: &str) -> anyhow::Result<()> {
     let status = Command::new("pkill")
         .arg(format!("-{signal}"))
         .arg("-f")
-        .arg(broker_pattern(port)?)
+        .arg(pattern)
         .status()
         .context("running pkill")?;
-    anyhow::ensure!(status.success(), "no broker on port {port} to {signal}");
+    anyhow::ensure!(status.success(), "no process matches {pattern}");
     Ok(())
+}
+
+/// Waits until no process's command line matches `pattern`.
+pub(crate) async fn await_gone(pattern: &str) -> anyhow::Result<()> {
+    crate::wait_until("the old process gone", Duration::from_secs(60), || async {
+        let running = Command::new("pgrep")
+            .arg("-f")
+            .arg(pattern)
+            .stdout(Stdio::null())
+            .status()?
+            .success();
+        Ok((!running).then_some(()))
+    })
+    .await
 }
 
 /// Starts the Apache Kafka broker of [`start_own_broker`] again on the same
@@ -320,17 +341,7 @@ pub async fn restart_own_broker(port: u16) -> anyhow::Result<()> {
         Broker::configured()? == Broker::Kafka,
         "only an Apache Kafka broker keeps its log across a restart"
     );
-    let pattern = broker_pattern(port)?;
-    crate::wait_until("the old broker gone", Duration::from_secs(60), || async {
-        let running = Command::new("pgrep")
-            .arg("-f")
-            .arg(&pattern)
-            .stdout(Stdio::null())
-            .status()?
-            .success();
-        Ok((!running).then_some(()))
-    })
-    .await?;
+    await_gone(&broker_pattern(port)?).await?;
     let controller = std::fs::read_to_string(kafka_dir(port).join("controller.port"))
         .context("the broker's controller port")?;
     let controller = controller.trim().parse()?;
@@ -420,22 +431,38 @@ fn start_kafka(port: u16, controller: u16) -> anyhow::Result<()> {
 /// Waits until the broker on `port` answers a metadata request with itself
 /// as a broker, so the first test request does not race its start.
 fn wait_for_kafka(port: u16, log: &str) -> anyhow::Result<()> {
+    wait_for_brokers(
+        &format!("127.0.0.1:{port}"),
+        1,
+        Duration::from_secs(90),
+        log,
+    )
+}
+
+/// Waits until the brokers at `bootstrap` answer a metadata request listing
+/// `count` brokers or more (blocking); the error names `log`.
+pub(crate) fn wait_for_brokers(
+    bootstrap: &str,
+    count: usize,
+    within: Duration,
+    log: &str,
+) -> anyhow::Result<()> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("bootstrap.servers", bootstrap)
         .create()
-        .context("a client to await the broker")?;
-    let deadline = Instant::now() + Duration::from_secs(90);
+        .context("a client to await the brokers")?;
+    let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if consumer
             .fetch_metadata(None, Duration::from_secs(2))
-            .is_ok_and(|m| !m.brokers().is_empty())
+            .is_ok_and(|m| m.brokers().len() >= count)
         {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    bail!("Apache Kafka did not answer on 127.0.0.1:{port} within 90 s; see {log}")
+    bail!("Apache Kafka at {bootstrap} did not list {count} brokers within {within:?}; see {log}")
 }
 
 fn start_tansu(port: u16) -> anyhow::Result<()> {
