@@ -13,7 +13,7 @@
 
 pub mod archiver;
 
-pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
+pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats, DEFAULT_GROUP};
 
 /// The archive's migrations; this crate is the only PostgreSQL writer.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

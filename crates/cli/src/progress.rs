@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use stockledger_projection::Projection;
 
 /// How often progress is logged when standard error is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -17,6 +18,8 @@ pub struct Progress {
     bar: ProgressBar,
     what: String,
     unit: &'static str,
+    /// Whether standard error was a terminal when it started.
+    drawn: bool,
     last_logged: Instant,
 }
 
@@ -37,7 +40,8 @@ impl Progress {
         let what = what.into();
         bar.set_message(what.clone());
         bar.set_prefix(unit);
-        if Self::drawn() {
+        let drawn = Self::drawn();
+        if drawn {
             bar.set_draw_target(ProgressDrawTarget::stderr());
             bar.enable_steady_tick(Duration::from_millis(250));
         }
@@ -45,8 +49,24 @@ impl Progress {
             bar,
             what,
             unit,
+            drawn,
             last_logged: Instant::now(),
         }
+    }
+
+    /// A display over the SKUs under `projection`'s prefix; they are
+    /// counted first (a whole `SCAN`) only when the display is drawn.
+    pub async fn over_skus(
+        projection: &Projection,
+        what: String,
+        page_size: usize,
+    ) -> anyhow::Result<Self> {
+        let total = if Self::drawn() {
+            Some(projection.count_skus(page_size).await?)
+        } else {
+            None
+        };
+        Ok(Self::new(what, "SKUs", total))
     }
 
     /// Whether progress is drawn: standard error is a terminal.
@@ -57,7 +77,7 @@ impl Progress {
     /// `done` units are done so far.
     pub fn set(&mut self, done: u64) {
         self.bar.set_position(done);
-        if !Self::drawn() && self.last_logged.elapsed() >= LOG_EVERY {
+        if !self.drawn && self.last_logged.elapsed() >= LOG_EVERY {
             self.last_logged = Instant::now();
             tracing::info!(
                 done,

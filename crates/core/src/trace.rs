@@ -6,6 +6,27 @@
 /// The header (Kafka record header, HTTP request header) that carries it.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
 
+/// The first valid `traceparent` among a record's `headers` (name, value),
+/// if it carries one: what the applier copies to the outcome and the
+/// archiver keeps.
+///
+/// ```
+/// use stockledger_core::trace::traceparent_among;
+///
+/// let good: &[u8] = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+/// let headers = [("traceparent", Some(&b"junk"[..])), ("traceparent", Some(good))];
+/// assert_eq!(traceparent_among(headers).map(str::as_bytes), Some(good));
+/// assert_eq!(traceparent_among([("other", Some(good))]), None);
+/// ```
+pub fn traceparent_among<'a>(
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Option<&'a str> {
+    headers
+        .into_iter()
+        .filter(|(name, _)| *name == TRACEPARENT_HEADER)
+        .find_map(|(_, value)| valid_traceparent(value?))
+}
+
 /// `value` if it is a `traceparent` a tracer would accept: version `00`
 /// and exactly `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, or
 /// a later version with at least those fields; lower-case hex; neither id

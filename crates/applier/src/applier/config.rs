@@ -52,6 +52,9 @@ impl std::fmt::Debug for ApplierConfig {
     }
 }
 
+/// The appliers' consumer group unless told otherwise.
+pub const DEFAULT_GROUP: &str = "stockledger-applier";
+
 impl ApplierConfig {
     /// A configuration with the documented defaults for everything but the
     /// connections.
@@ -63,7 +66,7 @@ impl ApplierConfig {
             topic: "stock.ledger".into(),
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
-            group_id: "stockledger-applier".into(),
+            group_id: DEFAULT_GROUP.into(),
             instance_id: Some(default_instance_id()),
             allow_finite_retention: false,
             batch_size: 10_000,

@@ -29,7 +29,7 @@ pub mod error;
 mod publish;
 mod start;
 
-pub use config::ApplierConfig;
+pub use config::{ApplierConfig, DEFAULT_GROUP};
 pub use error::ApplierError;
 
 use batch::*;
@@ -53,7 +53,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
-use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
+use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
 use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
 use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_kafka::config::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};

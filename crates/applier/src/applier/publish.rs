@@ -115,10 +115,7 @@ impl<'a> Outgoing<'a> {
 /// when it has a valid one, so the order can be followed past the ledger.
 fn trace_of(record: &OwnedMessage) -> Option<OwnedHeaders> {
     let headers = record.headers()?;
-    let traceparent = headers
-        .iter()
-        .filter(|h| h.key == TRACEPARENT_HEADER)
-        .find_map(|h| valid_traceparent(h.value?))?;
+    let traceparent = traceparent_among(headers.iter().map(|h| (h.key, h.value)))?;
     Some(OwnedHeaders::new_with_capacity(1).insert(Header {
         key: TRACEPARENT_HEADER,
         value: Some(traceparent),

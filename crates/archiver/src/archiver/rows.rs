@@ -8,7 +8,7 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 use sqlx::PgConnection;
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
-use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
+use stockledger_core::trace::traceparent_among;
 use stockledger_core::Outcome;
 use tracing::error;
 
@@ -46,12 +46,8 @@ pub(super) fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> 
 
 /// The outcome's W3C `traceparent` header, if it carries a valid one.
 fn traceparent_of(message: &OwnedMessage) -> Option<String> {
-    message
-        .headers()?
-        .iter()
-        .filter(|h| h.key == TRACEPARENT_HEADER)
-        .find_map(|h| valid_traceparent(h.value?))
-        .map(str::to_owned)
+    let headers = message.headers()?;
+    traceparent_among(headers.iter().map(|h| (h.key, h.value))).map(str::to_owned)
 }
 
 /// The page as columns, ready for `UNNEST`.

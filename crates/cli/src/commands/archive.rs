@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(
         long,
         env = "STOCKLEDGER_ARCHIVER_GROUP",
-        default_value = "stockledger-archiver"
+        default_value = stockledger_archiver::DEFAULT_GROUP
     )]
     pub group: String,
     #[command(flatten)]

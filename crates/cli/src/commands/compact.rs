@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use stockledger_projection::Projection;
 
-use super::snapshot::sku_progress;
 use super::table::Style;
+use crate::progress::Progress;
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -33,7 +33,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let retention = Duration::from_secs_f64(args.retention_days * 86_400.0);
     let page_size = args.page_size.max(1);
     let mut progress =
-        sku_progress(&projection, format!("compact {}", g.prefix), page_size).await?;
+        Progress::over_skus(&projection, format!("compact {}", g.prefix), page_size).await?;
     let report = stockledger_maintenance::compact::compact(
         &projection.connection(),
         &g.prefix,

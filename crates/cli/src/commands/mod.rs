@@ -36,6 +36,19 @@ use stockledger_analysts::query;
 use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::ResultCode;
 
+/// `--applier-group`, for the commands that read where the applier is.
+#[derive(Debug, clap::Args)]
+pub struct ApplierGroup {
+    /// The appliers' consumer group: its committed offsets say how far the
+    /// applier is, and where a replay from a snapshot taken now starts.
+    #[arg(
+        long,
+        env = "STOCKLEDGER_APPLIER_GROUP",
+        default_value = stockledger_applier::applier::DEFAULT_GROUP
+    )]
+    pub applier_group: String,
+}
+
 pub(crate) fn parse_sku(s: &str) -> Result<Sku, String> {
     Sku::new(s).map_err(|e| e.to_string())
 }

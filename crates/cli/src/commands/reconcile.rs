@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_projection::Projection;
 
-use super::snapshot::sku_progress;
 use super::table::Style;
 use crate::exit::Exit;
+use crate::progress::Progress;
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -30,7 +30,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let json = args.json || args.format == Style::Json;
     let page_size = args.page_size.max(1);
     let mut progress =
-        sku_progress(&projection, format!("reconcile {}", g.prefix), page_size).await?;
+        Progress::over_skus(&projection, format!("reconcile {}", g.prefix), page_size).await?;
     let report = stockledger_maintenance::reconcile::reconcile(
         &projection.connection(),
         &g.prefix,

@@ -7,19 +7,14 @@ use stockledger_maintenance::snapshot;
 use stockledger_projection::Projection;
 
 use super::table::Style;
+use super::ApplierGroup;
 use crate::progress::Progress;
 use crate::{connect_archive, Global};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// The applier group whose committed offsets say where a replay from
-    /// this snapshot starts.
-    #[arg(
-        long,
-        env = "STOCKLEDGER_APPLIER_GROUP",
-        default_value = "stockledger-applier"
-    )]
-    pub applier_group: String,
+    #[command(flatten)]
+    pub applier: ApplierGroup,
     /// SKUs read and written per page (bounds memory).
     #[arg(long, default_value_t = 1000)]
     pub page_size: usize,
@@ -31,10 +26,11 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let pool = connect_archive(g, 2).await?;
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
-    let start = snapshot::committed_offsets(&g.kafka(), &args.applier_group, &g.topic).await?;
+    let start =
+        snapshot::committed_offsets(&g.kafka(), &args.applier.applier_group, &g.topic).await?;
     let page_size = args.page_size.max(1);
     let mut progress =
-        sku_progress(&projection, format!("snapshot of {}", g.prefix), page_size).await?;
+        Progress::over_skus(&projection, format!("snapshot of {}", g.prefix), page_size).await?;
     let taken = snapshot::take(
         &pool,
         &projection.connection(),
@@ -78,19 +74,4 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// A progress display over the SKUs under `projection`'s prefix; they are
-/// counted first only when the display is drawn.
-pub async fn sku_progress(
-    projection: &Projection,
-    what: String,
-    page_size: usize,
-) -> anyhow::Result<Progress> {
-    let total = if Progress::drawn() {
-        Some(projection.count_skus(page_size).await?)
-    } else {
-        None
-    };
-    Ok(Progress::new(what, "SKUs", total))
 }

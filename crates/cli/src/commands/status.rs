@@ -17,6 +17,7 @@ use stockledger_core::report::Chain;
 use stockledger_kafka::topic::{committed_offsets, watermarks_of, LogError};
 use stockledger_projection::Projection;
 
+use super::ApplierGroup;
 use crate::exit::Exit;
 use crate::Global;
 
@@ -29,21 +30,16 @@ const ASK_WITHIN: Duration = Duration::from_secs(15);
   stockledger status --format json --max-lag 10000 || alert \"ledger exit $?\"
 
 Exit codes: 0 healthy, 3 lagging (a partition beyond --max-lag, or a hold
-overdue beyond --max-hold-overdue-ms), 69 a service unreachable, 1 a
-ledger topic missing or any other failure, 2 bad arguments.")]
+overdue beyond --max-hold-overdue-ms), 69 a service unreachable, 4 a
+ledger topic missing; the rest as `stockledger --help` lists them.")]
 pub struct Args {
-    /// Consumer group of the appliers.
-    #[arg(
-        long,
-        env = "STOCKLEDGER_APPLIER_GROUP",
-        default_value = "stockledger-applier"
-    )]
-    pub applier_group: String,
+    #[command(flatten)]
+    pub applier: ApplierGroup,
     /// Consumer group of the archivers.
     #[arg(
         long,
         env = "STOCKLEDGER_ARCHIVER_GROUP",
-        default_value = "stockledger-archiver"
+        default_value = stockledger_archiver::DEFAULT_GROUP
     )]
     pub archiver_group: String,
     /// Records a partition may be behind its log end and still count as
@@ -185,7 +181,9 @@ async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> Kafka
     let mut outcomes = None;
     let mut dead_letters = None;
     let reach = ask(async {
-        if let Some(applier) = progress(&kafka, &g.topic, &args.applier_group, missing).await? {
+        if let Some(applier) =
+            progress(&kafka, &g.topic, &args.applier.applier_group, missing).await?
+        {
             commands = Some(
                 applier
                     .into_iter()
