@@ -219,7 +219,13 @@ fn redis_exit(e: &redis::RedisError) -> Option<Exit> {
 fn postgres_exit(e: &sqlx::Error) -> Option<Exit> {
     match e {
         sqlx::Error::Io(io) => io_exit(io).or(Some(Exit::Unavailable)),
-        sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => Some(Exit::Unavailable),
+        // A protocol error is what a connection cut during its start-up
+        // looks like (`unexpected response from SSLRequest`, as the
+        // nemesis saw while it cut the path to PostgreSQL): the server is
+        // not there to speak to, whatever the reason.
+        sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
+            Some(Exit::Unavailable)
+        }
         sqlx::Error::Database(db) => {
             let code = db.code()?;
             // Class 28: invalid authorization; 42501: insufficient privilege.
@@ -272,5 +278,14 @@ mod tests {
 
         let e = anyhow::anyhow!("something else");
         assert_eq!(Exit::of(&e), Exit::Failure);
+    }
+
+    /// The nemesis of seed 20261125 cut the path to PostgreSQL while an
+    /// archiver started: it exited 1, not 69.
+    #[test]
+    fn a_postgresql_connection_cut_while_it_starts_is_unavailable() {
+        let cut = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        let e = anyhow::Error::from(cut).context("a PostgreSQL request failed");
+        assert_eq!(Exit::of(&e), Exit::Unavailable);
     }
 }

@@ -205,11 +205,24 @@ pub fn watermarks<C: ConsumerContext, T: Consumer<C>>(
 /// Whether `error` says the partitions have no leader for now, which a later
 /// attempt outlives: Apache Kafka answers so for a few seconds after it
 /// restarts or resumes from a pause, until its controller has unfenced it.
+/// Also two of librdkafka's own while a node of a cluster is down or
+/// restarting, which the nemesis of seed 20261125 found stopping a
+/// starting applier: `DestroyBroker` (a request sent through a bootstrap
+/// connection the client dropped for the broker's own) and
+/// `TimedOutQueue` (the request waited for a connection to the dead node;
+/// the next attempt goes to a live one). With every broker away the
+/// client says `BrokerTransportFailure`, which is not asked again.
 pub fn leaders_moving(error: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as Code;
     matches!(
         error.rdkafka_error_code(),
-        Some(Code::UnknownPartition | Code::LeaderNotAvailable | Code::NotLeaderForPartition)
+        Some(
+            Code::UnknownPartition
+                | Code::LeaderNotAvailable
+                | Code::NotLeaderForPartition
+                | Code::DestroyBroker
+                | Code::TimedOutQueue
+        )
     )
 }
 
@@ -486,5 +499,20 @@ mod tests {
         let records = [(1, 9), (0, 4), (1, 7), (0, 5)];
         assert_eq!(offset_ranges(records), "0:4..=5 1:7..=9");
         assert_eq!(offset_ranges([]), "");
+    }
+
+    /// Found by the nemesis of seed 20261125: an applier started while a
+    /// node was down exited on `DestroyBroker` or `TimedOutQueue` from its
+    /// first metadata request instead of asking again.
+    #[test]
+    fn a_metadata_request_on_a_dropped_bootstrap_connection_is_asked_again() {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let error = |code| KafkaError::MetadataFetch(code);
+        assert!(leaders_moving(&error(Code::DestroyBroker)));
+        assert!(leaders_moving(&error(Code::TimedOutQueue)));
+        assert!(!leaders_moving(&error(Code::BrokerTransportFailure)));
+        assert!(leaders_moving(&error(Code::LeaderNotAvailable)));
+        assert!(!leaders_moving(&error(Code::TopicAuthorizationFailed)));
+        assert!(!leaders_moving(&error(Code::UnknownTopicOrPartition)));
     }
 }

@@ -12,6 +12,7 @@
 //! - [`kafka_cluster`]: a replicated Apache Kafka (three KRaft nodes) of the
 //!   test's own, whose nodes can be killed and started again.
 //! - [`fault`]: a loopback TCP proxy that cuts a service off and lets it back.
+//! - [`nemesis`]: seeded schedules of faults for a nemesis run.
 //! - [`poison`]: records that are not valid commands.
 //! - [`traffic`]: order traffic for end-to-end and fault tests.
 //! - [`wait`]: awaiting a condition with a deadline, instead of sleeping.
@@ -23,6 +24,7 @@ pub mod fault;
 pub mod harness;
 pub mod kafka_cluster;
 pub mod log;
+pub mod nemesis;
 pub mod poison;
 pub mod redis_dump;
 pub mod services;

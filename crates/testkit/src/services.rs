@@ -169,7 +169,8 @@ fn start_postgres_container() -> anyhow::Result<String> {
     bail!("PostgreSQL in container {id} was not ready within 60 s")
 }
 
-pub(crate) fn free_port() -> anyhow::Result<u16> {
+/// A loopback port free now (the listener is dropped at once).
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
     Ok(listener.local_addr()?.port())
 }

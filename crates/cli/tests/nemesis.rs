@@ -1,0 +1,849 @@
+//! The nemesis: the whole pipeline on a replicated log (three Apache Kafka
+//! nodes, topics replicated three times with two in sync), its processes
+//! run as `stockledger apply | archive | serve`, Redis and PostgreSQL
+//! reached through proxies, under a mixed workload from library and HTTP
+//! callers while a seeded schedule
+//! ([`stockledger_testkit::nemesis::Schedule`]) kills, pauses and cuts.
+//! At the end everything is healed and the history is checked against the
+//! pure fold of the log.
+//!
+//! CI runs a short run with a fixed seed; `deploy/local/nemesis.sh
+//! --minutes M --seed S` runs the on-demand one, which a failing seed
+//! replays with the same schedule.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Child;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use common::{log_path, stockledger, Running};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
+use stockledger_client::{LedgerProducer, Receipt};
+use stockledger_core::partition::home_partition;
+use stockledger_core::{codec, CommandKind, RestockMode, ResultCode};
+use stockledger_testkit::fault::{address_of, via_port, Proxy};
+use stockledger_testkit::kafka_cluster::KafkaCluster;
+use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, SplitMix64, Step};
+use stockledger_testkit::services::free_port;
+use stockledger_testkit::{wait_until, Harness};
+use tokio::time::Instant;
+
+/// The SKUs of the workload; six over three partitions.
+const SKUS: [&str; 6] = ["N-0", "N-1", "N-2", "N-3", "N-4", "N-5"];
+const PARTITIONS: i32 = 3;
+/// Callers sending through the library, and through the gateway.
+const LIBRARY_CALLERS: u64 = 3;
+const HTTP_CALLERS: u64 = 1;
+/// A caller's pause between commands: the load stays a few hundred
+/// commands a second, so a long run's log is read back in seconds.
+const PACE: Duration = Duration::from_millis(10);
+/// How long, after a fault heals, decisions may take to flow again before
+/// the recovery is reported as not seen.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(180);
+/// How long the healed pipeline may take to decide, expire and archive
+/// everything at the end.
+const QUIESCENCE: Duration = Duration::from_secs(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_nemesis_run_with_a_fixed_seed_keeps_the_contract() -> anyhow::Result<()> {
+    let report = run(20_261_125, Duration::from_secs(150)).await?;
+    report.ensure()
+}
+
+/// The on-demand run: `STOCKLEDGER_NEMESIS_SEED` (default: drawn from the
+/// clock, and printed) and `STOCKLEDGER_NEMESIS_MINUTES` (default 30).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "on demand: deploy/local/nemesis.sh --minutes M --seed S"]
+async fn nemesis() -> anyhow::Result<()> {
+    let seed = match std::env::var("STOCKLEDGER_NEMESIS_SEED") {
+        Ok(s) => s
+            .parse()
+            .with_context(|| format!("STOCKLEDGER_NEMESIS_SEED={s}: not a whole number"))?,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs(),
+    };
+    let minutes: f64 = match std::env::var("STOCKLEDGER_NEMESIS_MINUTES") {
+        Ok(m) => m
+            .parse()
+            .ok()
+            .filter(|m: &f64| *m > 0.0 && *m <= 24.0 * 60.0)
+            .with_context(|| format!("STOCKLEDGER_NEMESIS_MINUTES={m}: minutes from 0 to 1440"))?,
+        Err(_) => 30.0,
+    };
+    let report = run(seed, Duration::from_secs_f64(minutes * 60.0)).await?;
+    report.ensure()
+}
+
+/// What a run found.
+struct Report {
+    seed: u64,
+    length: Duration,
+    schedule: Schedule,
+    acknowledged: usize,
+    records: usize,
+    /// Acknowledged commands not in the log at their position, or without
+    /// a decision.
+    lost: Vec<String>,
+    /// Effects taken twice: an order's take (or end, or a restock) applied
+    /// at two positions, or one position decided two ways.
+    doubled: Vec<String>,
+    /// Units still held once every hold's deadline has passed.
+    held: i64,
+    /// The contract check's failure, if it failed.
+    contract: Option<String>,
+    /// Processes that exited when nobody asked them to (restarted, as an
+    /// orchestrator would): reported, not a breach by themselves.
+    exits: Vec<String>,
+    recoveries: Vec<Recovery>,
+}
+
+impl Report {
+    fn ensure(&self) -> anyhow::Result<()> {
+        for exit in &self.exits {
+            println!("exited by itself: {exit}");
+        }
+        println!("{}", self.figures());
+        println!("{}", self.summary());
+        anyhow::ensure!(
+            self.lost.is_empty()
+                && self.doubled.is_empty()
+                && self.held == 0
+                && self.contract.is_none(),
+            "the nemesis of seed {} broke the contract; lost: {:?}; doubled: {:?}; \
+             {} units still held; contract: {:?}\n{}",
+            self.seed,
+            first(&self.lost),
+            first(&self.doubled),
+            self.held,
+            self.contract,
+            self.schedule
+        );
+        Ok(())
+    }
+
+    /// Per kind: faults injected, and the time from healing until
+    /// decisions flowed again on every partition (p50 and max), over all
+    /// of them and over those that healed with no other fault in force.
+    fn figures(&self) -> String {
+        let mut out = format!(
+            "{:<14} {:>8} {:>18} {:>18}\n",
+            "fault", "injected", "recovery p50/max", "alone: n p50/max"
+        );
+        for (kind, injected) in self.schedule.counts() {
+            let all: Vec<&Recovery> = self.recoveries.iter().filter(|r| r.kind == kind).collect();
+            let alone: Vec<&Recovery> = all.iter().copied().filter(|r| r.alone).collect();
+            out += &format!(
+                "{kind:<14} {injected:>8} {:>18} {:>18}\n",
+                spread(&all),
+                format!("{} {}", alone.len(), spread(&alone))
+            );
+        }
+        out
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "nemesis: seed {}, {:.1} min, {} faults, {} acknowledged, {} records, lost {}, \
+             doubled {}, held {}, exits {}, contract {}",
+            self.seed,
+            self.length.as_secs_f64() / 60.0,
+            self.schedule.steps.len(),
+            self.acknowledged,
+            self.records,
+            self.lost.len(),
+            self.doubled.len(),
+            self.held,
+            self.exits.len(),
+            if self.contract.is_none() {
+                "held"
+            } else {
+                "BROKEN"
+            }
+        )
+    }
+}
+
+/// `p50/max` of the recoveries' times, in seconds; a recovery not seen
+/// within the limit counts as the limit, marked `>`.
+fn spread(recoveries: &[&Recovery]) -> String {
+    let mut took: Vec<Duration> = recoveries
+        .iter()
+        .map(|r| r.took.unwrap_or(RECOVERY_LIMIT))
+        .collect();
+    took.sort();
+    let (Some(p50), Some(max)) = (took.get(took.len().saturating_sub(1) / 2), took.last()) else {
+        return "-".into();
+    };
+    let unseen = if recoveries.iter().any(|r| r.took.is_none()) {
+        ">"
+    } else {
+        ""
+    };
+    format!("{:.1}/{unseen}{:.1}s", p50.as_secs_f64(), max.as_secs_f64())
+}
+
+fn first(items: &[String]) -> &[String] {
+    &items[..items.len().min(5)]
+}
+
+/// How one fault's healing went.
+#[derive(Debug, Clone, Copy)]
+struct Recovery {
+    kind: &'static str,
+    /// From the healing until a deduct on each partition was decided
+    /// (`None`: not within [`RECOVERY_LIMIT`]).
+    took: Option<Duration>,
+    /// No other fault was in force when this one healed: the time is this
+    /// fault's own.
+    alone: bool,
+}
+
+/// A `stockledger` process the nemesis kills, pauses and starts again.
+struct Managed {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: std::path::PathBuf,
+    child: Option<Child>,
+    /// Whether it should be running now: an orchestrator starts it again
+    /// if it exits by itself ([`World::supervise`]).
+    wanted: bool,
+    /// How it exited when nobody asked it to.
+    exits: Vec<String>,
+}
+
+impl Managed {
+    fn new(h: &Harness, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            log: log_path(h, &[&format!("nemesis-{}", args.join("-"))]),
+            child: None,
+            wanted: false,
+            exits: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, h: &Harness) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = stockledger(h)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env(
+                "RUST_LOG",
+                std::env::var("STOCKLEDGER_NEMESIS_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting stockledger {}", self.args.join(" ")))?;
+        self.child = Some(child);
+        self.wanted = true;
+        Ok(())
+    }
+
+    fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        let child = self.child.as_ref().context("the process is not running")?;
+        kill(Pid::from_raw(i32::try_from(child.id())?), signal)?;
+        Ok(())
+    }
+
+    /// `kill -9`, and reaped.
+    fn kill(&mut self) -> anyhow::Result<()> {
+        self.wanted = false;
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, as an orchestrator scaling down does; reaped in the
+    /// background of the next start or of the end.
+    fn terminate(&mut self) -> anyhow::Result<()> {
+        self.wanted = false;
+        self.signal(Signal::SIGTERM)?;
+        if let Some(child) = self.child.take() {
+            // Dropped into a guard that kills it should it hang.
+            std::thread::spawn(move || {
+                let mut running = Running(child);
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while std::time::Instant::now() < deadline {
+                    if matches!(running.0.try_wait(), Ok(Some(_))) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts it again if it is wanted and has exited by itself, noting
+    /// how it exited.
+    fn restart_if_exited(&mut self, h: &Harness) -> anyhow::Result<()> {
+        let exited = match self.child.as_mut() {
+            Some(child) => child.try_wait()?.map(|status| status.to_string()),
+            None => Some("not started".into()),
+        };
+        if let (true, Some(status)) = (self.wanted, exited) {
+            eprintln!(
+                "stockledger {} exited by itself ({status}); started again, log {}",
+                self.args.join(" "),
+                self.log.display()
+            );
+            self.exits.push(status);
+            self.start(h)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        let _ = self.signal(Signal::SIGCONT);
+        let _ = self.kill();
+    }
+}
+
+/// Everything the faults act on.
+struct World {
+    h: Harness,
+    cluster: KafkaCluster,
+    redis: Proxy,
+    postgres: Proxy,
+    applier: Mutex<Managed>,
+    second_applier: Mutex<Managed>,
+    archiver: Mutex<Managed>,
+    gateway: Mutex<Managed>,
+    gateway_url: String,
+    /// SKUs whose orders tell that decisions flow, one per partition.
+    probes: Vec<String>,
+    probe_count: AtomicU64,
+    /// Faults struck and not yet healed.
+    active: AtomicUsize,
+}
+
+impl World {
+    async fn start() -> anyhow::Result<Arc<Self>> {
+        let cluster = KafkaCluster::start(3).await?;
+        let h = Harness::with_replicated_kafka("nemesis", PARTITIONS, cluster.kafka(), 3).await?;
+        let redis = Proxy::start(address_of(&h.redis_url)?).await?;
+        let postgres = Proxy::start(address_of(&h.services.database_url)?).await?;
+        let redis_url = via_port(&h.redis_url, redis.port());
+        let database_url = via_port(&h.services.database_url, postgres.port());
+        let through = [
+            ("REDIS_URL", redis_url.as_str()),
+            ("DATABASE_URL", database_url.as_str()),
+        ];
+        let member = |id: &'static str| {
+            [
+                ("REDIS_URL", redis_url.as_str()),
+                ("DATABASE_URL", database_url.as_str()),
+                ("STOCKLEDGER_INSTANCE_ID", id),
+            ]
+        };
+        let gateway_addr = format!("127.0.0.1:{}", free_port()?);
+        let world = Self {
+            applier: Mutex::new(Managed::new(&h, &["apply"], &member("nemesis-1"))),
+            second_applier: Mutex::new(Managed::new(
+                &h,
+                &["apply", "--stats-interval-s", "60"],
+                &member("nemesis-2"),
+            )),
+            archiver: Mutex::new(Managed::new(&h, &["archive"], &member("nemesis-archiver"))),
+            gateway: Mutex::new(Managed::new(
+                &h,
+                &["serve", "--listen", &gateway_addr],
+                &through,
+            )),
+            gateway_url: format!("http://{gateway_addr}"),
+            probes: (0..PARTITIONS).map(probe_sku).collect(),
+            probe_count: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            h,
+            cluster,
+            redis,
+            postgres,
+        };
+        for managed in [&world.applier, &world.archiver, &world.gateway] {
+            lock(managed)?.start(&world.h)?;
+        }
+        for sku in SKUS
+            .iter()
+            .copied()
+            .chain(world.probes.iter().map(String::as_str))
+        {
+            world
+                .h
+                .producer
+                .restock(sku, "initial", RestockMode::Set, 1_000_000)
+                .await?;
+        }
+        Ok(Arc::new(world))
+    }
+
+    fn process(&self, process: Process) -> &Mutex<Managed> {
+        match process {
+            Process::Applier => &self.applier,
+            Process::Archiver => &self.archiver,
+            Process::Gateway => &self.gateway,
+        }
+    }
+
+    fn proxy(&self, path: Path) -> &Proxy {
+        match path {
+            Path::Redis => &self.redis,
+            Path::Postgres => &self.postgres,
+        }
+    }
+
+    /// Strikes `step`, waits its length, heals it, and returns how long
+    /// decisions then took to flow again, and whether it healed with no
+    /// other fault still in force.
+    async fn strike(&self, index: usize, step: Step) -> anyhow::Result<Recovery> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let healed = self.strike_and_heal(index, step).await;
+        let alone = self.active.fetch_sub(1, Ordering::SeqCst) == 1;
+        healed?;
+        Ok(Recovery {
+            kind: step.fault.kind(),
+            took: self.recovery().await,
+            alone,
+        })
+    }
+
+    async fn strike_and_heal(&self, index: usize, step: Step) -> anyhow::Result<()> {
+        let fault = step.fault;
+        match fault {
+            Fault::Kill(process) => lock(self.process(process))?.kill()?,
+            Fault::KillBroker { leader } => {
+                let node = if leader {
+                    self.cluster.leader(&self.h.ns.topic, 0)?
+                } else {
+                    1 + (index % self.cluster.nodes.len()) as i32
+                };
+                self.cluster.kill(node)?;
+                tokio::time::sleep(step.lasting).await;
+                return self.cluster.restart(node).await;
+            }
+            Fault::PauseApplier => lock(&self.applier)?.signal(Signal::SIGSTOP)?,
+            Fault::Cut(path) => self.proxy(path).pause(),
+            Fault::Rebalance => lock(&self.second_applier)?.start(&self.h)?,
+        }
+        tokio::time::sleep(step.lasting).await;
+        match fault {
+            Fault::Kill(process) => lock(self.process(process))?.start(&self.h)?,
+            Fault::PauseApplier => lock(&self.applier)?.signal(Signal::SIGCONT)?,
+            Fault::Cut(path) => self.proxy(path).resume(),
+            Fault::Rebalance => lock(&self.second_applier)?.terminate()?,
+            Fault::KillBroker { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// How long until a deduct sent now on each partition is decided.
+    async fn recovery(&self) -> Option<Duration> {
+        let started = Instant::now();
+        let n = self.probe_count.fetch_add(1, Ordering::SeqCst);
+        let order = format!("probe-{n}");
+        let sent = async {
+            for sku in &self.probes {
+                self.h.producer.deduct(sku, &order, 1).await?;
+            }
+            wait_until("decisions on every partition", RECOVERY_LIMIT, || async {
+                for sku in &self.probes {
+                    if self.h.projection.order(sku, &order).await?.is_none() {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            })
+            .await
+        };
+        match tokio::time::timeout(RECOVERY_LIMIT, sent).await {
+            Ok(Ok(())) => Some(started.elapsed()),
+            _ => None,
+        }
+    }
+
+    /// As an orchestrator does, until `until`: a wanted process that
+    /// exited by itself is started again (and the exit noted).
+    async fn supervise(&self, until: Instant) -> anyhow::Result<()> {
+        while Instant::now() < until {
+            for managed in self.all() {
+                lock(managed)?.restart_if_exited(&self.h)?;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
+    }
+
+    fn all(&self) -> [&Mutex<Managed>; 4] {
+        [
+            &self.applier,
+            &self.second_applier,
+            &self.archiver,
+            &self.gateway,
+        ]
+    }
+
+    /// Exits nobody asked for, per process.
+    fn exits(&self) -> anyhow::Result<Vec<String>> {
+        let mut exits = Vec::new();
+        for managed in self.all() {
+            let managed = lock(managed)?;
+            for status in &managed.exits {
+                exits.push(format!("{} {status}", managed.args[0]));
+            }
+        }
+        Ok(exits)
+    }
+}
+
+fn lock(m: &Mutex<Managed>) -> anyhow::Result<std::sync::MutexGuard<'_, Managed>> {
+    m.lock()
+        .map_err(|_| anyhow::anyhow!("a fault task panicked holding a process"))
+}
+
+/// A SKU whose home is `partition`.
+fn probe_sku(partition: i32) -> String {
+    (0..)
+        .map(|i| format!("P-{partition}-{i}"))
+        .find(|sku| home_partition(sku.as_bytes(), PARTITIONS) == partition)
+        .unwrap_or_default()
+}
+
+/// A command the ledger acknowledged: where it is and what it was.
+#[derive(Debug, Clone)]
+struct Ack {
+    partition: i32,
+    offset: i64,
+    command_id: String,
+}
+
+impl From<Receipt> for Ack {
+    fn from(r: Receipt) -> Self {
+        Self {
+            partition: r.position.partition,
+            offset: r.position.offset,
+            command_id: r.command_id.as_str().to_owned(),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// One library caller until `until`: deducts, rollbacks before their
+/// deducts, holds of one to four seconds (confirmed, rolled back or left
+/// to expire), refunds after confirms, restocks. A send that fails is
+/// given up (it may or may not be in the log; it was not acknowledged).
+async fn library_caller(
+    producer: LedgerProducer,
+    caller: u64,
+    seed: u64,
+    until: Instant,
+) -> Vec<Ack> {
+    let mut rng = SplitMix64::new(seed ^ (caller + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut acks = Vec::new();
+    let mut i = 0u64;
+    while Instant::now() < until {
+        i += 1;
+        let sku = SKUS[rng.below(SKUS.len() as u64) as usize];
+        let order = format!("c{caller}-{i}");
+        let quantity = rng.between(1, 3) as i64;
+        let mut sent: Vec<Result<Receipt, _>> = Vec::new();
+        match rng.below(100) {
+            0..=34 => {
+                sent.push(producer.deduct(sku, &order, quantity).await);
+                if rng.chance(25) {
+                    sent.push(producer.rollback(sku, &order, Some("cancelled")).await);
+                }
+            }
+            35..=44 => {
+                sent.push(producer.rollback(sku, &order, None).await);
+                sent.push(producer.deduct(sku, &order, quantity).await);
+            }
+            45..=89 => {
+                let hold = rng.between(1_000, 4_000) as i64;
+                let user = format!("u{}", rng.below(5));
+                sent.push(
+                    producer
+                        .reserve(sku, &order, quantity, Some(&user), now_ms() + hold)
+                        .await,
+                );
+                match rng.below(3) {
+                    0 => {
+                        sent.push(producer.confirm(sku, &order).await);
+                        if rng.chance(50) {
+                            sent.push(producer.refund(sku, &order, None).await);
+                        }
+                    }
+                    1 => sent.push(producer.rollback(sku, &order, None).await),
+                    _ => {} // left to expire
+                }
+            }
+            _ => {
+                let adjustment = format!("r{caller}-{i}");
+                sent.push(
+                    producer
+                        .restock(sku, &adjustment, RestockMode::Add, 20)
+                        .await,
+                );
+            }
+        }
+        acks.extend(sent.into_iter().flatten().map(Ack::from));
+        tokio::time::sleep(PACE).await;
+    }
+    acks
+}
+
+/// One caller through the gateway until `until`: deducts and holds, each
+/// retried with the same order id while the gateway is away or answers
+/// 5xx, as an order service retries (the ledger decides a repeat
+/// `DUPLICATE`, so the effect stays once).
+async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Vec<Ack> {
+    let mut rng = SplitMix64::new(seed ^ (caller + 101).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap_or_default();
+    let mut acks = Vec::new();
+    let mut i = 0u64;
+    while Instant::now() < until {
+        i += 1;
+        let sku = SKUS[rng.below(SKUS.len() as u64) as usize];
+        let order = format!("h{caller}-{i}");
+        let quantity = rng.between(1, 3);
+        let body = if rng.chance(50) {
+            json!({"quantity": quantity, "hold_ms": rng.between(1_000, 4_000)})
+        } else {
+            json!({"quantity": quantity})
+        };
+        let url = format!("{base}/v1/skus/{sku}/orders/{order}/deduct?wait_ms=1000");
+        for _attempt in 0..40 {
+            let answer = client.post(&url).json(&body).send().await;
+            let Ok(answer) = answer else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let status = answer.status().as_u16();
+            if status >= 500 || status == 429 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            let Ok(body) = answer.json::<serde_json::Value>().await else {
+                break;
+            };
+            if let (Some(position), Some(command_id)) =
+                (body.get("position"), body["command_id"].as_str())
+            {
+                acks.push(Ack {
+                    partition: position["partition"].as_i64().unwrap_or(-1) as i32,
+                    offset: position["offset"].as_i64().unwrap_or(-1),
+                    command_id: command_id.to_owned(),
+                });
+            }
+            break;
+        }
+        tokio::time::sleep(PACE).await;
+    }
+    acks
+}
+
+async fn run(seed: u64, length: Duration) -> anyhow::Result<Report> {
+    run_schedule(Schedule::generate(seed, length), length).await
+}
+
+async fn run_schedule(schedule: Schedule, length: Duration) -> anyhow::Result<Report> {
+    let seed = schedule.seed;
+    println!("nemesis of seed {seed} for {length:?}\n{schedule}");
+    let world = World::start().await?;
+    let started = Instant::now();
+    let until = started + length;
+
+    let mut callers = Vec::new();
+    for caller in 0..LIBRARY_CALLERS {
+        let producer = world.h.producer.clone();
+        callers.push(tokio::spawn(library_caller(producer, caller, seed, until)));
+    }
+    for caller in 0..HTTP_CALLERS {
+        let base = world.gateway_url.clone();
+        callers.push(tokio::spawn(http_caller(base, caller, seed, until)));
+    }
+    let supervisor = {
+        let world = world.clone();
+        tokio::spawn(async move { world.supervise(until).await })
+    };
+    let mut faults = Vec::new();
+    for (index, step) in schedule.steps.iter().copied().enumerate() {
+        let world = world.clone();
+        faults.push(tokio::spawn(async move {
+            tokio::time::sleep_until(started + step.at).await;
+            println!("{:>7.1}s strikes {step}", started.elapsed().as_secs_f64());
+            world
+                .strike(index, step)
+                .await
+                .with_context(|| format!("striking {step}"))
+        }));
+    }
+    let mut recoveries = Vec::new();
+    for fault in faults {
+        recoveries.push(fault.await??);
+    }
+    let mut acks = Vec::new();
+    for caller in callers {
+        acks.extend(caller.await?);
+    }
+    // Every fault has healed by the end of the schedule; what exited by
+    // itself is started once more.
+    supervisor.await??;
+    for managed in world.all() {
+        lock(managed)?.restart_if_exited(&world.h)?;
+    }
+    println!(
+        "{:>7.1}s healed; {} acknowledged; waiting for quiescence",
+        started.elapsed().as_secs_f64(),
+        acks.len()
+    );
+    check(&world, seed, length, schedule, acks, recoveries).await
+}
+
+/// Waits until every record is decided and every hold has ended, then
+/// checks the history.
+async fn check(
+    world: &World,
+    seed: u64,
+    length: Duration,
+    schedule: Schedule,
+    acks: Vec<Ack>,
+    recoveries: Vec<Recovery>,
+) -> anyhow::Result<Report> {
+    let h = &world.h;
+    let skus: Vec<&str> = SKUS
+        .iter()
+        .copied()
+        .chain(world.probes.iter().map(String::as_str))
+        .collect();
+    // Holds end by expiry records the applier appends, so the log grows
+    // until the last one is decided.
+    let quiet = wait_until(
+        "every record decided and every hold ended",
+        QUIESCENCE,
+        || async {
+            let ledger = h.fold_log().await?;
+            let held: i64 = ledger.skus.values().map(|s| s.reserved).sum();
+            let records = h.read(&h.ns.topic).await?.len() as u64;
+            Ok((held == 0 && h.applied(&skus).await? >= records).then_some(()))
+        },
+    )
+    .await;
+    let log = h.read(&h.ns.topic).await?;
+    let held: i64 = h.fold_log().await?.skus.values().map(|s| s.reserved).sum();
+    let contract = match quiet {
+        Err(e) => {
+            // How each partition stands, for whoever reads the failure.
+            let status = stockledger(h)
+                .args(["status", "--format", "json"])
+                .output()?;
+            println!("{}", String::from_utf8_lossy(&status.stdout));
+            Some(format!("{e:#}"))
+        }
+        Ok(()) => h.assert_contract().await.err().map(|e| format!("{e:#}")),
+    };
+
+    let logged: BTreeMap<(i32, i64), String> = log
+        .iter()
+        .filter_map(|r| {
+            let command = codec::decode_command(r.payload.as_deref()?).ok()?;
+            Some((
+                (r.partition, r.offset),
+                command.command_id.as_str().to_owned(),
+            ))
+        })
+        .collect();
+    let mut decided: BTreeMap<(i32, i64), BTreeSet<ResultCode>> = BTreeMap::new();
+    // (SKU, kind, order or adjustment id) → the positions that applied it.
+    type Effect = (String, &'static str, String);
+    let mut applied: BTreeMap<Effect, BTreeSet<(i32, i64)>> = BTreeMap::new();
+    for record in h.read(&h.ns.outcomes_topic).await? {
+        let outcome = codec::decode_outcome(record.payload.as_deref().unwrap_or_default())?;
+        let at = (outcome.position.partition, outcome.position.offset);
+        decided
+            .entry(at)
+            .or_default()
+            .insert(outcome.decision.result);
+        if let (ResultCode::Applied, Some(kind)) = (outcome.decision.result, outcome.kind) {
+            let id = outcome
+                .order_id
+                .or(outcome.adjustment_id)
+                .unwrap_or_default();
+            if kind != CommandKind::Limit {
+                applied
+                    .entry((outcome.sku, kind.as_str(), id))
+                    .or_default()
+                    .insert(at);
+            }
+        }
+    }
+    let mut lost = Vec::new();
+    for ack in &acks {
+        let at = (ack.partition, ack.offset);
+        match logged.get(&at) {
+            Some(id) if *id == ack.command_id => {
+                if !decided.contains_key(&at) {
+                    lost.push(format!("{} at {at:?} has no decision", ack.command_id));
+                }
+            }
+            Some(other) => lost.push(format!(
+                "{} acknowledged at {at:?}, where the log holds {other}",
+                ack.command_id
+            )),
+            None => lost.push(format!(
+                "{} acknowledged at {at:?}, not in the log",
+                ack.command_id
+            )),
+        }
+    }
+    let mut doubled: Vec<String> = decided
+        .iter()
+        .filter(|(_, results)| results.len() > 1)
+        .map(|(at, results)| format!("{at:?} decided {results:?}"))
+        .collect();
+    doubled.extend(
+        applied
+            .iter()
+            .filter(|(_, at)| at.len() > 1)
+            .map(|((sku, kind, id), at)| format!("{kind} {sku}/{id} applied at {at:?}")),
+    );
+    Ok(Report {
+        seed,
+        length,
+        schedule,
+        acknowledged: acks.len(),
+        records: log.len(),
+        lost,
+        doubled,
+        held,
+        contract,
+        exits: world.exits()?,
+        recoveries,
+    })
+}

@@ -1,0 +1,325 @@
+//! A nemesis's schedule: which fault strikes when, and when it heals,
+//! drawn from a seed so that a run that failed can be run again with the
+//! very same faults at the very same moments.
+//!
+//! The schedule is pure: [`Schedule::generate`] is a function of the seed
+//! and the run's length, with a generator written here ([`SplitMix64`]) so
+//! that no dependency update can change what a printed seed means.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A small, well-mixed pseudo-random generator (SplitMix64, as Java's
+/// `SplittableRandom` and the xoshiro authors' seeding use): the same seed
+/// gives the same numbers on every machine and in every version.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// A number in `low..=high`.
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high.saturating_sub(low) + 1)
+    }
+
+    /// A duration in `low..=high`, to the millisecond.
+    pub fn duration(&mut self, low: Duration, high: Duration) -> Duration {
+        Duration::from_millis(self.between(low.as_millis() as u64, high.as_millis() as u64))
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Which process a process fault strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Process {
+    Applier,
+    Archiver,
+    Gateway,
+}
+
+impl Process {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Applier => "applier",
+            Self::Archiver => "archiver",
+            Self::Gateway => "gateway",
+        }
+    }
+}
+
+/// Which network path a cut strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Path {
+    Redis,
+    Postgres,
+}
+
+/// One fault. Each heals `lasting` after it strikes (a killed process or
+/// broker is started again, a paused one continued, a cut path restored,
+/// a joined applier stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `kill -9` of the process; started again `lasting` later (at once
+    /// when that is zero).
+    Kill(Process),
+    /// `kill -9` of a Kafka broker: the leader of the busiest partition,
+    /// or any node.
+    KillBroker { leader: bool },
+    /// SIGSTOP of the applier, SIGCONT `lasting` later: past its session
+    /// timeout, the group moves its partitions while it sleeps.
+    PauseApplier,
+    /// Every connection on the path cut and new ones refused.
+    Cut(Path),
+    /// A second applier joins the group (a rebalance) and leaves
+    /// `lasting` later (another).
+    Rebalance,
+}
+
+impl Fault {
+    /// The fault's kind, as figures are reported per kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Kill(Process::Applier) => "kill-applier",
+            Self::Kill(Process::Archiver) => "kill-archiver",
+            Self::Kill(Process::Gateway) => "kill-gateway",
+            Self::KillBroker { leader: true } => "kill-leader",
+            Self::KillBroker { leader: false } => "kill-broker",
+            Self::PauseApplier => "pause-applier",
+            Self::Cut(Path::Redis) => "cut-redis",
+            Self::Cut(Path::Postgres) => "cut-postgres",
+            Self::Rebalance => "rebalance",
+        }
+    }
+
+    /// Every kind, in the order figures are reported.
+    pub const ALL: [Fault; 9] = [
+        Fault::Kill(Process::Applier),
+        Fault::Kill(Process::Archiver),
+        Fault::Kill(Process::Gateway),
+        Fault::KillBroker { leader: true },
+        Fault::KillBroker { leader: false },
+        Fault::PauseApplier,
+        Fault::Cut(Path::Redis),
+        Fault::Cut(Path::Postgres),
+        Fault::Rebalance,
+    ];
+
+    /// What the fault puts out of action: two faults on one target never
+    /// overlap (a process is not paused while it is dead; one broker is
+    /// down at a time, so the log always has a majority in sync).
+    fn target(self) -> &'static str {
+        match self {
+            Self::Kill(Process::Applier) | Self::PauseApplier => "applier",
+            Self::Kill(Process::Archiver) => "archiver",
+            Self::Kill(Process::Gateway) => "gateway",
+            Self::KillBroker { .. } => "broker",
+            Self::Cut(Path::Redis) => "redis",
+            Self::Cut(Path::Postgres) => "postgres",
+            Self::Rebalance => "second-applier",
+        }
+    }
+
+    /// How long the fault lasts, drawn for it. A pause outlasts the
+    /// consumer's default session timeout (45 s).
+    fn lasting(self, rng: &mut SplitMix64) -> Duration {
+        let s = Duration::from_secs;
+        match self {
+            Self::Kill(_) if rng.chance(30) => Duration::ZERO,
+            Self::Kill(_) => rng.duration(s(1), s(10)),
+            Self::KillBroker { .. } => rng.duration(s(2), s(15)),
+            Self::PauseApplier => rng.duration(s(47), s(55)),
+            Self::Cut(_) => rng.duration(s(1), s(12)),
+            Self::Rebalance => rng.duration(s(5), s(20)),
+        }
+    }
+}
+
+/// One fault at its moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// From the start of the run.
+    pub at: Duration,
+    pub fault: Fault,
+    pub lasting: Duration,
+}
+
+impl Step {
+    /// When the fault heals, from the start of the run.
+    pub fn heals_at(&self) -> Duration {
+        self.at + self.lasting
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:>7.1}s {:<13} for {:.1}s",
+            self.at.as_secs_f64(),
+            self.fault.kind(),
+            self.lasting.as_secs_f64()
+        )
+    }
+}
+
+/// A run's faults, in the order they strike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub seed: u64,
+    pub steps: Vec<Step>,
+}
+
+impl Schedule {
+    /// The faults of a run of `length`: every 2 to 8 seconds one fault, or
+    /// now and then two at once, each kind in turn from a shuffled deck so
+    /// that every kind comes up within each round of nine. A fault whose
+    /// target is still out of action moves to the next moment; every fault
+    /// has healed by the end of `length`.
+    pub fn generate(seed: u64, length: Duration) -> Self {
+        let mut rng = SplitMix64::new(seed);
+        let mut deck: Vec<Fault> = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
+        let mut at = Duration::from_secs(5);
+        while at < length {
+            let at_once = if rng.chance(25) { 2 } else { 1 };
+            for _ in 0..at_once {
+                if deck.is_empty() {
+                    deck = Fault::ALL.to_vec();
+                    shuffle(&mut deck, &mut rng);
+                }
+                let Some(fault) = deck.pop() else { break };
+                let lasting = fault.lasting(&mut rng);
+                let busy = steps
+                    .iter()
+                    .any(|s| s.fault.target() == fault.target() && s.heals_at() > at);
+                if busy || at + lasting > length {
+                    deck.insert(0, fault); // its turn comes again
+                    continue;
+                }
+                steps.push(Step { at, fault, lasting });
+            }
+            at += rng.duration(Duration::from_secs(2), Duration::from_secs(8));
+        }
+        Self { seed, steps }
+    }
+
+    /// Faults per kind, in [`Fault::ALL`]'s order.
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        Fault::ALL
+            .iter()
+            .map(|kind| {
+                let n = self
+                    .steps
+                    .iter()
+                    .filter(|s| s.fault.kind() == kind.kind())
+                    .count();
+                (kind.kind(), n)
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "schedule of seed {} ({} faults):",
+            self.seed,
+            self.steps.len()
+        )?;
+        for step in &self.steps {
+            writeln!(f, "  {step}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Fisher–Yates, drawn from `rng`.
+fn shuffle<T>(items: &mut [T], rng: &mut SplitMix64) {
+    for i in (1..items.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        items.swap(i, j);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEN_MINUTES: Duration = Duration::from_secs(600);
+
+    #[test]
+    fn the_generator_gives_the_published_splitmix64_sequence() {
+        // The first outputs for seed 0 (Vigna's reference splitmix64.c).
+        let mut rng = SplitMix64::new(0);
+        assert_eq!(rng.next_u64(), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(rng.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    }
+
+    #[test]
+    fn a_seed_gives_the_same_schedule_every_time_and_another_seed_another() {
+        let first = Schedule::generate(7, TEN_MINUTES);
+        assert_eq!(first, Schedule::generate(7, TEN_MINUTES));
+        assert_ne!(first.steps, Schedule::generate(8, TEN_MINUTES).steps);
+    }
+
+    #[test]
+    fn every_kind_strikes_and_every_fault_heals_within_the_run() {
+        for seed in 0..50 {
+            let schedule = Schedule::generate(seed, TEN_MINUTES);
+            for (kind, n) in schedule.counts() {
+                assert!(n > 0, "seed {seed}: no {kind} in ten minutes");
+            }
+            for step in &schedule.steps {
+                assert!(step.heals_at() <= TEN_MINUTES, "seed {seed}: {step}");
+            }
+            assert!(
+                schedule.steps.windows(2).all(|w| w[0].at <= w[1].at),
+                "seed {seed}: steps in order"
+            );
+        }
+    }
+
+    #[test]
+    fn faults_on_one_target_never_overlap_so_one_broker_at_most_is_down() {
+        for seed in 0..50 {
+            let steps = Schedule::generate(seed, TEN_MINUTES).steps;
+            for (i, a) in steps.iter().enumerate() {
+                for b in &steps[i + 1..] {
+                    if a.fault.target() == b.fault.target() {
+                        assert!(b.at >= a.heals_at(), "seed {seed}: {a} and {b} overlap");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_run_still_brings_several_kinds_at_once_now_and_then() {
+        let schedule = Schedule::generate(1, Duration::from_secs(180));
+        let kinds = schedule.counts().iter().filter(|(_, n)| *n > 0).count();
+        assert!(kinds >= 6, "{schedule}");
+        let overlapping = schedule.steps.windows(2).any(|w| w[1].at < w[0].heals_at());
+        assert!(overlapping, "{schedule}");
+    }
+}

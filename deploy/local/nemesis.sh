@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The nemesis: the whole pipeline on a replicated Apache Kafka (three KRaft
+# nodes of its own, topics replicated three times with two in sync), its
+# processes run as `stockledger apply | archive | serve`, Redis and
+# PostgreSQL reached through proxies, under a mixed workload while a seeded
+# schedule kills appliers, archivers, gateways and brokers (the leader of a
+# busy partition included), pauses the applier past its session timeout,
+# cuts the paths to Redis and PostgreSQL, and adds and removes an applier.
+# At the end it heals everything, waits until every record is decided and
+# every hold has ended, and checks the history against the fold of the log.
+#
+#   deploy/local/nemesis.sh --minutes 30 --seed 42
+#   deploy/local/nemesis.sh --minutes 5          # a seed drawn and printed
+#
+# The schedule is printed first; the same seed replays the same schedule.
+# The last line begins `nemesis:` and says `lost N` and `doubled N`; the
+# exit status is 0 only if every check held. The whole output is kept in
+# ~/.stockledger/nemesis/seed-S.log, each process's log in the system's
+# temporary directory (named in the output).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+minutes=30
+seed=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --minutes) minutes=${2:-}; shift 2 || { echo "nemesis.sh: --minutes needs a value" >&2; exit 2; } ;;
+    --seed) seed=${2:-}; shift 2 || { echo "nemesis.sh: --seed needs a value" >&2; exit 2; } ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "nemesis.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if ! [[ $minutes =~ ^[0-9]+([.][0-9]+)?$ ]] || [ "$(awk "BEGIN{print ($minutes > 0 && $minutes <= 1440)}")" != 1 ]; then
+  echo "nemesis.sh: --minutes $minutes: a number of minutes above 0, at most 1440" >&2
+  exit 2
+fi
+if [ -z "$seed" ]; then
+  seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+fi
+if ! [[ $seed =~ ^[0-9]{1,19}$ ]]; then
+  echo "nemesis.sh: --seed $seed: a whole number of at most 19 digits" >&2
+  exit 2
+fi
+
+deploy/local/stack.sh up
+eval "$(deploy/local/stack.sh env)"
+export STOCKLEDGER_REDIS_DB=${STOCKLEDGER_REDIS_DB:-15}
+export STOCKLEDGER_NEMESIS_SEED=$seed STOCKLEDGER_NEMESIS_MINUTES=$minutes
+out_dir=${STOCKLEDGER_HOME:-$HOME/.stockledger}/nemesis
+mkdir -p "$out_dir"
+out=$out_dir/seed-$seed.log
+echo "nemesis.sh: seed $seed, $minutes min; output in $out" >&2
+set +e
+cargo test --locked -p stockledger-cli --test nemesis -- \
+  --ignored --exact nemesis --nocapture 2>&1 | tee "$out"
+status=${PIPESTATUS[0]}
+set -e
+line=$(grep '^nemesis:' "$out" | tail -n 1 || true)
+if [ -z "$line" ]; then
+  line="nemesis: seed $seed, did not finish (see $out), lost unknown, doubled unknown"
+  status=1
+fi
+echo "$line"
+exit "$status"
