@@ -166,7 +166,13 @@ fn cause_exit(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
         return Some(Exit::DataError);
     }
     if let Some(e) = cause.downcast_ref::<KafkaError>() {
-        return e.rdkafka_error_code().and_then(kafka_exit);
+        // rdkafka gives no code for a failed admin request, though it
+        // holds one.
+        let code = match e {
+            KafkaError::AdminOp(code) => Some(*code),
+            other => other.rdkafka_error_code(),
+        };
+        return code.and_then(kafka_exit);
     }
     if let Some(e) = cause.downcast_ref::<redis::RedisError>() {
         return redis_exit(e);
@@ -278,6 +284,20 @@ mod tests {
 
         let e = anyhow::anyhow!("something else");
         assert_eq!(Exit::of(&e), Exit::Failure);
+    }
+
+    /// `stockledger apply` with every broker away exited 1: its admin
+    /// request timed out.
+    #[test]
+    fn an_admin_request_the_brokers_do_not_answer_is_unavailable() {
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode;
+        let timed_out = stockledger_kafka::admin::AdminError::Request {
+            what: "describing the topic's configuration",
+            source: KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut),
+        };
+        let e = anyhow::Error::from(stockledger_applier::ApplierError::TopicConfig(timed_out));
+        assert_eq!(Exit::of(&e), Exit::Unavailable, "{e:#}");
     }
 
     /// The nemesis of seed 20261125 cut the path to PostgreSQL while an

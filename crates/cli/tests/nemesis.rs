@@ -15,7 +15,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Child;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -130,7 +130,8 @@ impl Report {
 
     /// Per kind: faults injected, and the time from healing until
     /// decisions flowed again on every partition (p50 and max), over all
-    /// of them and over those that healed with no other fault in force.
+    /// of them and over those no other fault overlapped (from the strike
+    /// until decisions flowed again).
     fn figures(&self) -> String {
         let mut out = format!(
             "{:<14} {:>8} {:>18} {:>18}\n",
@@ -200,9 +201,24 @@ struct Recovery {
     /// From the healing until a deduct on each partition was decided
     /// (`None`: not within [`RECOVERY_LIMIT`]).
     took: Option<Duration>,
-    /// No other fault was in force when this one healed: the time is this
-    /// fault's own.
+    /// When it struck, and when decisions flowed again (seconds from the
+    /// start).
+    struck: f64,
+    flowing: f64,
+    /// No other fault struck or was in force from this one's strike until
+    /// decisions flowed again: the time is this fault's own.
     alone: bool,
+}
+
+/// Marks each recovery that no other fault overlapped.
+fn mark_alone(recoveries: &mut [Recovery]) {
+    let spans: Vec<(f64, f64)> = recoveries.iter().map(|r| (r.struck, r.flowing)).collect();
+    for (i, r) in recoveries.iter_mut().enumerate() {
+        r.alone = spans
+            .iter()
+            .enumerate()
+            .all(|(j, &(from, to))| j == i || to <= r.struck || from >= r.flowing);
+    }
 }
 
 /// A `stockledger` process the nemesis kills, pauses and starts again.
@@ -332,8 +348,8 @@ struct World {
     /// SKUs whose orders tell that decisions flow, one per partition.
     probes: Vec<String>,
     probe_count: AtomicU64,
-    /// Faults struck and not yet healed.
-    active: AtomicUsize,
+    /// When the schedule's clock started.
+    started: Instant,
 }
 
 impl World {
@@ -372,7 +388,7 @@ impl World {
             gateway_url: format!("http://{gateway_addr}"),
             probes: (0..PARTITIONS).map(probe_sku).collect(),
             probe_count: AtomicU64::new(0),
-            active: AtomicUsize::new(0),
+            started: Instant::now(),
             h,
             cluster,
             redis,
@@ -392,7 +408,15 @@ impl World {
                 .restock(sku, "initial", RestockMode::Set, 1_000_000)
                 .await?;
         }
-        Ok(Arc::new(world))
+        Ok(Arc::new(Self {
+            started: Instant::now(),
+            ..world
+        }))
+    }
+
+    /// Seconds since the schedule's clock started.
+    fn since_start(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
     }
 
     fn process(&self, process: Process) -> &Mutex<Managed> {
@@ -414,14 +438,23 @@ impl World {
     /// decisions then took to flow again, and whether it healed with no
     /// other fault still in force.
     async fn strike(&self, index: usize, step: Step) -> anyhow::Result<Recovery> {
-        self.active.fetch_add(1, Ordering::SeqCst);
-        let healed = self.strike_and_heal(index, step).await;
-        let alone = self.active.fetch_sub(1, Ordering::SeqCst) == 1;
-        healed?;
+        let struck = self.since_start();
+        self.strike_and_heal(index, step).await?;
+        let healed = self.since_start();
+        let took = self.recovery().await;
+        println!(
+            "{healed:>7.1}s healed {step}; decisions flow {}",
+            took.map_or(format!("not within {RECOVERY_LIMIT:?}"), |d| format!(
+                "{:.1}s later",
+                d.as_secs_f64()
+            ))
+        );
         Ok(Recovery {
             kind: step.fault.kind(),
-            took: self.recovery().await,
-            alone,
+            took,
+            struck,
+            flowing: healed + took.unwrap_or(RECOVERY_LIMIT).as_secs_f64(),
+            alone: false,
         })
     }
 
@@ -431,7 +464,12 @@ impl World {
             Fault::Kill(process) => lock(self.process(process))?.kill()?,
             Fault::KillBroker { leader } => {
                 let node = if leader {
-                    self.cluster.leader(&self.h.ns.topic, 0)?
+                    // The metadata may be a moment behind a restart: asked
+                    // again until a node answers with a leader.
+                    wait_until("the leader of partition 0", RECOVERY_LIMIT, || async {
+                        Ok(self.cluster.leader(&self.h.ns.topic, 0).ok())
+                    })
+                    .await?
                 } else {
                     1 + (index % self.cluster.nodes.len()) as i32
                 };
@@ -676,7 +714,7 @@ async fn run_schedule(schedule: Schedule, length: Duration) -> anyhow::Result<Re
     let seed = schedule.seed;
     println!("nemesis of seed {seed} for {length:?}\n{schedule}");
     let world = World::start().await?;
-    let started = Instant::now();
+    let started = world.started;
     let until = started + length;
 
     let mut callers = Vec::new();
@@ -697,7 +735,7 @@ async fn run_schedule(schedule: Schedule, length: Duration) -> anyhow::Result<Re
         let world = world.clone();
         faults.push(tokio::spawn(async move {
             tokio::time::sleep_until(started + step.at).await;
-            println!("{:>7.1}s strikes {step}", started.elapsed().as_secs_f64());
+            println!("{:>7.1}s strikes {step}", world.since_start());
             world
                 .strike(index, step)
                 .await
@@ -708,6 +746,7 @@ async fn run_schedule(schedule: Schedule, length: Duration) -> anyhow::Result<Re
     for fault in faults {
         recoveries.push(fault.await??);
     }
+    mark_alone(&mut recoveries);
     let mut acks = Vec::new();
     for caller in callers {
         acks.extend(caller.await?);

@@ -25,8 +25,14 @@ pub struct TopicSpec {
 pub enum AdminError {
     #[error("cannot create a Kafka admin client")]
     Client(#[source] KafkaError),
-    #[error("creating topics failed")]
-    Request(#[source] KafkaError),
+    /// An admin request (`what`: creating topics, deleting topics,
+    /// describing a topic's configuration) the brokers did not answer.
+    #[error("{what} failed")]
+    Request {
+        what: &'static str,
+        #[source]
+        source: KafkaError,
+    },
     #[error("creating or deleting topic {topic} failed: {code}")]
     Topic {
         topic: String,
@@ -50,7 +56,10 @@ pub async fn delete_topics(kafka: &KafkaConfig, topics: &[String]) -> Result<(),
     let results = admin
         .delete_topics(&names, &options)
         .await
-        .map_err(AdminError::Request)?;
+        .map_err(|source| AdminError::Request {
+            what: "deleting topics",
+            source,
+        })?;
     for result in results {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
@@ -87,7 +96,10 @@ pub async fn create_topics(
     let results = admin
         .create_topics(&new, &options)
         .await
-        .map_err(AdminError::Request)?;
+        .map_err(|source| AdminError::Request {
+            what: "creating topics",
+            source,
+        })?;
     let mut created = Vec::new();
     for result in results {
         match result {
@@ -197,7 +209,10 @@ pub async fn topic_config(
     let results = admin
         .describe_configs(&[ResourceSpecifier::Topic(topic)], &options)
         .await
-        .map_err(AdminError::Request)?;
+        .map_err(|source| AdminError::Request {
+            what: "describing the topic's configuration",
+            source,
+        })?;
     let mut config = HashMap::new();
     for result in results {
         let resource = result.map_err(|code| AdminError::Topic {

@@ -202,16 +202,22 @@ pub fn watermarks<C: ConsumerContext, T: Consumer<C>>(
     })
 }
 
-/// Whether `error` says the partitions have no leader for now, which a later
-/// attempt outlives: Apache Kafka answers so for a few seconds after it
-/// restarts or resumes from a pause, until its controller has unfenced it.
+/// Whether `error` says the partitions have no leader for now, or one
+/// just elected, which a later attempt outlives: Apache Kafka answers so
+/// for a few seconds after it restarts or resumes from a pause, until its
+/// controller has unfenced it, and after a leader of a replicated
+/// partition dies (`OffsetNotAvailable`: the new leader's high watermark
+/// has not caught up; the leader epochs a client knows are behind).
+///
 /// Also two of librdkafka's own while a node of a cluster is down or
-/// restarting, which the nemesis of seed 20261125 found stopping a
-/// starting applier: `DestroyBroker` (a request sent through a bootstrap
+/// restarting: `DestroyBroker` (a request sent through a bootstrap
 /// connection the client dropped for the broker's own) and
 /// `TimedOutQueue` (the request waited for a connection to the dead node;
 /// the next attempt goes to a live one). With every broker away the
 /// client says `BrokerTransportFailure`, which is not asked again.
+///
+/// The nemesis of seeds 20261125 and 1 found a starting applier exiting on
+/// `DestroyBroker`, `TimedOutQueue` and `OffsetNotAvailable`.
 pub fn leaders_moving(error: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as Code;
     matches!(
@@ -220,6 +226,9 @@ pub fn leaders_moving(error: &KafkaError) -> bool {
             Code::UnknownPartition
                 | Code::LeaderNotAvailable
                 | Code::NotLeaderForPartition
+                | Code::OffsetNotAvailable
+                | Code::FencedLeaderEpoch
+                | Code::UnknownLeaderEpoch
                 | Code::DestroyBroker
                 | Code::TimedOutQueue
         )
@@ -501,15 +510,17 @@ mod tests {
         assert_eq!(offset_ranges([]), "");
     }
 
-    /// Found by the nemesis of seed 20261125: an applier started while a
-    /// node was down exited on `DestroyBroker` or `TimedOutQueue` from its
-    /// first metadata request instead of asking again.
+    /// Found by the nemesis of seeds 20261125 and 1: an applier started
+    /// while a node was down, or just after a leader died, exited on
+    /// `DestroyBroker`, `TimedOutQueue` or `OffsetNotAvailable` from its
+    /// first requests instead of asking again.
     #[test]
     fn a_metadata_request_on_a_dropped_bootstrap_connection_is_asked_again() {
         use rdkafka::types::RDKafkaErrorCode as Code;
         let error = |code| KafkaError::MetadataFetch(code);
         assert!(leaders_moving(&error(Code::DestroyBroker)));
         assert!(leaders_moving(&error(Code::TimedOutQueue)));
+        assert!(leaders_moving(&error(Code::OffsetNotAvailable)));
         assert!(!leaders_moving(&error(Code::BrokerTransportFailure)));
         assert!(leaders_moving(&error(Code::LeaderNotAvailable)));
         assert!(!leaders_moving(&error(Code::TopicAuthorizationFailed)));
