@@ -5,17 +5,20 @@
 # PostgreSQL reached through proxies, under a mixed workload while a seeded
 # schedule kills appliers, archivers, gateways and brokers (the leader of a
 # busy partition included), pauses the applier past its session timeout,
-# cuts the paths to Redis and PostgreSQL, and adds and removes an applier.
+# cuts the path to PostgreSQL, fails a Redis Cluster master over to its
+# replica (or, with --redis one, cuts the path to the one Redis), and adds
+# and removes an applier.
 # At the end it heals everything, waits until every record is decided and
 # every hold has ended, and checks the history against the fold of the log.
 #
 #   deploy/local/nemesis.sh --minutes 30 --seed 42
 #   deploy/local/nemesis.sh --minutes 5          # a seed drawn and printed
+#   deploy/local/nemesis.sh --minutes 5 --redis one
 #
 # The schedule is printed first; the same seed replays the same schedule.
 # The last line begins `nemesis:` and says `lost N` and `doubled N`; the
 # exit status is 0 only if every check held. The whole output is kept in
-# ~/.stockledger/nemesis/seed-S.log, each process's log in the system's
+# ~/.stockledger/nemesis/seed-S-REDIS.log, each process's log in the system's
 # temporary directory (named in the output).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,10 +29,12 @@ usage() {
 
 minutes=30
 seed=""
+redis=cluster
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=${2:-}; shift 2 || { echo "nemesis.sh: --minutes needs a value" >&2; exit 2; } ;;
     --seed) seed=${2:-}; shift 2 || { echo "nemesis.sh: --seed needs a value" >&2; exit 2; } ;;
+    --redis) redis=${2:-}; shift 2 || { echo "nemesis.sh: --redis needs a value" >&2; exit 2; } ;;
     -h|--help) usage; exit 0 ;;
     *) echo "nemesis.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -38,6 +43,10 @@ if ! [[ $minutes =~ ^[0-9]+([.][0-9]+)?$ ]] || [ "$(awk "BEGIN{print ($minutes >
   echo "nemesis.sh: --minutes $minutes: a number of minutes above 0, at most 1440" >&2
   exit 2
 fi
+case "$redis" in
+  cluster|one) ;;
+  *) echo "nemesis.sh: --redis $redis: cluster (three masters with a replica each) or one" >&2; exit 2 ;;
+esac
 if [ -z "$seed" ]; then
   seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 fi
@@ -49,11 +58,11 @@ fi
 deploy/local/stack.sh up
 eval "$(deploy/local/stack.sh env)"
 export STOCKLEDGER_REDIS_DB=${STOCKLEDGER_REDIS_DB:-15}
-export STOCKLEDGER_NEMESIS_SEED=$seed STOCKLEDGER_NEMESIS_MINUTES=$minutes
+export STOCKLEDGER_NEMESIS_SEED=$seed STOCKLEDGER_NEMESIS_MINUTES=$minutes STOCKLEDGER_NEMESIS_REDIS=$redis
 out_dir=${STOCKLEDGER_HOME:-$HOME/.stockledger}/nemesis
 mkdir -p "$out_dir"
-out=$out_dir/seed-$seed.log
-echo "nemesis.sh: seed $seed, $minutes min; output in $out" >&2
+out=$out_dir/seed-$seed-$redis.log
+echo "nemesis.sh: seed $seed, $minutes min, Redis: $redis; output in $out" >&2
 set +e
 cargo test --locked -p stockledger-cli --test nemesis -- \
   --ignored --exact nemesis --nocapture 2>&1 | tee "$out"

@@ -27,6 +27,7 @@ use serde_json::json;
 use stockledger_client::{LedgerProducer, Receipt};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{codec, CommandKind, RestockMode, ResultCode};
+use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::kafka_cluster::KafkaCluster;
 use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, SplitMix64, Step};
@@ -50,14 +51,27 @@ const RECOVERY_LIMIT: Duration = Duration::from_secs(180);
 /// everything at the end.
 const QUIESCENCE: Duration = Duration::from_secs(300);
 
+/// One run at a time: each starts three Kafka nodes of its own.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_nemesis_run_with_a_fixed_seed_keeps_the_contract() -> anyhow::Result<()> {
-    let report = run(20_261_125, Duration::from_secs(150)).await?;
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let report = run(20_261_125, Duration::from_secs(150), Redis::One).await?;
+    report.ensure()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_nemesis_run_on_a_redis_cluster_failing_over_keeps_the_contract(
+) -> anyhow::Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let report = run(20_261_126, Duration::from_secs(120), Redis::Cluster).await?;
     report.ensure()
 }
 
 /// The on-demand run: `STOCKLEDGER_NEMESIS_SEED` (default: drawn from the
-/// clock, and printed) and `STOCKLEDGER_NEMESIS_MINUTES` (default 30).
+/// clock, and printed), `STOCKLEDGER_NEMESIS_MINUTES` (default 30) and
+/// `STOCKLEDGER_NEMESIS_REDIS` (`cluster`, the default, or `one`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "on demand: deploy/local/nemesis.sh --minutes M --seed S"]
 async fn nemesis() -> anyhow::Result<()> {
@@ -77,8 +91,23 @@ async fn nemesis() -> anyhow::Result<()> {
             .with_context(|| format!("STOCKLEDGER_NEMESIS_MINUTES={m}: minutes from 0 to 1440"))?,
         Err(_) => 30.0,
     };
-    let report = run(seed, Duration::from_secs_f64(minutes * 60.0)).await?;
+    let redis = match std::env::var("STOCKLEDGER_NEMESIS_REDIS").as_deref() {
+        Ok("cluster") | Err(_) => Redis::Cluster,
+        Ok("one") => Redis::One,
+        Ok(other) => anyhow::bail!("STOCKLEDGER_NEMESIS_REDIS={other}: `cluster` or `one`"),
+    };
+    let report = run(seed, Duration::from_secs_f64(minutes * 60.0), redis).await?;
     report.ensure()
+}
+
+/// What the pipeline's Redis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Redis {
+    /// The shared one, behind a proxy that cuts it off.
+    One,
+    /// A Redis Cluster of the run's own, three masters each with a
+    /// replica, whose masters fail over.
+    Cluster,
 }
 
 /// What a run found.
@@ -338,7 +367,9 @@ impl Drop for Managed {
 struct World {
     h: Harness,
     cluster: KafkaCluster,
-    redis: Proxy,
+    /// The proxy in front of the one Redis, or the Redis Cluster.
+    redis: Option<Proxy>,
+    redis_cluster: Option<RedisCluster>,
     postgres: Proxy,
     applier: Mutex<Managed>,
     second_applier: Mutex<Managed>,
@@ -353,12 +384,31 @@ struct World {
 }
 
 impl World {
-    async fn start() -> anyhow::Result<Arc<Self>> {
+    async fn start(kind: Redis) -> anyhow::Result<Arc<Self>> {
         let cluster = KafkaCluster::start(3).await?;
-        let h = Harness::with_replicated_kafka("nemesis", PARTITIONS, cluster.kafka(), 3).await?;
-        let redis = Proxy::start(address_of(&h.redis_url)?).await?;
+        let (h, redis, redis_cluster, redis_url) = match kind {
+            Redis::One => {
+                let h = Harness::with_replicated_kafka("nemesis", PARTITIONS, cluster.kafka(), 3)
+                    .await?;
+                let proxy = Proxy::start(address_of(&h.redis_url)?).await?;
+                let url = via_port(&h.redis_url, proxy.port());
+                (h, Some(proxy), None, url)
+            }
+            Redis::Cluster => {
+                let redis = RedisCluster::start_replicated(3).await?;
+                let h = Harness::with_replicated_kafka_and_redis(
+                    "nemesis",
+                    PARTITIONS,
+                    cluster.kafka(),
+                    3,
+                    redis.url(),
+                )
+                .await?;
+                let url = redis.url();
+                (h, None, Some(redis), url)
+            }
+        };
         let postgres = Proxy::start(address_of(&h.services.database_url)?).await?;
-        let redis_url = via_port(&h.redis_url, redis.port());
         let database_url = via_port(&h.services.database_url, postgres.port());
         let through = [
             ("REDIS_URL", redis_url.as_str()),
@@ -392,6 +442,7 @@ impl World {
             h,
             cluster,
             redis,
+            redis_cluster,
             postgres,
         };
         for managed in [&world.applier, &world.archiver, &world.gateway] {
@@ -427,10 +478,13 @@ impl World {
         }
     }
 
-    fn proxy(&self, path: Path) -> &Proxy {
+    fn proxy(&self, path: Path) -> anyhow::Result<&Proxy> {
         match path {
-            Path::Redis => &self.redis,
-            Path::Postgres => &self.postgres,
+            Path::Redis => self
+                .redis
+                .as_ref()
+                .context("a Redis Cluster run has no path to cut"),
+            Path::Postgres => Ok(&self.postgres),
         }
     }
 
@@ -478,16 +532,23 @@ impl World {
                 return self.cluster.restart(node).await;
             }
             Fault::PauseApplier => lock(&self.applier)?.signal(Signal::SIGSTOP)?,
-            Fault::Cut(path) => self.proxy(path).pause(),
+            Fault::Cut(path) => self.proxy(path)?.pause(),
             Fault::Rebalance => lock(&self.second_applier)?.start(&self.h)?,
+            Fault::FailoverRedis => {
+                let redis = self
+                    .redis_cluster
+                    .as_ref()
+                    .context("a run on one Redis has no replica to fail over to")?;
+                redis.failover(index).await?;
+            }
         }
         tokio::time::sleep(step.lasting).await;
         match fault {
             Fault::Kill(process) => lock(self.process(process))?.start(&self.h)?,
             Fault::PauseApplier => lock(&self.applier)?.signal(Signal::SIGCONT)?,
-            Fault::Cut(path) => self.proxy(path).resume(),
+            Fault::Cut(path) => self.proxy(path)?.resume(),
             Fault::Rebalance => lock(&self.second_applier)?.terminate()?,
-            Fault::KillBroker { .. } => {}
+            Fault::KillBroker { .. } | Fault::FailoverRedis => {}
         }
         Ok(())
     }
@@ -706,14 +767,14 @@ async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Ve
     acks
 }
 
-async fn run(seed: u64, length: Duration) -> anyhow::Result<Report> {
-    run_schedule(Schedule::generate(seed, length), length).await
-}
-
-async fn run_schedule(schedule: Schedule, length: Duration) -> anyhow::Result<Report> {
-    let seed = schedule.seed;
-    println!("nemesis of seed {seed} for {length:?}\n{schedule}");
-    let world = World::start().await?;
+async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report> {
+    let kinds = match redis {
+        Redis::One => &Fault::ON_ONE_REDIS[..],
+        Redis::Cluster => &Fault::ON_REDIS_CLUSTER[..],
+    };
+    let schedule = Schedule::generate(seed, length, kinds);
+    println!("nemesis of seed {seed} for {length:?} on {redis:?} Redis\n{schedule}");
+    let world = World::start(redis).await?;
     let started = world.started;
     let until = started + length;
 

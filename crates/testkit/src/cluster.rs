@@ -1,6 +1,7 @@
 //! A Redis Cluster of the test's own: `redis-server` processes in cluster
-//! mode on free loopback ports, the slots split evenly over them, no
-//! replicas. The nodes stop once the test process is gone.
+//! mode on free loopback ports, the slots split evenly over the masters,
+//! with or without a replica for each, which can take over from its master
+//! (`CLUSTER FAILOVER`). The nodes stop once the test process is gone.
 
 use std::time::Duration;
 
@@ -23,16 +24,27 @@ impl RedisCluster {
     /// Starts `masters` nodes and waits until every one of them sees the
     /// whole cluster serving every slot.
     pub async fn start(masters: usize) -> anyhow::Result<Self> {
+        Self::start_with(masters, false).await
+    }
+
+    /// Like [`RedisCluster::start`], each master with a replica that has
+    /// caught up with it.
+    pub async fn start_replicated(masters: usize) -> anyhow::Result<Self> {
+        Self::start_with(masters, true).await
+    }
+
+    async fn start_with(masters: usize, replicas: bool) -> anyhow::Result<Self> {
         anyhow::ensure!(masters > 0, "a cluster needs at least one master");
+        let count = if replicas { 2 * masters } else { masters };
         let nodes = tokio::task::spawn_blocking(move || {
-            (0..masters)
+            (0..count)
                 .map(|_| start_node())
                 .collect::<anyhow::Result<Vec<_>>>()
         })
         .await
         .context("cluster start task")??;
         let per_node = SLOTS as usize / masters;
-        for (i, (port, _)) in nodes.iter().enumerate() {
+        for (i, (port, _)) in nodes.iter().take(masters).enumerate() {
             let first = i * per_node;
             let last = if i + 1 == masters {
                 SLOTS as usize - 1
@@ -58,8 +70,50 @@ impl RedisCluster {
                 .await
                 .with_context(|| format!("introducing node {port}"))?;
         }
-        let ports: Vec<u16> = nodes.iter().map(|(port, _)| *port).collect();
-        for &port in &ports {
+        let cluster = Self {
+            ports: nodes.iter().map(|(port, _)| *port).collect(),
+        };
+        cluster.wait_until_whole(count).await?;
+        if replicas {
+            for (master, replica) in cluster.ports[..masters]
+                .iter()
+                .zip(&cluster.ports[masters..])
+            {
+                let id: String = redis::cmd("CLUSTER")
+                    .arg("MYID")
+                    .query_async(&mut node(*master).await?)
+                    .await?;
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&id)
+                    .query_async(&mut node(*replica).await?)
+                    .await
+                    .with_context(|| format!("making node {replica} a replica of {master}"))?;
+            }
+            for &replica in &cluster.ports[masters..] {
+                wait_until(
+                    &format!("replica {replica} to catch up with its master"),
+                    Duration::from_secs(30),
+                    || async move {
+                        let info: String = redis::cmd("INFO")
+                            .arg("replication")
+                            .query_async(&mut node(replica).await?)
+                            .await?;
+                        Ok(info
+                            .lines()
+                            .any(|l| l.trim() == "master_link_status:up")
+                            .then_some(()))
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Waits until every node sees `count` nodes and every slot served.
+    async fn wait_until_whole(&self, count: usize) -> anyhow::Result<()> {
+        for &port in &self.ports {
             let conn = node(port).await?;
             wait_until(
                 &format!("cluster node {port} to see the whole cluster"),
@@ -74,14 +128,71 @@ impl RedisCluster {
                         let ok = info.lines().any(|l| l.trim() == "cluster_state:ok")
                             && info
                                 .lines()
-                                .any(|l| l.trim() == format!("cluster_known_nodes:{masters}"));
+                                .any(|l| l.trim() == format!("cluster_known_nodes:{count}"));
                         Ok(ok.then_some(()))
                     }
                 },
             )
             .await?;
         }
-        Ok(Self { ports })
+        Ok(())
+    }
+
+    /// A replica of the `n`th master (in slot order, modulo the masters)
+    /// takes over from it, as `CLUSTER FAILOVER` does: the master stops
+    /// taking writes, the replica catches up and is promoted, the old
+    /// master becomes its replica; nothing acknowledged is lost. Waits
+    /// until the promoted node says it is a master and the cluster serves
+    /// every slot. Returns the promoted node's port.
+    pub async fn failover(&self, n: usize) -> anyhow::Result<u16> {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut node(self.ports[0]).await?)
+            .await?;
+        // <id> <ip:port@bus> <flags> <master id or -> …
+        let fields: Vec<Vec<&str>> = nodes
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .filter(|f: &Vec<&str>| f.len() >= 4)
+            .collect();
+        let mut masters: Vec<&Vec<&str>> = fields
+            .iter()
+            .filter(|f| f[2].split(',').any(|flag| flag == "master"))
+            .collect();
+        masters.sort_by_key(|f| f[1]);
+        anyhow::ensure!(!masters.is_empty(), "no master in {nodes}");
+        let master = masters[n % masters.len()][0];
+        let replica = fields
+            .iter()
+            .find(|f| f[3] == master)
+            .with_context(|| format!("master {master} has no replica: {nodes}"))?;
+        let port: u16 = replica[1]
+            .split(['@', ':'])
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("no port in {}", replica[1]))?;
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async(&mut node(port).await?)
+            .await
+            .with_context(|| format!("failing over to node {port}"))?;
+        wait_until(
+            &format!("node {port} to take over as master"),
+            Duration::from_secs(30),
+            || async move {
+                let role: Vec<redis::Value> = redis::cmd("ROLE")
+                    .query_async(&mut node(port).await?)
+                    .await?;
+                let master = matches!(
+                    role.first(),
+                    Some(redis::Value::BulkString(b)) if b.as_slice() == b"master"
+                );
+                Ok(master.then_some(()))
+            },
+        )
+        .await?;
+        self.wait_until_whole(self.ports.len()).await?;
+        Ok(port)
     }
 
     /// The seed URLs of every node, comma-separated, as `REDIS_URL` takes

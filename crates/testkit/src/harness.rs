@@ -179,6 +179,18 @@ impl Harness {
         .await
     }
 
+    /// Like [`Harness::with_replicated_kafka`], on a Redis (or Redis
+    /// Cluster) of the test's own.
+    pub async fn with_replicated_kafka_and_redis(
+        test: &str,
+        partitions: i32,
+        kafka: KafkaConfig,
+        replication: i32,
+        redis_url: String,
+    ) -> anyhow::Result<Self> {
+        Self::build_replicated(test, partitions, kafka, redis_url, replication).await
+    }
+
     /// Like [`Harness::new`], on a Redis (or Redis Cluster) of the test's own.
     pub async fn with_redis(
         test: &str,

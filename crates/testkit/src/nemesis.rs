@@ -93,6 +93,9 @@ pub enum Fault {
     /// A second applier joins the group (a rebalance) and leaves
     /// `lasting` later (another).
     Rebalance,
+    /// A Redis Cluster master's replica takes over from it
+    /// (`CLUSTER FAILOVER`); on a single Redis there is none.
+    FailoverRedis,
 }
 
 impl Fault {
@@ -108,11 +111,12 @@ impl Fault {
             Self::Cut(Path::Redis) => "cut-redis",
             Self::Cut(Path::Postgres) => "cut-postgres",
             Self::Rebalance => "rebalance",
+            Self::FailoverRedis => "failover-redis",
         }
     }
 
     /// Every kind, in the order figures are reported.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Kill(Process::Applier),
         Fault::Kill(Process::Archiver),
         Fault::Kill(Process::Gateway),
@@ -120,6 +124,34 @@ impl Fault {
         Fault::KillBroker { leader: false },
         Fault::PauseApplier,
         Fault::Cut(Path::Redis),
+        Fault::FailoverRedis,
+        Fault::Cut(Path::Postgres),
+        Fault::Rebalance,
+    ];
+
+    /// The kinds a run on one Redis (behind a proxy) draws from.
+    pub const ON_ONE_REDIS: [Fault; 9] = [
+        Fault::Kill(Process::Applier),
+        Fault::Kill(Process::Archiver),
+        Fault::Kill(Process::Gateway),
+        Fault::KillBroker { leader: true },
+        Fault::KillBroker { leader: false },
+        Fault::PauseApplier,
+        Fault::Cut(Path::Redis),
+        Fault::Cut(Path::Postgres),
+        Fault::Rebalance,
+    ];
+
+    /// The kinds a run on a Redis Cluster with replicas draws from: a
+    /// master failing over instead of a cut path.
+    pub const ON_REDIS_CLUSTER: [Fault; 9] = [
+        Fault::Kill(Process::Applier),
+        Fault::Kill(Process::Archiver),
+        Fault::Kill(Process::Gateway),
+        Fault::KillBroker { leader: true },
+        Fault::KillBroker { leader: false },
+        Fault::PauseApplier,
+        Fault::FailoverRedis,
         Fault::Cut(Path::Postgres),
         Fault::Rebalance,
     ];
@@ -133,7 +165,7 @@ impl Fault {
             Self::Kill(Process::Archiver) => "archiver",
             Self::Kill(Process::Gateway) => "gateway",
             Self::KillBroker { .. } => "broker",
-            Self::Cut(Path::Redis) => "redis",
+            Self::Cut(Path::Redis) | Self::FailoverRedis => "redis",
             Self::Cut(Path::Postgres) => "postgres",
             Self::Rebalance => "second-applier",
         }
@@ -150,6 +182,9 @@ impl Fault {
             Self::PauseApplier => rng.duration(s(47), s(55)),
             Self::Cut(_) => rng.duration(s(1), s(12)),
             Self::Rebalance => rng.duration(s(5), s(20)),
+            // Over once the replica has taken over; a little time for the
+            // clients to follow before the next one.
+            Self::FailoverRedis => s(5),
         }
     }
 }
@@ -186,16 +221,18 @@ impl fmt::Display for Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     pub seed: u64,
+    /// The kinds drawn from.
+    pub kinds: Vec<Fault>,
     pub steps: Vec<Step>,
 }
 
 impl Schedule {
-    /// The faults of a run of `length`: every 2 to 8 seconds one fault, or
-    /// now and then two at once, each kind in turn from a shuffled deck so
-    /// that every kind comes up within each round of nine. A fault whose
-    /// target is still out of action moves to the next moment; every fault
-    /// has healed by the end of `length`.
-    pub fn generate(seed: u64, length: Duration) -> Self {
+    /// The faults of a run of `length` drawn from `kinds`: every 2 to 8
+    /// seconds one fault, or now and then two at once, each kind in turn
+    /// from a shuffled deck so that every kind comes up within each round.
+    /// A fault whose target is still out of action moves to the next
+    /// moment; every fault has healed by the end of `length`.
+    pub fn generate(seed: u64, length: Duration, kinds: &[Fault]) -> Self {
         let mut rng = SplitMix64::new(seed);
         let mut deck: Vec<Fault> = Vec::new();
         let mut steps: Vec<Step> = Vec::new();
@@ -204,7 +241,7 @@ impl Schedule {
             let at_once = if rng.chance(25) { 2 } else { 1 };
             for _ in 0..at_once {
                 if deck.is_empty() {
-                    deck = Fault::ALL.to_vec();
+                    deck = kinds.to_vec();
                     shuffle(&mut deck, &mut rng);
                 }
                 let Some(fault) = deck.pop() else { break };
@@ -220,12 +257,16 @@ impl Schedule {
             }
             at += rng.duration(Duration::from_secs(2), Duration::from_secs(8));
         }
-        Self { seed, steps }
+        Self {
+            seed,
+            kinds: kinds.to_vec(),
+            steps,
+        }
     }
 
-    /// Faults per kind, in [`Fault::ALL`]'s order.
+    /// Faults per kind drawn from, in their order.
     pub fn counts(&self) -> Vec<(&'static str, usize)> {
-        Fault::ALL
+        self.kinds
             .iter()
             .map(|kind| {
                 let n = self
@@ -278,18 +319,34 @@ mod tests {
 
     #[test]
     fn a_seed_gives_the_same_schedule_every_time_and_another_seed_another() {
-        let first = Schedule::generate(7, TEN_MINUTES);
-        assert_eq!(first, Schedule::generate(7, TEN_MINUTES));
-        assert_ne!(first.steps, Schedule::generate(8, TEN_MINUTES).steps);
+        let first = Schedule::generate(7, TEN_MINUTES, &Fault::ON_ONE_REDIS);
+        assert_eq!(
+            first,
+            Schedule::generate(7, TEN_MINUTES, &Fault::ON_ONE_REDIS)
+        );
+        assert_ne!(
+            first.steps,
+            Schedule::generate(8, TEN_MINUTES, &Fault::ON_ONE_REDIS).steps
+        );
     }
 
     #[test]
     fn every_kind_strikes_and_every_fault_heals_within_the_run() {
-        for seed in 0..50 {
-            let schedule = Schedule::generate(seed, TEN_MINUTES);
+        for (seed, kinds) in (0..50).flat_map(|seed| {
+            [
+                (seed, &Fault::ON_ONE_REDIS[..]),
+                (seed, &Fault::ON_REDIS_CLUSTER[..]),
+            ]
+        }) {
+            let schedule = Schedule::generate(seed, TEN_MINUTES, kinds);
             for (kind, n) in schedule.counts() {
                 assert!(n > 0, "seed {seed}: no {kind} in ten minutes");
             }
+            let never = Fault::ALL.iter().find(|k| !kinds.contains(k));
+            assert!(
+                schedule.steps.iter().all(|s| Some(&s.fault) != never),
+                "seed {seed}: a kind not drawn from struck"
+            );
             for step in &schedule.steps {
                 assert!(step.heals_at() <= TEN_MINUTES, "seed {seed}: {step}");
             }
@@ -303,7 +360,7 @@ mod tests {
     #[test]
     fn faults_on_one_target_never_overlap_so_one_broker_at_most_is_down() {
         for seed in 0..50 {
-            let steps = Schedule::generate(seed, TEN_MINUTES).steps;
+            let steps = Schedule::generate(seed, TEN_MINUTES, &Fault::ON_REDIS_CLUSTER).steps;
             for (i, a) in steps.iter().enumerate() {
                 for b in &steps[i + 1..] {
                     if a.fault.target() == b.fault.target() {
@@ -316,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_short_run_still_brings_several_kinds_at_once_now_and_then() {
-        let schedule = Schedule::generate(1, Duration::from_secs(180));
+        let schedule = Schedule::generate(1, Duration::from_secs(180), &Fault::ON_ONE_REDIS);
         let kinds = schedule.counts().iter().filter(|(_, n)| *n > 0).count();
         assert!(kinds >= 6, "{schedule}");
         let overlapping = schedule.steps.windows(2).any(|w| w[1].at < w[0].heals_at());
