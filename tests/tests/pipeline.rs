@@ -464,3 +464,27 @@ async fn invalid_producer_input_names_the_field_and_publishes_nothing() -> anyho
     );
     Ok(())
 }
+
+/// The nemesis of seed 7 caught a receipt at offset -1001: the brokers had
+/// acknowledged a retried batch without an offset (it was in the log
+/// already). The producer now reads the command's offset back from the
+/// log; this is that lookup, against the real log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_found_by_its_id_at_the_offset_its_receipt_names() -> anyhow::Result<()> {
+    let h = Harness::new("locate", 1).await?;
+    let mut receipts = Vec::new();
+    for i in 0..2_500 {
+        receipts.push(h.producer.deduct("L-1", &format!("o-{i}"), 1).await?);
+    }
+    // Near the end, and further back than the first window of 1,000.
+    for receipt in [&receipts[2_499], &receipts[10]] {
+        let found = h
+            .producer
+            .locate(&receipt.command_id, receipt.position.partition)
+            .await?;
+        assert_eq!(found, receipt.position.offset);
+    }
+    let stranger = stockledger_core::CommandId::new("never-sent")?;
+    assert!(h.producer.locate(&stranger, 0).await.is_err());
+    Ok(())
+}

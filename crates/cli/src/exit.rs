@@ -193,6 +193,7 @@ fn kafka_exit(code: RDKafkaErrorCode) -> Option<Exit> {
         | C::AllBrokersDown
         | C::Resolve
         | C::OperationTimedOut
+        | C::TimedOutQueue
         | C::MessageTimedOut
         | C::RequestTimedOut
         | C::NetworkException
@@ -298,6 +299,10 @@ mod tests {
         };
         let e = anyhow::Error::from(stockledger_applier::ApplierError::TopicConfig(timed_out));
         assert_eq!(Exit::of(&e), Exit::Unavailable, "{e:#}");
+        // The nemesis of seed 7: a metadata request that waited for a
+        // connection to a node that was down.
+        let queued = KafkaError::MetadataFetch(RDKafkaErrorCode::TimedOutQueue);
+        assert_eq!(Exit::of(&anyhow::Error::from(queued)), Exit::Unavailable);
     }
 
     /// The nemesis of seed 20261125 cut the path to PostgreSQL while an

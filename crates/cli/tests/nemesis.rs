@@ -1,15 +1,15 @@
 //! The nemesis: the whole pipeline on a replicated log (three Apache Kafka
 //! nodes, topics replicated three times with two in sync), its processes
-//! run as `stockledger apply | archive | serve`, Redis and PostgreSQL
-//! reached through proxies, under a mixed workload from library and HTTP
-//! callers while a seeded schedule
-//! ([`stockledger_testkit::nemesis::Schedule`]) kills, pauses and cuts.
-//! At the end everything is healed and the history is checked against the
-//! pure fold of the log.
+//! run as `stockledger apply | archive | serve`, Redis a Redis Cluster with
+//! a replica per master (or one Redis behind a proxy), PostgreSQL behind a
+//! proxy, under a mixed workload from library and HTTP callers while a
+//! seeded schedule ([`stockledger_testkit::nemesis::Schedule`]) kills,
+//! pauses, cuts and fails over. At the end everything is healed and the
+//! history is checked against the pure fold of the log.
 //!
-//! CI runs a short run with a fixed seed; `deploy/local/nemesis.sh
-//! --minutes M --seed S` runs the on-demand one, which a failing seed
-//! replays with the same schedule.
+//! The suite runs a short run of each Redis with a fixed seed;
+//! `deploy/local/nemesis.sh --minutes M --seed S` runs the on-demand one,
+//! which a failing seed replays with the same schedule.
 
 mod common;
 
