@@ -138,7 +138,7 @@ impl RedisCluster {
         Ok(())
     }
 
-    /// A replica of the `n`th master (in slot order, modulo the masters)
+    /// A replica of the `n`th master (by address, modulo the masters)
     /// takes over from it, as `CLUSTER FAILOVER` does: the master stops
     /// taking writes, the replica catches up and is promoted, the old
     /// master becomes its replica; nothing acknowledged is lost. Waits
