@@ -650,6 +650,12 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// The numbers of caller `stream` (library callers from 1, HTTP callers
+/// from 101), drawn from the run's seed.
+fn caller_rng(seed: u64, stream: u64) -> SplitMix64 {
+    SplitMix64::new(seed ^ stream.wrapping_mul(0x2545_F491_4F6C_DD1D))
+}
+
 /// One library caller until `until`: deducts, rollbacks before their
 /// deducts, holds of one to four seconds (confirmed, rolled back or left
 /// to expire), refunds after confirms, restocks. A send that fails is
@@ -660,7 +666,7 @@ async fn library_caller(
     seed: u64,
     until: Instant,
 ) -> Vec<Ack> {
-    let mut rng = SplitMix64::new(seed ^ (caller + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut rng = caller_rng(seed, caller + 1);
     let mut acks = Vec::new();
     let mut i = 0u64;
     while Instant::now() < until {
@@ -719,7 +725,7 @@ async fn library_caller(
 /// 5xx, as an order service retries (the ledger decides a repeat
 /// `DUPLICATE`, so the effect stays once).
 async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Vec<Ack> {
-    let mut rng = SplitMix64::new(seed ^ (caller + 101).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut rng = caller_rng(seed, caller + 101);
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()
@@ -768,11 +774,8 @@ async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Ve
 }
 
 async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report> {
-    let kinds = match redis {
-        Redis::One => &Fault::ON_ONE_REDIS[..],
-        Redis::Cluster => &Fault::ON_REDIS_CLUSTER[..],
-    };
-    let schedule = Schedule::generate(seed, length, kinds);
+    let kinds = Fault::drawn_on(redis == Redis::Cluster);
+    let schedule = Schedule::generate(seed, length, &kinds);
     println!("nemesis of seed {seed} for {length:?} on {redis:?} Redis\n{schedule}");
     let world = World::start(redis).await?;
     let started = world.started;

@@ -129,32 +129,17 @@ impl Fault {
         Fault::Rebalance,
     ];
 
-    /// The kinds a run on one Redis (behind a proxy) draws from.
-    pub const ON_ONE_REDIS: [Fault; 9] = [
-        Fault::Kill(Process::Applier),
-        Fault::Kill(Process::Archiver),
-        Fault::Kill(Process::Gateway),
-        Fault::KillBroker { leader: true },
-        Fault::KillBroker { leader: false },
-        Fault::PauseApplier,
-        Fault::Cut(Path::Redis),
-        Fault::Cut(Path::Postgres),
-        Fault::Rebalance,
-    ];
-
-    /// The kinds a run on a Redis Cluster with replicas draws from: a
-    /// master failing over instead of a cut path.
-    pub const ON_REDIS_CLUSTER: [Fault; 9] = [
-        Fault::Kill(Process::Applier),
-        Fault::Kill(Process::Archiver),
-        Fault::Kill(Process::Gateway),
-        Fault::KillBroker { leader: true },
-        Fault::KillBroker { leader: false },
-        Fault::PauseApplier,
-        Fault::FailoverRedis,
-        Fault::Cut(Path::Postgres),
-        Fault::Rebalance,
-    ];
+    /// The kinds a run draws from, in [`Fault::ALL`]'s order: on a Redis
+    /// Cluster with replicas a master fails over; on one Redis (behind a
+    /// proxy) its path is cut instead.
+    pub fn drawn_on(redis_cluster: bool) -> Vec<Fault> {
+        let left_out = if redis_cluster {
+            Fault::Cut(Path::Redis)
+        } else {
+            Fault::FailoverRedis
+        };
+        Fault::ALL.into_iter().filter(|&k| k != left_out).collect()
+    }
 
     /// What the fault puts out of action: two faults on one target never
     /// overlap (a process is not paused while it is dead; one broker is
@@ -319,26 +304,38 @@ mod tests {
 
     #[test]
     fn a_seed_gives_the_same_schedule_every_time_and_another_seed_another() {
-        let first = Schedule::generate(7, TEN_MINUTES, &Fault::ON_ONE_REDIS);
+        let first = Schedule::generate(7, TEN_MINUTES, &Fault::drawn_on(false));
         assert_eq!(
             first,
-            Schedule::generate(7, TEN_MINUTES, &Fault::ON_ONE_REDIS)
+            Schedule::generate(7, TEN_MINUTES, &Fault::drawn_on(false))
         );
         assert_ne!(
             first.steps,
-            Schedule::generate(8, TEN_MINUTES, &Fault::ON_ONE_REDIS).steps
+            Schedule::generate(8, TEN_MINUTES, &Fault::drawn_on(false)).steps
         );
     }
 
     #[test]
+    fn each_redis_draws_every_kind_but_the_one_it_cannot_have() {
+        use Fault::*;
+        let common = [
+            Kill(Process::Applier),
+            Kill(Process::Archiver),
+            Kill(Process::Gateway),
+            KillBroker { leader: true },
+            KillBroker { leader: false },
+            PauseApplier,
+        ];
+        let tail = |redis| [&common[..], &[redis, Cut(Path::Postgres), Rebalance]].concat();
+        assert_eq!(Fault::drawn_on(false), tail(Cut(Path::Redis)));
+        assert_eq!(Fault::drawn_on(true), tail(FailoverRedis));
+    }
+
+    #[test]
     fn every_kind_strikes_and_every_fault_heals_within_the_run() {
-        for (seed, kinds) in (0..50).flat_map(|seed| {
-            [
-                (seed, &Fault::ON_ONE_REDIS[..]),
-                (seed, &Fault::ON_REDIS_CLUSTER[..]),
-            ]
-        }) {
-            let schedule = Schedule::generate(seed, TEN_MINUTES, kinds);
+        for (seed, cluster) in (0..50).flat_map(|seed| [(seed, false), (seed, true)]) {
+            let kinds = Fault::drawn_on(cluster);
+            let schedule = Schedule::generate(seed, TEN_MINUTES, &kinds);
             for (kind, n) in schedule.counts() {
                 assert!(n > 0, "seed {seed}: no {kind} in ten minutes");
             }
@@ -360,7 +357,7 @@ mod tests {
     #[test]
     fn faults_on_one_target_never_overlap_so_one_broker_at_most_is_down() {
         for seed in 0..50 {
-            let steps = Schedule::generate(seed, TEN_MINUTES, &Fault::ON_REDIS_CLUSTER).steps;
+            let steps = Schedule::generate(seed, TEN_MINUTES, &Fault::drawn_on(true)).steps;
             for (i, a) in steps.iter().enumerate() {
                 for b in &steps[i + 1..] {
                     if a.fault.target() == b.fault.target() {
@@ -373,7 +370,7 @@ mod tests {
 
     #[test]
     fn a_short_run_still_brings_several_kinds_at_once_now_and_then() {
-        let schedule = Schedule::generate(1, Duration::from_secs(180), &Fault::ON_ONE_REDIS);
+        let schedule = Schedule::generate(1, Duration::from_secs(180), &Fault::drawn_on(false));
         let kinds = schedule.counts().iter().filter(|(_, n)| *n > 0).count();
         assert!(kinds >= 6, "{schedule}");
         let overlapping = schedule.steps.windows(2).any(|w| w[1].at < w[0].heals_at());
