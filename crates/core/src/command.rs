@@ -3,8 +3,8 @@
 use std::fmt;
 
 use crate::ids::{
-    AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError, MAX_HOLD_MS,
-    MAX_STOCK, MAX_TIMESTAMP_MS,
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError,
+    MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS,
 };
 
 /// Longest free-text reason a rollback may carry, in bytes.
@@ -174,6 +174,25 @@ impl CommandBody {
             _ => None,
         }
     }
+
+    /// The basket a deduct is a line of, if any.
+    ///
+    /// ```
+    /// use stockledger_core::{BasketId, CommandBody, Deduct, OrderId, Quantity};
+    ///
+    /// let line = Deduct {
+    ///     basket_id: Some(BasketId::new("cart-9")?),
+    ///     ..Deduct::new(OrderId::new("cart-9")?, Quantity::new(1)?)
+    /// };
+    /// assert_eq!(CommandBody::Deduct(line).basket_id().map(BasketId::as_str), Some("cart-9"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn basket_id(&self) -> Option<&BasketId> {
+        match self {
+            Self::Deduct(d) => d.basket_id.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Take `quantity` units for `order_id`: sold at once, or, with
@@ -202,6 +221,10 @@ pub struct Deduct {
     /// last instant at which a confirm is on time. Compared with record
     /// timestamps, never with a clock.
     pub expires_at: Option<i64>,
+    /// The basket this hold is a line of, if any: informational to the
+    /// rules (a line is decided as any hold), kept for the basket's index
+    /// and the archive.
+    pub basket_id: Option<BasketId>,
 }
 
 impl Deduct {
@@ -220,6 +243,7 @@ impl Deduct {
             quantity,
             user_id: None,
             expires_at: None,
+            basket_id: None,
         }
     }
 

@@ -242,6 +242,12 @@ id_type!(
     "user_id"
 );
 id_type!(
+    /// A basket: several SKUs held together, all or none. Each line is the
+    /// order of this id on its SKU.
+    BasketId,
+    "basket_id"
+);
+id_type!(
     /// Unique id of one command, chosen by the producer.
     CommandId,
     "command_id"

@@ -242,6 +242,9 @@ pub struct Outcome {
     pub user_id: Option<String>,
     /// A reservation's deadline, milliseconds since the Unix epoch.
     pub expires_at: Option<i64>,
+    /// The basket a deduct was a line of (outcomes before schema v5 have
+    /// none).
+    pub basket_id: Option<String>,
 }
 
 impl Outcome {
@@ -289,6 +292,7 @@ impl Outcome {
             },
             user_id: command.body.user_id().map(|u| u.as_str().to_owned()),
             expires_at: command.body.expires_at(),
+            basket_id: command.body.basket_id().map(|b| b.as_str().to_owned()),
         }
     }
 
@@ -324,6 +328,7 @@ impl Outcome {
             rollback_reason: None,
             user_id: None,
             expires_at: None,
+            basket_id: None,
         }
     }
 }

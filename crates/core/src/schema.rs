@@ -89,7 +89,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 6] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 8] = [
     (
         Subject::Command,
         1,
@@ -100,6 +100,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 6] = [
         Subject::Command,
         2,
         include_str!("../../../schemas/history/Command.v2.avsc"),
+        None,
+    ),
+    (
+        Subject::Command,
+        3,
+        include_str!("../../../schemas/history/Command.v3.avsc"),
         None,
     ),
     (
@@ -124,6 +130,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 6] = [
         Subject::Outcome,
         4,
         include_str!("../../../schemas/history/Outcome.v4.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        5,
+        include_str!("../../../schemas/history/Outcome.v5.avsc"),
         None,
     ),
 ];
@@ -633,7 +645,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 6] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 10] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -644,6 +656,12 @@ mod tests {
         (Subject::Outcome, 1, 4),
         (Subject::Outcome, 2, 4),
         (Subject::Outcome, 3, 4),
+        // v3 / v5 only added a field with a default (basket_id), so they
+        // break exactly what v2 / v4 broke for the older readers.
+        (Subject::Command, 1, 3),
+        (Subject::Outcome, 1, 5),
+        (Subject::Outcome, 2, 5),
+        (Subject::Outcome, 3, 5),
     ];
 
     #[test]

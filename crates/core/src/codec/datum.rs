@@ -12,7 +12,7 @@
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
-use crate::ids::{Quantity, UserId};
+use crate::ids::{BasketId, Quantity, UserId};
 use crate::outcome::{Outcome, ResultCode};
 
 /// The current Command schema's datum of a command.
@@ -87,7 +87,8 @@ impl Serialize for Body<'_> {
                     .string("order_id", d.order_id.as_str())
                     .long("quantity", d.quantity.get())
                     .optional_string("user_id", d.user_id.as_ref().map(UserId::as_str))
-                    .optional_long("expires_at", d.expires_at),
+                    .optional_long("expires_at", d.expires_at)
+                    .optional_string("basket_id", d.basket_id.as_ref().map(BasketId::as_str)),
             ),
             CommandBody::Rollback(r) => (
                 1,
@@ -126,10 +127,10 @@ impl Serialize for Body<'_> {
 }
 
 /// A body record's fields, in the order they are added; bodies have at
-/// most four.
+/// most five (a basket's line).
 struct Fields<'a> {
     name: &'static str,
-    fields: [(&'static str, Field<'a>); 4],
+    fields: [(&'static str, Field<'a>); 5],
     len: usize,
 }
 
@@ -146,7 +147,7 @@ impl<'a> Fields<'a> {
     fn new(name: &'static str) -> Self {
         Self {
             name,
-            fields: [("", Field::Long(0)); 4],
+            fields: [("", Field::Long(0)); 5],
             len: 0,
         }
     }
@@ -204,7 +205,7 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 19)?;
+        let mut r = s.serialize_struct("Outcome", 20)?;
         r.serialize_field("topic", &o.position.topic)?;
         r.serialize_field("partition", &o.position.partition)?;
         r.serialize_field("offset", &o.position.offset)?;
@@ -224,6 +225,7 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("rollback_reason", &o.rollback_reason)?;
         r.serialize_field("user_id", &o.user_id)?;
         r.serialize_field("expires_at", &o.expires_at)?;
+        r.serialize_field("basket_id", &o.basket_id)?;
         r.end()
     }
 }

@@ -35,6 +35,8 @@ pub(super) struct KnownWriter {
     /// Whether the datum must be resolved into the current schema (an older
     /// version) or already has its shape (the current one).
     resolve: bool,
+    /// The writer schema, for the names of its union branches.
+    schema: &'static Schema,
 }
 
 /// Every released version of one subject: the current one to write, all of
@@ -66,6 +68,7 @@ impl Framed {
                         reader,
                         label: format!("{}.v{}", subject.as_str(), released.version),
                         resolve: released.version != current.version,
+                        schema: &released.schema,
                     },
                 );
             }
@@ -130,10 +133,80 @@ impl Framed {
             });
         }
         if writer.resolve {
-            return value.resolve(self.schema()).map_err(malformed);
+            // apache-avro resolves a union by the first reader branch the
+            // value fits, not by name as the specification says: a v2
+            // `Confirm {order_id}` fits v3's `Rollback {order_id, reason =
+            // null}`. Each union of records is put right afterwards.
+            let named = named_branches(&value, writer.schema);
+            let mut resolved = value.resolve(self.schema()).map_err(malformed)?;
+            for (field, branch, inner) in named {
+                let Some((index, branch_schema)) = reader_branch(self.schema(), &field, &branch)
+                else {
+                    return Err(DecodeError::Malformed {
+                        writer: writer.label.clone(),
+                        message: format!("{field}: the current schema has no branch {branch}"),
+                    });
+                };
+                let inner = inner
+                    .resolve_schemata(branch_schema, vec![self.schema()])
+                    .map_err(malformed)?;
+                if let Value::Record(fields) = &mut resolved {
+                    if let Some((_, slot)) = fields.iter_mut().find(|(n, _)| *n == field) {
+                        *slot = Value::Union(index, Box::new(inner));
+                    }
+                }
+            }
+            return Ok(resolved);
         }
         Ok(value)
     }
+}
+
+/// The top-level fields of `value` (a record of `schema`) that hold a
+/// branch of a union of records: field name, the branch's full name, its
+/// datum.
+fn named_branches(value: &Value, schema: &Schema) -> Vec<(String, String, Value)> {
+    let (Value::Record(values), Schema::Record(record)) = (value, schema) else {
+        return Vec::new();
+    };
+    let mut named = Vec::new();
+    for field in &record.fields {
+        let Schema::Union(union) = &field.schema else {
+            continue;
+        };
+        let Some((_, Value::Union(index, inner))) = values.iter().find(|(n, _)| *n == field.name)
+        else {
+            continue;
+        };
+        if let Some(Schema::Record(branch)) = union.variants().get(*index as usize) {
+            named.push((
+                field.name.clone(),
+                branch.name.fullname(None),
+                (**inner).clone(),
+            ));
+        }
+    }
+    named
+}
+
+/// The branch of `field`'s union in `schema` (a record) named `branch`:
+/// its index and schema.
+fn reader_branch<'s>(schema: &'s Schema, field: &str, branch: &str) -> Option<(u32, &'s Schema)> {
+    let Schema::Record(record) = schema else {
+        return None;
+    };
+    let field = record.fields.iter().find(|f| f.name == field)?;
+    let Schema::Union(union) = &field.schema else {
+        return None;
+    };
+    union
+        .variants()
+        .iter()
+        .enumerate()
+        .find_map(|(i, v)| match v {
+            Schema::Record(r) if r.name.fullname(None) == branch => Some((i as u32, v)),
+            _ => None,
+        })
 }
 
 /// Why `payload`, which has no single-object header, is refused: the
