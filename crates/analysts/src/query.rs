@@ -38,6 +38,8 @@ pub struct Entry {
     pub expires_at_ms: Option<i64>,
     /// The W3C `traceparent` the command's producer sent, if any.
     pub traceparent: Option<String>,
+    /// The basket a deduct was a line of (from outcome schema v5 on).
+    pub basket_id: Option<String>,
 }
 
 /// Which history to read.
@@ -49,6 +51,9 @@ pub enum HistoryOf {
         order_id: String,
         sku: Option<String>,
     },
+    /// A basket: its lines' holds and everything that befell those orders
+    /// afterwards (confirms, rollbacks, expiries, refunds), by SKU.
+    Basket(String),
 }
 
 /// Most entries one page of history may ask for.
@@ -76,7 +81,8 @@ macro_rules! entry_columns {
             ", (extract(epoch FROM occurred_at) * 1000)::bigint AS occurred_at_ms,
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
-            ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent"
+            ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent,
+             basket_id"
         )
     };
 }
@@ -277,6 +283,27 @@ pub async fn history_page(
             if let Some(sku) = sku {
                 sql.push(" AND sku = ").push_bind(sku);
             }
+            if let Some(after) = &q.after {
+                sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
+                    .push_bind(&after.sku)
+                    .push(", ")
+                    .push_bind(after.log_offset)
+                    .push(", ")
+                    .push_bind(after.partition)
+                    .push(")");
+            }
+            format!("sku {dir}, log_offset {dir}, partition {dir}")
+        }
+        HistoryOf::Basket(basket_id) => {
+            // A line is the order `basket_id` of its SKU: the basket's rows
+            // and the rest of those orders' lives.
+            sql.push(" AND order_id = ")
+                .push_bind(basket_id)
+                .push(" AND sku IN (SELECT sku FROM ledger_entries WHERE basket_id = ")
+                .push_bind(basket_id)
+                .push(" AND topic = ")
+                .push_bind(topic)
+                .push(")");
             if let Some(after) = &q.after {
                 sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
                     .push_bind(&after.sku)

@@ -341,6 +341,7 @@ async fn hand_over_marker(
     live.record_applied(&folded.into_iter().collect::<Vec<_>>())
         .await?;
     target.copy_holds_into(&live, partitions).await?;
+    target.copy_baskets_into(&live).await?;
     target.unmark().await?;
     Ok(())
 }

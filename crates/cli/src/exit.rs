@@ -156,7 +156,11 @@ fn cause_exit(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             _ => None,
         };
     }
-    if cause.downcast_ref::<ValidationError>().is_some() {
+    if cause.downcast_ref::<ValidationError>().is_some()
+        || cause
+            .downcast_ref::<stockledger_client::basket::InputError>()
+            .is_some()
+    {
         return Some(Exit::Usage);
     }
     if let Some(OutcomeError::Timeout { .. }) = cause.downcast_ref::<OutcomeError>() {

@@ -227,6 +227,12 @@ pub enum Command {
     /// Sell what a reservation holds (on time up to its deadline).
     #[command(after_help = "Examples:\n  stockledger confirm SKU-1 order-18 --wait 5")]
     Confirm(confirm::Args),
+    /// Hold several SKUs together, all or none; confirm or release them
+    /// together; show a basket.
+    #[command(
+        after_help = "Examples:\n  stockledger basket hold cart-9 --line SKU-1=2 --line SKU-2=1 --hold 15m --user u-9\n  stockledger basket confirm cart-9\n  stockledger basket release cart-9 --reason \"payment failed\"\n  stockledger basket show cart-9 --format json"
+    )]
+    Basket(basket::Args),
     /// Give back units a confirmed order bought.
     #[command(
         after_help = "Examples:\n  stockledger refund SKU-1 order-17 --wait 5\n  stockledger refund SKU-1 order-17 --total 1"
@@ -388,6 +394,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deduct(args) => deduct::run(g, args).await,
         Command::Rollback(args) => rollback::run(g, args).await,
         Command::Confirm(args) => confirm::run(g, args).await,
+        Command::Basket(args) => basket::run(g, args).await,
         Command::Refund(args) => refund::run(g, args).await,
         Command::Limit(args) => limit::run(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,

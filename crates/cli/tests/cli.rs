@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 20] = [
+    let cases: [(&[&str], &str); 25] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -90,6 +90,27 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             &["deduct", "SKU", "o1", "1", "--traceparent", "00-abc"],
             "is not a W3C traceparent",
         ),
+        (
+            &[
+                "basket", "hold", "b1", "--line", "A=1", "--line", "B=0", "--hold", "1m",
+            ],
+            "lines[1].quantity: must be between 1",
+        ),
+        (
+            &[
+                "basket", "hold", "b1", "--line", "A=1", "--line", "A=2", "--hold", "1m",
+            ],
+            "lines[1].sku: A is already line 0",
+        ),
+        (
+            &["basket", "hold", "b1", "--line", "A", "--hold", "1m"],
+            "lines[0]: --line \"A\": give SKU=QUANTITY",
+        ),
+        (
+            &["basket", "hold", "b{1}", "--line", "A=1", "--hold", "1m"],
+            "basket_id: must not contain '{'",
+        ),
+        (&["basket", "release", "b1", "--reason", &long], "reason: "),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;

@@ -561,8 +561,16 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
     let long_order = format!("/v1/skus/SKU/orders/{}/deduct", "o".repeat(200));
     let padded = format!(r#"{{"quantity": 1, "pad": "{}"}}"#, "x".repeat(20_000));
     let long_reason = format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000));
+    const HOLD: &str = "/v1/baskets/b1/hold";
+    let many_lines = format!(
+        r#"{{"hold_ms": 60000, "lines": [{}]}}"#,
+        (0..51)
+            .map(|i| format!(r#"{{"sku": "S{i}", "quantity": 1}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     #[rustfmt::skip]
-    let cases: [Case; 30] = [
+    let cases: [Case; 40] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
@@ -593,6 +601,16 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("a history cursor", "/v1/history?sku=SKU&after=nope", "", None, 422, Some("after")),
         ("a history of nothing", "/v1/history", "", None, 422, Some("sku")),
         ("an unknown route", "/v2/nothing", "", None, 404, None),
+        ("an empty basket", HOLD, JSON, Some(r#"{"hold_ms": 60000, "lines": []}"#.into()), 422, Some("lines")),
+        ("a basket line of zero", HOLD, JSON, Some(r#"{"hold_ms": 60000, "lines": [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]}"#.into()), 422, Some("lines[1].quantity")),
+        ("a SKU twice in a basket", HOLD, JSON, Some(r#"{"hold_ms": 60000, "lines": [{"sku": "A", "quantity": 1}, {"sku": "A", "quantity": 2}]}"#.into()), 422, Some("lines[1].sku")),
+        ("a basket line without a SKU", HOLD, JSON, Some(r#"{"hold_ms": 60000, "lines": [{"sku": "", "quantity": 1}]}"#.into()), 422, Some("lines[0].sku")),
+        ("too many basket lines", HOLD, JSON, Some(many_lines), 422, Some("lines")),
+        ("a basket without a hold", HOLD, JSON, Some(r#"{"lines": [{"sku": "A", "quantity": 1}]}"#.into()), 422, Some("hold_ms")),
+        ("a basket id with a brace", "/v1/baskets/b%7B1/hold", JSON, Some(r#"{"hold_ms": 60000, "lines": [{"sku": "A", "quantity": 1}]}"#.into()), 422, Some("basket_id")),
+        ("a confirm of an unknown basket", "/v1/baskets/nobody/confirm", JSON, Some("{}".into()), 404, Some("basket_id")),
+        ("a release reason too long", "/v1/baskets/nobody/release", JSON, Some(format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000))), 422, Some("reason")),
+        ("an unknown basket", "/v1/baskets/nobody", "", None, 404, Some("basket_id")),
     ];
     for (what, path, content_type, body, expected, field) in cases {
         let url = format!("{base}{path}");
@@ -823,6 +841,111 @@ async fn with_the_brokers_stopped_commands_get_503_with_retry_after_and_readyz_s
     assert!(
         !orders.contains(&"during-known".to_owned()),
         "a command refused with 503 once the outage is known is not in the log: {orders:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Result<()> {
+    let h = Harness::new("http-baskets", 4).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    for (sku, stock) in [("BA", 2), ("BB", 1), ("BC", 1)] {
+        let (status, _, body) = post(
+            &format!("{base}/v1/skus/{sku}/restocks/r1?wait_ms=30000"),
+            json!({"mode": "SET", "quantity": stock}),
+        )
+        .await?;
+        assert_eq!(status, 200, "{body}");
+    }
+    let hold = json!({"user_id": "u1", "hold_ms": 60000,
+        "lines": [{"sku": "BA", "quantity": 2}, {"sku": "BB", "quantity": 1}]});
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/hold"), hold.clone()).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("held")), "{body}");
+    assert_eq!(body["lines"][0]["order_id"], "b1", "{body}");
+    assert_eq!(body["lines"][1]["state"], "held", "{body}");
+    assert_eq!(body["repeat"], false);
+    // A repeat is answered from the projection; other lines are a conflict.
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/hold"), hold).await?;
+    assert_eq!((status, &body["repeat"]), (200, &json!(true)), "{body}");
+    let other = json!({"hold_ms": 60000, "lines": [{"sku": "BA", "quantity": 1}, {"sku": "BB", "quantity": 1}]});
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/hold"), other).await?;
+    assert_eq!(
+        (status, &body["field"]),
+        (409, &json!("lines[0].quantity")),
+        "{body}"
+    );
+
+    // BA is all held by b1: b2 is refused, and its BC line given back.
+    let b2 = json!({"hold_ms": 60000, "lines": [{"sku": "BC", "quantity": 1}, {"sku": "BA", "quantity": 1}]});
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b2/hold"), b2).await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("refused")),
+        "{body}"
+    );
+    assert_eq!(
+        body["lines"][1]["result"], "REJECTED_INSUFFICIENT",
+        "{body}"
+    );
+    assert_eq!(body["lines"][0]["state"], "released", "{body}");
+    let (_, _, stock) = get(&format!("{base}/v1/skus/BC")).await?;
+    assert_eq!(stock["available"], 1, "{stock}");
+
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!(null)).await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("confirmed")),
+        "{body}"
+    );
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!(null)).await?;
+    assert_eq!((status, &body["repeat"]), (200, &json!(true)), "{body}");
+    let release = client()
+        .post(format!("{base}/v1/baskets/b1/release"))
+        .send();
+    let (status, _, body) = answer(release.await?).await?;
+    assert_eq!(
+        status, 409,
+        "a sold basket is refunded, not released: {body}"
+    );
+    let (status, _, body) = get(&format!("{base}/v1/baskets/b1")).await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("confirmed")),
+        "{body}"
+    );
+
+    let b3 = json!({"hold_ms": 60000, "lines": [{"sku": "BC", "quantity": 1}]});
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b3/hold"), b3).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("held")), "{body}");
+    let (status, _, body) = post(
+        &format!("{base}/v1/baskets/b3/release"),
+        json!({"reason": "payment failed"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("released")),
+        "{body}"
+    );
+    let (_, _, body) = get(&format!("{base}/v1/baskets/b3")).await?;
+    assert_eq!(body["lines"][0]["state"], "released", "{body}");
+    // A released basket cannot be confirmed: refused before anything is sent.
+    let logged = h.read(&h.ns.topic).await?.len();
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b3/confirm"), json!(null)).await?;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("BC is released"),
+        "{body}"
+    );
+    assert_eq!(
+        h.read(&h.ns.topic).await?.len(),
+        logged,
+        "nothing was published"
     );
     Ok(())
 }

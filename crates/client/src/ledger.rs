@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{AdjustmentId, BasketId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::{
     CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
 };
@@ -495,6 +495,61 @@ impl Ledger {
         }
     }
 
+    /// Holds every line of `basket` until its deadline, or none: a line
+    /// refused makes the lines granted rolled back before the answer says
+    /// `refused` (see [`basket`](crate::basket) for the protocol). `Err`
+    /// when a line could not be settled: ask again with the same basket.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::basket::{BasketHold, BasketStatus, Line};
+    /// use stockledger_client::{BasketId, Quantity, Sku};
+    ///
+    /// let lines = vec![
+    ///     Line { sku: Sku::new("SKU-1")?, quantity: Quantity::new(2)? },
+    ///     Line { sku: Sku::new("SKU-2")?, quantity: Quantity::new(1)? },
+    /// ];
+    /// let deadline = std::time::SystemTime::now()
+    ///     .duration_since(std::time::UNIX_EPOCH)?
+    ///     .as_millis() as i64
+    ///     + 900_000;
+    /// let basket = BasketHold::new(BasketId::new("cart-9")?, None, deadline, lines)?;
+    /// let held = ledger.hold_basket(&basket).await?;
+    /// if held.status == BasketStatus::Held {
+    ///     let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+    ///     ledger.confirm_basket(basket.basket_id(), &skus).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn hold_basket(
+        &self,
+        basket: &crate::basket::BasketHold,
+    ) -> Result<crate::basket::BasketAnswer, crate::basket::Unsettled> {
+        crate::basket::hold(self, basket).await
+    }
+
+    /// Sells every line of basket `basket_id` (its lines are on `skus`), or
+    /// none: the answer is `confirmed`, or `failed` naming the line that
+    /// could not be and why, the others refunded.
+    pub async fn confirm_basket(
+        &self,
+        basket_id: &BasketId,
+        skus: &[Sku],
+    ) -> Result<crate::basket::BasketAnswer, crate::basket::Unsettled> {
+        crate::basket::confirm(self, basket_id, skus).await
+    }
+
+    /// Gives back every line of basket `basket_id` (on `skus`).
+    pub async fn release_basket(
+        &self,
+        basket_id: &BasketId,
+        skus: &[Sku],
+        reason: Option<&str>,
+    ) -> Result<crate::basket::BasketAnswer, crate::basket::Unsettled> {
+        crate::basket::release(self, basket_id, skus, reason).await
+    }
+
     /// The producer underneath, for what only it offers (`try_send`,
     /// `send_traced`).
     ///
@@ -510,6 +565,16 @@ impl Ledger {
     /// ```
     pub fn producer(&self) -> &LedgerProducer {
         &self.producer
+    }
+}
+
+impl crate::basket::Decide for Ledger {
+    async fn send(&self, sku: &Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
+        self.producer.send(sku.clone(), body).await
+    }
+
+    async fn wait(&self, receipt: &Receipt) -> Result<Decision, OutcomeError> {
+        self.decision(receipt).await
     }
 }
 

@@ -4,6 +4,8 @@
 //!   start: typed commands, holds as [`Duration`](std::time::Duration)s,
 //!   and their decisions read from the outcomes topic (Kafka is all it
 //!   needs). `examples/checkout.rs` is a whole checkout with it.
+//! - [`basket`]: several SKUs held together, all or none, confirmed or
+//!   released together ([`Ledger::hold_basket`] and its siblings).
 //! - [`decisions`]: [`DecisionWatcher`](decisions::DecisionWatcher), the
 //!   reader of the outcomes topic underneath.
 //! - [`producer`]: [`LedgerProducer`] validates a command, appends it to the
@@ -25,6 +27,7 @@
 //! ask for a restock) come from `stockledger-kafka` and `stockledger-core`
 //! and are re-exported here, so an order service needs this crate alone.
 
+pub mod basket;
 pub mod decisions;
 pub mod ledger;
 pub mod outcome;
@@ -37,7 +40,9 @@ pub use outcome::{OutcomeError, OutcomeReader};
 pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
-pub use stockledger_core::ids::{AdjustmentId, CommandId, OrderId, Quantity, Sku, UserId};
+pub use stockledger_core::ids::{
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId,
+};
 pub use stockledger_core::{
     CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
 };

@@ -63,6 +63,8 @@ pub struct Prepared {
     holds: Vec<Option<HoldChange>>,
     /// The last offset read from each partition.
     marks: Vec<(i32, i64)>,
+    /// The basket lines among the commands: basket id -> its SKUs here.
+    baskets: BTreeMap<String, Vec<String>>,
 }
 
 impl Prepared {
@@ -140,6 +142,15 @@ impl Projection {
             .iter()
             .map(|&(partition, _, _, command)| HoldChange::of(partition, command))
             .collect();
+        let mut baskets: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for &(_, _, _, command) in &commands {
+            if let Some(basket) = command.body.basket_id() {
+                let skus = baskets.entry(basket.as_str().to_owned()).or_default();
+                if !skus.iter().any(|s| s == command.sku.as_str()) {
+                    skus.push(command.sku.as_str().to_owned());
+                }
+            }
+        }
         let batch = Batch::group(commands, partitions);
         let ranges = call_ranges(&batch.runs, self.redis.is_cluster());
         Prepared {
@@ -156,16 +167,32 @@ impl Projection {
             slots: batch.slots,
             holds,
             marks: last.into_iter().collect(),
+            baskets,
         }
     }
 
     /// Applies `batch` and returns the decision for each of its commands,
     /// in the order they were prepared; then keeps the index of live holds
     /// and records how far each partition is folded (announcing it when
-    /// the projection is [`Projection::announcing`]). Safe to repeat:
-    /// records already applied are answered from the stored decisions, and
-    /// the rest writes the same again.
+    /// the projection is [`Projection::announcing`]). Baskets' lines are
+    /// indexed first ([`keys::basket_key`]), so a line whose decision can
+    /// be read is in its basket's index. Safe to repeat: records already
+    /// applied are answered from the stored decisions, and the rest writes
+    /// the same again.
     pub async fn apply(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
+        if !batch.baskets.is_empty() {
+            let index = batch
+                .baskets
+                .iter()
+                .map(|(basket, skus)| {
+                    redis::cmd("SADD")
+                        .arg(keys::basket_key(&self.prefix, basket))
+                        .arg(skus)
+                        .take()
+                })
+                .collect();
+            let _: Vec<redis::Value> = self.redis.query_each(index).await?;
+        }
         let per_run = self.execute(batch).await?;
         let decisions = in_record_order(&batch.slots, &per_run);
         let mut writes = hold_writes(&self.prefix, batch, &decisions);

@@ -69,6 +69,19 @@ pub fn decode_hold_member(member: &str) -> Option<(&str, &str)> {
     member.split_once('\n')
 }
 
+/// The set of SKUs that basket `basket_id` has a line on (each line is
+/// the order `basket_id` of its SKU). Written by the fold before the lines
+/// are applied, so a basket's lines are found as soon as any is decided;
+/// touched alone, so it needs no hash tag in a Redis Cluster.
+pub fn basket_key(prefix: &str, basket_id: &str) -> String {
+    format!("{prefix}:basket:{basket_id}")
+}
+
+/// The pattern matching every basket's key under `prefix` (for `SCAN`).
+pub fn basket_key_pattern(prefix: &str) -> String {
+    format!("{prefix}:basket:*")
+}
+
 /// The hash of dead letters re-driven to the command topic: field the
 /// dead letter's position (`topic/partition@offset`), value the position
 /// of its copy. `dlq redrive` reads it so a dead letter goes back once.

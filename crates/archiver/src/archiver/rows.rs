@@ -73,6 +73,7 @@ pub(super) struct Columns {
     pub(super) user_id: Vec<Option<String>>,
     pub(super) expires_at_ms: Vec<Option<i64>>,
     pub(super) traceparent: Vec<Option<String>>,
+    pub(super) basket_id: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -97,6 +98,7 @@ impl Columns {
         self.rollback_reason.push(o.rollback_reason);
         self.user_id.push(o.user_id);
         self.expires_at_ms.push(o.expires_at);
+        self.basket_id.push(o.basket_id);
     }
 }
 
@@ -121,19 +123,21 @@ pub(super) async fn insert_rows(
     sqlx::query(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
              order_id, adjustment_id, quantity, result, delta, available_after, total_after,
-             reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent)
+             reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent,
+             basket_id)
          SELECT topic, partition, log_offset, sku, command, command_id, order_id,
              adjustment_id, quantity, result, delta, available_after, total_after, reason,
              timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
              rollback_reason, user_id,
-             timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent
+             timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent, basket_id
          FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
              $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
-             $19::bigint[], $20::text[])
+             $19::bigint[], $20::text[], $21::text[])
              AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
-                 occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent)
+                 occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent,
+                 basket_id)
          ON CONFLICT DO NOTHING",
     )
     .bind(&columns.topic)
@@ -156,6 +160,7 @@ pub(super) async fn insert_rows(
     .bind(&columns.user_id)
     .bind(&columns.expires_at_ms)
     .bind(&columns.traceparent)
+    .bind(&columns.basket_id)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -165,7 +170,7 @@ pub(super) async fn insert_rows(
 pub(super) const COPY: &str =
     "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
     order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
-    occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent)
+    occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent, basket_id)
     FROM STDIN (FORMAT binary)";
 
 /// Writes the page's rows with a binary `COPY`: no statement to plan, no
@@ -222,7 +227,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     for i in 0..c.offset.len() {
-        out.extend_from_slice(&20i16.to_be_bytes());
+        out.extend_from_slice(&21i16.to_be_bytes());
         text(&mut out, Some(&c.topic[i]));
         out.extend_from_slice(&4i32.to_be_bytes());
         out.extend_from_slice(&c.partition[i].to_be_bytes());
@@ -244,6 +249,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         text(&mut out, c.user_id[i].as_deref());
         int8(&mut out, c.expires_at_ms[i].map(micros));
         text(&mut out, c.traceparent[i].as_deref());
+        text(&mut out, c.basket_id[i].as_deref());
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     out

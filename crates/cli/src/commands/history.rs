@@ -1,4 +1,4 @@
-//! `stockledger history`: archived decisions of a SKU or an order, a page at
+//! `stockledger history`: archived decisions of a SKU, an order or a basket, a page at
 //! a time.
 
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
-use stockledger_core::ids::{OrderId, Sku};
+use stockledger_core::ids::{BasketId, OrderId, Sku};
 use stockledger_core::ResultCode;
 
 use super::table::{self, Format};
@@ -14,7 +14,7 @@ use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, qu
 use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
-#[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order"])))]
+#[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order", "basket"])))]
 pub struct Args {
     /// History of this SKU (or, with --order, the order's entries for this SKU only).
     #[arg(long, value_parser = parse_sku)]
@@ -22,6 +22,9 @@ pub struct Args {
     /// History of this order.
     #[arg(long, value_parser = parse_order_id)]
     pub order: Option<OrderId>,
+    /// History of this basket: its lines' holds and what befell them, by SKU.
+    #[arg(long, value_parser = parse_basket_id, conflicts_with_all = ["sku", "order"])]
+    pub basket: Option<BasketId>,
     /// Only records that occurred at or after this: RFC 3339
     /// (2026-11-23T10:00:00Z), `now`, or a time ago (-15m, -2h, -7d).
     #[arg(long, value_parser = parse_time, allow_hyphen_values = true)]
@@ -52,8 +55,15 @@ pub struct Args {
     pub json: bool,
 }
 
+fn parse_basket_id(s: &str) -> Result<BasketId, String> {
+    BasketId::new(s).map_err(|e| e.to_string())
+}
+
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let of = match (args.order, args.sku) {
+        _ if args.basket.is_some() => {
+            HistoryOf::Basket(args.basket.map(BasketId::into_string).unwrap_or_default())
+        }
         (Some(order), sku) => HistoryOf::Order {
             order_id: order.into_string(),
             sku: sku.map(Sku::into_string),
@@ -117,6 +127,7 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "total_after": e.total_after, "reason": e.reason,
         "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
         "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
+        "basket_id": e.basket_id,
     })
 }
 

@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod archive;
+pub mod basket;
 pub mod compact;
 pub mod confirm;
 pub mod deduct;

@@ -111,8 +111,13 @@ fn need(method: &Method, route: &str) -> Need {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Need::Nothing,
         ("POST", "/v1/skus/{sku}/orders/{order_id}/deduct")
         | ("POST", "/v1/skus/{sku}/orders/{order_id}/rollback")
-        | ("POST", "/v1/skus/{sku}/orders/{order_id}/confirm") => Need::Produce,
-        ("GET" | "HEAD", "/v1/skus/{sku}/orders/{order_id}") => Need::ReadOrder,
+        | ("POST", "/v1/skus/{sku}/orders/{order_id}/confirm")
+        | ("POST", "/v1/baskets/{basket_id}/hold")
+        | ("POST", "/v1/baskets/{basket_id}/confirm")
+        | ("POST", "/v1/baskets/{basket_id}/release") => Need::Produce,
+        ("GET" | "HEAD", "/v1/skus/{sku}/orders/{order_id}" | "/v1/baskets/{basket_id}") => {
+            Need::ReadOrder
+        }
         (
             "GET" | "HEAD",
             "/v1/skus/{sku}" | "/v1/skus/{sku}/as-of" | "/v1/history" | "/v1/report" | "/metrics",

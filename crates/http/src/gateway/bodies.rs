@@ -74,6 +74,93 @@ pub struct DeductRequest {
     pub expires_at: Option<i64>,
 }
 
+/// One line of a basket.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BasketLineRequest {
+    /// The SKU (each at most once per basket).
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub sku: String,
+    /// Units to hold, 1 to 1,000,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub quantity: i64,
+}
+
+/// Hold several SKUs together, all or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BasketHoldRequest {
+    /// The buyer, counted against each SKU's per-user limit.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub user_id: Option<String>,
+    /// How long every line is held, in milliseconds (at most 7 days).
+    /// Required unless `expires_at` is given.
+    #[schema(minimum = 1, maximum = 604_800_000)]
+    pub hold_ms: Option<i64>,
+    /// Held until this instant (ms since the Unix epoch); not with `hold_ms`.
+    #[schema(minimum = 1)]
+    pub expires_at: Option<i64>,
+    /// 1 to 50 lines, each SKU once.
+    #[schema(min_items = 1, max_items = 50)]
+    pub lines: Vec<BasketLineRequest>,
+}
+
+/// One line of a basket as it stands.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BasketLineBody {
+    pub sku: String,
+    /// The line's order on its SKU: the basket id.
+    pub order_id: String,
+    /// Units the line takes, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<i64>,
+    /// `held`, `confirmed`, `refunded`, `refused`, `released`, `expired`,
+    /// `pending` (in the log, not decided) or `deducted`.
+    pub state: String,
+    /// The decision of this request's command for the line, if it sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Why the line was refused, released or refunded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A basket as it stands after a request.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BasketResponse {
+    pub basket_id: String,
+    /// `held`, `refused` (no line held), `confirmed`, `failed` (no line
+    /// sold), `released`, `pending` or `partial` (a caller stopped
+    /// half-way: confirm or release again).
+    pub status: String,
+    /// The holds' deadline (ms since the Unix epoch), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    pub lines: Vec<BasketLineBody>,
+    /// The basket was already as asked: nothing was sent.
+    pub repeat: bool,
+}
+
+impl BasketResponse {
+    pub fn new(basket: &stockledger_client::basket::BasketAnswer, repeat: bool) -> Self {
+        Self {
+            basket_id: basket.basket_id.to_string(),
+            status: basket.status.as_str().to_owned(),
+            expires_at: basket.expires_at,
+            lines: basket.lines.iter().map(super::baskets::line_body).collect(),
+            repeat,
+        }
+    }
+}
+
 /// Give back units a confirmed order bought.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -273,6 +360,14 @@ pub struct HistoryParams {
         pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
     )]
     pub order_id: Option<String>,
+    /// History of this basket (not with `sku` or `order_id`): its lines'
+    /// holds and what befell them, by SKU.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub basket_id: Option<String>,
     /// Only records that occurred at or after this: RFC 3339
     /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).
     #[param(
@@ -336,6 +431,9 @@ pub struct HistoryEntry {
     /// The W3C `traceparent` the command was sent with, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The basket a hold was a line of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basket_id: Option<String>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -362,6 +460,7 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             user_id: e.user_id,
             expires_at: e.expires_at,
             traceparent: e.traceparent,
+            basket_id: e.basket_id,
         }
     }
 }

@@ -96,7 +96,10 @@ pub(crate) async fn deduct(
 /// The deadline of the hold a deduct asks for: `hold_ms` from now (at
 /// most [`MAX_HOLD_MS`](stockledger_core::ids::MAX_HOLD_MS)), or
 /// `expires_at`, never both; none for a plain deduct.
-fn hold_deadline(hold_ms: Option<i64>, expires_at: Option<i64>) -> Result<Option<i64>, Problem> {
+pub(super) fn hold_deadline(
+    hold_ms: Option<i64>,
+    expires_at: Option<i64>,
+) -> Result<Option<i64>, Problem> {
     match (hold_ms, expires_at) {
         (Some(_), Some(_)) => {
             Err(ValidationError::new("hold_ms", "give hold_ms or expires_at, not both").into())

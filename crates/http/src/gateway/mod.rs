@@ -13,6 +13,7 @@
 
 pub mod analysts;
 pub mod auth;
+mod baskets;
 pub mod bodies;
 mod commands;
 pub mod problem;
@@ -189,6 +190,10 @@ pub(crate) struct Gateway {
         commands::refund,
         commands::limit,
         commands::restock,
+        baskets::hold,
+        baskets::confirm,
+        baskets::release,
+        baskets::show,
         reads::stock,
         reads::order,
         reads::history,
@@ -200,6 +205,7 @@ pub(crate) struct Gateway {
     modifiers(&Doors),
     tags(
         (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
+        (name = "baskets", description = "Several SKUs held, confirmed or released together, all or none; each waits for every line's decision"),
         (name = "reads", description = "The Redis projection and the PostgreSQL archive"),
         (name = "operations", description = "Liveness and readiness (metrics at /metrics, in the Prometheus text format)")
     )
@@ -458,6 +464,10 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
             "/v1/skus/{sku}/restocks/{adjustment_id}",
             post(commands::restock),
         )
+        .route("/v1/baskets/{basket_id}/hold", post(baskets::hold))
+        .route("/v1/baskets/{basket_id}/confirm", post(baskets::confirm))
+        .route("/v1/baskets/{basket_id}/release", post(baskets::release))
+        .route("/v1/baskets/{basket_id}", get(baskets::show))
         .route("/v1/skus/{sku}", get(reads::stock))
         .route("/v1/skus/{sku}/orders/{order_id}", get(reads::order))
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery};
-use stockledger_core::{OrderId, ResultCode, Sku};
+use stockledger_core::{BasketId, OrderId, ResultCode, Sku};
 
 use super::bodies::*;
 use super::commands::sku_and_order;
@@ -97,13 +97,28 @@ pub(crate) async fn history(State(gateway): Shared, Query(params): Query<History
 fn history_query(params: HistoryParams) -> Result<HistoryQuery, Problem> {
     let sku = params.sku.map(Sku::new).transpose()?;
     let order_id = params.order_id.map(OrderId::new).transpose()?;
+    let basket_id = params.basket_id.map(BasketId::new).transpose()?;
     let of = match (order_id, sku) {
+        (None, None) if basket_id.is_some() => {
+            HistoryOf::Basket(basket_id.map(BasketId::into_string).unwrap_or_default())
+        }
+        _ if basket_id.is_some() => {
+            return Err(Problem::invalid(
+                "basket_id",
+                "give basket_id alone, or sku and/or order_id",
+            ))
+        }
         (Some(order), sku) => HistoryOf::Order {
             order_id: order.into_string(),
             sku: sku.map(Sku::into_string),
         },
         (None, Some(sku)) => HistoryOf::Sku(sku.into_string()),
-        (None, None) => return Err(Problem::invalid("sku", "give sku, order_id, or both")),
+        (None, None) => {
+            return Err(Problem::invalid(
+                "sku",
+                "give sku, order_id, both, or basket_id",
+            ))
+        }
     };
     let limit = params.limit.unwrap_or(100);
     if !(1..=MAX_HISTORY_LIMIT).contains(&limit) {

@@ -135,4 +135,32 @@ impl Projection {
         }
         Ok(())
     }
+
+    /// Adds this prefix's baskets' index to `live`'s and deletes it here
+    /// (a rebuilt prefix swapped in whole, as
+    /// [`copy_holds_into`](Self::copy_holds_into)).
+    pub async fn copy_baskets_into(&self, live: &Projection) -> Result<(), ProjectionError> {
+        let pattern = keys::basket_key_pattern(&self.prefix);
+        for key in self.redis.scan_all(&pattern).await? {
+            let Some(basket) = key.strip_prefix(&keys::basket_key(&self.prefix, "")) else {
+                continue;
+            };
+            let skus: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(&key)
+                .query_async(&mut self.redis.clone())
+                .await?;
+            if !skus.is_empty() {
+                let _: i64 = redis::cmd("SADD")
+                    .arg(keys::basket_key(&live.prefix, basket))
+                    .arg(&skus)
+                    .query_async(&mut self.redis.clone())
+                    .await?;
+            }
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
+        Ok(())
+    }
 }

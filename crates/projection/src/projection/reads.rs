@@ -172,6 +172,17 @@ impl Projection {
             .transpose()
     }
 
+    /// The SKUs basket `basket_id` has lines on, sorted (empty for a
+    /// basket the fold has not seen).
+    pub async fn basket_skus(&self, basket_id: &str) -> Result<Vec<String>, ProjectionError> {
+        let mut skus: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::basket_key(&self.prefix, basket_id))
+            .query_async(&mut self.redis.clone())
+            .await?;
+        skus.sort_unstable();
+        Ok(skus)
+    }
+
     /// The offset that applied restock `adjustment_id` of `sku`, if any.
     pub async fn adjustment(
         &self,
