@@ -3,7 +3,7 @@
 //! introduced it really wrote, not from what this release's encoder makes
 //! of an older schema. `fixtures/releases/*.json` were written by those
 //! releases' own encoders (`fixtures/releases/generate.sh` runs
-//! `script_v1.rs` or `script_v2.rs` in a checkout of each); this test
+//! its `script_vN.rs` in a checkout of each); this test
 //! decodes them with today's codec and expects the scripts' commands and
 //! outcomes, resolved into today's types.
 
@@ -19,7 +19,7 @@ use stockledger_core::{
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 4] = [
+const RELEASES: [(&str, &str, bool); 5] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -38,6 +38,11 @@ const RELEASES: [(&str, &str, bool); 4] = [
     (
         "command-v2-outcome-v4",
         include_str!("fixtures/releases/command-v2-outcome-v4.json"),
+        true,
+    ),
+    (
+        "command-v3-outcome-v5",
+        include_str!("fixtures/releases/command-v3-outcome-v5.json"),
         true,
     ),
 ];
@@ -159,6 +164,15 @@ fn script_v2() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v3.rs`: `script_v2.rs` with the second hold a basket's line.
+fn script_v3() -> (Vec<Command>, Vec<Decided>) {
+    let (mut commands, decisions) = script_v2();
+    if let CommandBody::Deduct(d) = &mut commands[5].body {
+        d.basket_id = Some("o-2".parse().unwrap());
+    }
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -172,7 +186,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v2") {
+        let (commands, decisions) = if name.starts_with("command-v3") {
+            script_v3()
+        } else if name.starts_with("command-v2") {
             script_v2()
         } else {
             script_v1()
@@ -182,7 +198,7 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
         for (payload, expected) in written.iter().zip(&commands) {
             assert_eq!(&decode_command(payload).unwrap(), expected, "{name}");
         }
-        let partition = if name.starts_with("command-v2") { 5 } else { 3 };
+        let partition = if name.starts_with("command-v1") { 3 } else { 5 };
         let written = payloads(text, "outcomes");
         assert_eq!(written.len(), commands.len(), "{name}");
         for (offset, (payload, (c, (result, delta, available, reason)))) in written
