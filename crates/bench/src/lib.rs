@@ -45,6 +45,7 @@ use crate::report::{memory_growth, write_results};
 
 mod analyst;
 mod baselines;
+mod basket;
 mod contract;
 mod cpu;
 mod e2e;
@@ -129,6 +130,8 @@ pub enum Scenario {
     #[value(name = "gateway-5k")]
     Gateway5k,
     GatewayMax,
+    /// Baskets of three lines on uniform SKUs, held then confirmed.
+    Basket,
     /// The archive's queries on a large archive (its own database).
     Analyst,
     /// A long log (`--scale-records`, 10M by default): the applier's and
@@ -138,7 +141,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 13] = [
+    const ALL: [Scenario; 14] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -148,6 +151,7 @@ impl Scenario {
         Self::Latency20k,
         Self::Gateway5k,
         Self::GatewayMax,
+        Self::Basket,
         Self::Replay,
         Self::Archive,
         Self::Memory,
@@ -168,6 +172,7 @@ impl Scenario {
             Self::Memory => "memory",
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
+            Self::Basket => "basket",
             Self::Analyst => "analyst",
             Self::Scale => "scale",
         }
@@ -346,6 +351,10 @@ impl Bench<'_> {
             }
             Scenario::GatewayMax => {
                 gateway::throughput(g, args, run_id, name, counts.records).await?
+            }
+            Scenario::Basket => {
+                // Six records a basket: as many records as the e2e scenarios.
+                basket::basket(g, args, run_id, counts.skus, (counts.records / 6).max(1)).await?
             }
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match self.uniform.take() {

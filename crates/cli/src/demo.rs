@@ -19,6 +19,10 @@ use tokio::time::Instant;
 /// The SKU every buyer wants.
 pub const HOT_SKU: &str = "DEMO-HOT";
 
+/// The two SKUs the basket shoppers buy together (a cap and a tee: both
+/// or neither), scarcer than the baskets that want them.
+pub const BASKET_SKUS: [&str; 2] = ["DEMO-CAP", "DEMO-TEE"];
+
 /// How long a buyer waits for the decision on their reservation.
 const DECISION_WAIT: Duration = Duration::from_secs(60);
 
@@ -169,7 +173,94 @@ pub async fn buy(
     Ok(sent)
 }
 
-/// Waits until no hold of [`HOT_SKU`] is left (abandoned ones expire by
+/// What the basket shoppers did, and the baskets they used.
+#[derive(Debug, Default, Clone)]
+pub struct BasketsSent {
+    pub held: u64,
+    pub refused: u64,
+    pub paid: u64,
+    /// Confirms that could not sell every line, undone by refunds.
+    pub failed: u64,
+    pub released: u64,
+    pub abandoned: u64,
+    pub ids: Vec<stockledger_core::BasketId>,
+}
+
+/// Lets `shoppers` concurrent tasks check out `baskets` baskets of one
+/// unit of each of [`BASKET_SKUS`] (named `{run_id}-basket-{i}`), each
+/// held `hold_ms`: when held, 70 % are paid, 15 % released, 15 %
+/// abandoned (their holds expire).
+pub async fn buy_baskets(
+    producer: &LedgerProducer,
+    reader: &OutcomeReader,
+    run_id: &str,
+    baskets: usize,
+    shoppers: usize,
+    hold_ms: i64,
+    seed: u64,
+) -> anyhow::Result<BasketsSent> {
+    use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, Settler};
+    use stockledger_core::{BasketId, Quantity, Sku};
+    let settler = Settler {
+        producer: producer.clone(),
+        reader: reader.clone(),
+        wait: DECISION_WAIT,
+    };
+    let shoppers = shoppers.clamp(1, baskets.max(1));
+    let tasks = (0..shoppers).map(|shopper| {
+        let settler = &settler;
+        async move {
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1_000_000 + shopper as u64));
+            let mut sent = BasketsSent::default();
+            for i in (shopper..baskets).step_by(shoppers) {
+                let id = BasketId::new(format!("{run_id}-basket-{i}"))?;
+                let lines = BASKET_SKUS
+                    .iter()
+                    .map(|sku| {
+                        Ok(Line {
+                            sku: Sku::new(*sku)?,
+                            quantity: Quantity::new(1)?,
+                        })
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let hold = BasketHold::new(id.clone(), None, now_ms() + hold_ms, lines)?;
+                sent.ids.push(id.clone());
+                let held = basket::hold(settler, &hold).await?;
+                if held.status != BasketStatus::Held {
+                    sent.refused += 1;
+                    continue;
+                }
+                sent.held += 1;
+                let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+                match rng.random_range(0..100) {
+                    0..70 => match basket::confirm(settler, &id, &skus).await?.status {
+                        BasketStatus::Confirmed => sent.paid += 1,
+                        _ => sent.failed += 1,
+                    },
+                    70..85 => {
+                        basket::release(settler, &id, &skus, Some("changed their mind")).await?;
+                        sent.released += 1;
+                    }
+                    _ => sent.abandoned += 1,
+                }
+            }
+            anyhow::Ok(sent)
+        }
+    });
+    let mut all = BasketsSent::default();
+    for s in try_join_all(tasks).await? {
+        all.held += s.held;
+        all.refused += s.refused;
+        all.paid += s.paid;
+        all.failed += s.failed;
+        all.released += s.released;
+        all.abandoned += s.abandoned;
+        all.ids.extend(s.ids);
+    }
+    Ok(all)
+}
+
+/// Waits until no hold of [`HOT_SKU`] or [`BASKET_SKUS`] is left (abandoned ones expire by
 /// the applier's expire records) and the archive has a row for every
 /// record of `topic`; returns the rows archived, or what was reached when
 /// `timeout` ran out (the checks then say what is missing).
@@ -182,10 +273,10 @@ pub async fn settle(
 ) -> anyhow::Result<i64> {
     let deadline = Instant::now() + timeout;
     loop {
-        let held = projection
-            .read_sku(HOT_SKU)
-            .await?
-            .map_or(0, |s| s.reserved);
+        let mut held = 0;
+        for sku in std::iter::once(HOT_SKU).chain(BASKET_SKUS) {
+            held += projection.read_sku(sku).await?.map_or(0, |s| s.reserved);
+        }
         let rows = query::count_rows(pool, topic).await?;
         let done = held == 0 && rows >= topic::record_count(kafka, topic).await?;
         if done || Instant::now() >= deadline {
@@ -212,12 +303,15 @@ pub struct Run<'a> {
     pub topic: &'a str,
     /// Rows archived for it when the pipeline caught up.
     pub archived: i64,
+    /// The baskets the shoppers used (none: no basket check).
+    pub baskets: &'a [stockledger_core::BasketId],
 }
 
 /// The contract, once the sale has settled: stock never below zero
 /// (archive and Redis), Redis equal to the reference fold of the whole log,
 /// one archived row per log record, every reservation ended (confirmed,
-/// released or expired), no user above the per-user limit.
+/// released or expired), no user above the per-user limit; and, when the
+/// run had baskets, every basket sold whole or not at all.
 pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     let lowest = query::min_available(run.pool, run.topic).await?;
@@ -293,5 +387,48 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
             limit.map_or("none".into(), |l| l.to_string())
         ),
     });
+    if !run.baskets.is_empty() {
+        checks.push(check_baskets(run).await?);
+    }
     Ok(checks)
+}
+
+/// Every basket of the run sold whole or not at all, and none still held.
+async fn check_baskets(run: &Run<'_>) -> anyhow::Result<Check> {
+    use stockledger_client::basket::{self, LineState};
+    let (mut whole, mut none, mut partial, mut held) = (0, 0, Vec::new(), 0);
+    for id in run.baskets {
+        let Some(b) = basket::read(run.projection, id).await? else {
+            none += 1;
+            continue;
+        };
+        let sold = b
+            .lines
+            .iter()
+            .filter(|l| l.state == LineState::Confirmed)
+            .count();
+        held += b
+            .lines
+            .iter()
+            .filter(|l| l.state == LineState::Held)
+            .count();
+        match sold {
+            0 => none += 1,
+            n if n == b.lines.len() => whole += 1,
+            _ => partial.push(id.to_string()),
+        }
+    }
+    Ok(Check {
+        ok: partial.is_empty() && held == 0,
+        what: format!(
+            "every basket sold whole or not at all ({} baskets = {whole} sold whole + {none} \
+             not sold; {} partly sold{}; {held} lines still held)",
+            run.baskets.len(),
+            partial.len(),
+            partial
+                .first()
+                .map(|p| format!(", first {p}"))
+                .unwrap_or_default()
+        ),
+    })
 }

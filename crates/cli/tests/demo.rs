@@ -18,6 +18,11 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         .restock(HOT_SKU, "initial", RestockMode::Set, 40)
         .await?;
     h.producer.limit(HOT_SKU, Some(1)).await?;
+    for (sku, stock) in demo::BASKET_SKUS.into_iter().zip([20, 15]) {
+        h.producer
+            .restock(sku, "initial", RestockMode::Set, stock)
+            .await?;
+    }
     let workload = Workload {
         orders: 300,
         buyers: 30,
@@ -29,7 +34,14 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         early_rollback_percent: 3,
         seed: 7,
     };
-    let sent = demo::buy(&h.producer, &reader, &workload).await?;
+    let (sent, baskets) = tokio::try_join!(
+        demo::buy(&h.producer, &reader, &workload),
+        demo::buy_baskets(&h.producer, &reader, "demo-test", 60, 10, 1_000, 7)
+    )?;
+    assert!(
+        baskets.paid > 0 && baskets.refused > 0 && baskets.abandoned > 0,
+        "{baskets:?}"
+    );
     assert!(
         sent.records >= 300 && sent.cancelled > 0 && sent.abandoned > 0 && sent.refunded > 0,
         "{sent:?}"
@@ -44,9 +56,10 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         projection: &h.projection,
         topic: &h.ns.topic,
         archived: records,
+        baskets: &baskets.ids,
     };
     let checks = demo::check_contract(&run, CATCH_UP).await?;
-    assert_eq!(checks.len(), 5);
+    assert_eq!(checks.len(), 6, "the baskets' check too");
     assert!(checks.iter().all(|c| c.ok), "{checks:#?}");
     let state = h
         .projection

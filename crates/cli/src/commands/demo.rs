@@ -53,6 +53,11 @@ pub struct DemoArgs {
     /// Percent of orders whose rollback is sent before their reservation.
     #[arg(long, default_value_t = 3)]
     pub early_rollback_percent: u32,
+    /// Baskets checked out alongside the sale, each one unit of DEMO-CAP
+    /// and one of DEMO-TEE, both or neither (a third as many caps and a
+    /// quarter as many tees are on sale); 0 for none.
+    #[arg(long, default_value_t = 300)]
+    pub baskets: usize,
     /// Refuse reservations of the sold-out SKU in the producer, without
     /// logging them (the sold-out fast path), and report how many.
     #[arg(long)]
@@ -98,7 +103,20 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     open_sale(&producer, &reader, &names.run_id, &args, timeout).await?;
 
     let started = Instant::now();
-    let sent = demo::buy(&producer, &reader, &workload(&args)).await?;
+    let shoppers = (args.buyers / 4).max(1);
+    let orders = workload(&args);
+    let (sent, baskets) = tokio::try_join!(
+        demo::buy(&producer, &reader, &orders),
+        demo::buy_baskets(
+            &producer,
+            &reader,
+            &names.run_id,
+            args.baskets,
+            shoppers,
+            args.hold_ms,
+            args.seed
+        )
+    )?;
     let produced_in = started.elapsed();
     let projection =
         stockledger_projection::Projection::connect(&g.redis_url, names.prefix.clone()).await?;
@@ -112,6 +130,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         projection: &projection,
         topic: &names.topic,
         archived,
+        baskets: &baskets.ids,
     };
     if !text {
         let checks = demo::check_contract(&run, timeout).await?;
@@ -123,6 +142,9 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         let shown = serde_json::json!({
             "run": names.run_id, "topic": names.topic, "prefix": names.prefix,
             "records_sent": sent.records, "archived": archived,
+            "baskets": {"held": baskets.held, "refused": baskets.refused, "paid": baskets.paid,
+                        "failed": baskets.failed, "released": baskets.released,
+                        "abandoned": baskets.abandoned},
             "send_seconds": produced_in.as_secs_f64(),
             "end_to_end_seconds": end_to_end.as_secs_f64(),
             "checks": checks, "pass": pass,
@@ -131,6 +153,22 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         return Ok(if pass { Exit::Ok } else { Exit::Check }.into());
     }
     print_workload(&args, &sent, guard.as_ref());
+    if args.baskets > 0 {
+        println!(
+            "  baskets  {} baskets of one {} and one {} ({shoppers} tasks, held {} ms): {} held, \
+             {} refused, {} paid, {} failed at paying, {} released, {} abandoned",
+            args.baskets,
+            demo::BASKET_SKUS[0],
+            demo::BASKET_SKUS[1],
+            args.hold_ms,
+            baskets.held,
+            baskets.refused,
+            baskets.paid,
+            baskets.failed,
+            baskets.released,
+            baskets.abandoned
+        );
+    }
     let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
     println!(
         "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
@@ -278,6 +316,24 @@ async fn open_sale(
         decision.result == ResultCode::Applied,
         "initial restock: {decision:?}"
     );
+    if args.baskets > 0 {
+        let stocks = [args.baskets.div_ceil(3), args.baskets.div_ceil(4)];
+        for (sku, stock) in demo::BASKET_SKUS.into_iter().zip(stocks) {
+            let restock = producer
+                .restock(
+                    sku,
+                    &format!("{run_id}-initial"),
+                    RestockMode::Set,
+                    stock as i64,
+                )
+                .await?;
+            let decision = reader.wait(&restock, timeout).await?;
+            anyhow::ensure!(
+                decision.result == ResultCode::Applied,
+                "{sku} restock: {decision:?}"
+            );
+        }
+    }
     let limit = producer.limit(HOT_SKU, Some(args.limit_per_user)).await?;
     let decision = reader.wait(&limit, timeout).await?;
     anyhow::ensure!(

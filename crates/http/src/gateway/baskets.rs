@@ -144,7 +144,7 @@ fn same_lines(known: &BasketAnswer, asked: &BasketHold) -> Result<(), Problem> {
 }
 
 /// Hold every line, or none.
-#[utoipa::path(post, path = "/v1/baskets/{basket_id}/hold", tag = "baskets",
+#[utoipa::path(post, path = "/v1/baskets/{basket_id}/hold", tag = "baskets", operation_id = "basket_hold",
     params(("basket_id" = String, Path, description = "The basket: the idempotency key, and each line's order id")),
     request_body = BasketHoldRequest,
     responses(
@@ -194,7 +194,7 @@ pub(crate) async fn hold(
 }
 
 /// Sell every line, or none.
-#[utoipa::path(post, path = "/v1/baskets/{basket_id}/confirm", tag = "baskets",
+#[utoipa::path(post, path = "/v1/baskets/{basket_id}/confirm", tag = "baskets", operation_id = "basket_confirm",
     params(("basket_id" = String, Path, description = "The basket")),
     responses(
         (status = 200, description = "`confirmed`: every line is sold; `failed`: a line could not be confirmed (its `reason` says why) and the lines confirmed were refunded. A basket already confirmed answers with `repeat`", body = BasketResponse),
@@ -222,7 +222,7 @@ pub(crate) async fn confirm(
 }
 
 /// Give back every line.
-#[utoipa::path(post, path = "/v1/baskets/{basket_id}/release", tag = "baskets",
+#[utoipa::path(post, path = "/v1/baskets/{basket_id}/release", tag = "baskets", operation_id = "basket_release",
     params(("basket_id" = String, Path, description = "The basket")),
     request_body(content = Option<RollbackRequest>, description = "Optional: why (each line's rollback carries it)"),
     responses(
@@ -263,7 +263,7 @@ pub(crate) async fn release(
 }
 
 /// A basket and its lines, from the Redis projection.
-#[utoipa::path(get, path = "/v1/baskets/{basket_id}", tag = "baskets",
+#[utoipa::path(get, path = "/v1/baskets/{basket_id}", tag = "baskets", operation_id = "basket_show",
     params(("basket_id" = String, Path, description = "The basket")),
     responses(
         (status = 200, description = "The basket", body = BasketResponse),

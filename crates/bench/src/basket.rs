@@ -1,0 +1,110 @@
+//! The basket scenario: concurrent buyers each hold a basket of three
+//! lines on uniform SKUs and confirm it, the protocol of
+//! `stockledger_client::basket` over an in-process applier.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use stockledger_cli::Global;
+use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, Settler};
+use stockledger_client::OutcomeReader;
+use stockledger_core::{BasketId, Quantity, Sku};
+
+use crate::contract::projection_differs;
+use crate::pipeline::Pipeline;
+use crate::{BenchArgs, Measurement};
+
+/// Lines per basket.
+const LINES: u64 = 3;
+
+/// `baskets` baskets of [`LINES`] distinct SKUs among `skus`, held and
+/// confirmed by `args.concurrency` buyers at once; the rate is baskets per
+/// second (each six records), the latencies those of the hold and of the
+/// confirm as the buyer sees them.
+pub(crate) async fn basket(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    baskets: u64,
+) -> anyhow::Result<Measurement> {
+    let skus = skus.max(LINES as usize);
+    let name = "basket";
+    let per_sku = (baskets * LINES / skus as u64 + 1) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
+    let settler = Settler {
+        producer: pipeline.producer.clone(),
+        reader: OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?,
+        wait: Duration::from_secs(60),
+    };
+    let buyers = args.concurrency.clamp(1, baskets as usize);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for buyer in 0..buyers as u64 {
+        let (settler, run_id) = (settler.clone(), run_id.to_owned());
+        let skus: Vec<String> = (0..skus as u64).map(|i| pipeline.sku(i)).collect();
+        tasks.spawn(async move {
+            let (mut holds, mut confirms) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+            let mut n = buyer;
+            while n < baskets {
+                // Three distinct SKUs, spread over the whole range.
+                let first = (n * 7919) as usize % skus.len();
+                let lines = (0..LINES as usize)
+                    .map(|k| {
+                        let sku =
+                            &skus[(first + k * (skus.len() / LINES as usize).max(1)) % skus.len()];
+                        Ok(Line {
+                            sku: Sku::new(sku.as_str())?,
+                            quantity: Quantity::new(1)?,
+                        })
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let id = BasketId::new(format!("{run_id}-b{n}"))?;
+                let deadline = stockledger_analysts::query::now_ms() + 600_000;
+                let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
+                let sent = Instant::now();
+                let held = basket::hold(&settler, &hold).await?;
+                holds.record(sent.elapsed().as_micros() as u64)?;
+                anyhow::ensure!(held.status == BasketStatus::Held, "{held:?}");
+                let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+                let sent = Instant::now();
+                let sold = basket::confirm(&settler, &id, &skus).await?;
+                confirms.record(sent.elapsed().as_micros() as u64)?;
+                anyhow::ensure!(sold.status == BasketStatus::Confirmed, "{sold:?}");
+                n += buyers as u64;
+            }
+            anyhow::Ok((holds, confirms))
+        });
+    }
+    let (mut holds, mut confirms) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    while let Some(done) = tasks.join_next().await {
+        let (h, c) = done.context("basket buyer")??;
+        holds.add(h)?;
+        confirms.add(c)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
+    pipeline.wait_applied(baskets * LINES * 2).await?;
+    pipeline.stop().await?;
+    let log_records = baskets * LINES * 2 + skus as u64;
+    let failed = projection_differs(g, &topic, &prefix, log_records).await?;
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (ms(&holds, 0.50), ms(&holds, 0.99), ms(&holds, 0.999));
+    Ok(Measurement {
+        scenario: name,
+        records: baskets,
+        seconds,
+        setup: format!(
+            "baskets of {LINES} lines over {skus} SKUs, {buyers} buyers each holding then confirming; \
+             hold p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms; confirm p50 {:.1} ms, p99 {:.1} ms; \
+             {} records; contract checked",
+            ms(&confirms, 0.50),
+            ms(&confirms, 0.99),
+            baskets * LINES * 2
+        ),
+        latency_ms: Some([p50, p99, p999]),
+        peak_rss_mib: None,
+        failed,
+    })
+}
