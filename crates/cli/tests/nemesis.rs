@@ -2,7 +2,7 @@
 //! nodes, topics replicated three times with two in sync), its processes
 //! run as `stockledger apply | archive | serve`, Redis a Redis Cluster with
 //! a replica per master (or one Redis behind a proxy), PostgreSQL behind a
-//! proxy, under a mixed workload from library and HTTP callers while a
+//! proxy, under a mixed workload from library, basket and HTTP callers while a
 //! seeded schedule ([`stockledger_testkit::nemesis::Schedule`]) kills,
 //! pauses, cuts and fails over. At the end everything is healed and the
 //! history is checked against the pure fold of the log.
@@ -24,9 +24,10 @@ use common::{log_path, stockledger, Running};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
-use stockledger_client::{LedgerProducer, Receipt};
+use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, LineState, Settler};
+use stockledger_client::{LedgerProducer, OutcomeReader, Receipt};
 use stockledger_core::partition::home_partition;
-use stockledger_core::{codec, CommandKind, RestockMode, ResultCode};
+use stockledger_core::{codec, BasketId, CommandKind, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::kafka_cluster::KafkaCluster;
@@ -41,6 +42,8 @@ const PARTITIONS: i32 = 3;
 /// Callers sending through the library, and through the gateway.
 const LIBRARY_CALLERS: u64 = 3;
 const HTTP_CALLERS: u64 = 1;
+/// Callers checking out baskets of two SKUs through the library.
+const BASKET_CALLERS: u64 = 1;
 /// A caller's pause between commands: the load stays a few hundred
 /// commands a second, so a long run's log is read back in seconds.
 const PACE: Duration = Duration::from_millis(10);
@@ -125,6 +128,10 @@ struct Report {
     doubled: Vec<String>,
     /// Units still held once every hold's deadline has passed.
     held: i64,
+    /// Baskets the basket callers used.
+    baskets: usize,
+    /// Baskets with some lines sold and others not.
+    partial_baskets: Vec<String>,
     /// The contract check's failure, if it failed.
     contract: Option<String>,
     /// Processes that exited when nobody asked them to (restarted, as an
@@ -144,13 +151,15 @@ impl Report {
             self.lost.is_empty()
                 && self.doubled.is_empty()
                 && self.held == 0
+                && self.partial_baskets.is_empty()
                 && self.contract.is_none(),
             "the nemesis of seed {} broke the contract; lost: {:?}; doubled: {:?}; \
-             {} units still held; contract: {:?}\n{}",
+             {} units still held; baskets partly sold: {:?}; contract: {:?}\n{}",
             self.seed,
             first(&self.lost),
             first(&self.doubled),
             self.held,
+            first(&self.partial_baskets),
             self.contract,
             self.schedule
         );
@@ -181,7 +190,7 @@ impl Report {
     fn summary(&self) -> String {
         format!(
             "nemesis: seed {}, {:.1} min, {} faults, {} acknowledged, {} records, lost {}, \
-             doubled {}, held {}, exits {}, contract {}",
+             doubled {}, held {}, baskets {} (partly sold {}), exits {}, contract {}",
             self.seed,
             self.length.as_secs_f64() / 60.0,
             self.schedule.steps.len(),
@@ -190,6 +199,8 @@ impl Report {
             self.lost.len(),
             self.doubled.len(),
             self.held,
+            self.baskets,
+            self.partial_baskets.len(),
             self.exits.len(),
             if self.contract.is_none() {
                 "held"
@@ -376,6 +387,8 @@ struct World {
     archiver: Mutex<Managed>,
     gateway: Mutex<Managed>,
     gateway_url: String,
+    /// The Redis the processes are given (through the proxy, for one Redis).
+    redis_url: String,
     /// SKUs whose orders tell that decisions flow, one per partition.
     probes: Vec<String>,
     probe_count: AtomicU64,
@@ -436,6 +449,7 @@ impl World {
                 &through,
             )),
             gateway_url: format!("http://{gateway_addr}"),
+            redis_url: redis_url.clone(),
             probes: (0..PARTITIONS).map(probe_sku).collect(),
             probe_count: AtomicU64::new(0),
             started: Instant::now(),
@@ -773,6 +787,69 @@ async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Ve
     acks
 }
 
+/// One caller of baskets until `until`: two SKUs, one to three units each,
+/// held one to four seconds, then confirmed (60 %), released (20 %) or
+/// left to expire. A confirm or release that cannot settle a line is
+/// asked again, as the protocol tells callers to, until it does; a hold
+/// that cannot is left (its lines expire). Returns the baskets used.
+async fn basket_caller(
+    producer: LedgerProducer,
+    redis_url: String,
+    prefix: String,
+    caller: u64,
+    seed: u64,
+    until: Instant,
+) -> anyhow::Result<Vec<BasketId>> {
+    let mut rng = caller_rng(seed, caller + 201);
+    let settler = Settler {
+        producer,
+        reader: OutcomeReader::connect(&redis_url, prefix).await?,
+        wait: Duration::from_secs(5),
+    };
+    let give_up = until + QUIESCENCE / 2;
+    let mut baskets = Vec::new();
+    let mut i = 0u64;
+    while Instant::now() < until {
+        i += 1;
+        let first = rng.below(SKUS.len() as u64) as usize;
+        let second = (first + 1 + rng.below(SKUS.len() as u64 - 1) as usize) % SKUS.len();
+        let lines = [first, second]
+            .into_iter()
+            .map(|k| {
+                Ok(Line {
+                    sku: Sku::new(SKUS[k])?,
+                    quantity: Quantity::new(rng.between(1, 3) as i64)?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let id = BasketId::new(format!("k{caller}-{i}"))?;
+        let deadline = now_ms() + rng.between(1_000, 4_000) as i64;
+        let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
+        baskets.push(id.clone());
+        let Ok(held) = basket::hold(&settler, &hold).await else {
+            continue;
+        };
+        if held.status != BasketStatus::Held {
+            continue;
+        }
+        let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+        let then = rng.below(5);
+        while then < 4 && Instant::now() < give_up {
+            let settled = if then < 3 {
+                basket::confirm(&settler, &id, &skus).await
+            } else {
+                basket::release(&settler, &id, &skus, None).await
+            };
+            if settled.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(PACE).await;
+    }
+    Ok(baskets)
+}
+
 async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report> {
     let kinds = Fault::drawn_on(redis == Redis::Cluster);
     let schedule = Schedule::generate(seed, length, &kinds);
@@ -789,6 +866,17 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     for caller in 0..HTTP_CALLERS {
         let base = world.gateway_url.clone();
         callers.push(tokio::spawn(http_caller(base, caller, seed, until)));
+    }
+    let mut basket_callers = Vec::new();
+    for caller in 0..BASKET_CALLERS {
+        basket_callers.push(tokio::spawn(basket_caller(
+            world.h.producer.clone(),
+            world.redis_url.clone(),
+            world.h.ns.prefix.clone(),
+            caller,
+            seed,
+            until,
+        )));
     }
     let supervisor = {
         let world = world.clone();
@@ -815,6 +903,10 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     for caller in callers {
         acks.extend(caller.await?);
     }
+    let mut baskets = Vec::new();
+    for caller in basket_callers {
+        baskets.extend(caller.await??);
+    }
     // Every fault has healed by the end of the schedule; what exited by
     // itself is started once more.
     supervisor.await??;
@@ -826,7 +918,7 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
         started.elapsed().as_secs_f64(),
         acks.len()
     );
-    check(&world, seed, length, schedule, acks, recoveries).await
+    check(&world, seed, length, schedule, acks, baskets, recoveries).await
 }
 
 /// Waits until every record is decided and every hold has ended, then
@@ -837,6 +929,7 @@ async fn check(
     length: Duration,
     schedule: Schedule,
     acks: Vec<Ack>,
+    baskets: Vec<BasketId>,
     recoveries: Vec<Recovery>,
 ) -> anyhow::Result<Report> {
     let h = &world.h;
@@ -936,6 +1029,20 @@ async fn check(
             .filter(|(_, at)| at.len() > 1)
             .map(|((sku, kind, id), at)| format!("{kind} {sku}/{id} applied at {at:?}")),
     );
+    let mut partial_baskets = Vec::new();
+    for id in &baskets {
+        let Some(now) = basket::read(&h.projection, id).await? else {
+            continue;
+        };
+        let sold = now
+            .lines
+            .iter()
+            .filter(|l| l.state == LineState::Confirmed)
+            .count();
+        if sold > 0 && sold < now.lines.len() {
+            partial_baskets.push(format!("{id}: {now:?}"));
+        }
+    }
     Ok(Report {
         seed,
         length,
@@ -945,6 +1052,8 @@ async fn check(
         lost,
         doubled,
         held,
+        baskets: baskets.len(),
+        partial_baskets,
         contract,
         exits: world.exits()?,
         recoveries,
