@@ -113,6 +113,14 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     assert_eq!(available(&h, a).await?, 3, "nothing of b2 is held");
     let a_order = h.projection.order(a, "b2").await?.unwrap();
     assert_eq!(a_order.status, OrderStatus::RolledBack);
+    // Read back, the refused line (which left no order) says why.
+    let b2_now = basket::read(&h.projection, &id("b2")?).await?.unwrap();
+    assert_eq!(b2_now.status, BasketStatus::Refused, "{b2_now:?}");
+    let refused_line = b2_now.lines.iter().find(|l| l.sku.as_str() == b).unwrap();
+    assert_eq!(
+        (refused_line.state, refused_line.result),
+        (LineState::Refused, Some(ResultCode::RejectedInsufficient))
+    );
 
     // Confirmed whole; a second confirm is a repeat.
     let confirmed = basket::confirm(&s, &id("b1")?, &skus(&held)).await?;

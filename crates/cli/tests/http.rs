@@ -892,6 +892,17 @@ async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Resu
     assert_eq!(body["lines"][0]["state"], "released", "{body}");
     let (_, _, stock) = get(&format!("{base}/v1/skus/BC")).await?;
     assert_eq!(stock["available"], 1, "{stock}");
+    let (status, _, body) = get(&format!("{base}/v1/baskets/b2")).await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("refused")),
+        "{body}"
+    );
+    // Lines read back are by SKU: BA, the refused one, says why.
+    assert_eq!(
+        body["lines"][0]["reason"], "requested 1, available 0",
+        "{body}"
+    );
 
     let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!(null)).await?;
     assert_eq!(

@@ -364,11 +364,6 @@ impl BasketAnswer {
         self.expires_at = self.expires_at.or(known.expires_at);
         self
     }
-
-    /// The first line in `state`, if any.
-    pub fn line_in(&self, state: LineState) -> Option<&LineAnswer> {
-        self.lines.iter().find(|l| l.state == state)
-    }
 }
 
 /// A basket's status from its lines' states.
@@ -381,7 +376,11 @@ fn status_of(lines: &[LineAnswer]) -> BasketStatus {
     } else if lines.iter().any(|l| l.state == LineState::Pending) {
         BasketStatus::Pending
     } else if lines.iter().all(|l| !l.state.takes()) {
-        BasketStatus::Released
+        if lines.iter().any(|l| l.state == LineState::Refused) {
+            BasketStatus::Refused
+        } else {
+            BasketStatus::Released
+        }
     } else {
         BasketStatus::Partial
     }
@@ -530,7 +529,10 @@ fn line(
     }
 }
 
-/// Holds every line of `basket`, or none (see the module's protocol).
+/// Holds every line of `basket`, or none (see the module's protocol). A
+/// line decided `DUPLICATE` counts as held: its order took the units
+/// before (a repeated hold), so a hold repeated after the basket was
+/// confirmed answers `held` too; [`read`] says where a basket stands.
 pub async fn hold<D: Decide + Sync>(
     ledger: &D,
     basket: &BasketHold,
@@ -763,20 +765,36 @@ pub async fn read(
     projection: &Projection,
     basket_id: &BasketId,
 ) -> Result<Option<BasketAnswer>, ProjectionError> {
-    let skus = projection.basket_skus(basket_id.as_str()).await?;
-    if skus.is_empty() {
+    let positions = projection.basket_lines(basket_id.as_str()).await?;
+    if positions.is_empty() {
         return Ok(None);
     }
-    let mut lines = Vec::with_capacity(skus.len());
-    for sku in skus {
+    let mut lines = Vec::with_capacity(positions.len());
+    let mut refusals = Vec::new();
+    for (sku, partition, offset) in positions {
         let entry = projection.order(&sku, basket_id.as_str()).await?;
+        if entry.is_none() {
+            // No order: the line was refused, or is not decided yet.
+            refusals.push(projection.decision(&sku, partition, offset).await?);
+        } else {
+            refusals.push(None);
+        }
         let sku = Sku::new(sku.as_str()).map_err(|_| ProjectionError::Corrupt {
             key: stockledger_projection::keys::basket_key(projection.prefix(), basket_id.as_str()),
             value: sku,
         })?;
         lines.push((sku, entry));
     }
-    Ok(Some(BasketAnswer::of(basket_id.clone(), lines)))
+    let mut answer = BasketAnswer::of(basket_id.clone(), lines);
+    for (line, refusal) in answer.lines.iter_mut().zip(refusals) {
+        if let Some(d) = refusal {
+            line.state = LineState::Refused;
+            line.result = Some(d.result);
+            line.reason = d.reason;
+        }
+    }
+    answer.status = status_of(&answer.lines);
+    Ok(Some(answer))
 }
 
 /// The protocol over a producer and the projection's decisions, as a tool

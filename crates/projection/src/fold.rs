@@ -63,8 +63,9 @@ pub struct Prepared {
     holds: Vec<Option<HoldChange>>,
     /// The last offset read from each partition.
     marks: Vec<(i32, i64)>,
-    /// The basket lines among the commands: basket id -> its SKUs here.
-    baskets: BTreeMap<String, Vec<String>>,
+    /// The basket lines among the commands: basket id -> (SKU, the
+    /// line's position) for each line here.
+    baskets: BTreeMap<String, BTreeMap<String, (i32, i64)>>,
 }
 
 impl Prepared {
@@ -142,13 +143,13 @@ impl Projection {
             .iter()
             .map(|&(partition, _, _, command)| HoldChange::of(partition, command))
             .collect();
-        let mut baskets: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for &(_, _, _, command) in &commands {
+        let mut baskets: BTreeMap<String, BTreeMap<String, (i32, i64)>> = BTreeMap::new();
+        for &(partition, offset, _, command) in &commands {
             if let Some(basket) = command.body.basket_id() {
-                let skus = baskets.entry(basket.as_str().to_owned()).or_default();
-                if !skus.iter().any(|s| s == command.sku.as_str()) {
-                    skus.push(command.sku.as_str().to_owned());
-                }
+                baskets
+                    .entry(basket.as_str().to_owned())
+                    .or_default()
+                    .insert(command.sku.as_str().to_owned(), (partition, offset));
             }
         }
         let batch = Batch::group(commands, partitions);
@@ -184,11 +185,14 @@ impl Projection {
             let index = batch
                 .baskets
                 .iter()
-                .map(|(basket, skus)| {
-                    redis::cmd("SADD")
-                        .arg(keys::basket_key(&self.prefix, basket))
-                        .arg(skus)
-                        .take()
+                .map(|(basket, lines)| {
+                    let mut cmd = redis::cmd("HSET");
+                    cmd.arg(keys::basket_key(&self.prefix, basket));
+                    for (sku, &(partition, offset)) in lines {
+                        cmd.arg(sku)
+                            .arg(keys::encode_line_position(partition, offset));
+                    }
+                    cmd
                 })
                 .collect();
             let _: Vec<redis::Value> = self.redis.query_each(index).await?;

@@ -69,10 +69,12 @@ pub fn decode_hold_member(member: &str) -> Option<(&str, &str)> {
     member.split_once('\n')
 }
 
-/// The set of SKUs that basket `basket_id` has a line on (each line is
-/// the order `basket_id` of its SKU). Written by the fold before the lines
-/// are applied, so a basket's lines are found as soon as any is decided;
-/// touched alone, so it needs no hash tag in a Redis Cluster.
+/// The hash of basket `basket_id`'s lines: SKU (each line is the order
+/// `basket_id` of its SKU) -> `partition:offset` of the line's record, so
+/// a line refused (which leaves no order) is told from one not decided
+/// yet. Written by the fold before the lines are applied, so a basket's
+/// lines are found as soon as any is decided; touched alone, so it needs
+/// no hash tag in a Redis Cluster.
 pub fn basket_key(prefix: &str, basket_id: &str) -> String {
     format!("{prefix}:basket:{basket_id}")
 }
@@ -80,6 +82,17 @@ pub fn basket_key(prefix: &str, basket_id: &str) -> String {
 /// The pattern matching every basket's key under `prefix` (for `SCAN`).
 pub fn basket_key_pattern(prefix: &str) -> String {
     format!("{prefix}:basket:*")
+}
+
+/// A line's record position as [`basket_key`] keeps it.
+pub fn encode_line_position(partition: i32, offset: i64) -> String {
+    format!("{partition}:{offset}")
+}
+
+/// The partition and offset of a [`basket_key`] value, if it is one.
+pub fn decode_line_position(value: &str) -> Option<(i32, i64)> {
+    let (partition, offset) = value.split_once(':')?;
+    Some((partition.parse().ok()?, offset.parse().ok()?))
 }
 
 /// The hash of dead letters re-driven to the command topic: field the

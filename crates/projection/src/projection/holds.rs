@@ -145,14 +145,14 @@ impl Projection {
             let Some(basket) = key.strip_prefix(&keys::basket_key(&self.prefix, "")) else {
                 continue;
             };
-            let skus: Vec<String> = redis::cmd("SMEMBERS")
+            let lines: Vec<(String, String)> = redis::cmd("HGETALL")
                 .arg(&key)
                 .query_async(&mut self.redis.clone())
                 .await?;
-            if !skus.is_empty() {
-                let _: i64 = redis::cmd("SADD")
+            if !lines.is_empty() {
+                let _: i64 = redis::cmd("HSET")
                     .arg(keys::basket_key(&live.prefix, basket))
-                    .arg(&skus)
+                    .arg(&lines)
                     .query_async(&mut self.redis.clone())
                     .await?;
             }

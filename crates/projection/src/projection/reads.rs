@@ -172,15 +172,28 @@ impl Projection {
             .transpose()
     }
 
-    /// The SKUs basket `basket_id` has lines on, sorted (empty for a
-    /// basket the fold has not seen).
-    pub async fn basket_skus(&self, basket_id: &str) -> Result<Vec<String>, ProjectionError> {
-        let mut skus: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(keys::basket_key(&self.prefix, basket_id))
+    /// The lines of basket `basket_id`: each SKU with the partition and
+    /// offset of its line's record, sorted by SKU (empty for a basket the
+    /// fold has not seen).
+    pub async fn basket_lines(
+        &self,
+        basket_id: &str,
+    ) -> Result<Vec<(String, i32, i64)>, ProjectionError> {
+        let key = keys::basket_key(&self.prefix, basket_id);
+        let stored: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
             .query_async(&mut self.redis.clone())
             .await?;
-        skus.sort_unstable();
-        Ok(skus)
+        stored
+            .into_iter()
+            .map(|(sku, at)| match keys::decode_line_position(&at) {
+                Some((partition, offset)) => Ok((sku, partition, offset)),
+                None => Err(ProjectionError::Corrupt {
+                    key: key.clone(),
+                    value: at,
+                }),
+            })
+            .collect()
     }
 
     /// The offset that applied restock `adjustment_id` of `sku`, if any.
