@@ -6,6 +6,8 @@
 //!   published, offsets committed after, undecodable records dead-lettered.
 //! - [`expiry`]: the expirer, which appends an `Expire` record for each
 //!   reservation past its deadline, so the log decides every expiry.
+//! - [`baskets`]: the settler, which refunds the sold lines of a basket
+//!   left partly sold past its deadline, so no basket stays partly sold.
 //! - [`check`]: the reference fold of the command log, and comparing the
 //!   projection with it.
 //! - [`record`]: what a command-topic record means (command or refusal).
@@ -16,6 +18,7 @@
 //!   are commands the applier would decide, each once.
 
 pub mod applier;
+pub mod baskets;
 pub mod check;
 pub mod expiry;
 pub mod record;

@@ -230,7 +230,7 @@ pub enum Command {
     /// Hold several SKUs together, all or none; confirm or release them
     /// together; show a basket.
     #[command(
-        after_help = "Examples:\n  stockledger basket hold cart-9 --line SKU-1=2 --line SKU-2=1 --hold 15m --user u-9\n  stockledger basket confirm cart-9\n  stockledger basket release cart-9 --reason \"payment failed\"\n  stockledger basket show cart-9 --format json"
+        after_help = "Examples:\n  stockledger basket hold cart-9 --line SKU-1=2 --line SKU-2=1 --hold 15m --user u-9\n  stockledger basket confirm cart-9\n  stockledger basket release cart-9 --reason payment-failed\n  stockledger basket show cart-9 --format json"
     )]
     Basket(basket::Args),
     /// Give back units a confirmed order bought.

@@ -18,7 +18,9 @@
 //!   `DUPLICATE`). If a line cannot be confirmed (its hold expired or was
 //!   rolled back), the lines already confirmed are refunded before the
 //!   answer, which names the line and why: a confirm answers `confirmed`
-//!   (every line sold) or `failed` (none sold).
+//!   (every line sold) or `failed` (none sold). A caller that dies
+//!   half-way leaves a basket the applier settles past its deadline
+//!   (`stockledger_applier::baskets`): the lines sold are refunded.
 //! - **release**: every line is rolled back.
 //!
 //! Every step is idempotent, so a caller that lost an answer asks again

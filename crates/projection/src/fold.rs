@@ -63,9 +63,8 @@ pub struct Prepared {
     holds: Vec<Option<HoldChange>>,
     /// The last offset read from each partition.
     marks: Vec<(i32, i64)>,
-    /// The basket lines among the commands: basket id -> (SKU, the
-    /// line's position) for each line here.
-    baskets: BTreeMap<String, BTreeMap<String, (i32, i64)>>,
+    /// The basket lines among the commands, by basket id.
+    baskets: BTreeMap<String, BasketLines>,
 }
 
 impl Prepared {
@@ -80,6 +79,10 @@ impl Prepared {
         &self.marks
     }
 }
+
+/// A basket's lines in a batch: its holds' deadline, and each line's SKU
+/// with the partition and offset of its record.
+type BasketLines = (i64, BTreeMap<String, (i32, i64)>);
 
 /// What a command may do to the index of live holds, once decided.
 #[derive(Debug, Clone)]
@@ -143,13 +146,13 @@ impl Projection {
             .iter()
             .map(|&(partition, _, _, command)| HoldChange::of(partition, command))
             .collect();
-        let mut baskets: BTreeMap<String, BTreeMap<String, (i32, i64)>> = BTreeMap::new();
+        let mut baskets: BTreeMap<String, BasketLines> = BTreeMap::new();
         for &(partition, offset, _, command) in &commands {
             if let Some(basket) = command.body.basket_id() {
-                baskets
-                    .entry(basket.as_str().to_owned())
-                    .or_default()
-                    .insert(command.sku.as_str().to_owned(), (partition, offset));
+                let deadline = command.body.expires_at().unwrap_or_default();
+                let (last, lines) = baskets.entry(basket.as_str().to_owned()).or_default();
+                *last = (*last).max(deadline);
+                lines.insert(command.sku.as_str().to_owned(), (partition, offset));
             }
         }
         let batch = Batch::group(commands, partitions);
@@ -176,25 +179,27 @@ impl Projection {
     /// in the order they were prepared; then keeps the index of live holds
     /// and records how far each partition is folded (announcing it when
     /// the projection is [`Projection::announcing`]). Baskets' lines are
-    /// indexed first ([`keys::basket_key`]), so a line whose decision can
-    /// be read is in its basket's index. Safe to repeat: records already
+    /// indexed first ([`keys::basket_key`], and the basket among the open
+    /// ones, [`keys::open_baskets_key`]), so a line whose decision can be
+    /// read is in its basket's index. Safe to repeat: records already
     /// applied are answered from the stored decisions, and the rest writes
     /// the same again.
     pub async fn apply(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
         if !batch.baskets.is_empty() {
-            let index = batch
-                .baskets
-                .iter()
-                .map(|(basket, lines)| {
-                    let mut cmd = redis::cmd("HSET");
-                    cmd.arg(keys::basket_key(&self.prefix, basket));
-                    for (sku, &(partition, offset)) in lines {
-                        cmd.arg(sku)
-                            .arg(keys::encode_line_position(partition, offset));
-                    }
-                    cmd
-                })
-                .collect();
+            let mut index = Vec::with_capacity(batch.baskets.len() + 1);
+            let mut open = redis::cmd("ZADD");
+            open.arg(keys::open_baskets_key(&self.prefix)).arg("NX");
+            for (basket, (deadline, lines)) in &batch.baskets {
+                let mut cmd = redis::cmd("HSET");
+                cmd.arg(keys::basket_key(&self.prefix, basket));
+                for (sku, &(partition, offset)) in lines {
+                    cmd.arg(sku)
+                        .arg(keys::encode_line_position(partition, offset));
+                }
+                index.push(cmd);
+                open.arg(deadline).arg(basket);
+            }
+            index.push(open);
             let _: Vec<redis::Value> = self.redis.query_each(index).await?;
         }
         let per_run = self.execute(batch).await?;

@@ -84,6 +84,16 @@ pub fn basket_key_pattern(prefix: &str) -> String {
     format!("{prefix}:basket:*")
 }
 
+/// The sorted set of baskets that may not be settled yet: member the
+/// basket id, score its holds' deadline (ms), pushed later each time the
+/// settler finds it still open. Past the deadline every line is sold or
+/// given back, or about to be; the applier's settler then refunds the sold
+/// lines of a basket with a line given back, so no basket stays partly
+/// sold. Touched alone, so it needs no hash tag in a Redis Cluster.
+pub fn open_baskets_key(prefix: &str) -> String {
+    format!("{prefix}:baskets-open")
+}
+
 /// A line's record position as [`basket_key`] keeps it.
 pub fn encode_line_position(partition: i32, offset: i64) -> String {
     format!("{partition}:{offset}")

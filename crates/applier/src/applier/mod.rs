@@ -161,6 +161,11 @@ pub fn describe_metrics() {
         "Expire records the applier appended for holds past their deadline."
     );
     counter!(expiry::EXPIRES_METRIC).absolute(0);
+    describe_counter!(
+        crate::baskets::REFUNDS_METRIC,
+        "Refunds the applier appended for the sold lines of baskets left partly sold past their deadline."
+    );
+    counter!(crate::baskets::REFUNDS_METRIC).absolute(0);
     describe_histogram!(BATCH_RECORDS_METRIC, "Records per batch.");
     describe_histogram!(BATCH_RUNS_METRIC, "Lua calls (runs of one SKU) per batch.");
     describe_histogram!(
@@ -292,6 +297,8 @@ impl Applier {
         let mut unfinished: Vec<InFlight> = Vec::new();
         let mut expiry = tokio::time::interval(expiry::INTERVAL);
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut settling = tokio::time::interval(crate::baskets::INTERVAL);
+        settling.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
                 biased;
@@ -300,6 +307,10 @@ impl Applier {
                 () = async { let _ = stop.wait_for(|s| *s).await; } => break,
                 _ = expiry.tick() => {
                     self.expire_due().await;
+                    continue;
+                }
+                _ = settling.tick() => {
+                    self.settle_baskets().await;
                     continue;
                 }
                 _ = ticker.tick() => {
@@ -488,6 +499,26 @@ impl Applier {
             Ok(0) => {}
             Ok(sent) => debug!(sent, "expires appended for due holds"),
             Err(e) => warn!(error = %Chain(&e), "cannot look up due holds; trying again shortly"),
+        }
+    }
+
+    /// Refunds the sold lines of baskets left partly sold past their
+    /// deadline (see [`crate::baskets`]), while this member holds
+    /// partitions. A failure is logged: the next look tries again.
+    async fn settle_baskets(&self) {
+        let holds_partitions = self.consumer.assignment().is_ok_and(|a| a.count() > 0);
+        if !holds_partitions {
+            return;
+        }
+        let now = expiry::now_ms();
+        match crate::baskets::settle_due(&self.projection, &self.producer, &self.config.topic, now)
+            .await
+        {
+            Ok(0) => {}
+            Ok(sent) => debug!(sent, "refunds appended for baskets left partly sold"),
+            Err(e) => {
+                warn!(error = %Chain(&e), "cannot look up open baskets; trying again shortly")
+            }
         }
     }
 

@@ -36,6 +36,9 @@ pub struct Args {
 pub enum Action {
     /// Hold every line until the deadline, or none: exit 0 when held, 3
     /// when a line was refused (no line is held then).
+    #[command(
+        after_help = "Examples:\n  stockledger basket hold cart-9 --line SKU-1=2 --line SKU-2=1 --hold 15m\n  stockledger basket hold cart-10 --line SKU-1=1 --hold 2m --user u-9 --format json"
+    )]
     Hold {
         #[arg(value_parser = parse_basket_id)]
         basket_id: BasketId,
@@ -52,11 +55,15 @@ pub enum Action {
     },
     /// Sell every line, or none: exit 0 when confirmed, 3 when a line
     /// could not be (the lines confirmed are refunded then).
+    #[command(after_help = "Examples:\n  stockledger basket confirm cart-9")]
     Confirm {
         #[arg(value_parser = parse_basket_id)]
         basket_id: BasketId,
     },
     /// Give back every line still held.
+    #[command(
+        after_help = "Examples:\n  stockledger basket release cart-9\n  stockledger basket release cart-9 --reason payment-failed"
+    )]
     Release {
         #[arg(value_parser = parse_basket_id)]
         basket_id: BasketId,
@@ -65,6 +72,7 @@ pub enum Action {
         reason: Option<String>,
     },
     /// The basket and its lines, from Redis (exit 4 if unknown).
+    #[command(after_help = "Examples:\n  stockledger basket show cart-9 --format json")]
     Show {
         #[arg(value_parser = parse_basket_id)]
         basket_id: BasketId,

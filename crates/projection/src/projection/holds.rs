@@ -112,32 +112,56 @@ impl Projection {
         partitions: i32,
     ) -> Result<(), ProjectionError> {
         for partition in 0..partitions {
-            let from = keys::holds_key(&self.prefix, partition);
-            let holds: Vec<(String, i64)> = redis::cmd("ZRANGE")
-                .arg(&from)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .query_async(&mut self.redis.clone())
-                .await?;
-            for page in holds.chunks(1000) {
-                let mut cmd = redis::cmd("ZADD");
-                cmd.arg(keys::holds_key(&live.prefix, partition));
-                for (member, deadline) in page {
-                    cmd.arg(deadline).arg(member);
-                }
-                let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
-            }
-            let _: i64 = redis::cmd("DEL")
-                .arg(&from)
-                .query_async(&mut self.redis.clone())
-                .await?;
+            self.move_sorted_set(
+                &keys::holds_key(&self.prefix, partition),
+                &keys::holds_key(&live.prefix, partition),
+            )
+            .await?;
         }
         Ok(())
     }
 
-    /// Adds this prefix's baskets' index to `live`'s and deletes it here
-    /// (a rebuilt prefix swapped in whole, as
+    /// Up to `page` baskets whose holds' deadline is at or before `now`
+    /// and that the settler has not found settled yet.
+    pub async fn due_baskets(&self, now: i64, page: usize) -> Result<Vec<String>, ProjectionError> {
+        Ok(redis::cmd("ZRANGE")
+            .arg(keys::open_baskets_key(&self.prefix))
+            .arg("-inf")
+            .arg(now)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(page)
+            .query_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    /// Takes `settled` baskets off the open ones and looks at `open` ones
+    /// again at `again` (ms).
+    pub async fn settle_baskets(
+        &self,
+        settled: &[String],
+        open: &[String],
+        again: i64,
+    ) -> Result<(), ProjectionError> {
+        let key = keys::open_baskets_key(&self.prefix);
+        let mut pipe = redis::pipe();
+        if !settled.is_empty() {
+            pipe.cmd("ZREM").arg(&key).arg(settled).ignore();
+        }
+        if !open.is_empty() {
+            let cmd = pipe.cmd("ZADD").arg(&key).arg("XX");
+            for basket in open {
+                cmd.arg(again).arg(basket);
+            }
+            cmd.ignore();
+        }
+        let () = pipe.query_async(&mut self.redis.clone()).await?;
+        Ok(())
+    }
+
+    /// Adds this prefix's baskets' index and open baskets to `live`'s and
+    /// deletes them here (a rebuilt prefix swapped in whole, as
     /// [`copy_holds_into`](Self::copy_holds_into)).
     pub async fn copy_baskets_into(&self, live: &Projection) -> Result<(), ProjectionError> {
         let pattern = keys::basket_key_pattern(&self.prefix);
@@ -161,6 +185,35 @@ impl Projection {
                 .query_async(&mut self.redis.clone())
                 .await?;
         }
+        self.move_sorted_set(
+            &keys::open_baskets_key(&self.prefix),
+            &keys::open_baskets_key(&live.prefix),
+        )
+        .await
+    }
+
+    /// Adds the members of sorted set `from` to `to`, a page at a time
+    /// (the two may be on different Cluster nodes), then deletes `from`.
+    async fn move_sorted_set(&self, from: &str, to: &str) -> Result<(), ProjectionError> {
+        let members: Vec<(String, i64)> = redis::cmd("ZRANGE")
+            .arg(from)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.redis.clone())
+            .await?;
+        for page in members.chunks(1000) {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(to);
+            for (member, score) in page {
+                cmd.arg(score).arg(member);
+            }
+            let _: i64 = cmd.query_async(&mut self.redis.clone()).await?;
+        }
+        let _: i64 = redis::cmd("DEL")
+            .arg(from)
+            .query_async(&mut self.redis.clone())
+            .await?;
         Ok(())
     }
 }

@@ -1,0 +1,281 @@
+//! The baskets' settler: no basket stays partly sold.
+//!
+//! A basket's confirm sends one confirm per line; a caller that dies
+//! half-way, or whose confirm of one line fails after another was sold,
+//! leaves the basket partly sold until it asks again. So the applier
+//! settles it: the fold keeps every basket among the open ones, scored by
+//! its holds' deadline ([`keys::open_baskets_key`]). Past the deadline
+//! each line is sold or given back, or about to be (its expire is on the
+//! way). About once a second the settler reads each due basket's lines:
+//!
+//! - a line still held, or in the log and not decided: not settled yet,
+//!   looked at again after [`RECHECK_MS`];
+//! - every line sold, or none: settled, taken off the open ones;
+//! - some sold and some given back (expired, rolled back, refused): a
+//!   refund of everything is appended for each sold line, stamped now, and
+//!   the basket is looked at again, until none is sold. A line sold and
+//!   then refunded counts as neither: an operator may refund one line of a
+//!   basket sold whole, and that is not undone.
+//!
+//! A refund is a running total, so one sent twice (by two appliers, or
+//! after a crash) refunds once. A line given back can never be sold again
+//! (its order is ended), so undoing the sold lines is the only way to a
+//! whole basket.
+//!
+//! [`keys::open_baskets_key`]: stockledger_projection::keys::open_baskets_key
+
+use std::time::Duration;
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use stockledger_core::codec;
+use stockledger_core::report::Chain;
+use stockledger_core::{
+    Command, CommandBody, CommandId, OrderEntry, OrderId, OrderStatus, Refund, Sku,
+};
+use stockledger_projection::{Projection, ProjectionError};
+use tracing::{debug, warn};
+
+/// How often the settler looks for due baskets.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a basket not settled yet waits before it is looked at again.
+pub const RECHECK_MS: i64 = 2_000;
+
+/// Most baskets looked at per look.
+const PAGE: usize = 200;
+
+/// Counter: refunds the settler appended for lines of baskets partly sold.
+pub const REFUNDS_METRIC: &str = "stockledger_applier_basket_refunds_sent_total";
+
+/// Where a due basket stands, from its lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A line is still held, or not decided yet.
+    Open,
+    /// Every line sold, or none.
+    Settled,
+    /// Some lines sold and others given back: these (indexes into the
+    /// lines) are to be refunded.
+    Undo(Vec<usize>),
+}
+
+/// One line as the settler sees it: its order on its SKU, if any, and
+/// whether its record was decided (a line refused leaves no order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineSeen {
+    pub order: Option<OrderEntry>,
+    pub decided: bool,
+}
+
+/// The verdict on a due basket whose lines are `lines`.
+///
+/// ```
+/// use stockledger_applier::baskets::{verdict, LineSeen, Verdict};
+/// use stockledger_core::{OrderEntry, OrderStatus};
+///
+/// let line = |status| LineSeen {
+///     order: Some(OrderEntry {
+///         status,
+///         quantity: 1,
+///         offset: 0,
+///         user: None,
+///         expires_at: Some(10),
+///         refunded: 0,
+///     }),
+///     decided: true,
+/// };
+/// let sold_and_expired = [line(OrderStatus::Confirmed), line(OrderStatus::Expired)];
+/// assert_eq!(verdict(&sold_and_expired), Verdict::Undo(vec![0]));
+/// assert_eq!(verdict(&[line(OrderStatus::Reserved)]), Verdict::Open);
+/// ```
+pub fn verdict(lines: &[LineSeen]) -> Verdict {
+    let mut sold = Vec::new();
+    let mut given_back = false;
+    for (i, line) in lines.iter().enumerate() {
+        match &line.order {
+            None if !line.decided => return Verdict::Open,
+            None => given_back = true,
+            Some(o) => match o.status {
+                OrderStatus::Reserved => return Verdict::Open,
+                OrderStatus::Confirmed | OrderStatus::Deducted if o.live_units() > 0 => {
+                    sold.push(i)
+                }
+                // Sold, then refunded: not a line the basket failed to get
+                // (an operator may refund a line of a basket sold whole).
+                OrderStatus::Confirmed | OrderStatus::Deducted => {}
+                OrderStatus::RolledBack | OrderStatus::Cancelled | OrderStatus::Expired => {
+                    given_back = true
+                }
+            },
+        }
+    }
+    if given_back && !sold.is_empty() {
+        Verdict::Undo(sold)
+    } else {
+        Verdict::Settled
+    }
+}
+
+/// The refund of everything `order` bought of `sku`, stamped `now`; its
+/// command id names the partition, the instant and `seq`.
+pub fn refund_command(
+    sku: &str,
+    order: &str,
+    partition: i32,
+    now: i64,
+    seq: usize,
+) -> Option<Command> {
+    Some(Command {
+        command_id: CommandId::new(format!("basket-refund-{partition}-{now}-{seq}")).ok()?,
+        sku: Sku::new(sku).ok()?,
+        occurred_at: now,
+        body: CommandBody::Refund(Refund {
+            order_id: OrderId::new(order).ok()?,
+            quantity: None,
+        }),
+    })
+}
+
+/// Settles the baskets due at `now` (see the module): returns how many
+/// refunds were handed to the producer. Deliveries are not awaited: a
+/// basket stays open until its lines show the refunds.
+pub async fn settle_due(
+    projection: &Projection,
+    producer: &FutureProducer,
+    topic: &str,
+    now: i64,
+) -> Result<usize, ProjectionError> {
+    let due = projection.due_baskets(now, PAGE).await?;
+    let (mut settled, mut open, mut refunds) = (Vec::new(), Vec::new(), 0);
+    for basket in due {
+        let lines = projection.basket_lines(&basket).await?;
+        let mut seen = Vec::with_capacity(lines.len());
+        for (sku, partition, offset) in &lines {
+            let order = projection.order(sku, &basket).await?;
+            let decided = order.is_some()
+                || projection
+                    .decision(sku, *partition, *offset)
+                    .await?
+                    .is_some();
+            seen.push(LineSeen { order, decided });
+        }
+        match verdict(&seen) {
+            Verdict::Settled => settled.push(basket),
+            Verdict::Open => open.push(basket),
+            Verdict::Undo(sold) => {
+                for i in sold {
+                    let (sku, partition, _) = &lines[i];
+                    if send_refund(producer, topic, sku, &basket, *partition, now, refunds) {
+                        refunds += 1;
+                    }
+                }
+                open.push(basket);
+            }
+        }
+    }
+    metrics::counter!(REFUNDS_METRIC).increment(refunds as u64);
+    projection
+        .settle_baskets(&settled, &open, now + RECHECK_MS)
+        .await?;
+    Ok(refunds)
+}
+
+/// Hands the refund of `basket`'s line on `sku` to the producer; whether
+/// it took it.
+fn send_refund(
+    producer: &FutureProducer,
+    topic: &str,
+    sku: &str,
+    basket: &str,
+    partition: i32,
+    now: i64,
+    seq: usize,
+) -> bool {
+    let Some(command) = refund_command(sku, basket, partition, now, seq) else {
+        warn!(%sku, %basket, "a basket's index names an invalid sku or basket; skipped");
+        return false;
+    };
+    let payload = match codec::encode_command(&command) {
+        Ok(payload) => payload,
+        Err(e) => {
+            warn!(error = %Chain(&e), "cannot encode a basket's refund");
+            return false;
+        }
+    };
+    let record = FutureRecord::to(topic)
+        .partition(partition)
+        .key(sku)
+        .payload(&payload)
+        .timestamp(now);
+    match producer.send_result(record) {
+        Ok(_delivery) => {
+            debug!(%sku, %basket, "refund of a basket partly sold sent");
+            true
+        }
+        Err((e, _)) => {
+            warn!(error = %Chain(&e), "cannot hand a basket's refund to the producer; trying again shortly");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(status: OrderStatus, refunded: i64) -> LineSeen {
+        LineSeen {
+            order: Some(OrderEntry {
+                status,
+                quantity: 2,
+                offset: 0,
+                user: None,
+                expires_at: Some(10),
+                refunded,
+            }),
+            decided: true,
+        }
+    }
+
+    const REFUSED: LineSeen = LineSeen {
+        order: None,
+        decided: true,
+    };
+    const PENDING: LineSeen = LineSeen {
+        order: None,
+        decided: false,
+    };
+
+    #[test]
+    fn a_basket_is_settled_whole_or_given_back_and_waits_on_any_line_undecided() {
+        use OrderStatus::*;
+        let sold = || line(Confirmed, 0);
+        assert_eq!(verdict(&[sold(), sold()]), Verdict::Settled);
+        assert_eq!(verdict(&[line(Expired, 0), REFUSED]), Verdict::Settled);
+        assert_eq!(
+            verdict(&[line(Confirmed, 2), line(Expired, 0)]),
+            Verdict::Settled
+        );
+        assert_eq!(
+            verdict(&[line(Expired, 0), sold(), line(RolledBack, 0)]),
+            Verdict::Undo(vec![1])
+        );
+        assert_eq!(verdict(&[sold(), REFUSED]), Verdict::Undo(vec![0]));
+        // A part refund still sells a unit: refunded in full.
+        assert_eq!(
+            verdict(&[line(Confirmed, 1), line(Cancelled, 0)]),
+            Verdict::Undo(vec![0])
+        );
+        assert_eq!(verdict(&[sold(), line(Reserved, 0)]), Verdict::Open);
+        assert_eq!(verdict(&[sold(), PENDING]), Verdict::Open);
+    }
+
+    #[test]
+    fn a_refund_names_its_order_and_is_stamped_now() {
+        let c = refund_command("SKU-1", "cart-9", 2, 1_700_000_000_000, 3).unwrap();
+        assert_eq!(c.command_id.as_str(), "basket-refund-2-1700000000000-3");
+        assert!(matches!(&c.body, CommandBody::Refund(r)
+            if r.order_id.as_str() == "cart-9" && r.quantity.is_none()));
+        assert!(refund_command("S{", "o", 0, 1, 0).is_none());
+    }
+}
