@@ -146,6 +146,9 @@ pub async fn settle_due(
     now: i64,
 ) -> Result<usize, ProjectionError> {
     let due = projection.due_baskets(now, PAGE).await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
     let (mut settled, mut open, mut refunds) = (Vec::new(), Vec::new(), 0);
     for basket in due {
         let lines = projection.basket_lines(&basket).await?;

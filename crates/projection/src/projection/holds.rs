@@ -144,6 +144,9 @@ impl Projection {
         open: &[String],
         again: i64,
     ) -> Result<(), ProjectionError> {
+        if settled.is_empty() && open.is_empty() {
+            return Ok(());
+        }
         let key = keys::open_baskets_key(&self.prefix);
         let mut pipe = redis::pipe();
         if !settled.is_empty() {
