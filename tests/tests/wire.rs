@@ -88,12 +88,12 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
         (
             "SKU-B",
             not_the_schema,
-            "malformed Avro datum for writer schema Command.v2",
+            "malformed Avro datum for writer schema Command.v3",
         ),
         (
             "SKU-B",
             trailing,
-            "2 trailing bytes after the Avro datum of writer schema Command.v2",
+            "2 trailing bytes after the Avro datum of writer schema Command.v3",
         ),
         (
             "",

@@ -20,6 +20,7 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
                     ("quantity".into(), Value::Long(quantity)),
                     ("user_id".into(), Value::Union(0, Box::new(Value::Null))),
                     ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
+                    ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
                 ])),
             ),
         ),
