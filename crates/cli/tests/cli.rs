@@ -692,6 +692,9 @@ async fn progress_is_drawn_on_a_terminal_and_nothing_is_said_in_a_pipe() -> anyh
     for (k, v) in common::stockledger(&h).get_envs() {
         script.env(k, v.unwrap_or_default());
     }
+    // A terminal says what it is: without TERM (a CI runner started with
+    // an empty environment) the bar library draws nothing.
+    script.env("TERM", "xterm-256color");
     let out = script.stdin(std::process::Stdio::null()).output()?;
     let drawn = text(&out.stdout);
     assert!(out.status.success(), "{drawn}");
