@@ -283,16 +283,7 @@ pub async fn history_page(
             if let Some(sku) = sku {
                 sql.push(" AND sku = ").push_bind(sku);
             }
-            if let Some(after) = &q.after {
-                sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
-                    .push_bind(&after.sku)
-                    .push(", ")
-                    .push_bind(after.log_offset)
-                    .push(", ")
-                    .push_bind(after.partition)
-                    .push(")");
-            }
-            format!("sku {dir}, log_offset {dir}, partition {dir}")
+            by_sku_after(&mut sql, q.after.as_ref(), cmp, dir)
         }
         HistoryOf::Basket(basket_id) => {
             // A line is the order `basket_id` of its SKU: the basket's rows
@@ -304,16 +295,7 @@ pub async fn history_page(
                 .push(" AND topic = ")
                 .push_bind(topic)
                 .push(")");
-            if let Some(after) = &q.after {
-                sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
-                    .push_bind(&after.sku)
-                    .push(", ")
-                    .push_bind(after.log_offset)
-                    .push(", ")
-                    .push_bind(after.partition)
-                    .push(")");
-            }
-            format!("sku {dir}, log_offset {dir}, partition {dir}")
+            by_sku_after(&mut sql, q.after.as_ref(), cmp, dir)
         }
     };
     push_time_range(&mut sql, q.since_ms, q.until_ms);
@@ -333,6 +315,27 @@ pub async fn history_page(
         None
     };
     Ok(Page { entries, next })
+}
+
+/// For histories ordered by SKU (an order's, a basket's): continues after
+/// `after` in that order, compared with `cmp`; the `ORDER BY` clause, in
+/// direction `dir`.
+fn by_sku_after(
+    sql: &mut QueryBuilder<'_, Postgres>,
+    after: Option<&Cursor>,
+    cmp: &str,
+    dir: &str,
+) -> String {
+    if let Some(after) = after {
+        sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
+            .push_bind(after.sku.clone())
+            .push(", ")
+            .push_bind(after.log_offset)
+            .push(", ")
+            .push_bind(after.partition)
+            .push(")");
+    }
+    format!("sku {dir}, log_offset {dir}, partition {dir}")
 }
 
 /// `AND since <= occurred_at AND occurred_at < until`, for the bounds given.
