@@ -151,24 +151,29 @@ pub async fn settle_due(
     }
     let (mut settled, mut open, mut refunds) = (Vec::new(), Vec::new(), 0);
     for basket in due {
-        let lines = projection.basket_lines(&basket).await?;
-        let mut seen = Vec::with_capacity(lines.len());
-        for (sku, partition, offset) in &lines {
-            let order = projection.order(sku, &basket).await?;
-            let decided = order.is_some()
-                || projection
-                    .decision(sku, *partition, *offset)
-                    .await?
-                    .is_some();
-            seen.push(LineSeen { order, decided });
-        }
+        let lines = projection.basket(&basket).await?;
+        let seen: Vec<LineSeen> = lines
+            .iter()
+            .map(|l| LineSeen {
+                order: l.order.clone(),
+                decided: l.order.is_some() || l.refusal.is_some(),
+            })
+            .collect();
         match verdict(&seen) {
             Verdict::Settled => settled.push(basket),
             Verdict::Open => open.push(basket),
             Verdict::Undo(sold) => {
                 for i in sold {
-                    let (sku, partition, _) = &lines[i];
-                    if send_refund(producer, topic, sku, &basket, *partition, now, refunds) {
+                    let line = &lines[i];
+                    if send_refund(
+                        producer,
+                        topic,
+                        &line.sku,
+                        &basket,
+                        line.partition,
+                        now,
+                        refunds,
+                    ) {
                         refunds += 1;
                     }
                 }

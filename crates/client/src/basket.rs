@@ -767,25 +767,19 @@ pub async fn read(
     projection: &Projection,
     basket_id: &BasketId,
 ) -> Result<Option<BasketAnswer>, ProjectionError> {
-    let positions = projection.basket_lines(basket_id.as_str()).await?;
-    if positions.is_empty() {
+    let stored = projection.basket(basket_id.as_str()).await?;
+    if stored.is_empty() {
         return Ok(None);
     }
-    let mut lines = Vec::with_capacity(positions.len());
-    let mut refusals = Vec::new();
-    for (sku, partition, offset) in positions {
-        let entry = projection.order(&sku, basket_id.as_str()).await?;
-        if entry.is_none() {
-            // No order: the line was refused, or is not decided yet.
-            refusals.push(projection.decision(&sku, partition, offset).await?);
-        } else {
-            refusals.push(None);
-        }
-        let sku = Sku::new(sku.as_str()).map_err(|_| ProjectionError::Corrupt {
+    let mut lines = Vec::with_capacity(stored.len());
+    let mut refusals = Vec::with_capacity(stored.len());
+    for line in stored {
+        let sku = Sku::new(line.sku.as_str()).map_err(|_| ProjectionError::Corrupt {
             key: stockledger_projection::keys::basket_key(projection.prefix(), basket_id.as_str()),
-            value: sku,
+            value: line.sku,
         })?;
-        lines.push((sku, entry));
+        lines.push((sku, line.order));
+        refusals.push(line.refusal);
     }
     let mut answer = BasketAnswer::of(basket_id.clone(), lines);
     for (line, refusal) in answer.lines.iter_mut().zip(refusals) {

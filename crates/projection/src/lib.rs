@@ -22,4 +22,4 @@ pub mod keys;
 mod projection;
 
 pub use fold::{Entry, Prepared};
-pub use projection::{Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};
+pub use projection::{BasketLine, Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

@@ -65,6 +65,19 @@ impl ProjectionError {
     }
 }
 
+/// One line of a basket, as [`Projection::basket`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasketLine {
+    pub sku: String,
+    /// The partition the line's record is on.
+    pub partition: i32,
+    /// The line's order (the basket id) on its SKU.
+    pub order: Option<OrderEntry>,
+    /// For a line without an order, the decision on its record once taken
+    /// (a refused hold); `None` while it is not decided.
+    pub refusal: Option<Decision>,
+}
+
 /// What a prefix's marker says of the log it is the fold of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {

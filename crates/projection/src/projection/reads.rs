@@ -172,10 +172,31 @@ impl Projection {
             .transpose()
     }
 
+    /// Each line of basket `basket_id` as the projection holds it (empty
+    /// for a basket the fold has not seen), sorted by SKU.
+    pub async fn basket(&self, basket_id: &str) -> Result<Vec<BasketLine>, ProjectionError> {
+        let mut lines = Vec::new();
+        for (sku, partition, offset) in self.basket_lines(basket_id).await? {
+            let order = self.order(&sku, basket_id).await?;
+            // No order: the hold was refused, or is not decided yet.
+            let refusal = match order {
+                Some(_) => None,
+                None => self.decision(&sku, partition, offset).await?,
+            };
+            lines.push(BasketLine {
+                sku,
+                partition,
+                order,
+                refusal,
+            });
+        }
+        Ok(lines)
+    }
+
     /// The lines of basket `basket_id`: each SKU with the partition and
     /// offset of its line's record, sorted by SKU (empty for a basket the
     /// fold has not seen).
-    pub async fn basket_lines(
+    async fn basket_lines(
         &self,
         basket_id: &str,
     ) -> Result<Vec<(String, i32, i64)>, ProjectionError> {
