@@ -249,15 +249,21 @@ pub async fn buy_baskets(
     });
     let mut all = BasketsSent::default();
     for s in try_join_all(tasks).await? {
-        all.held += s.held;
-        all.refused += s.refused;
-        all.paid += s.paid;
-        all.failed += s.failed;
-        all.released += s.released;
-        all.abandoned += s.abandoned;
-        all.ids.extend(s.ids);
+        all += s;
     }
     Ok(all)
+}
+
+impl std::ops::AddAssign for BasketsSent {
+    fn add_assign(&mut self, o: Self) {
+        self.held += o.held;
+        self.refused += o.refused;
+        self.paid += o.paid;
+        self.failed += o.failed;
+        self.released += o.released;
+        self.abandoned += o.abandoned;
+        self.ids.extend(o.ids);
+    }
 }
 
 /// Waits until no hold of [`HOT_SKU`] or [`BASKET_SKUS`] is left (abandoned ones expire by
