@@ -240,6 +240,7 @@ mod tests {
                 user: None,
                 expires_at: Some(10),
                 refunded,
+                units: Vec::new(),
             }),
             decided: true,
         }

@@ -82,6 +82,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         users,
         adjustments: _,
         decisions: _,
+        units,
     } = expected;
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
@@ -110,6 +111,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
             format!("{:?}", actual.last_offset),
         ),
         ("users", format!("{users:?}"), format!("{:?}", actual.users)),
+        ("units", format!("{units:?}"), format!("{:?}", actual.units)),
     ];
     if let Some(d) = scalars.into_iter().find_map(|(f, e, a)| scalar(f, e, a)) {
         return Some(d);
@@ -165,6 +167,7 @@ mod tests {
             user: Some("u1".into()),
             expires_at: None,
             refunded: 0,
+            units: Vec::new(),
         };
         let decision = Decision {
             result: ResultCode::Applied,
@@ -184,6 +187,7 @@ mod tests {
             users: [("u1".to_owned(), 2)].into(),
             adjustments: [("a1".to_owned(), 0)].into(),
             decisions: [(1, decision)].into(),
+            units: [("A1".to_owned(), stockledger_core::Unit::Available)].into(),
         }
     }
 
@@ -192,7 +196,7 @@ mod tests {
         let expected = state();
         assert_eq!(first_difference(&expected, &expected.clone()), None);
         type Corrupt = fn(&mut SkuState);
-        let cases: [(&str, Corrupt); 10] = [
+        let cases: [(&str, Corrupt); 11] = [
             ("available", |s| s.available += 1),
             ("total", |s| s.total += 1),
             ("reserved", |s| s.reserved = 2),
@@ -204,6 +208,7 @@ mod tests {
                 s.users.insert("u1".into(), 3).map(drop).unwrap()
             }),
             ("adjustments", |s| s.adjustments.clear()),
+            ("units", |s| s.units.clear()),
             ("decision at offset 1", |s| {
                 s.decisions.get_mut(&1).unwrap().delta = 0;
             }),

@@ -837,6 +837,7 @@ mod tests {
             user: None,
             expires_at: None,
             refunded,
+            units: Vec::new(),
         }
     }
 

@@ -17,7 +17,7 @@ use crate::command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
 };
 use crate::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError,
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId, ValidationError,
 };
 use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
 use crate::schema::Released;
@@ -160,6 +160,7 @@ fn command_value(command: &Command) -> Value {
                     "basket_id".into(),
                     optional_string(d.basket_id.as_ref().map(BasketId::as_str)),
                 ),
+                ("units".into(), strings(&unit_names(&d.units))),
             ])),
         ),
         CommandBody::Rollback(r) => Value::Union(
@@ -178,6 +179,7 @@ fn command_value(command: &Command) -> Value {
                 ),
                 ("mode".into(), restock_mode(r.mode())),
                 ("quantity".into(), Value::Long(r.quantity())),
+                ("units".into(), strings(&unit_names(r.named()))),
             ])),
         ),
         CommandBody::Confirm(c) => Value::Union(
@@ -261,6 +263,7 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
                 .optional_string("basket_id")?
                 .map(BasketId::new)
                 .transpose()?,
+            units: unit_ids(body.strings("units")?)?,
         }),
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
@@ -269,7 +272,9 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         2 => {
             let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
             let mode = parse_restock_mode(&body.symbol("mode")?)?;
-            CommandBody::Restock(Restock::new(adjustment_id, mode, body.long("quantity")?)?)
+            let quantity = body.long("quantity")?;
+            let units = unit_ids(body.strings("units")?)?;
+            CommandBody::Restock(Restock::with_units(adjustment_id, mode, quantity, units)?)
         }
         3 => CommandBody::Confirm(Confirm {
             order_id: OrderId::new(body.string("order_id")?)?,
@@ -292,12 +297,25 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     };
+    if let CommandBody::Deduct(d) = &body {
+        d.check_units()?;
+    }
     Ok(Command {
         command_id,
         sku,
         occurred_at,
         body,
     })
+}
+
+fn unit_names(units: &[UnitId]) -> Vec<&str> {
+    units.iter().map(UnitId::as_str).collect()
+}
+
+/// Unit names read from a record, each checked as an identifier (the
+/// count and repeats are checked with the command they belong to).
+fn unit_ids(names: Vec<String>) -> Result<Vec<UnitId>, ValidationError> {
+    names.into_iter().map(UnitId::new).collect()
 }
 
 /// The outcome in Avro single-object encoding with the newest `Outcome`
@@ -496,6 +514,7 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "basket_id".into(),
             optional_string(outcome.basket_id.as_deref()),
         ),
+        ("units".into(), strings(&outcome.units)),
     ])
 }
 
@@ -563,6 +582,7 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         user_id: f.optional_string("user_id")?,
         expires_at: f.optional_long("expires_at")?,
         basket_id: f.optional_string("basket_id")?,
+        units: f.strings("units")?,
     })
 }
 
@@ -615,6 +635,10 @@ mod tests {
                 basket_id: Some(BasketId::new("cart-1").unwrap()),
                 ..Deduct::new(order("cart-1"), Quantity::new(1).unwrap())
             }),
+            CommandBody::Deduct(Deduct {
+                expires_at: Some(1_700_000_900_000),
+                ..Deduct::for_units(order("o-5"), units(&["7-12", "7-13"])).unwrap()
+            }),
             CommandBody::Confirm(Confirm {
                 order_id: order("o-3"),
             }),
@@ -643,7 +667,27 @@ mod tests {
             CommandBody::Restock(
                 Restock::new(AdjustmentId::new("b").unwrap(), RestockMode::Set, 9).unwrap(),
             ),
+            CommandBody::Restock(
+                Restock::units(AdjustmentId::new("c").unwrap(), units(&["7-12", "7-13"])).unwrap(),
+            ),
         ]
+    }
+
+    fn units(names: &[&str]) -> Vec<UnitId> {
+        names.iter().map(|n| UnitId::new(*n).unwrap()).collect()
+    }
+
+    /// `command` as a reader sees it when an older writer, which has no
+    /// `units` field, wrote it: the same quantity, no names.
+    fn without_units(mut command: Command) -> Command {
+        match &mut command.body {
+            CommandBody::Deduct(d) => d.units.clear(),
+            CommandBody::Restock(r) => {
+                *r = Restock::new(r.adjustment_id.clone(), r.mode(), r.quantity()).unwrap();
+            }
+            _ => {}
+        }
+        command
     }
 
     #[test]
@@ -729,17 +773,18 @@ mod tests {
         assert_eq!(
             decode_command(&bytes),
             Err(DecodeError::TrailingBytes {
-                writer: "Command.v3".into(),
+                writer: "Command.v4".into(),
                 trailing: 1
             })
         );
         // Cut inside the order id (apache-avro reads a union index at the
-        // very end of the input as branch 0, so the two trailing nulls are
-        // not a test of truncation).
-        bytes.truncate(bytes.len() - 5);
+        // very end of the input as branch 0, and an empty array's count
+        // as 0, so the trailing nulls and units are not a test of
+        // truncation).
+        bytes.truncate(bytes.len() - 6);
         assert!(matches!(
             decode_command(&bytes),
-            Err(DecodeError::Malformed { writer, .. }) if writer == "Command.v3"
+            Err(DecodeError::Malformed { writer, .. }) if writer == "Command.v4"
         ));
         assert_eq!(
             decode_command(&vec![0; MAX_PAYLOAD_LEN + 1]),
@@ -764,6 +809,7 @@ mod tests {
                         ("user_id".into(), Value::Union(0, Box::new(Value::Null))),
                         ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
                         ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
+                        ("units".into(), Value::Array(Vec::new())),
                     ])),
                 ),
             ),
@@ -804,7 +850,8 @@ mod tests {
     fn first_release_had(body: &CommandBody) -> bool {
         match body {
             CommandBody::Deduct(d) => d.user_id.is_none() && d.expires_at.is_none(),
-            CommandBody::Rollback(_) | CommandBody::Restock(_) => true,
+            CommandBody::Restock(r) => r.named().is_empty(),
+            CommandBody::Rollback(_) => true,
             _ => false,
         }
     }
@@ -820,7 +867,7 @@ mod tests {
             }
         }
         // A v1 writer has no branch for a confirm.
-        let confirm = command(bodies().remove(3));
+        let confirm = command(bodies().remove(4));
         assert!(encode_command_as(&confirm, v1, v1.fingerprint).is_err());
     }
 
@@ -832,11 +879,29 @@ mod tests {
         for body in bodies() {
             let written = command(body);
             let bytes = encode_command_as(&written, v2, v2.fingerprint).unwrap();
-            let mut expected = written.clone();
+            let mut expected = without_units(written.clone());
             if let CommandBody::Deduct(d) = &mut expected.body {
                 d.basket_id = None;
             }
             assert_eq!(decode_command(&bytes).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn a_v3_record_reads_without_units_and_a_mismatched_count_is_invalid() {
+        let v3 = schema::versions(Subject::Command).nth(2).unwrap();
+        for body in bodies() {
+            let written = command(body);
+            let bytes = encode_command_as(&written, v3, v3.fingerprint).unwrap();
+            assert_eq!(decode_command(&bytes).unwrap(), without_units(written));
+        }
+        let wrong = command(CommandBody::Deduct(Deduct {
+            units: units(&["A1"]),
+            ..Deduct::new(order("o"), Quantity::new(2).unwrap())
+        }));
+        match decode_command(&encode_command(&wrong).unwrap()) {
+            Err(DecodeError::Invalid(e)) => assert_eq!(e.field, "quantity"),
+            other => panic!("expected an invalid quantity, got {other:?}"),
         }
     }
 
@@ -875,6 +940,9 @@ mod tests {
                 }
                 if version.version < 5 {
                     expected.basket_id = None;
+                }
+                if version.version < 6 {
+                    expected.units.clear();
                 }
                 for fingerprint in [Some(version.fingerprint), version.legacy_fingerprint]
                     .into_iter()

@@ -3,8 +3,9 @@
 use std::fmt;
 
 use crate::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError,
-    MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS,
+    check_units, AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId,
+    ValidationError, MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS, MAX_UNITS_PER_DEDUCT,
+    MAX_UNITS_PER_RESTOCK,
 };
 
 /// Longest free-text reason a rollback may carry, in bytes.
@@ -193,6 +194,24 @@ impl CommandBody {
             _ => None,
         }
     }
+
+    /// The named units a deduct takes or a restock adds (empty for
+    /// counted stock and for every other kind).
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, Deduct, OrderId, UnitId};
+    ///
+    /// let seats = Deduct::for_units(OrderId::new("order-42")?, vec![UnitId::new("A1")?])?;
+    /// assert_eq!(CommandBody::Deduct(seats).units()[0].as_str(), "A1");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn units(&self) -> &[UnitId] {
+        match self {
+            Self::Deduct(d) => &d.units,
+            Self::Restock(r) => &r.units,
+            _ => &[],
+        }
+    }
 }
 
 /// Take `quantity` units for `order_id`: sold at once, or, with
@@ -225,6 +244,10 @@ pub struct Deduct {
     /// rules (a line is decided as any hold), kept for the basket's index
     /// and the archive.
     pub basket_id: Option<BasketId>,
+    /// The named units taken, all or none (empty for counted stock). When
+    /// there are any, `quantity` is their number: build it with
+    /// [`Deduct::for_units`].
+    pub units: Vec<UnitId>,
 }
 
 impl Deduct {
@@ -244,7 +267,62 @@ impl Deduct {
             user_id: None,
             expires_at: None,
             basket_id: None,
+            units: Vec::new(),
         }
+    }
+
+    /// A deduct of exactly these named units: 1 to
+    /// [`MAX_UNITS_PER_DEDUCT`], none twice; its quantity is their number.
+    ///
+    /// ```
+    /// use stockledger_core::{Deduct, OrderId, UnitId};
+    ///
+    /// let seats = vec![UnitId::new("7-12")?, UnitId::new("7-13")?];
+    /// let deduct = Deduct::for_units(OrderId::new("order-42")?, seats)?;
+    /// assert_eq!(deduct.quantity.get(), 2);
+    /// let twice = vec![UnitId::new("7-12")?, UnitId::new("7-12")?];
+    /// assert_eq!(Deduct::for_units(OrderId::new("o")?, twice).unwrap_err().field, "units");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn for_units(order_id: OrderId, units: Vec<UnitId>) -> Result<Self, ValidationError> {
+        let units = check_units(&units_text(&units), MAX_UNITS_PER_DEDUCT)?;
+        let quantity = Quantity::new(units_len(&units))?;
+        Ok(Self {
+            units,
+            ..Self::new(order_id, quantity)
+        })
+    }
+
+    /// Checks that a deduct read from a record takes its named units
+    /// consistently: at most [`MAX_UNITS_PER_DEDUCT`], none twice, and a
+    /// quantity equal to their number.
+    ///
+    /// ```
+    /// use stockledger_core::{Deduct, OrderId, Quantity, UnitId};
+    ///
+    /// let wrong = Deduct {
+    ///     units: vec![UnitId::new("A1")?],
+    ///     ..Deduct::new(OrderId::new("o")?, Quantity::new(2)?)
+    /// };
+    /// assert_eq!(wrong.check_units().unwrap_err().field, "quantity");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn check_units(&self) -> Result<(), ValidationError> {
+        if self.units.is_empty() {
+            return Ok(());
+        }
+        check_units(&units_text(&self.units), MAX_UNITS_PER_DEDUCT)?;
+        let named = units_len(&self.units);
+        if self.quantity.get() != named {
+            return Err(ValidationError::new(
+                "quantity",
+                format!(
+                    "must equal the number of units named ({named}), got {}",
+                    self.quantity.get()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks a reservation's deadline against `now` (milliseconds since
@@ -269,6 +347,15 @@ impl Deduct {
             None => Ok(()),
         }
     }
+}
+
+fn units_text(units: &[UnitId]) -> Vec<&str> {
+    units.iter().map(UnitId::as_str).collect()
+}
+
+/// The number of `units` (bounded by the per-request limits, so it fits).
+fn units_len(units: &[UnitId]) -> i64 {
+    i64::try_from(units.len()).unwrap_or(i64::MAX)
 }
 
 /// A record's timestamp as the ledger compares it with deadlines: clamped
@@ -491,6 +578,7 @@ pub struct Restock {
     pub adjustment_id: AdjustmentId,
     mode: RestockMode,
     quantity: i64,
+    units: Vec<UnitId>,
 }
 
 impl Restock {
@@ -527,7 +615,82 @@ impl Restock {
             adjustment_id,
             mode,
             quantity,
+            units: Vec::new(),
         })
+    }
+
+    /// Adds these named units, free: 1 to [`MAX_UNITS_PER_RESTOCK`], none
+    /// twice. An `ADD` of their number; a SKU that already has one of them,
+    /// or counted stock, refuses it.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode, UnitId};
+    ///
+    /// let row = vec![UnitId::new("A1")?, UnitId::new("A2")?];
+    /// let seats = Restock::units(AdjustmentId::new("show-1-seats")?, row)?;
+    /// assert_eq!((seats.mode(), seats.quantity(), seats.named().len()), (RestockMode::Add, 2, 2));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn units(adjustment_id: AdjustmentId, units: Vec<UnitId>) -> Result<Self, ValidationError> {
+        let units = check_units(&units_text(&units), MAX_UNITS_PER_RESTOCK)?;
+        Ok(Self {
+            adjustment_id,
+            mode: RestockMode::Add,
+            quantity: units_len(&units),
+            units,
+        })
+    }
+
+    /// A restock read from a record: [`Restock::new`], or with units
+    /// [`Restock::units`] after checking that the record's mode is `ADD`
+    /// and its quantity their number.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode, UnitId};
+    ///
+    /// let units = vec![UnitId::new("A1")?];
+    /// let set = Restock::with_units(AdjustmentId::new("a")?, RestockMode::Set, 1, units);
+    /// assert_eq!(set.unwrap_err().field, "mode");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn with_units(
+        adjustment_id: AdjustmentId,
+        mode: RestockMode,
+        quantity: i64,
+        units: Vec<UnitId>,
+    ) -> Result<Self, ValidationError> {
+        if units.is_empty() {
+            return Self::new(adjustment_id, mode, quantity);
+        }
+        if mode != RestockMode::Add {
+            return Err(ValidationError::new(
+                "mode",
+                "named units are only added (ADD), never SET",
+            ));
+        }
+        let restock = Self::units(adjustment_id, units)?;
+        if restock.quantity != quantity {
+            return Err(ValidationError::new(
+                "quantity",
+                format!(
+                    "must equal the number of units named ({}), got {quantity}",
+                    restock.quantity
+                ),
+            ));
+        }
+        Ok(restock)
+    }
+
+    /// The named units this restock adds (empty for counted stock).
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// assert!(Restock::new(AdjustmentId::new("a")?, RestockMode::Add, 3)?.named().is_empty());
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn named(&self) -> &[UnitId] {
+        &self.units
     }
 
     /// Whether the quantity is added or is the new total.

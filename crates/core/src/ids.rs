@@ -65,6 +65,69 @@ pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 /// ```
 pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
+/// Most named units one deduct may take (a party's seats, not a show).
+///
+/// ```
+/// use stockledger_core::ids::{check_units, MAX_UNITS_PER_DEDUCT};
+///
+/// let names: Vec<String> = (0..=MAX_UNITS_PER_DEDUCT).map(|i| format!("A{i}")).collect();
+/// assert!(check_units(&names, MAX_UNITS_PER_DEDUCT).is_err());
+/// ```
+pub const MAX_UNITS_PER_DEDUCT: usize = 50;
+
+/// Most named units one restock may add (a hall's seats; a stadium takes
+/// several restocks).
+///
+/// ```
+/// use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
+///
+/// assert_eq!(MAX_UNITS_PER_RESTOCK, 1_000);
+/// ```
+pub const MAX_UNITS_PER_RESTOCK: usize = 1_000;
+
+/// Checks a list of unit names as one command carries it: 1 to `max`
+/// names, each an identifier ([`UnitId`]), none twice. The refusal names
+/// the field `units` and, in its text, the offending position.
+///
+/// ```
+/// use stockledger_core::ids::check_units;
+///
+/// let seats = ["A1".to_owned(), "A2".to_owned()];
+/// assert_eq!(check_units(&seats, 50)?.len(), 2);
+/// let twice = ["A1".to_owned(), "A1".to_owned()];
+/// let refused = check_units(&twice, 50).unwrap_err();
+/// assert_eq!(refused.field, "units");
+/// assert!(refused.problem.contains("units[1]"));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+pub fn check_units<S: AsRef<str>>(names: &[S], max: usize) -> Result<Vec<UnitId>, ValidationError> {
+    if names.is_empty() {
+        return Err(ValidationError::new("units", "must name at least one unit"));
+    }
+    if names.len() > max {
+        return Err(ValidationError::new(
+            "units",
+            format!("names {} units; at most {max} per request", names.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    let mut units = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let name = name.as_ref();
+        let unit = UnitId::new(name).map_err(|e| {
+            ValidationError::new("units", format!("units[{i}] {:?}: {}", name, e.problem))
+        })?;
+        if !seen.insert(name) {
+            return Err(ValidationError::new(
+                "units",
+                format!("units[{i}] {name:?} appears twice"),
+            ));
+        }
+        units.push(unit);
+    }
+    Ok(units)
+}
+
 /// A value was refused; `field` names the input, `problem` says what is wrong.
 ///
 /// ```
@@ -246,6 +309,12 @@ id_type!(
     /// order of this id on its SKU.
     BasketId,
     "basket_id"
+);
+id_type!(
+    /// One named unit of a SKU: a seat of a show, a serial number, a
+    /// parking slot. A SKU sells named units or counted stock, never both.
+    UnitId,
+    "units"
 );
 id_type!(
     /// Unique id of one command, chosen by the producer.

@@ -32,6 +32,8 @@ pub use command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
     RestockMode, Rollback,
 };
-pub use ids::{AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError};
-pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState};
+pub use ids::{
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId, ValidationError,
+};
+pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState, Unit};
 pub use outcome::{Decision, LogPosition, Outcome, ResultCode};

@@ -245,6 +245,9 @@ pub struct Outcome {
     /// The basket a deduct was a line of (outcomes before schema v5 have
     /// none).
     pub basket_id: Option<String>,
+    /// The named units a deduct took or asked for, or a restock added
+    /// (outcomes before schema v6 have none; empty for counted stock).
+    pub units: Vec<String>,
 }
 
 impl Outcome {
@@ -293,6 +296,12 @@ impl Outcome {
             user_id: command.body.user_id().map(|u| u.as_str().to_owned()),
             expires_at: command.body.expires_at(),
             basket_id: command.body.basket_id().map(|b| b.as_str().to_owned()),
+            units: command
+                .body
+                .units()
+                .iter()
+                .map(|u| u.as_str().to_owned())
+                .collect(),
         }
     }
 
@@ -329,6 +338,7 @@ impl Outcome {
             user_id: None,
             expires_at: None,
             basket_id: None,
+            units: Vec::new(),
         }
     }
 }

@@ -89,7 +89,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 8] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 10] = [
     (
         Subject::Command,
         1,
@@ -106,6 +106,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 8] = [
         Subject::Command,
         3,
         include_str!("../../../schemas/history/Command.v3.avsc"),
+        None,
+    ),
+    (
+        Subject::Command,
+        4,
+        include_str!("../../../schemas/history/Command.v4.avsc"),
         None,
     ),
     (
@@ -136,6 +142,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 8] = [
         Subject::Outcome,
         5,
         include_str!("../../../schemas/history/Outcome.v5.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        6,
+        include_str!("../../../schemas/history/Outcome.v6.avsc"),
         None,
     ),
 ];
@@ -645,7 +657,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 10] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 14] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -662,6 +674,11 @@ mod tests {
         (Subject::Outcome, 1, 5),
         (Subject::Outcome, 2, 5),
         (Subject::Outcome, 3, 5),
+        // v4 / v6 only added arrays with defaults (units), the same again.
+        (Subject::Command, 1, 4),
+        (Subject::Outcome, 1, 6),
+        (Subject::Outcome, 2, 6),
+        (Subject::Outcome, 3, 6),
     ];
 
     #[test]

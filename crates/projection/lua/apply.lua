@@ -8,17 +8,25 @@
 -- Run r (from 0) has the four keys KEYS[4r+1..4r+4] of its sku:
 -- stock hash               available, total, reserved, partition (whose
 --                          records built it), offset (last record applied
---                          there), limit (units per user, when set)
+--                          there), named (1 when the sku sells named
+--                          units, else 0 or absent), limit (units per
+--                          user, when set)
 -- orders hash              order id -> "STATUS|quantity|offset", or, when
 --                          the order names a user, has a deadline or was
 --                          refunded, "STATUS|quantity|offset|expires_at|
---                          refunded|user" (expires_at may be empty).
+--                          refunded|user" (expires_at may be empty); an
+--                          order of named units has that long form, then
+--                          "\n" .. name for each unit it took.
 --                          STATUS: D deducted, H held (reserved), S sold
 --                          (confirmed), R rolled back, X expired, C
 --                          tombstone (rollback came first).
 --                          Also "{user}" .. user id -> units that user's
 --                          live orders hold or bought (an order id cannot
 --                          contain a brace, so the two never meet).
+--                          Also "{unit}" .. name -> a named unit's state:
+--                          "" available, "H" .. order held, "S" .. order
+--                          sold; and "{units}" -> every unit's name, one
+--                          per line, in the order they were added.
 -- adjustments hash         restock adjustment id -> offset that applied it
 -- decisions hash           offset -> "RESULT|delta|available|total|reason"
 -- ARGV[1]                  the maximum stock level
@@ -33,7 +41,12 @@
 --                                       id, expires_at (either may be
 --                                       empty; at least one is not)
 --                            R rollback order id
+--                            N deduct   of named units: time, order id,
+--                                       user id, expires_at (either may be
+--                                       empty), the names one per line
 --                            S restock  adjustment id, quantity, ADD or SET
+--                            T restock  of named units: adjustment id, the
+--                                       names one per line
 --                            F confirm  time, order id
 --                            U refund   order id, refund total (0 = all)
 --                            X expire   time, order id
@@ -51,10 +64,12 @@ local max_stock = tonumber(ARGV[1])
 local max_hold = tonumber(ARGV[2])
 local USER = '{user}'
 -- Arguments per record after its offset and kind.
-local ARITY = { D = 2, E = 5, R = 1, S = 3, F = 2, U = 2, X = 2, L = 1 }
+local ARITY = { D = 2, E = 5, N = 5, R = 1, S = 3, T = 2, F = 2, U = 2, X = 2, L = 1 }
+local UNIT = '{unit}'
+local UNITS = '{units}'
 -- The keys of the run being applied, and its sku's state.
 local STOCK, ORDERS, ADJUSTMENTS, DECISIONS
-local available, total, reserved, limit, partition
+local available, total, reserved, limit, partition, named
 
 -- Integers as text. Each value is formatted once per call: string.format
 -- costs thousands of instructions, and a call repeats its quantities,
@@ -75,13 +90,44 @@ end
 
 local STATUS = { D = 'DEDUCTED', H = 'RESERVED', S = 'CONFIRMED', R = 'ROLLED_BACK', X = 'EXPIRED', C = 'CANCELLED' }
 
+-- Names given one per line, as a list.
+local function lines(text)
+  local names = {}
+  for name in string.gmatch(text, '[^\n]+') do
+    names[#names + 1] = name
+  end
+  return names
+end
+
+-- The state of each of `names` (false for a unit the sku does not have).
+local function unit_states(names)
+  local fields = {}
+  for i, name in ipairs(names) do
+    fields[i] = UNIT .. name
+  end
+  return redis.call('HMGET', ORDERS, unpack(fields))
+end
+
+-- Sets each of `names` to `state`.
+local function mark(names, state)
+  for _, name in ipairs(names) do
+    redis.call('HSET', ORDERS, UNIT .. name, state)
+  end
+end
+
 local function load(id)
   local entry = redis.call('HGET', ORDERS, id)
   if not entry then
     return nil
   end
+  local units
+  local nl = string.find(entry, '\n', 1, true)
+  if nl then
+    units = lines(string.sub(entry, nl + 1))
+    entry = string.sub(entry, 1, nl - 1)
+  end
   local code, qty, offset, rest = string.match(entry, '^(%u)|(%d+)|(%d+)(.*)$')
-  local e = { code = code, qty = tonumber(qty), offset = offset, refunded = 0 }
+  local e = { code = code, qty = tonumber(qty), offset = offset, refunded = 0, units = units }
   if rest ~= '' then
     local expires, refunded, user = string.match(rest, '^|(%-?%d*)|(%d+)|(.*)$')
     e.expires = tonumber(expires)
@@ -95,8 +141,11 @@ end
 
 local function store(id, e)
   local s = e.code .. '|' .. n(e.qty) .. '|' .. e.offset
-  if e.user or e.expires or e.refunded > 0 then
+  if e.user or e.expires or e.refunded > 0 or e.units then
     s = s .. '|' .. (e.expires and n(e.expires) or '') .. '|' .. n(e.refunded) .. '|' .. (e.user or '')
+  end
+  if e.units then
+    s = s .. '\n' .. table.concat(e.units, '\n')
   end
   redis.call('HSET', ORDERS, id, s)
 end
@@ -138,11 +187,14 @@ local function release(id, e, code, offset)
   store(id, e)
   available = available + units
   count(e.user, -units)
+  if units > 0 and e.units then
+    mark(e.units, '')
+  end
   return units
 end
 
-local function deduct(offset, time, id, qty, user, expires)
-  if not (user or expires or limit) and qty <= available then
+local function deduct(offset, time, id, qty, user, expires, units)
+  if not (user or expires or limit or named or units) and qty <= available then
     -- Nothing but an earlier entry for the order could refuse this one,
     -- so claiming the id settles it in one call instead of a read and a
     -- write; a claimed id falls through to the checks below.
@@ -176,6 +228,12 @@ local function deduct(offset, time, id, qty, user, expires)
         n(max_hold) .. ' ms (7 days) after the time of the request (' .. n(time) .. ')')
     end
   end
+  if named and not units then
+    return decide('REJECTED_INSUFFICIENT', 0, 'the sku sells named units; name the units to take')
+  end
+  if units and not named and total > 0 then
+    return decide('REJECTED_INSUFFICIENT', 0, 'the sku sells counted stock, not named units')
+  end
   if limit then
     if not user then
       return decide('REJECTED_LIMIT', 0, 'the sku has a per-user limit of ' .. n(limit) .. '; name a user_id')
@@ -186,7 +244,25 @@ local function deduct(offset, time, id, qty, user, expires)
         n(limit) .. '; requested ' .. n(qty))
     end
   end
-  if qty > available then
+  if units then
+    local states = unit_states(units)
+    local taken = {}
+    for i, name in ipairs(units) do
+      local state = states[i]
+      if not state then
+        taken[#taken + 1] = name .. ' (not on sale)'
+      elseif state ~= '' then
+        if string.sub(state, 1, 1) == 'H' then
+          taken[#taken + 1] = name .. ' (held)'
+        else
+          taken[#taken + 1] = name .. ' (sold)'
+        end
+      end
+    end
+    if #taken > 0 then
+      return decide('REJECTED_INSUFFICIENT', 0, 'units not free: ' .. table.concat(taken, ', '))
+    end
+  elseif qty > available then
     return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available ' .. n(available))
   end
   available = available - qty
@@ -196,7 +272,14 @@ local function deduct(offset, time, id, qty, user, expires)
     code = 'H'
   end
   count(user, qty)
-  store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires })
+  if units then
+    if code == 'H' then
+      mark(units, 'H' .. id)
+    else
+      mark(units, 'S' .. id)
+    end
+  end
+  store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires, units = units })
   return decide('APPLIED', -qty)
 end
 
@@ -234,6 +317,9 @@ local function confirm(offset, time, id)
     e.code = 'S'
     e.offset = offset
     store(id, e)
+    if e.units then
+      mark(e.units, 'S' .. id)
+    end
     return decide('CONFIRMED', 0)
   elseif e.code == 'S' then
     return decide('DUPLICATE', 0, 'order already confirmed')
@@ -279,6 +365,10 @@ local function refund(offset, id, qty)
   if target > e.qty then
     return decide('REJECTED_REFUND', 0, 'refund total ' .. n(target) .. ' is more than the ' .. n(e.qty) .. ' units bought')
   end
+  if e.units and target ~= e.qty then
+    return decide('REJECTED_REFUND', 0, 'an order of named units is refunded whole (' .. n(e.qty) ..
+      ' units), not ' .. n(target))
+  end
   if target < e.refunded then
     return decide('REJECTED_REFUND', 0, n(e.refunded) ..
       ' units are already refunded; a refund total cannot go down to ' .. n(target))
@@ -292,12 +382,34 @@ local function refund(offset, id, qty)
   store(id, e)
   available = available + units
   count(e.user, -units)
+  if e.units then
+    mark(e.units, '')
+  end
   return decide('REFUNDED', units)
 end
 
-local function restock(offset, id, qty, mode)
+local function restock(offset, id, qty, mode, units)
   if redis.call('HEXISTS', ADJUSTMENTS, id) == 1 then
     return decide('DUPLICATE', 0, 'adjustment already applied')
+  end
+  if named and not units then
+    return decide('REJECTED_RESTOCK', 0, 'the sku sells named units; add them by name')
+  end
+  if units then
+    if not named and total > 0 then
+      return decide('REJECTED_RESTOCK', 0, 'the sku holds ' .. n(total) ..
+        ' counted units; named units cannot be added to it')
+    end
+    local states = unit_states(units)
+    local there = {}
+    for i, name in ipairs(units) do
+      if states[i] then
+        there[#there + 1] = name
+      end
+    end
+    if #there > 0 then
+      return decide('REJECTED_RESTOCK', 0, 'units already there: ' .. table.concat(there, ', '))
+    end
   end
   local new_available, new_total
   if mode == 'ADD' then
@@ -322,6 +434,16 @@ local function restock(offset, id, qty, mode)
   available = new_available
   total = new_total
   redis.call('HSET', ADJUSTMENTS, id, offset)
+  if units then
+    mark(units, '')
+    local listed = redis.call('HGET', ORDERS, UNITS)
+    local added = table.concat(units, '\n')
+    if listed then
+      added = listed .. '\n' .. added
+    end
+    redis.call('HSET', ORDERS, UNITS, added)
+    named = true
+  end
   return decide('APPLIED', delta)
 end
 
@@ -334,7 +456,8 @@ while a <= #ARGV do
   partition = tonumber(ARGV[a])
   local home, count = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
-  local stock = redis.call('HMGET', STOCK, 'available', 'total', 'offset', 'partition', 'reserved', 'limit')
+  local stock = redis.call('HMGET', STOCK, 'available', 'total', 'offset', 'partition', 'reserved', 'limit',
+    'named')
   local owner = tonumber(stock[4]) or home
   if partition ~= owner then
     local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
@@ -350,6 +473,7 @@ while a <= #ARGV do
     total = was_total or 0
     reserved = was_reserved or 0
     limit = tonumber(stock[6])
+    named = stock[7] == '1'
     local last = tonumber(stock[3])
     local last_text = stock[3]
     local limit_changed = false
@@ -370,6 +494,16 @@ while a <= #ARGV do
           end
           d = deduct(offset, tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]), user,
             tonumber(ARGV[a + 6]))
+        elseif kind == 'N' then
+          local user = ARGV[a + 4]
+          if user == '' then
+            user = nil
+          end
+          local units = lines(ARGV[a + 6])
+          d = deduct(offset, tonumber(ARGV[a + 2]), ARGV[a + 3], #units, user, tonumber(ARGV[a + 5]), units)
+        elseif kind == 'T' then
+          local units = lines(ARGV[a + 3])
+          d = restock(offset, ARGV[a + 2], #units, 'ADD', units)
         elseif kind == 'R' then
           d = rollback(offset, ARGV[a + 2])
         elseif kind == 'S' then
@@ -407,8 +541,12 @@ while a <= #ARGV do
         -- their old values would leave the hash's bytes as they are.
         redis.call('HSET', STOCK, 'available', n(available), 'offset', last_text)
       else
+        -- `named` only changes with the total, so it is always written
+        -- here, with the others: a hash's layout follows the order its
+        -- fields were first written in, and this keeps it the same however
+        -- the records were cut into batches.
         redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
-          'partition', n(partition), 'offset', last_text)
+          'partition', n(partition), 'offset', last_text, 'named', named and '1' or '0')
       end
       if limit_changed then
         if limit then

@@ -6,15 +6,20 @@
 -- Removes the decisions at or below that offset, and the orders whose final
 -- state (rolled back, expired, or cancelled by a tombstone) was set at or
 -- below it. Deducted, held and sold orders stay: a later rollback, confirm
--- or refund must still find them. Users' counters ("{user}…" fields) are
--- numbers, never order entries, so they stay too.
+-- or refund must still find them. Fields starting with a brace (users'
+-- counters, named units) are never order entries, so they stay too.
 -- Returns { orders removed, decisions removed }.
 
 local cutoff = tonumber(ARGV[1])
 local orders, decisions = 0, 0
 local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
-  local status, offset = string.match(entries[i + 1], '^([RCX])|%d+|(%d+)')
+  -- Fields starting with a brace (users' counters, named units and their
+  -- list) are never orders: an order id cannot contain one.
+  local status, offset
+  if string.byte(entries[i]) ~= 123 then
+    status, offset = string.match(entries[i + 1], '^([RCX])|%d+|(%d+)')
+  end
   if status and tonumber(offset) <= cutoff then
     redis.call('HDEL', KEYS[1], entries[i])
     orders = orders + 1

@@ -3,7 +3,7 @@
 //! (`lua/apply.lua`) writes the same forms; nothing else reads or writes
 //! them.
 
-use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode};
+use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode, Unit};
 
 /// Fields of the stock hash.
 pub const AVAILABLE: &str = "available";
@@ -17,6 +17,9 @@ pub const OFFSET: &str = "offset";
 pub const RESERVED: &str = "reserved";
 /// Units one user may hold and buy (absent: no limit).
 pub const LIMIT: &str = "limit";
+/// `1` when the SKU sells named units (`0` or absent: counted stock), so
+/// the apply script knows without reading the orders hash.
+pub const NAMED: &str = "named";
 
 /// In the orders hash, the field of a user's counted units is this prefix
 /// and the user id. Order ids cannot contain a brace, so no order's field
@@ -26,6 +29,44 @@ pub const USER_FIELD_PREFIX: &str = "{user}";
 /// The user whose counter field of the orders hash `field` is, if it is one.
 pub fn user_of_field(field: &str) -> Option<&str> {
     field.strip_prefix(USER_FIELD_PREFIX)
+}
+
+/// In the orders hash, a named unit's field is this prefix and the unit's
+/// name; its value is [`encode_unit`]'s.
+pub const UNIT_FIELD_PREFIX: &str = "{unit}";
+
+/// In the orders hash, the field listing the SKU's named units in the
+/// order they were added, one per line (names hold no control
+/// characters): what the seat map reads, so it costs the units, not the
+/// orders.
+pub const UNITS_FIELD: &str = "{units}";
+
+/// The unit whose field of the orders hash `field` is, if it is one.
+pub fn unit_of_field(field: &str) -> Option<&str> {
+    field.strip_prefix(UNIT_FIELD_PREFIX)
+}
+
+/// A unit's state: empty when available, `H` and the order holding it,
+/// `S` and the order it was sold to.
+pub fn encode_unit(unit: &Unit) -> String {
+    match unit {
+        Unit::Available => String::new(),
+        Unit::Held(order) => format!("H{order}"),
+        Unit::Sold(order) => format!("S{order}"),
+    }
+}
+
+/// Parses [`encode_unit`]'s form; `None` if it is not one.
+pub fn decode_unit(s: &str) -> Option<Unit> {
+    if s.is_empty() {
+        return Some(Unit::Available);
+    }
+    let order = s.get(1..).filter(|o| !o.is_empty())?.to_owned();
+    match s.as_bytes()[0] {
+        b'H' => Some(Unit::Held(order)),
+        b'S' => Some(Unit::Sold(order)),
+        _ => None,
+    }
 }
 
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
@@ -88,19 +129,31 @@ fn status_of(code: char) -> Option<OrderStatus> {
 /// `STATUS|quantity|offset|expires_at|refunded|user` (`expires_at` empty
 /// when there is none; the user last, as it may contain `|`). STATUS is
 /// `D` deducted, `H` held (reserved), `S` sold (confirmed), `R` rolled
-/// back, `X` expired, `C` tombstone.
+/// back, `X` expired, `C` tombstone. An order of named units has the long
+/// form followed by each unit's name on a line of its own.
 pub fn encode_order(e: &OrderEntry) -> String {
     let mut s = format!("{}|{}|{}", status_code(e.status), e.quantity, e.offset);
-    if e.user.is_some() || e.expires_at.is_some() || e.refunded > 0 {
+    if e.user.is_some() || e.expires_at.is_some() || e.refunded > 0 || !e.units.is_empty() {
         let expires_at = e.expires_at.map(|t| t.to_string()).unwrap_or_default();
         let user = e.user.as_deref().unwrap_or("");
         s.push_str(&format!("|{expires_at}|{}|{user}", e.refunded));
+    }
+    for unit in &e.units {
+        s.push('\n');
+        s.push_str(unit);
     }
     s
 }
 
 /// Parses [`encode_order`]'s form; `None` if it is not one.
 pub fn decode_order(s: &str) -> Option<OrderEntry> {
+    let (s, units) = match s.split_once('\n') {
+        None => (s, Vec::new()),
+        Some((head, names)) => (head, names.split('\n').map(str::to_owned).collect()),
+    };
+    if units.iter().any(String::is_empty) {
+        return None;
+    }
     let mut parts = s.splitn(6, '|');
     let mut code = parts.next()?.chars();
     let status = status_of(code.next()?)?;
@@ -128,6 +181,7 @@ pub fn decode_order(s: &str) -> Option<OrderEntry> {
         user,
         expires_at,
         refunded,
+        units,
     })
 }
 
@@ -160,6 +214,7 @@ mod tests {
             user: None,
             expires_at: None,
             refunded: 0,
+            units: Vec::new(),
         }
     }
 
@@ -194,7 +249,31 @@ mod tests {
         assert_eq!(decode_order("Q|0|42"), None);
         assert_eq!(decode_order("D|1|2|3"), None);
         assert_eq!(decode_order("D|1|2|x|0|"), None);
+        let seats = OrderEntry {
+            expires_at: Some(1_700_000_000_000),
+            units: vec!["7-12".into(), "7-13".into()],
+            ..entry(OrderStatus::Reserved)
+        };
+        assert_eq!(encode_order(&seats), "H|3|42|1700000000000|0|\n7-12\n7-13");
+        assert_eq!(decode_order(&encode_order(&seats)), Some(seats));
+        assert_eq!(decode_order("H|3|42||0|\n"), None);
         assert_eq!(user_of_field("{user}alice"), Some("alice"));
         assert_eq!(user_of_field("alice"), None);
+    }
+
+    #[test]
+    fn units_round_trip_and_their_fields_are_told_apart() {
+        for unit in [
+            Unit::Available,
+            Unit::Held("o-1".into()),
+            Unit::Sold("o|2".into()),
+        ] {
+            assert_eq!(decode_unit(&encode_unit(&unit)), Some(unit));
+        }
+        assert_eq!(decode_unit("H"), None);
+        assert_eq!(decode_unit("Xo-1"), None);
+        assert_eq!(unit_of_field("{unit}A1"), Some("A1"));
+        assert_eq!(unit_of_field(UNITS_FIELD), None);
+        assert_eq!(user_of_field(UNITS_FIELD), None);
     }
 }

@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::command::record_time;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_STOCK};
-use stockledger_core::{Command, CommandBody, Decision, ResultCode};
+use stockledger_core::{Command, CommandBody, Decision, ResultCode, UnitId};
 
 use crate::batch::{in_record_order, Batch, Run};
 use crate::encoding::decode_decision;
@@ -362,6 +362,22 @@ fn call_ranges(runs: &[Run<'_>], cluster: bool) -> Vec<Range<usize>> {
 /// the apply script), `time` being its record timestamp.
 fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
     match body {
+        CommandBody::Deduct(d) if !d.units.is_empty() => {
+            cmd.arg("N")
+                .arg(time)
+                .arg(d.order_id.as_str())
+                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
+            match d.expires_at {
+                Some(t) => cmd.arg(t),
+                None => cmd.arg(""),
+            };
+            cmd.arg(unit_lines(&d.units));
+        }
+        CommandBody::Restock(r) if !r.named().is_empty() => {
+            cmd.arg("T")
+                .arg(r.adjustment_id.as_str())
+                .arg(unit_lines(r.named()));
+        }
         CommandBody::Deduct(d) if d.user_id.is_none() && d.expires_at.is_none() => {
             cmd.arg("D").arg(d.order_id.as_str()).arg(d.quantity.get());
         }
@@ -400,6 +416,12 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
             cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
         }
     }
+}
+
+/// Unit names as the apply script takes them: one per line.
+fn unit_lines(units: &[UnitId]) -> String {
+    let names: Vec<&str> = units.iter().map(UnitId::as_str).collect();
+    names.join("\n")
 }
 
 #[cfg(test)]

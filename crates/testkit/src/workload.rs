@@ -3,7 +3,8 @@
 //! A [`Scenario`] is a log (every kind of command over a few SKUs in two
 //! partitions: deducts, reservations with deadlines a few milliseconds
 //! either side of the records that meet them, confirms, expires, refunds,
-//! limits and restocks, for a few users; whole checkouts now and then;
+//! limits and restocks, for a few users; named units added, held and sold
+//! as well as counted stock; whole checkouts now and then;
 //! offsets per partition as Kafka assigns them, timestamps mostly rising
 //! but sometimes behind; now and then a record on the wrong partition, as
 //! a producer with another partitioner would write it) and the order in which
@@ -22,7 +23,7 @@ use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, OrderId,
-    Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId,
+    Quantity, Refund, Restock, RestockMode, Rollback, Sku, UnitId, UserId,
 };
 
 /// The partitions of generated logs.
@@ -74,7 +75,8 @@ enum Step {
     Send(usize, Body, bool, i64),
     /// One buyer's checkout on SKU `.0`: a reservation (the body, always
     /// a `Body::Reserve`), its confirm and a refund of up to `.2` units,
-    /// in consecutive steps.
+    /// in consecutive steps; a reservation of named units is preceded by
+    /// a restock adding them.
     Checkout(usize, Body, Option<i64>),
     Redeliver(Index),
     Rewind(Index),
@@ -96,6 +98,15 @@ fn user_id() -> impl Strategy<Value = Option<UserId>> {
     prop_oneof![1 => Just(None), 2 => (0..3u8).prop_map(|n| Some(UserId::new(format!("u{n}")).unwrap()))]
 }
 
+/// One to three distinct named units out of six, so that restocks meet
+/// units already there and deducts meet units taken.
+fn units() -> impl Strategy<Value = Vec<UnitId>> {
+    let names: Vec<UnitId> = (0..6)
+        .map(|n| UnitId::new(format!("A{n}")).unwrap())
+        .collect();
+    prop::sample::subsequence(names, 1..=3)
+}
+
 fn quantity() -> impl Strategy<Value = Quantity> {
     prop_oneof![8 => 1..=3i64, 1 => Just(MAX_QUANTITY)].prop_map(|q| Quantity::new(q).unwrap())
 }
@@ -109,14 +120,14 @@ fn reserve() -> impl Strategy<Value = Body> {
         1 => Just(MAX_HOLD_MS),
         1 => Just(MAX_HOLD_MS + 1),
     ];
-    (order_id(), quantity(), user_id(), hold).prop_map(|(order_id, quantity, user_id, hold)| {
-        Body::Reserve(
-            Deduct {
-                user_id,
-                ..Deduct::new(order_id, quantity)
-            },
-            hold,
-        )
+    // A third of the holds take named units instead of a quantity.
+    let take = prop_oneof![2 => quantity().prop_map(Err), 1 => units().prop_map(Ok)];
+    (order_id(), take, user_id(), hold).prop_map(|(order_id, take, user_id, hold)| {
+        let deduct = match take {
+            Err(quantity) => Deduct::new(order_id, quantity),
+            Ok(units) => Deduct::for_units(order_id, units).unwrap(),
+        };
+        Body::Reserve(Deduct { user_id, ..deduct }, hold)
     })
 }
 
@@ -154,8 +165,20 @@ fn body() -> impl Strategy<Value = Body> {
         let id = AdjustmentId::new(format!("a{a}")).unwrap();
         CommandBody::Restock(Restock::new(id, mode, q).unwrap())
     });
+    let seats = (order_id(), units(), user_id()).prop_map(|(order_id, units, user_id)| {
+        CommandBody::Deduct(Deduct {
+            user_id,
+            ..Deduct::for_units(order_id, units).unwrap()
+        })
+    });
+    let add_seats = ((0..4u8), units()).prop_map(|(a, units)| {
+        let id = AdjustmentId::new(format!("a{a}")).unwrap();
+        CommandBody::Restock(Restock::units(id, units).unwrap())
+    });
     prop_oneof![
         3 => deduct.prop_map(Body::Ready),
+        1 => seats.prop_map(Body::Ready),
+        1 => add_seats.prop_map(Body::Ready),
         4 => reserve,
         3 => rollback.prop_map(Body::Ready),
         3 => restock.prop_map(Body::Ready),
@@ -196,6 +219,18 @@ fn spelled_out(steps: Vec<Step>) -> Vec<Step> {
             continue;
         };
         let order_id = d.order_id.clone();
+        if !d.units.is_empty() {
+            // A show's seats are put on sale before they are sold (refused
+            // when the units are there already or the SKU is counted).
+            let id = AdjustmentId::new(format!("seats-{}", out.len())).unwrap();
+            let restock = Restock::units(id, d.units.clone()).unwrap();
+            out.push(Step::Send(
+                sku,
+                Body::Ready(CommandBody::Restock(restock)),
+                false,
+                0,
+            ));
+        }
         out.push(Step::Send(sku, reserve.clone(), false, 0));
         out.push(Step::Send(
             sku,

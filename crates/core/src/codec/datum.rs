@@ -12,7 +12,7 @@
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
-use crate::ids::{BasketId, Quantity, UserId};
+use crate::ids::{BasketId, Quantity, UnitId, UserId};
 use crate::outcome::{Outcome, ResultCode};
 
 /// The current Command schema's datum of a command.
@@ -88,7 +88,8 @@ impl Serialize for Body<'_> {
                     .long("quantity", d.quantity.get())
                     .optional_string("user_id", d.user_id.as_ref().map(UserId::as_str))
                     .optional_long("expires_at", d.expires_at)
-                    .optional_string("basket_id", d.basket_id.as_ref().map(BasketId::as_str)),
+                    .optional_string("basket_id", d.basket_id.as_ref().map(BasketId::as_str))
+                    .units(&d.units),
             ),
             CommandBody::Rollback(r) => (
                 1,
@@ -101,7 +102,8 @@ impl Serialize for Body<'_> {
                 Fields::new("Restock")
                     .string("adjustment_id", r.adjustment_id.as_str())
                     .symbol("mode", mode_symbol(r.mode()))
-                    .long("quantity", r.quantity()),
+                    .long("quantity", r.quantity())
+                    .units(r.named()),
             ),
             CommandBody::Confirm(c) => (
                 3,
@@ -126,11 +128,20 @@ impl Serialize for Body<'_> {
     }
 }
 
+/// An array of unit names.
+struct UnitNames<'a>(&'a [UnitId]);
+
+impl Serialize for UnitNames<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(UnitId::as_str))
+    }
+}
+
 /// A body record's fields, in the order they are added; bodies have at
-/// most five (a basket's line).
+/// most six (a deduct).
 struct Fields<'a> {
     name: &'static str,
-    fields: [(&'static str, Field<'a>); 5],
+    fields: [(&'static str, Field<'a>); 6],
     len: usize,
 }
 
@@ -141,13 +152,14 @@ enum Field<'a> {
     Long(i64),
     OptionalLong(Option<i64>),
     Symbol(u32, &'static str),
+    Units(&'a [UnitId]),
 }
 
 impl<'a> Fields<'a> {
     fn new(name: &'static str) -> Self {
         Self {
             name,
-            fields: [("", Field::Long(0)); 5],
+            fields: [("", Field::Long(0)); 6],
             len: 0,
         }
     }
@@ -174,6 +186,10 @@ impl<'a> Fields<'a> {
         self.with(name, Field::OptionalLong(value))
     }
 
+    fn units(self, value: &'a [UnitId]) -> Self {
+        self.with("units", Field::Units(value))
+    }
+
     fn symbol(self, name: &'static str, value: Symbol) -> Self {
         self.with(name, Field::Symbol(value.index, value.name))
     }
@@ -188,6 +204,7 @@ impl Serialize for Fields<'_> {
                 Field::OptionalString(v) => r.serialize_field(name, &v)?,
                 Field::Long(v) => r.serialize_field(name, &v)?,
                 Field::OptionalLong(v) => r.serialize_field(name, &v)?,
+                Field::Units(units) => r.serialize_field(name, &UnitNames(units))?,
                 Field::Symbol(index, symbol) => r.serialize_field(
                     name,
                     &Symbol {
@@ -205,7 +222,7 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 20)?;
+        let mut r = s.serialize_struct("Outcome", 21)?;
         r.serialize_field("topic", &o.position.topic)?;
         r.serialize_field("partition", &o.position.partition)?;
         r.serialize_field("offset", &o.position.offset)?;
@@ -226,6 +243,7 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("user_id", &o.user_id)?;
         r.serialize_field("expires_at", &o.expires_at)?;
         r.serialize_field("basket_id", &o.basket_id)?;
+        r.serialize_field("units", &o.units)?;
         r.end()
     }
 }

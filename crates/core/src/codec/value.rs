@@ -21,6 +21,15 @@ pub(super) fn optional_long(n: Option<i64>) -> Value {
     }
 }
 
+pub(super) fn strings<S: AsRef<str>>(items: &[S]) -> Value {
+    Value::Array(
+        items
+            .iter()
+            .map(|s| Value::String(s.as_ref().to_owned()))
+            .collect(),
+    )
+}
+
 pub(super) fn optional_timestamp(ms: Option<i64>) -> Value {
     match ms {
         None => Value::Union(0, Box::new(Value::Null)),
@@ -112,6 +121,21 @@ impl Fields {
             None => Ok(None),
             Some(Value::Long(n) | Value::TimestampMillis(n)) => Ok(Some(n)),
             Some(other) => Err(malformed(name, &other)),
+        }
+    }
+
+    /// An array of strings (empty when a record written before the field
+    /// existed is resolved with its default).
+    pub(super) fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
+        match self.take(name)? {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s),
+                    other => Err(malformed(name, &other)),
+                })
+                .collect(),
+            other => Err(malformed(name, &other)),
         }
     }
 

@@ -91,6 +91,7 @@ impl OrderStatus {
 ///     user: Some("alice".into()),
 ///     expires_at: Some(1_700_000_600_000),
 ///     refunded: 1,
+///     units: Vec::new(),
 /// };
 /// assert_eq!(bought.live_units(), 2);
 /// ```
@@ -107,6 +108,9 @@ pub struct OrderEntry {
     pub expires_at: Option<i64>,
     /// Units of a confirmed order refunded so far.
     pub refunded: i64,
+    /// The named units the order took, in the order it named them (empty
+    /// for counted stock).
+    pub units: Vec<String>,
 }
 
 impl OrderEntry {
@@ -118,6 +122,7 @@ impl OrderEntry {
             user: None,
             expires_at: None,
             refunded: 0,
+            units: Vec::new(),
         }
     }
 
@@ -133,6 +138,7 @@ impl OrderEntry {
     ///     user: None,
     ///     expires_at: None,
     ///     refunded: 0,
+    ///     units: Vec::new(),
     /// };
     /// assert_eq!(tombstone.live_units(), 0);
     /// ```
@@ -141,6 +147,44 @@ impl OrderEntry {
             OrderStatus::Deducted | OrderStatus::Reserved => self.quantity,
             OrderStatus::Confirmed => self.quantity - self.refunded,
             OrderStatus::RolledBack | OrderStatus::Cancelled | OrderStatus::Expired => 0,
+        }
+    }
+}
+
+/// Where one named unit of a SKU stands.
+///
+/// ```
+/// use stockledger_core::Unit;
+///
+/// assert_eq!(Unit::Held("order-42".into()).as_str(), "held");
+/// assert_eq!(Unit::Sold("order-42".into()).order(), Some("order-42"));
+/// assert_eq!(Unit::Available.order(), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// Free to take.
+    Available,
+    /// Held by this order's live reservation.
+    Held(String),
+    /// Sold to this order (a plain deduct or a confirmed reservation).
+    Sold(String),
+}
+
+impl Unit {
+    /// The state as the seat map spells it: `available`, `held`, `sold`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Available => "available",
+            Self::Held(_) => "held",
+            Self::Sold(_) => "sold",
+        }
+    }
+
+    /// The order holding or owning the unit, if any.
+    pub fn order(&self) -> Option<&str> {
+        match self {
+            Self::Available => None,
+            Self::Held(order) | Self::Sold(order) => Some(order),
         }
     }
 }
@@ -235,6 +279,10 @@ pub struct SkuState {
     pub adjustments: BTreeMap<String, i64>,
     /// The decision taken for every offset applied to this SKU.
     pub decisions: BTreeMap<i64, Decision>,
+    /// The SKU's named units and where each stands (empty for a SKU of
+    /// counted stock: a SKU is one or the other). `total` counts them and
+    /// `available` the free ones.
+    pub units: BTreeMap<String, Unit>,
 }
 
 impl SkuState {
@@ -353,6 +401,15 @@ impl SkuState {
         }
     }
 
+    /// Sets each of `names` to `state`.
+    fn mark_units(&mut self, names: &[String], state: &Unit) {
+        for name in names {
+            if let Some(unit) = self.units.get_mut(name) {
+                *unit = state.clone();
+            }
+        }
+    }
+
     /// Gives back the units an order still holds or bought, setting its
     /// new status at `offset`; the units returned.
     fn release(&mut self, id: &str, status: OrderStatus, offset: i64) -> i64 {
@@ -360,6 +417,11 @@ impl SkuState {
             return 0;
         };
         let units = entry.live_units();
+        let named = if units > 0 {
+            entry.units.clone()
+        } else {
+            Vec::new()
+        };
         if entry.status == OrderStatus::Reserved {
             self.reserved -= units;
         }
@@ -368,6 +430,7 @@ impl SkuState {
         let user = entry.user.clone();
         self.available += units;
         self.count(user.as_deref(), -units);
+        self.mark_units(&named, &Unit::Available);
         units
     }
 }

@@ -28,6 +28,19 @@ impl SkuState {
                 return self.refuse(ResultCode::RejectedDeadline, e.to_string());
             }
         }
+        let named = !d.units.is_empty();
+        if !named && !self.units.is_empty() {
+            return self.refuse(
+                ResultCode::RejectedInsufficient,
+                "the sku sells named units; name the units to take",
+            );
+        }
+        if named && self.units.is_empty() && self.total > 0 {
+            return self.refuse(
+                ResultCode::RejectedInsufficient,
+                "the sku sells counted stock, not named units",
+            );
+        }
         let user = d.user_id.as_ref().map(|u| u.as_str());
         if let Some(limit) = self.limit {
             let Some(user) = user else {
@@ -42,7 +55,24 @@ impl SkuState {
                 return self.refuse(ResultCode::RejectedLimit, reason);
             }
         }
-        if quantity > self.available {
+        if named {
+            let taken: Vec<String> = d
+                .units
+                .iter()
+                .filter_map(|u| {
+                    let state = match self.units.get(u.as_str()) {
+                        None => "not on sale",
+                        Some(Unit::Available) => return None,
+                        Some(unit) => unit.as_str(),
+                    };
+                    Some(format!("{u} ({state})"))
+                })
+                .collect();
+            if !taken.is_empty() {
+                let reason = format!("units not free: {}", taken.join(", "));
+                return self.refuse(ResultCode::RejectedInsufficient, reason);
+            }
+        } else if quantity > self.available {
             let reason = format!("requested {quantity}, available {}", self.available);
             return self.refuse(ResultCode::RejectedInsufficient, reason);
         }
@@ -55,11 +85,19 @@ impl SkuState {
             None => OrderStatus::Deducted,
         };
         self.count(user, quantity);
+        let names: Vec<String> = d.units.iter().map(|u| u.as_str().to_owned()).collect();
+        let order = d.order_id.as_str().to_owned();
+        let unit = match status {
+            OrderStatus::Reserved => Unit::Held(order.clone()),
+            _ => Unit::Sold(order.clone()),
+        };
+        self.mark_units(&names, &unit);
         self.orders.insert(
-            d.order_id.as_str().to_owned(),
+            order,
             OrderEntry {
                 user: user.map(str::to_owned),
                 expires_at: d.expires_at,
+                units: names,
                 ..OrderEntry::new(status, quantity, offset)
             },
         );
@@ -116,10 +154,13 @@ impl SkuState {
                     return self.decide(ResultCode::RejectedExpired, units, Some(reason));
                 }
                 self.reserved -= quantity;
+                let mut named = Vec::new();
                 if let Some(entry) = self.orders.get_mut(key) {
                     entry.status = OrderStatus::Confirmed;
                     entry.offset = offset;
+                    named.clone_from(&entry.units);
                 }
+                self.mark_units(&named, &Unit::Sold(key.to_owned()));
                 self.decide(ResultCode::Confirmed, 0, None)
             }
             OrderStatus::Confirmed => self.refuse(ResultCode::Duplicate, "order already confirmed"),
@@ -188,6 +229,11 @@ impl SkuState {
             let reason = format!("refund total {target} is more than the {bought} units bought");
             return self.refuse(ResultCode::RejectedRefund, reason);
         }
+        if !entry.units.is_empty() && target != bought {
+            let reason =
+                format!("an order of named units is refunded whole ({bought} units), not {target}");
+            return self.refuse(ResultCode::RejectedRefund, reason);
+        }
         if target < refunded {
             let reason = format!(
                 "{refunded} units are already refunded; a refund total cannot go down to {target}"
@@ -200,12 +246,14 @@ impl SkuState {
         }
         let units = target - refunded;
         let user = entry.user.clone();
+        let named = entry.units.clone();
         if let Some(entry) = self.orders.get_mut(key) {
             entry.refunded = target;
             entry.offset = offset;
         }
         self.available += units;
         self.count(user.as_deref(), -units);
+        self.mark_units(&named, &Unit::Available);
         self.decide(ResultCode::Refunded, units, None)
     }
 
@@ -221,6 +269,32 @@ impl SkuState {
                 0,
                 Some("adjustment already applied".into()),
             );
+        }
+        let named = r.named();
+        if named.is_empty() && !self.units.is_empty() {
+            return self.decide(
+                ResultCode::RejectedRestock,
+                0,
+                Some("the sku sells named units; add them by name".into()),
+            );
+        }
+        if !named.is_empty() {
+            if self.units.is_empty() && self.total > 0 {
+                let reason = format!(
+                    "the sku holds {} counted units; named units cannot be added to it",
+                    self.total
+                );
+                return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+            }
+            let there: Vec<&str> = named
+                .iter()
+                .map(|u| u.as_str())
+                .filter(|u| self.units.contains_key(*u))
+                .collect();
+            if !there.is_empty() {
+                let reason = format!("units already there: {}", there.join(", "));
+                return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+            }
         }
         let quantity = r.quantity();
         let (available, total) = match r.mode() {
@@ -252,6 +326,9 @@ impl SkuState {
         self.total = total;
         self.adjustments
             .insert(r.adjustment_id.as_str().to_owned(), offset);
+        for unit in named {
+            self.units.insert(unit.as_str().to_owned(), Unit::Available);
+        }
         self.decide(ResultCode::Applied, delta, None)
     }
 }

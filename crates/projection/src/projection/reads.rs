@@ -1,7 +1,14 @@
 //! Reading a SKU's state back: whole, as stock, one order or adjustment,
 //! a command's decision, and the SKUs of the prefix page by page.
 
+use std::collections::BTreeSet;
+
+use stockledger_core::Unit;
+
 use super::*;
+
+/// The script that reads a seat map; see the file.
+static UNITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/units.lua")));
 
 impl Projection {
     /// The state of `sku`, or `None` if nothing was ever applied to it.
@@ -46,14 +53,38 @@ impl Projection {
             last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
+        let mut registry = None;
         for (field, value) in orders {
             if let Some(user) = user_of_field(&field) {
                 let units = value.parse().map_err(|_| corrupt(&keys.orders, &value))?;
                 state.users.insert(user.to_owned(), units);
                 continue;
             }
+            if let Some(unit) = unit_of_field(&field) {
+                let state_of = decode_unit(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+                state.units.insert(unit.to_owned(), state_of);
+                continue;
+            }
+            if field == UNITS_FIELD {
+                registry = Some(value);
+                continue;
+            }
             let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
             state.orders.insert(field, entry);
+        }
+        // The list of units, the units' fields and the stock hash's flag
+        // must all tell the same story.
+        let listed: BTreeSet<&str> = registry
+            .as_deref()
+            .map_or_else(BTreeSet::new, |r| r.split('\n').collect());
+        let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
+        if !listed
+            .iter()
+            .copied()
+            .eq(state.units.keys().map(String::as_str))
+            || named == state.units.is_empty()
+        {
+            return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
         }
         for (adjustment, value) in adjustments {
             let offset = value
@@ -215,6 +246,31 @@ impl Projection {
                 }),
             })
             .collect()
+    }
+
+    /// The seat map of `sku`: each named unit, in the order they were
+    /// added, and where it stands (empty for a SKU of counted stock). One
+    /// script call: it costs the SKU's units, not its orders.
+    pub async fn units(&self, sku: &str) -> Result<Vec<(String, Unit)>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let mut conn = self.redis.clone();
+        let flat: Vec<String> = match UNITS.key(&keys.orders).invoke_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                UNITS.prepare_invoke().load_async(&mut conn).await?;
+                UNITS.key(&keys.orders).invoke_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        let mut units = Vec::with_capacity(flat.len() / 2);
+        let mut flat = flat.into_iter();
+        while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+            let unit = decode_unit(&value).ok_or_else(|| ProjectionError::Corrupt {
+                key: keys.orders.clone(),
+                value,
+            })?;
+            units.push((name, unit));
+        }
+        Ok(units)
     }
 
     /// The offset that applied restock `adjustment_id` of `sku`, if any.

@@ -67,6 +67,9 @@ impl Projection {
                 stock.push((PARTITION, i64::from(partition)));
             }
             stock.push((OFFSET, state.stock.offset));
+            // The flag the apply script reads; the units themselves are in
+            // the orders hash, restored as it was.
+            stock.push((NAMED, i64::from(state.orders.contains_key(UNITS_FIELD))));
             if let Some(limit) = state.stock.limit {
                 stock.push((LIMIT, limit));
             }
