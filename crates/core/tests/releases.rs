@@ -14,12 +14,12 @@ use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
 use stockledger_core::schema;
 use stockledger_core::{
     Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LogPosition, Outcome, Quantity,
-    Refund, Restock, RestockMode, ResultCode, Rollback,
+    Refund, Restock, RestockMode, ResultCode, Rollback, UnitId,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 5] = [
+const RELEASES: [(&str, &str, bool); 6] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -43,6 +43,11 @@ const RELEASES: [(&str, &str, bool); 5] = [
     (
         "command-v3-outcome-v5",
         include_str!("fixtures/releases/command-v3-outcome-v5.json"),
+        true,
+    ),
+    (
+        "command-v4-outcome-v6",
+        include_str!("fixtures/releases/command-v4-outcome-v6.json"),
         true,
     ),
 ];
@@ -173,6 +178,23 @@ fn script_v3() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v4.rs`: `script_v3.rs` selling ten named seats, three a hold.
+fn script_v4() -> (Vec<Command>, Vec<Decided>) {
+    let (mut commands, decisions) = script_v3();
+    let seats =
+        |names: &[&str]| -> Vec<UnitId> { names.iter().map(|n| n.parse().unwrap()).collect() };
+    let all: Vec<String> = (1..=10).map(|n| format!("A{n}")).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    commands[0].body =
+        CommandBody::Restock(Restock::units("a-2".parse().unwrap(), seats(&all)).unwrap());
+    for (i, names) in [(2, ["A1", "A2", "A3"]), (5, ["A4", "A5", "A6"])] {
+        if let CommandBody::Deduct(d) = &mut commands[i].body {
+            d.units = seats(&names);
+        }
+    }
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -186,7 +208,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v3") {
+        let (commands, decisions) = if name.starts_with("command-v4") {
+            script_v4()
+        } else if name.starts_with("command-v3") {
             script_v3()
         } else if name.starts_with("command-v2") {
             script_v2()
