@@ -40,6 +40,9 @@ pub struct Entry {
     pub traceparent: Option<String>,
     /// The basket a deduct was a line of (from outcome schema v5 on).
     pub basket_id: Option<String>,
+    /// The named units a deduct took or asked for, or a restock added
+    /// (from outcome schema v6 on; `None` for counted stock).
+    pub units: Option<Vec<String>>,
 }
 
 /// Which history to read.
@@ -54,6 +57,13 @@ pub enum HistoryOf {
     /// A basket: its lines' holds and everything that befell those orders
     /// afterwards (confirms, rollbacks, expiries, refunds), by SKU.
     Basket(String),
+    /// One named unit of a SKU: the restock that added it, every deduct
+    /// that asked for it, and everything that befell the orders that took
+    /// it (confirms, rollbacks, expiries, refunds), in log order.
+    Unit {
+        sku: String,
+        unit: String,
+    },
 }
 
 /// Most entries one page of history may ask for.
@@ -82,7 +92,7 @@ macro_rules! entry_columns {
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
             ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent,
-             basket_id"
+             basket_id, units"
         )
     };
 }
@@ -269,14 +279,7 @@ pub async fn history_page(
     let order_by = match &q.of {
         HistoryOf::Sku(sku) => {
             sql.push(" AND sku = ").push_bind(sku);
-            if let Some(after) = &q.after {
-                sql.push(format!(" AND (log_offset, partition) {cmp} ("))
-                    .push_bind(after.log_offset)
-                    .push(", ")
-                    .push_bind(after.partition)
-                    .push(")");
-            }
-            format!("log_offset {dir}, partition {dir}")
+            by_offset_after(&mut sql, q.after.as_ref(), cmp, dir)
         }
         HistoryOf::Order { order_id, sku } => {
             sql.push(" AND order_id = ").push_bind(order_id);
@@ -297,6 +300,22 @@ pub async fn history_page(
                 .push(")");
             by_sku_after(&mut sql, q.after.as_ref(), cmp, dir)
         }
+        HistoryOf::Unit { sku, unit } => {
+            sql.push(" AND sku = ")
+                .push_bind(sku)
+                .push(" AND (units @> ARRAY[")
+                .push_bind(unit)
+                .push(
+                    "]::text[] OR order_id IN (SELECT order_id FROM ledger_entries WHERE topic = ",
+                )
+                .push_bind(topic)
+                .push(" AND sku = ")
+                .push_bind(sku)
+                .push(" AND command = 'DEDUCT' AND result = 'APPLIED' AND units @> ARRAY[")
+                .push_bind(unit)
+                .push("]::text[]))");
+            by_offset_after(&mut sql, q.after.as_ref(), cmp, dir)
+        }
     };
     push_time_range(&mut sql, q.since_ms, q.until_ms);
     if !q.results.is_empty() {
@@ -315,6 +334,25 @@ pub async fn history_page(
         None
     };
     Ok(Page { entries, next })
+}
+
+/// For histories of one SKU (the SKU's, a unit's): continues after `after`
+/// in log order, compared with `cmp`; the `ORDER BY` clause, in direction
+/// `dir`.
+fn by_offset_after(
+    sql: &mut QueryBuilder<'_, Postgres>,
+    after: Option<&Cursor>,
+    cmp: &str,
+    dir: &str,
+) -> String {
+    if let Some(after) = after {
+        sql.push(format!(" AND (log_offset, partition) {cmp} ("))
+            .push_bind(after.log_offset)
+            .push(", ")
+            .push_bind(after.partition)
+            .push(")");
+    }
+    format!("log_offset {dir}, partition {dir}")
 }
 
 /// For histories ordered by SKU (an order's, a basket's): continues after

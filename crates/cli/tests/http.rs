@@ -570,7 +570,15 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
             .join(",")
     );
     #[rustfmt::skip]
-    let cases: [Case; 40] = [
+    let many_units = format!(
+        r#"{{"units": [{}]}}"#,
+        (0..51)
+            .map(|i| format!(r#""A{i}""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let long_unit = format!(r#"{{"units": ["{}"]}}"#, "u".repeat(129));
+    let cases: [Case; 49] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
@@ -611,6 +619,15 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("a confirm of an unknown basket", "/v1/baskets/nobody/confirm", JSON, Some("{}".into()), 404, Some("basket_id")),
         ("a release reason too long", "/v1/baskets/nobody/release", JSON, Some(format!(r#"{{"reason": "{}"}}"#, "r".repeat(2000))), 422, Some("reason")),
         ("an unknown basket", "/v1/baskets/nobody", "", None, 404, Some("basket_id")),
+        ("an empty unit name", DEDUCT, JSON, Some(r#"{"units": ["A1", ""]}"#.into()), 422, Some("units")),
+        ("a unit named twice", DEDUCT, JSON, Some(r#"{"units": ["A1", "A1"]}"#.into()), 422, Some("units")),
+        ("a unit name too long", DEDUCT, JSON, Some(long_unit), 422, Some("units")),
+        ("too many units", DEDUCT, JSON, Some(many_units), 422, Some("units")),
+        ("no units", DEDUCT, JSON, Some(r#"{"units": []}"#.into()), 422, Some("units")),
+        ("units and another quantity", DEDUCT, JSON, Some(r#"{"units": ["A1"], "quantity": 2}"#.into()), 422, Some("quantity")),
+        ("units set rather than added", RESTOCK, JSON, Some(r#"{"units": ["A1"], "mode": "SET"}"#.into()), 422, Some("mode")),
+        ("a restock unit named twice", RESTOCK, JSON, Some(r#"{"units": ["A1", "A1"]}"#.into()), 422, Some("units")),
+        ("a unit's history without its SKU", "/v1/history?unit=A1", "", None, 422, Some("unit")),
     ];
     for (what, path, content_type, body, expected, field) in cases {
         let url = format!("{base}{path}");
@@ -958,5 +975,168 @@ async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Resu
         logged,
         "nothing was published"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_sells_named_seats_all_or_none_and_shows_the_seat_map() -> anyhow::Result<()> {
+    let h = Harness::new("http-seats", 2).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let archive_metrics = format!("127.0.0.1:{}", free_port()?);
+    let _archiver = Running(common::spawn(
+        &h,
+        &[
+            "archive",
+            "--metrics-addr",
+            &archive_metrics,
+            "--page-wait-ms",
+            "10",
+        ],
+    )?);
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let waited = |path: &str| format!("{base}{path}?wait_ms=30000");
+    let (status, _, body) = post(
+        &waited("/v1/skus/SHOW/restocks/seats"),
+        json!({"units": ["A1", "A2", "A3", "A4"]}),
+    )
+    .await?;
+    assert_eq!(
+        (
+            status,
+            &body["decision"]["result"],
+            &body["decision"]["total"]
+        ),
+        (200, &json!("APPLIED"), &json!(4)),
+        "{body}"
+    );
+    // A unit already there refuses the whole restock, naming it.
+    let (_, _, body) = post(
+        &waited("/v1/skus/SHOW/restocks/more"),
+        json!({"units": ["A5", "A1"]}),
+    )
+    .await?;
+    assert_eq!(body["decision"]["result"], "REJECTED_RESTOCK", "{body}");
+    assert_eq!(
+        body["decision"]["reason"], "units already there: A1",
+        "{body}"
+    );
+
+    let hold = json!({"units": ["A1", "A2"], "hold_ms": 60000, "user_id": "u1"});
+    let (_, _, body) = post(&waited("/v1/skus/SHOW/orders/o1/deduct"), hold.clone()).await?;
+    assert_eq!(body["decision"]["result"], "APPLIED", "{body}");
+    assert_eq!(body["decision"]["delta"], -2, "{body}");
+    // Overlapping seats: all or none, and the refusal names the seat.
+    let (_, _, body) = post(
+        &waited("/v1/skus/SHOW/orders/o2/deduct"),
+        json!({"units": ["A3", "A2"], "hold_ms": 60000}),
+    )
+    .await?;
+    assert_eq!(
+        body["decision"]["result"], "REJECTED_INSUFFICIENT",
+        "{body}"
+    );
+    assert_eq!(
+        body["decision"]["reason"], "units not free: A2 (held)",
+        "{body}"
+    );
+    let (status, _, map) = get(&format!("{base}/v1/skus/SHOW/units")).await?;
+    assert_eq!(status, 200, "{map}");
+    assert_eq!(
+        map,
+        json!({"A1": "held", "A2": "held", "A3": "available", "A4": "available"})
+    );
+    // The repeat is answered from the projection; other seats conflict.
+    let (status, _, body) = post(&format!("{base}/v1/skus/SHOW/orders/o1/deduct"), hold).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("repeat")), "{body}");
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/SHOW/orders/o1/deduct"),
+        json!({"units": ["A1", "A3"], "hold_ms": 60000, "user_id": "u1"}),
+    )
+    .await?;
+    assert_eq!((status, &body["field"]), (409, &json!("units")), "{body}");
+
+    let (_, _, body) = post(&waited("/v1/skus/SHOW/orders/o1/confirm"), json!(null)).await?;
+    assert_eq!(body["decision"]["result"], "CONFIRMED", "{body}");
+    let (_, _, body) = post(
+        &waited("/v1/skus/SHOW/orders/o3/deduct"),
+        json!({"units": ["A3"]}),
+    )
+    .await?;
+    assert_eq!(body["decision"]["result"], "APPLIED", "{body}");
+    let (_, _, map) = get(&format!("{base}/v1/skus/SHOW/units")).await?;
+    assert_eq!(
+        map,
+        json!({"A1": "sold", "A2": "sold", "A3": "sold", "A4": "available"})
+    );
+    // A named order is refunded whole, and its seats are free again.
+    let (_, _, body) = post(
+        &waited("/v1/skus/SHOW/orders/o1/refund"),
+        json!({"total": 1}),
+    )
+    .await?;
+    assert_eq!(body["decision"]["result"], "REJECTED_REFUND", "{body}");
+    let (_, _, body) = post(&waited("/v1/skus/SHOW/orders/o1/refund"), json!({})).await?;
+    assert_eq!(body["decision"]["result"], "REFUNDED", "{body}");
+    let (_, _, map) = get(&format!("{base}/v1/skus/SHOW/units")).await?;
+    assert_eq!(map["A1"], "available", "{map}");
+    assert_eq!(map["A3"], "sold", "{map}");
+
+    // Counted stock and named units never mix.
+    let (_, _, body) = post(
+        &waited("/v1/skus/SHOW/orders/o4/deduct"),
+        json!({"quantity": 1}),
+    )
+    .await?;
+    assert_eq!(
+        body["decision"]["reason"], "the sku sells named units; name the units to take",
+        "{body}"
+    );
+    post(
+        &waited("/v1/skus/PLAIN/restocks/r1"),
+        json!({"mode": "SET", "quantity": 5}),
+    )
+    .await?;
+    let (_, _, body) = post(
+        &waited("/v1/skus/PLAIN/restocks/r2"),
+        json!({"units": ["B1"]}),
+    )
+    .await?;
+    assert_eq!(body["decision"]["result"], "REJECTED_RESTOCK", "{body}");
+    let (status, _, body) = get(&format!("{base}/v1/skus/PLAIN/units")).await?;
+    assert_eq!(status, 404, "{body}");
+
+    // A2's history: the restock that added it, o1's hold, o2's refused
+    // hold naming it, and what befell o1 after (confirm, two refunds).
+    h.wait_for_archive(11).await?;
+    let (status, _, page) = get(&format!("{base}/v1/history?sku=SHOW&unit=A2")).await?;
+    assert_eq!(status, 200, "{page}");
+    let seen: Vec<(String, String)> = page["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let who = e["order_id"].as_str().or(e["adjustment_id"].as_str());
+            (
+                who.unwrap_or("").to_owned(),
+                e["result"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("seats", "APPLIED"),
+        ("o1", "APPLIED"),
+        ("o2", "REJECTED_INSUFFICIENT"),
+        ("o1", "CONFIRMED"),
+        ("o1", "REJECTED_REFUND"),
+        ("o1", "REFUNDED"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    assert_eq!(seen, expected, "{page}");
+    assert_eq!(page["entries"][1]["units"], json!(["A1", "A2"]), "{page}");
     Ok(())
 }

@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use stockledger_core::ids::{AdjustmentId, BasketId, OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{AdjustmentId, BasketId, OrderId, Quantity, Sku, UnitId, UserId};
 use stockledger_core::{
     CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
 };
@@ -438,6 +438,68 @@ impl Ledger {
         quantity: i64,
     ) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Restock(Restock::new(adjustment.clone(), mode, quantity)?);
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Takes exactly these named units of `sku` for `order` (seats), all
+    /// or none, in one step: sold at once, or with `hold` held that long
+    /// (at most 7 days) until confirmed, rolled back or expired. Refused
+    /// (`REJECTED_INSUFFICIENT`) naming the units that were not free.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// use stockledger_client::{OrderId, Sku, UnitId};
+    ///
+    /// let seats = [UnitId::new("7-12")?, UnitId::new("7-13")?];
+    /// let sku = Sku::new("show-2026-12-01-20h")?;
+    /// let held = ledger
+    ///     .take_units(&sku, &OrderId::new("o-9")?, &seats, Some(Duration::from_secs(900)), None)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn take_units(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        units: &[UnitId],
+        hold: Option<Duration>,
+        user: Option<&UserId>,
+    ) -> Result<Receipt, ProducerError> {
+        let expires_at = hold.map(|hold| {
+            let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
+            now_millis().saturating_add(hold_ms)
+        });
+        let body = CommandBody::Deduct(Deduct {
+            user_id: user.cloned(),
+            expires_at,
+            ..Deduct::for_units(order.clone(), units.to_vec())?
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Adds these named units to `sku`, free (a show's seats, at most
+    /// 1,000 a restock); `adjustment` names it so a repeat applies once.
+    /// A SKU sells named units or counted stock, never both.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{AdjustmentId, Sku, UnitId};
+    ///
+    /// let row: Vec<UnitId> = (1..=20).map(|n| UnitId::new(format!("7-{n}"))).collect::<Result<_, _>>()?;
+    /// ledger.add_units(&Sku::new("show-2026-12-01-20h")?, &AdjustmentId::new("row-7")?, &row).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn add_units(
+        &self,
+        sku: &Sku,
+        adjustment: &AdjustmentId,
+        units: &[UnitId],
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Restock(Restock::units(adjustment.clone(), units.to_vec())?);
         self.producer.send(sku.clone(), body).await
     }
 

@@ -41,10 +41,10 @@ pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
 pub use stockledger_core::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId,
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId,
 };
 pub use stockledger_core::{
-    CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
+    CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback, Unit,
 };
 pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode, ValidationError};
 pub use stockledger_kafka::KafkaConfig;

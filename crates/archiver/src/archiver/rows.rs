@@ -74,6 +74,8 @@ pub(super) struct Columns {
     pub(super) expires_at_ms: Vec<Option<i64>>,
     pub(super) traceparent: Vec<Option<String>>,
     pub(super) basket_id: Vec<Option<String>>,
+    /// The named units, one per line (`None` when there are none).
+    pub(super) units: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -99,6 +101,8 @@ impl Columns {
         self.user_id.push(o.user_id);
         self.expires_at_ms.push(o.expires_at);
         self.basket_id.push(o.basket_id);
+        self.units
+            .push((!o.units.is_empty()).then(|| o.units.join("\n")));
     }
 }
 
@@ -124,20 +128,21 @@ pub(super) async fn insert_rows(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
              order_id, adjustment_id, quantity, result, delta, available_after, total_after,
              reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent,
-             basket_id)
+             basket_id, units)
          SELECT topic, partition, log_offset, sku, command, command_id, order_id,
              adjustment_id, quantity, result, delta, available_after, total_after, reason,
              timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
              rollback_reason, user_id,
-             timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent, basket_id
+             timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent, basket_id,
+             string_to_array(units, E'\\n')
          FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
              $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
-             $19::bigint[], $20::text[], $21::text[])
+             $19::bigint[], $20::text[], $21::text[], $22::text[])
              AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
                  occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent,
-                 basket_id)
+                 basket_id, units)
          ON CONFLICT DO NOTHING",
     )
     .bind(&columns.topic)
@@ -161,6 +166,7 @@ pub(super) async fn insert_rows(
     .bind(&columns.expires_at_ms)
     .bind(&columns.traceparent)
     .bind(&columns.basket_id)
+    .bind(&columns.units)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -170,7 +176,8 @@ pub(super) async fn insert_rows(
 pub(super) const COPY: &str =
     "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
     order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
-    occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent, basket_id)
+    occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent, basket_id,
+    units)
     FROM STDIN (FORMAT binary)";
 
 /// Writes the page's rows with a binary `COPY`: no statement to plan, no
@@ -206,6 +213,25 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
             None => out.extend_from_slice(&(-1i32).to_be_bytes()),
         }
     }
+    /// A one-dimensional `text[]` of the names in `joined` (one per
+    /// line), in the array's binary form: dimensions, no nulls, element
+    /// type `text` (oid 25), then each element as a length and its bytes.
+    fn text_array(out: &mut Vec<u8>, joined: Option<&str>) {
+        let Some(joined) = joined else {
+            out.extend_from_slice(&(-1i32).to_be_bytes());
+            return;
+        };
+        let names: Vec<&str> = joined.split('\n').collect();
+        let mut array = Vec::with_capacity(20 + joined.len() + 4 * names.len());
+        for header in [1i32, 0, 25, names.len() as i32, 1] {
+            array.extend_from_slice(&header.to_be_bytes());
+        }
+        for name in names {
+            text(&mut array, Some(name));
+        }
+        out.extend_from_slice(&(array.len() as i32).to_be_bytes());
+        out.extend_from_slice(&array);
+    }
     fn int8(out: &mut Vec<u8>, value: Option<i64>) {
         match value {
             Some(v) => {
@@ -227,7 +253,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     for i in 0..c.offset.len() {
-        out.extend_from_slice(&21i16.to_be_bytes());
+        out.extend_from_slice(&22i16.to_be_bytes());
         text(&mut out, Some(&c.topic[i]));
         out.extend_from_slice(&4i32.to_be_bytes());
         out.extend_from_slice(&c.partition[i].to_be_bytes());
@@ -250,6 +276,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         int8(&mut out, c.expires_at_ms[i].map(micros));
         text(&mut out, c.traceparent[i].as_deref());
         text(&mut out, c.basket_id[i].as_deref());
+        text_array(&mut out, c.units[i].as_deref());
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     out

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{check_units, OrderId, Quantity, Sku, UserId, MAX_UNITS_PER_DEDUCT};
 use stockledger_core::{CommandBody, Deduct};
 
 use super::send::{publish, WaitArgs};
@@ -18,8 +18,13 @@ pub struct Args {
     pub sku: Sku,
     #[arg(value_parser = parse_order_id)]
     pub order_id: OrderId,
-    #[arg(value_parser = parse_quantity, allow_negative_numbers = true)]
-    pub quantity: Quantity,
+    /// Units to take (with --units: their number, or leave it out).
+    #[arg(value_parser = parse_quantity, allow_negative_numbers = true, required_unless_present = "units")]
+    pub quantity: Option<Quantity>,
+    /// Take exactly these named units, all or none (seats: `--units
+    /// 7-12,7-13`; at most 50, none twice).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub units: Vec<String>,
     /// The buyer, counted against the SKU's per-user limit (`limit`).
     #[arg(long, value_name = "USER_ID", value_parser = parse_user_id)]
     pub user: Option<UserId>,
@@ -33,13 +38,28 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let deduct = match args.quantity {
+        _ if !args.units.is_empty() => {
+            let units = check_units(&args.units, MAX_UNITS_PER_DEDUCT)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            if let Some(q) = args.quantity.filter(|q| q.get() != units.len() as i64) {
+                anyhow::bail!(
+                    "quantity: {q} is not the number of units named ({}); leave it out",
+                    units.len()
+                );
+            }
+            Deduct::for_units(args.order_id, units)?
+        }
+        Some(quantity) => Deduct::new(args.order_id, quantity),
+        None => anyhow::bail!("deduct needs a quantity or --units"),
+    };
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Deduct(Deduct {
         user_id: args.user,
         expires_at: args
             .hold
             .map(|hold| stockledger_analysts::query::now_ms().saturating_add(hold)),
-        ..Deduct::new(args.order_id, args.quantity)
+        ..deduct
     });
     publish(g, &producer, args.sku, body, &args.wait).await
 }

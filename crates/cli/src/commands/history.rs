@@ -1,12 +1,12 @@
-//! `stockledger history`: archived decisions of a SKU, an order or a basket, a page at
-//! a time.
+//! `stockledger history`: archived decisions of a SKU, an order, a basket or
+//! a named unit, a page at a time.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
-use stockledger_core::ids::{BasketId, OrderId, Sku};
+use stockledger_core::ids::{BasketId, OrderId, Sku, UnitId};
 use stockledger_core::ResultCode;
 
 use super::table::{self, Format};
@@ -14,7 +14,7 @@ use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, qu
 use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
-#[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order", "basket"])))]
+#[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order", "basket", "unit"])))]
 pub struct Args {
     /// History of this SKU (or, with --order, the order's entries for this SKU only).
     #[arg(long, value_parser = parse_sku)]
@@ -25,6 +25,12 @@ pub struct Args {
     /// History of this basket: its lines' holds and what befell them, by SKU.
     #[arg(long, value_parser = parse_basket_id, conflicts_with_all = ["sku", "order"])]
     pub basket: Option<BasketId>,
+    /// History of one named unit, as SKU/UNIT (split at the first `/`; or
+    /// give --sku and the unit's name alone): the restock that added it,
+    /// the deducts that asked for it and what befell the orders that took
+    /// it, in log order.
+    #[arg(long, conflicts_with_all = ["order", "basket"])]
+    pub unit: Option<String>,
     /// Only records that occurred at or after this: RFC 3339
     /// (2026-11-23T10:00:00Z), `now`, or a time ago (-15m, -2h, -7d).
     #[arg(long, value_parser = parse_time, allow_hyphen_values = true)]
@@ -59,11 +65,35 @@ fn parse_basket_id(s: &str) -> Result<BasketId, String> {
     BasketId::new(s).map_err(|e| e.to_string())
 }
 
+/// The SKU and unit `--unit` names, with `--sku` when given.
+fn unit_of(unit: &str, sku: Option<Sku>) -> anyhow::Result<HistoryOf> {
+    let (sku, unit) = match sku {
+        Some(sku) => (sku, unit),
+        None => {
+            let Some((sku, unit)) = unit.split_once('/') else {
+                anyhow::bail!(
+                    "--unit: {unit:?} is not SKU/UNIT (or give --sku and the unit alone)"
+                );
+            };
+            (
+                parse_sku(sku).map_err(|e| anyhow::anyhow!("--unit: {e}"))?,
+                unit,
+            )
+        }
+    };
+    let unit = UnitId::new(unit).map_err(|e| anyhow::anyhow!("--unit: {e}"))?;
+    Ok(HistoryOf::Unit {
+        sku: sku.into_string(),
+        unit: unit.into_string(),
+    })
+}
+
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let of = match (args.order, args.sku) {
         _ if args.basket.is_some() => {
             HistoryOf::Basket(args.basket.map(BasketId::into_string).unwrap_or_default())
         }
+        (None, sku) if args.unit.is_some() => unit_of(args.unit.as_deref().unwrap_or(""), sku)?,
         (Some(order), sku) => HistoryOf::Order {
             order_id: order.into_string(),
             sku: sku.map(Sku::into_string),
@@ -96,7 +126,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const COLUMNS: [&str; 16] = [
+const COLUMNS: [&str; 17] = [
     "occurred_at",
     "position",
     "sku",
@@ -113,6 +143,7 @@ const COLUMNS: [&str; 16] = [
     "command_id",
     "user_id",
     "expires_at",
+    "units",
 ];
 
 /// An archived entry as JSON, the fields named as the archive names them
@@ -127,7 +158,7 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "total_after": e.total_after, "reason": e.reason,
         "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
         "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
-        "basket_id": e.basket_id,
+        "basket_id": e.basket_id, "units": e.units,
     })
 }
 
@@ -159,24 +190,29 @@ fn print_page(page: &query::Page, format: Format) {
                     json!(e.command_id),
                     json!(e.user_id),
                     json!(e.expires_at),
+                    json!(e.units.as_ref().map(|u| u.join(" "))),
                 ]
             })
             .collect();
         // The table leaves out what CSV carries for tools: the restock mode
-        // (a restock's delta shows its effect) and the command id.
-        let shown = if format == Format::Table {
-            12
-        } else {
-            COLUMNS.len()
-        };
+        // (a restock's delta shows its effect), the command id, the buyer
+        // and the deadline; it keeps the units, last.
+        let keep = |i: usize| format != Format::Table || !(12..COLUMNS.len() - 1).contains(&i);
+        let columns: Vec<&str> = (0..COLUMNS.len())
+            .filter(|i| keep(*i))
+            .map(|i| COLUMNS[i])
+            .collect();
         let rows: Vec<Vec<Value>> = rows
             .into_iter()
-            .map(|mut r| {
-                r.truncate(shown);
-                r
+            .map(|r| {
+                r.into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| keep(*i))
+                    .map(|(_, v)| v)
+                    .collect()
             })
             .collect();
-        table::print(format, &COLUMNS[..shown], &rows);
+        table::print(format, &columns, &rows);
     }
     match (&page.next, format) {
         (Some(next), Format::Table) => println!("more: --after {next}"),

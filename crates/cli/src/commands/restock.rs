@@ -1,10 +1,10 @@
-//! `stockledger restock`: add to, or set, a SKU's stock.
+//! `stockledger restock`: add to, or set, a SKU's stock, or add named units.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{AdjustmentId, Sku};
+use stockledger_core::ids::{check_units, AdjustmentId, Sku, MAX_UNITS_PER_RESTOCK};
 use stockledger_core::{CommandBody, Restock, RestockMode};
 
 use super::send::{publish, WaitArgs};
@@ -12,7 +12,7 @@ use super::{parse_adjustment_id, parse_sku};
 use crate::Global;
 
 #[derive(Debug, ClapArgs)]
-#[command(group(clap::ArgGroup::new("mode").required(true).args(["add", "set"])))]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["add", "set", "units"])))]
 pub struct Args {
     #[arg(value_parser = parse_sku)]
     pub sku: Sku,
@@ -22,6 +22,11 @@ pub struct Args {
     /// Make the total stock this number; units held by orders stay held.
     #[arg(long)]
     pub set: Option<i64>,
+    /// Add these named units, free (a show's seats: `--units A1,A2,A3`; at
+    /// most 1000, none twice). A SKU sells named units or counted stock,
+    /// never both.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub units: Vec<String>,
     /// Names this adjustment so that sending it twice applies it once
     /// (default: a fresh id).
     #[arg(long, value_parser = parse_adjustment_id)]
@@ -31,16 +36,21 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let (mode, quantity) = match (args.add, args.set) {
-        (Some(n), _) => (RestockMode::Add, n),
-        (None, Some(n)) => (RestockMode::Set, n),
-        (None, None) => anyhow::bail!("restock needs --add or --set"),
-    };
     let adjustment = match args.adjustment_id {
         Some(id) => id,
         None => AdjustmentId::new(uuid::Uuid::new_v4().to_string())?,
     };
+    let restock = match (args.add, args.set) {
+        _ if !args.units.is_empty() => {
+            let units = check_units(&args.units, MAX_UNITS_PER_RESTOCK)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            Restock::units(adjustment, units)?
+        }
+        (Some(n), _) => Restock::new(adjustment, RestockMode::Add, n)?,
+        (None, Some(n)) => Restock::new(adjustment, RestockMode::Set, n)?,
+        (None, None) => anyhow::bail!("restock needs --add, --set or --units"),
+    };
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
-    let body = CommandBody::Restock(Restock::new(adjustment, mode, quantity)?);
+    let body = CommandBody::Restock(restock);
     publish(g, &producer, args.sku, body, &args.wait).await
 }

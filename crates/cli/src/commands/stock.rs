@@ -25,6 +25,10 @@ pub struct Args {
     /// `now`, or a time ago like -15m).
     #[arg(long, value_parser = parse_as_of, allow_hyphen_values = true)]
     pub as_of: Option<AsOf>,
+    /// The seat map instead: each named unit and whether it is available,
+    /// held or sold (and by which order), in the order they were added.
+    #[arg(long, conflicts_with = "as_of")]
+    pub units: bool,
     /// A sentence for people, or one JSON object for scripts.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Style,
@@ -40,6 +44,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         return as_of(g, &sku, at, args.format).await;
     }
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
+    if args.units {
+        return seat_map(&projection, &sku, args.format).await;
+    }
     let state = projection.read_sku(sku.as_str()).await?;
     let shown = state.as_ref().map(|s| {
         json!({
@@ -144,4 +151,36 @@ async fn as_of(g: &Global, sku: &Sku, at: AsOf, format: Style) -> anyhow::Result
         Style::Json => println!("{shown}"),
     }
     Ok(exit.into())
+}
+
+/// `--units`: the seat map, a line per unit or one JSON object keyed by
+/// unit name.
+async fn seat_map(projection: &Projection, sku: &Sku, format: Style) -> anyhow::Result<ExitCode> {
+    let units = projection.units(sku.as_str()).await?;
+    match format {
+        Style::Json => {
+            let mut map = serde_json::Map::new();
+            for (name, unit) in &units {
+                map.insert(name.clone(), json!(unit.as_str()));
+            }
+            println!("{}", serde_json::Value::Object(map));
+        }
+        Style::Text if units.is_empty() => {
+            println!("{sku}: no named units (unknown, or it sells counted stock)")
+        }
+        Style::Text => {
+            for (name, unit) in &units {
+                match unit.order() {
+                    Some(order) => println!("{name}\t{}\t{order}", unit.as_str()),
+                    None => println!("{name}\t{}", unit.as_str()),
+                }
+            }
+        }
+    }
+    Ok(if units.is_empty() {
+        Exit::NotFound
+    } else {
+        Exit::Ok
+    }
+    .into())
 }

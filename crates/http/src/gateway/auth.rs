@@ -115,9 +115,10 @@ fn need(method: &Method, route: &str) -> Need {
         | ("POST", "/v1/baskets/{basket_id}/hold")
         | ("POST", "/v1/baskets/{basket_id}/confirm")
         | ("POST", "/v1/baskets/{basket_id}/release") => Need::Produce,
-        ("GET" | "HEAD", "/v1/skus/{sku}/orders/{order_id}" | "/v1/baskets/{basket_id}") => {
-            Need::ReadOrder
-        }
+        (
+            "GET" | "HEAD",
+            "/v1/skus/{sku}/orders/{order_id}" | "/v1/baskets/{basket_id}" | "/v1/skus/{sku}/units",
+        ) => Need::ReadOrder,
         (
             "GET" | "HEAD",
             "/v1/skus/{sku}" | "/v1/skus/{sku}/as-of" | "/v1/history" | "/v1/report" | "/metrics",

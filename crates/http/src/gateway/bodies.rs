@@ -49,13 +49,18 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TraceHeader {
     }
 }
 
-/// Take stock for an order.
+/// Take stock for an order: a quantity of counted stock, or named units.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeductRequest {
-    /// Units to take, 1 to 1,000,000,000.
+    /// Units to take, 1 to 1,000,000,000 (with `units`, their number if
+    /// given at all).
     #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub quantity: i64,
+    pub quantity: Option<i64>,
+    /// The named units to take (seats), all or none: 1 to 50 names (each
+    /// 1 to 128 bytes, no control characters, no braces), none twice. For a SKU that sells named units, instead of `quantity`.
+    #[schema(min_items = 1, max_items = 50)]
+    pub units: Option<Vec<String>>,
     /// The buyer, counted against the SKU's per-user limit.
     #[schema(
         min_length = 1,
@@ -207,14 +212,23 @@ pub enum Mode {
     Set,
 }
 
-/// Add to, or set, a SKU's stock.
+/// Add to, or set, a SKU's stock: `mode` and `quantity` for counted
+/// stock, or `units` to add named units.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestockRequest {
-    pub mode: Mode,
-    /// `ADD`: non-zero, within ±10¹⁵; `SET`: 0 to 10¹⁵.
+    /// Required for counted stock; with `units`, `ADD` if given.
+    pub mode: Option<Mode>,
+    /// `ADD`: non-zero, within ±10¹⁵; `SET`: 0 to 10¹⁵. Required for
+    /// counted stock; with `units`, their number if given.
     #[schema(minimum = -1_000_000_000_000_000_i64, maximum = 1_000_000_000_000_000_i64)]
-    pub quantity: i64,
+    pub quantity: Option<i64>,
+    /// Named units to add, free (a show's seats): 1 to 1,000 names (each
+    /// 1 to 128 bytes, no control characters, no braces), none twice, none
+    /// the SKU has already. A SKU sells named units or counted
+    /// stock, never both.
+    #[schema(min_items = 1, max_items = 1000)]
+    pub units: Option<Vec<String>>,
 }
 
 /// Where a command landed in the log.
@@ -341,6 +355,39 @@ pub struct StockBody {
     pub last_offset: i64,
 }
 
+/// Where a named unit stands.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum UnitState {
+    /// Free to take.
+    Available,
+    /// Held by a live reservation.
+    Held,
+    /// Sold.
+    Sold,
+}
+
+impl UnitState {
+    pub fn of(unit: &stockledger_core::Unit) -> Self {
+        match unit {
+            stockledger_core::Unit::Available => Self::Available,
+            stockledger_core::Unit::Held(_) => Self::Held,
+            stockledger_core::Unit::Sold(_) => Self::Sold,
+        }
+    }
+}
+
+/// A seat map: each named unit of a SKU and where it stands, in the order
+/// the units were added (a JSON object keyed by unit name).
+#[derive(Debug, Clone)]
+pub struct SeatMap(pub Vec<(String, UnitState)>);
+
+impl Serialize for SeatMap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(name, state)| (name, state)))
+    }
+}
+
 /// `GET /v1/history` parameters: `sku`, `order_id`, or both.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -368,6 +415,15 @@ pub struct HistoryParams {
         pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
     )]
     pub basket_id: Option<String>,
+    /// With `sku`: history of this named unit of the SKU (the restock that
+    /// added it, the deducts that asked for it, and what befell the orders
+    /// that took it), in log order.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
+    )]
+    pub unit: Option<String>,
     /// Only records that occurred at or after this: RFC 3339
     /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).
     #[param(
@@ -434,6 +490,9 @@ pub struct HistoryEntry {
     /// The basket a hold was a line of.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basket_id: Option<String>,
+    /// The named units a deduct took or asked for, or a restock added.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units: Option<Vec<String>>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -461,6 +520,7 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             expires_at: e.expires_at,
             traceparent: e.traceparent,
             basket_id: e.basket_id,
+            units: e.units,
         }
     }
 }

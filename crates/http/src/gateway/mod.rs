@@ -195,6 +195,7 @@ pub(crate) struct Gateway {
         baskets::release,
         baskets::show,
         reads::stock,
+        reads::units,
         reads::order,
         reads::history,
         analysts::as_of,
@@ -469,6 +470,7 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         .route("/v1/baskets/{basket_id}/release", post(baskets::release))
         .route("/v1/baskets/{basket_id}", get(baskets::show))
         .route("/v1/skus/{sku}", get(reads::stock))
+        .route("/v1/skus/{sku}/units", get(reads::units))
         .route("/v1/skus/{sku}/orders/{order_id}", get(reads::order))
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
         .route("/v1/history", get(reads::history))

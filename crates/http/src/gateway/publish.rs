@@ -110,6 +110,9 @@ impl Gateway {
             ("mode", first.mode().as_str().to_owned())
         } else if first.quantity() != asked.quantity() {
             ("quantity", first.quantity().to_string())
+        } else if first.named() != asked.named() {
+            let names: Vec<&str> = first.named().iter().map(|u| u.as_str()).collect();
+            ("units", format!("{names:?}"))
         } else {
             return Ok(());
         };

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery};
-use stockledger_core::{BasketId, OrderId, ResultCode, Sku};
+use stockledger_core::{BasketId, OrderId, ResultCode, Sku, UnitId};
 
 use super::bodies::*;
 use super::commands::sku_and_order;
@@ -51,6 +51,41 @@ pub(crate) async fn stock(
     }
 }
 
+/// The seat map of `sku`: each named unit and whether it is available,
+/// held or sold, in the order the units were added, from the Redis
+/// projection (one script call, costing the units, not the orders).
+#[utoipa::path(get, path = "/v1/skus/{sku}/units", tag = "reads",
+    params(("sku" = String, Path, description = "The SKU")),
+    responses(
+        (status = 200, description = "The seat map, e.g. {\"A1\": \"available\", \"A2\": \"held\", \"A3\": \"sold\"}",
+            body = std::collections::BTreeMap<String, UnitState>),
+        (status = 404, description = "The SKU has no named units (unknown, or it sells counted stock)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The SKU is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis is unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn units(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let units = gateway
+        .projection
+        .units(sku.as_str())
+        .await
+        .map_err(|e| redis_problem(&e))?;
+    if units.is_empty() {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("sku {sku} has no named units (unknown, or it sells counted stock)"),
+        ));
+    }
+    let map = units
+        .iter()
+        .map(|(name, unit)| (name.clone(), UnitState::of(unit)))
+        .collect();
+    Ok(Json(SeatMap(map)).into_response())
+}
+
 /// One order of `sku`, from the Redis projection (one hash field read).
 #[utoipa::path(get, path = "/v1/skus/{sku}/orders/{order_id}", tag = "reads",
     params(("sku" = String, Path, description = "The SKU"),
@@ -73,7 +108,8 @@ pub(crate) async fn order(
     }
 }
 
-/// Archived decisions of a SKU or an order, a page at a time, oldest first.
+/// Archived decisions of a SKU, an order, a basket or a named unit, a page
+/// at a time, oldest first.
 #[utoipa::path(get, path = "/v1/history", tag = "reads",
     params(HistoryParams),
     responses(
@@ -98,7 +134,18 @@ fn history_query(params: HistoryParams) -> Result<HistoryQuery, Problem> {
     let sku = params.sku.map(Sku::new).transpose()?;
     let order_id = params.order_id.map(OrderId::new).transpose()?;
     let basket_id = params.basket_id.map(BasketId::new).transpose()?;
+    let unit = params.unit.map(UnitId::new).transpose()?;
     let of = match (order_id, sku) {
+        (None, Some(sku)) if unit.is_some() && basket_id.is_none() => HistoryOf::Unit {
+            sku: sku.into_string(),
+            unit: unit.map(UnitId::into_string).unwrap_or_default(),
+        },
+        _ if unit.is_some() => {
+            return Err(Problem::invalid(
+                "unit",
+                "give unit with sku alone: the SKU whose named unit it is",
+            ))
+        }
         (None, None) if basket_id.is_some() => {
             HistoryOf::Basket(basket_id.map(BasketId::into_string).unwrap_or_default())
         }
