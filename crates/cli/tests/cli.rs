@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 25] = [
+    let cases: [(&[&str], &str); 31] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -111,6 +111,21 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             "basket_id: must not contain '{'",
         ),
         (&["basket", "release", "b1", "--reason", &long], "reason: "),
+        (
+            &["deduct", "SHOW", "o1", "--units", "A1,A1"],
+            "units: units[1] \"A1\" appears twice",
+        ),
+        (
+            &["deduct", "SHOW", "o1", "--units", "A1,"],
+            "units: units[1] \"\": must not be empty",
+        ),
+        (
+            &["deduct", "SHOW", "o1", "3", "--units", "A1,A2"],
+            "quantity: 3 is not the number of units named (2)",
+        ),
+        (&["deduct", "SHOW", "o1"], "<QUANTITY>"),
+        (&["restock", "SHOW", "--units", &long], "units: units[0] "),
+        (&["history", "--unit", "A1"], "unit: \"A1\" is not SKU/UNIT"),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{check_units, OrderId, Quantity, Sku, UserId, MAX_UNITS_PER_DEDUCT};
-use stockledger_core::{CommandBody, Deduct};
+use stockledger_core::{CommandBody, Deduct, ValidationError};
 
 use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
@@ -40,13 +40,16 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let deduct = match args.quantity {
         _ if !args.units.is_empty() => {
-            let units = check_units(&args.units, MAX_UNITS_PER_DEDUCT)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            let units = check_units(&args.units, MAX_UNITS_PER_DEDUCT)?;
             if let Some(q) = args.quantity.filter(|q| q.get() != units.len() as i64) {
-                anyhow::bail!(
-                    "quantity: {q} is not the number of units named ({}); leave it out",
-                    units.len()
-                );
+                return Err(ValidationError::new(
+                    "quantity",
+                    format!(
+                        "{q} is not the number of units named ({}); leave it out",
+                        units.len()
+                    ),
+                )
+                .into());
             }
             Deduct::for_units(args.order_id, units)?
         }

@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery, MAX_PAGE};
 use stockledger_core::ids::{BasketId, OrderId, Sku, UnitId};
-use stockledger_core::ResultCode;
+use stockledger_core::{ResultCode, ValidationError};
 
 use super::table::{self, Format};
 use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, query_error};
@@ -71,17 +71,14 @@ fn unit_of(unit: &str, sku: Option<Sku>) -> anyhow::Result<HistoryOf> {
         Some(sku) => (sku, unit),
         None => {
             let Some((sku, unit)) = unit.split_once('/') else {
-                anyhow::bail!(
-                    "--unit: {unit:?} is not SKU/UNIT (or give --sku and the unit alone)"
-                );
+                let problem =
+                    format!("{unit:?} is not SKU/UNIT (or give --sku and the unit alone)");
+                return Err(ValidationError::new("unit", problem).into());
             };
-            (
-                parse_sku(sku).map_err(|e| anyhow::anyhow!("--unit: {e}"))?,
-                unit,
-            )
+            (Sku::new(sku)?, unit)
         }
     };
-    let unit = UnitId::new(unit).map_err(|e| anyhow::anyhow!("--unit: {e}"))?;
+    let unit = UnitId::new(unit).map_err(|e| ValidationError::new("unit", e.problem))?;
     Ok(HistoryOf::Unit {
         sku: sku.into_string(),
         unit: unit.into_string(),

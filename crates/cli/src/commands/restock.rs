@@ -42,8 +42,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     };
     let restock = match (args.add, args.set) {
         _ if !args.units.is_empty() => {
-            let units = check_units(&args.units, MAX_UNITS_PER_RESTOCK)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            let units = check_units(&args.units, MAX_UNITS_PER_RESTOCK)?;
             Restock::units(adjustment, units)?
         }
         (Some(n), _) => Restock::new(adjustment, RestockMode::Add, n)?,
