@@ -23,6 +23,17 @@ pub const HOT_SKU: &str = "DEMO-HOT";
 /// or neither), scarcer than the baskets that want them.
 pub const BASKET_SKUS: [&str; 2] = ["DEMO-CAP", "DEMO-TEE"];
 
+/// The show whose named seats the cinema's parties buy.
+pub const SHOW_SKU: &str = "DEMO-SHOW";
+
+/// Seats per row of the show's hall: seat `n` is `R{n / 20 + 1}-{n % 20 + 1}`.
+const SEATS_PER_ROW: usize = 20;
+
+/// The name of seat `n` of the hall.
+pub fn seat_name(n: usize) -> String {
+    format!("R{}-{}", n / SEATS_PER_ROW + 1, n % SEATS_PER_ROW + 1)
+}
+
 /// How long a buyer waits for the decision on their reservation.
 const DECISION_WAIT: Duration = Duration::from_secs(60);
 
@@ -266,6 +277,125 @@ impl std::ops::AddAssign for BasketsSent {
     }
 }
 
+/// What the cinema's parties did, and which seats the ledger sold to whom.
+#[derive(Debug, Default, Clone)]
+pub struct SeatsSent {
+    /// Records sent: holds, confirms and rollbacks.
+    pub records: u64,
+    pub held: u64,
+    /// Parties refused because a seat they wanted was taken.
+    pub refused: u64,
+    pub paid: u64,
+    pub released: u64,
+    pub abandoned: u64,
+    /// Each seat a party was told it bought, and that party's order.
+    pub sold: std::collections::BTreeMap<String, String>,
+    /// Seats two parties were both told they bought (must stay empty).
+    pub sold_twice: Vec<String>,
+}
+
+/// Lets `tasks` concurrent tasks seat `parties` parties at the show
+/// [`SHOW_SKU`] of `seats` seats: each party wants 1 to 4 adjacent seats
+/// of one row, chosen at random (so parties collide), and holds them,
+/// all or none, for `hold_ms`; when held, 70 % pay, 15 % cancel, 15 %
+/// never come back (their holds expire).
+pub async fn buy_seats(
+    producer: &LedgerProducer,
+    reader: &OutcomeReader,
+    run_id: &str,
+    (seats, parties, tasks): (usize, usize, usize),
+    hold_ms: i64,
+    seed: u64,
+) -> anyhow::Result<SeatsSent> {
+    use stockledger_core::{CommandBody, Confirm, Deduct, OrderId, Rollback, Sku, UnitId};
+    let tasks = tasks.clamp(1, parties.max(1));
+    let work = (0..tasks).map(|task| async move {
+        let mut rng = StdRng::seed_from_u64(seed.wrapping_add(2_000_000 + task as u64));
+        let mut sent = SeatsSent::default();
+        for party in (task..parties).step_by(tasks) {
+            let size = rng.random_range(1..=4usize).min(seats);
+            let row_start = rng.random_range(0..seats.div_ceil(SEATS_PER_ROW)) * SEATS_PER_ROW;
+            let in_row = (seats - row_start).min(SEATS_PER_ROW);
+            let first = row_start + rng.random_range(0..=in_row.saturating_sub(size));
+            let wanted: Vec<String> = (first..first + size.min(in_row)).map(seat_name).collect();
+            let units = wanted
+                .iter()
+                .map(|s| UnitId::new(s.clone()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let order = OrderId::new(format!("{run_id}-party-{party}"))?;
+            let hold = Deduct {
+                expires_at: Some(now_ms() + hold_ms),
+                ..Deduct::for_units(order.clone(), units)?
+            };
+            let sku = Sku::new(SHOW_SKU)?;
+            let sent_hold = producer
+                .send(sku.clone(), CommandBody::Deduct(hold))
+                .await?;
+            sent.records += 1;
+            let decision = reader.wait(&sent_hold, DECISION_WAIT).await?;
+            if decision.result != ResultCode::Applied {
+                sent.refused += 1;
+                continue;
+            }
+            sent.held += 1;
+            match rng.random_range(0..100) {
+                0..70 => {
+                    sent.records += 1;
+                    let body = CommandBody::Confirm(Confirm {
+                        order_id: order.clone(),
+                    });
+                    let paid = reader
+                        .wait(&producer.send(sku, body).await?, DECISION_WAIT)
+                        .await?;
+                    if paid.result == ResultCode::Confirmed {
+                        sent.paid += 1;
+                        for seat in wanted {
+                            if sent.sold.insert(seat.clone(), order.to_string()).is_some() {
+                                sent.sold_twice.push(seat);
+                            }
+                        }
+                    } else {
+                        sent.abandoned += 1; // paid too late: the hold had expired
+                    }
+                }
+                70..85 => {
+                    sent.records += 1;
+                    let why = Some("the party changed its plans".to_owned());
+                    let body = CommandBody::Rollback(Rollback::new(order, why)?);
+                    reader
+                        .wait(&producer.send(sku, body).await?, DECISION_WAIT)
+                        .await?;
+                    sent.released += 1;
+                }
+                _ => sent.abandoned += 1,
+            }
+        }
+        anyhow::Ok(sent)
+    });
+    let mut all = SeatsSent::default();
+    for s in try_join_all(work).await? {
+        all += s;
+    }
+    Ok(all)
+}
+
+impl std::ops::AddAssign for SeatsSent {
+    fn add_assign(&mut self, o: Self) {
+        self.records += o.records;
+        self.held += o.held;
+        self.refused += o.refused;
+        self.paid += o.paid;
+        self.released += o.released;
+        self.abandoned += o.abandoned;
+        self.sold_twice.extend(o.sold_twice);
+        for (seat, order) in o.sold {
+            if self.sold.insert(seat.clone(), order).is_some() {
+                self.sold_twice.push(seat);
+            }
+        }
+    }
+}
+
 /// Waits until no hold of [`HOT_SKU`] or [`BASKET_SKUS`] is left (abandoned ones expire by
 /// the applier's expire records) and the archive has a row for every
 /// record of `topic`; returns the rows archived, or what was reached when
@@ -280,7 +410,7 @@ pub async fn settle(
     let deadline = Instant::now() + timeout;
     loop {
         let mut held = 0;
-        for sku in std::iter::once(HOT_SKU).chain(BASKET_SKUS) {
+        for sku in [HOT_SKU, SHOW_SKU].into_iter().chain(BASKET_SKUS) {
             held += projection.read_sku(sku).await?.map_or(0, |s| s.reserved);
         }
         let rows = query::count_rows(pool, topic).await?;
@@ -311,6 +441,8 @@ pub struct Run<'a> {
     pub archived: i64,
     /// The baskets the shoppers used (none: no basket check).
     pub baskets: &'a [stockledger_core::BasketId],
+    /// What the cinema's parties were told (`None`: no show, no check).
+    pub seats: Option<&'a SeatsSent>,
 }
 
 /// The contract, once the sale has settled: stock never below zero
@@ -396,7 +528,42 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
     if !run.baskets.is_empty() {
         checks.push(check_baskets(run).await?);
     }
+    if let Some(seats) = run.seats {
+        checks.push(check_seats(run.projection, seats).await?);
+    }
     Ok(checks)
+}
+
+/// Every seat of the show is free or sold to the one party told it bought
+/// it; none is still held, none was sold twice.
+async fn check_seats(projection: &Projection, told: &SeatsSent) -> anyhow::Result<Check> {
+    use stockledger_core::Unit;
+    let map = projection.units(SHOW_SKU).await?;
+    let (mut free, mut sold, mut held, mut wrong) = (0, 0, 0, Vec::new());
+    for (seat, unit) in &map {
+        let buyer = told.sold.get(seat);
+        match unit {
+            Unit::Available if buyer.is_none() => free += 1,
+            Unit::Sold(order) if buyer == Some(order) => sold += 1,
+            Unit::Held(_) => held += 1,
+            other => wrong.push(format!("{seat} is {other:?}, its party was told {buyer:?}")),
+        }
+    }
+    let unseen = told.sold.len() - sold.min(told.sold.len());
+    Ok(Check {
+        ok: wrong.is_empty() && held == 0 && told.sold_twice.is_empty() && unseen == 0,
+        what: format!(
+            "every seat free or sold to the one party told so ({} seats = {free} free + {sold} \
+             sold; {held} still held; {} sold twice; {} seats disagree{})",
+            map.len(),
+            told.sold_twice.len(),
+            wrong.len() + unseen,
+            wrong
+                .first()
+                .map(|w| format!(", first {w}"))
+                .unwrap_or_default()
+        ),
+    })
 }
 
 /// Every basket of the run sold whole or not at all, and none still held.

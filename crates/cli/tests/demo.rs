@@ -3,7 +3,7 @@
 
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
 use stockledger_client::OutcomeReader;
-use stockledger_core::{OrderStatus, RestockMode};
+use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku, UnitId};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
 
@@ -23,6 +23,14 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
             .restock(sku, "initial", RestockMode::Set, stock)
             .await?;
     }
+    // A small hall: 30 seats for 40 parties of 1 to 4.
+    let hall: Vec<UnitId> = (0..30)
+        .map(|n| UnitId::new(demo::seat_name(n)))
+        .collect::<Result<_, _>>()?;
+    let seats_on_sale = CommandBody::Restock(Restock::units(AdjustmentId::new("hall")?, hall)?);
+    h.producer
+        .send(Sku::new(demo::SHOW_SKU)?, seats_on_sale)
+        .await?;
     let workload = Workload {
         orders: 300,
         buyers: 30,
@@ -34,10 +42,15 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         early_rollback_percent: 3,
         seed: 7,
     };
-    let (sent, baskets) = tokio::try_join!(
+    let (sent, baskets, seats) = tokio::try_join!(
         demo::buy(&h.producer, &reader, &workload),
-        demo::buy_baskets(&h.producer, &reader, "demo-test", 60, 10, 1_000, 7)
+        demo::buy_baskets(&h.producer, &reader, "demo-test", 60, 10, 1_000, 7),
+        demo::buy_seats(&h.producer, &reader, "demo-test", (30, 40, 8), 1_000, 7)
     )?;
+    assert!(
+        seats.paid > 0 && seats.refused > 0 && !seats.sold.is_empty(),
+        "{seats:?}"
+    );
     assert!(
         baskets.paid > 0 && baskets.refused > 0 && baskets.abandoned > 0,
         "{baskets:?}"
@@ -57,9 +70,10 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         topic: &h.ns.topic,
         archived: records,
         baskets: &baskets.ids,
+        seats: Some(&seats),
     };
     let checks = demo::check_contract(&run, CATCH_UP).await?;
-    assert_eq!(checks.len(), 6, "the baskets' check too");
+    assert_eq!(checks.len(), 7, "the baskets' and the seats' checks too");
     assert!(checks.iter().all(|c| c.ok), "{checks:#?}");
     let state = h
         .projection
@@ -100,6 +114,30 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         checks[3].what.contains("1 still held"),
         "{}",
         checks[3].what
+    );
+
+    // A seat sold behind the ledger's back is caught.
+    let free = h
+        .projection
+        .units(demo::SHOW_SKU)
+        .await?
+        .into_iter()
+        .find(|(_, unit)| *unit == stockledger_core::Unit::Available)
+        .map(|(seat, _)| seat)
+        .expect("a free seat");
+    let show = stockledger_projection::keys::SkuKeys::new(&h.ns.prefix, demo::SHOW_SKU).orders;
+    let _: () = redis::cmd("HSET")
+        .arg(&show)
+        .arg(format!("{{unit}}{free}"))
+        .arg("Sintruder")
+        .query_async(&mut h.projection.connection())
+        .await?;
+    let checks = demo::check_contract(&run, CATCH_UP).await?;
+    assert!(!checks[6].ok, "{checks:#?}");
+    assert!(
+        checks[6].what.contains("1 seats disagree"),
+        "{}",
+        checks[6].what
     );
     Ok(())
 }

@@ -10,7 +10,8 @@ use clap::Args;
 use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
-use stockledger_core::{RestockMode, ResultCode};
+use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
+use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode, ResultCode, Sku, UnitId};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
@@ -58,6 +59,15 @@ pub struct DemoArgs {
     /// quarter as many tees are on sale); 0 for none.
     #[arg(long, default_value_t = 300)]
     pub baskets: usize,
+    /// Named seats of the show DEMO-SHOW sold alongside (rows of 20, R1-1
+    /// onwards): parties of 1 to 4 (two for every three seats) each want
+    /// adjacent seats of one row, all or none; 0 for no show.
+    #[arg(long, default_value_t = 240)]
+    pub seats: usize,
+    /// `sale`: the flash sale, its baskets and the show; `cinema`: only the
+    /// show (give it a big hall, e.g. --seats 2000).
+    #[arg(long, value_enum, default_value = "sale")]
+    pub scenario: Scenario,
     /// Refuse reservations of the sold-out SKU in the producer, without
     /// logging them (the sold-out fast path), and report how many.
     #[arg(long)]
@@ -78,7 +88,24 @@ pub struct DemoArgs {
     pub format: Style,
 }
 
-pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+/// What the demo sells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// The flash sale of DEMO-HOT, baskets of DEMO-CAP and DEMO-TEE, and
+    /// the seats of DEMO-SHOW, all at once.
+    Sale,
+    /// Only the seats of DEMO-SHOW.
+    Cinema,
+}
+
+pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
+    if args.scenario == Scenario::Cinema {
+        anyhow::ensure!(
+            args.seats > 0,
+            "--scenario cinema needs --seats of at least 1"
+        );
+        (args.orders, args.baskets) = (0, 0);
+    }
     anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
     anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
     let names = Names::new(g);
@@ -105,7 +132,8 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let shoppers = (args.buyers / 4).max(1);
     let orders = workload(&args);
-    let (sent, baskets) = tokio::try_join!(
+    let parties = args.seats * 2 / 3;
+    let (sent, baskets, seats) = tokio::try_join!(
         demo::buy(&producer, &reader, &orders),
         demo::buy_baskets(
             &producer,
@@ -113,6 +141,14 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             &names.run_id,
             args.baskets,
             shoppers,
+            args.hold_ms,
+            args.seed
+        ),
+        demo::buy_seats(
+            &producer,
+            &reader,
+            &names.run_id,
+            (args.seats, parties, shoppers),
             args.hold_ms,
             args.seed
         )
@@ -131,6 +167,7 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         topic: &names.topic,
         archived,
         baskets: &baskets.ids,
+        seats: (args.seats > 0).then_some(&seats),
     };
     if !text {
         let checks = demo::check_contract(&run, timeout).await?;
@@ -145,6 +182,9 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             "baskets": {"held": baskets.held, "refused": baskets.refused, "paid": baskets.paid,
                         "failed": baskets.failed, "released": baskets.released,
                         "abandoned": baskets.abandoned},
+            "seats": {"seats": args.seats, "parties": parties, "held": seats.held,
+                      "refused": seats.refused, "paid": seats.paid, "released": seats.released,
+                      "abandoned": seats.abandoned, "sold": seats.sold.len()},
             "send_seconds": produced_in.as_secs_f64(),
             "end_to_end_seconds": end_to_end.as_secs_f64(),
             "checks": checks, "pass": pass,
@@ -152,7 +192,9 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         println!("{shown}");
         return Ok(if pass { Exit::Ok } else { Exit::Check }.into());
     }
-    print_workload(&args, &sent, guard.as_ref());
+    if args.orders > 0 {
+        print_workload(&args, &sent, guard.as_ref());
+    }
     if args.baskets > 0 {
         println!(
             "  baskets  {} baskets of one {} and one {} ({shoppers} tasks, held {} ms): {} held, \
@@ -169,13 +211,28 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             baskets.abandoned
         );
     }
+    if args.seats > 0 {
+        println!(
+            "  seats    {parties} parties of 1-4 for the {} seats of {} ({shoppers} tasks, held {} ms): \
+             {} seated, {} refused (a seat taken), {} paid ({} seats sold), {} cancelled, {} abandoned",
+            args.seats,
+            demo::SHOW_SKU,
+            args.hold_ms,
+            seats.held,
+            seats.refused,
+            seats.paid,
+            seats.sold.len(),
+            seats.released,
+            seats.abandoned
+        );
+    }
     let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
     println!(
         "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
          {archived} decided and archived, expiries included, in {:.2} s",
-        sent.records,
+        sent.records + seats.records,
         produced_in.as_secs_f64(),
-        rate(sent.records, produced_in),
+        rate(sent.records + seats.records, produced_in),
         end_to_end.as_secs_f64(),
     );
     if cfg!(debug_assertions) {
@@ -185,8 +242,10 @@ pub async fn run(g: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
-    print_decisions(&pool, &names.topic).await?;
-    print_stock(&projection).await?;
+    if args.orders > 0 {
+        print_decisions(&pool, &names.topic).await?;
+        print_stock(&projection).await?;
+    }
     println!();
 
     let mut all_pass = true;
@@ -333,6 +392,22 @@ async fn open_sale(
                 "{sku} restock: {decision:?}"
             );
         }
+    }
+    let hall: Vec<String> = (0..args.seats).map(demo::seat_name).collect();
+    for (k, row) in hall.chunks(MAX_UNITS_PER_RESTOCK).enumerate() {
+        let units = row
+            .iter()
+            .map(|s| UnitId::new(s.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let adjustment = AdjustmentId::new(format!("{run_id}-hall-{k}"))?;
+        let body = CommandBody::Restock(Restock::units(adjustment, units)?);
+        let restock = producer.send(Sku::new(demo::SHOW_SKU)?, body).await?;
+        let decision = reader.wait(&restock, timeout).await?;
+        anyhow::ensure!(
+            decision.result == ResultCode::Applied,
+            "{} seats: {decision:?}",
+            demo::SHOW_SKU
+        );
     }
     let limit = producer.limit(HOT_SKU, Some(args.limit_per_user)).await?;
     let decision = reader.wait(&limit, timeout).await?;
