@@ -44,10 +44,13 @@ pub async fn compare(
 ) -> Result<Vec<Mismatch>, ProjectionError> {
     let mut mismatches = Vec::new();
     for (sku, expected) in &reference.skus {
-        let actual = projection.read_sku(sku).await?;
-        let detail = match actual {
-            None => Some("missing in Redis".to_owned()),
-            Some(actual) => first_difference(expected, &actual),
+        let detail = match projection.read_sku(sku).await {
+            Ok(None) => Some("missing in Redis".to_owned()),
+            Ok(Some(actual)) => first_difference(expected, &actual),
+            // A state that cannot be read is a difference, not a reason to
+            // stop looking at the others.
+            Err(e @ ProjectionError::Corrupt { .. }) => Some(e.to_string()),
+            Err(e) => return Err(e),
         };
         if let Some(detail) = detail {
             mismatches.push(Mismatch {

@@ -54,6 +54,7 @@ mod memory;
 mod pipeline;
 mod process;
 mod report;
+mod seatmap;
 
 /// One command in this many of the e2e scenarios is a rollback.
 const ROLLBACK_EVERY: u64 = 10;
@@ -132,6 +133,9 @@ pub enum Scenario {
     GatewayMax,
     /// Baskets of three lines on uniform SKUs, held then confirmed.
     Basket,
+    /// Reads of a show's seat map (300 named seats), concurrently.
+    #[value(name = "seat-map")]
+    SeatMap,
     /// The archive's queries on a large archive (its own database).
     Analyst,
     /// A long log (`--scale-records`, 10M by default): the applier's and
@@ -141,7 +145,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 14] = [
+    const ALL: [Scenario; 15] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -152,6 +156,7 @@ impl Scenario {
         Self::Gateway5k,
         Self::GatewayMax,
         Self::Basket,
+        Self::SeatMap,
         Self::Replay,
         Self::Archive,
         Self::Memory,
@@ -173,6 +178,7 @@ impl Scenario {
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
             Self::Basket => "basket",
+            Self::SeatMap => "seat-map",
             Self::Analyst => "analyst",
             Self::Scale => "scale",
         }
@@ -355,6 +361,9 @@ impl Bench<'_> {
             Scenario::Basket => {
                 // Six records a basket: as many records as the e2e scenarios.
                 basket::basket(g, args, run_id, counts.skus, (counts.records / 6).max(1)).await?
+            }
+            Scenario::SeatMap => {
+                seatmap::seat_map(g, run_id, counts.records, args.concurrency).await?
             }
             Scenario::Replay | Scenario::Archive => {
                 let ledger = match self.uniform.take() {

@@ -126,10 +126,15 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         .map(|(seat, _)| seat)
         .expect("a free seat");
     let show = stockledger_projection::keys::SkuKeys::new(&h.ns.prefix, demo::SHOW_SKU).orders;
+    let place: String = redis::cmd("HGET")
+        .arg(&show)
+        .arg(format!("{{unit}}{free}"))
+        .query_async(&mut h.projection.connection())
+        .await?;
     let _: () = redis::cmd("HSET")
         .arg(&show)
         .arg(format!("{{unit}}{free}"))
-        .arg("Sintruder")
+        .arg(format!("{place}Sintruder"))
         .query_async(&mut h.projection.connection())
         .await?;
     let checks = demo::check_contract(&run, CATCH_UP).await?;

@@ -23,10 +23,14 @@
 --                          Also "{user}" .. user id -> units that user's
 --                          live orders hold or bought (an order id cannot
 --                          contain a brace, so the two never meet).
---                          Also "{unit}" .. name -> a named unit's state:
---                          "" available, "H" .. order held, "S" .. order
---                          sold; and "{units}" -> every unit's name, one
---                          per line, in the order they were added.
+--                          Also "{unit}" .. name -> a named unit's place
+--                          (from 0, in the order units were added) and
+--                          state: "i|" available, "i|H" .. order held,
+--                          "i|S" .. order sold; "{units}" -> every unit's
+--                          name, one per line, in that order; and
+--                          "{seatmap}" -> one letter per unit in that
+--                          order, A available, H held, S sold (the seat
+--                          map, read without a script).
 -- adjustments hash         restock adjustment id -> offset that applied it
 -- decisions hash           offset -> "RESULT|delta|available|total|reason"
 -- ARGV[1]                  the maximum stock level
@@ -67,6 +71,7 @@ local USER = '{user}'
 local ARITY = { D = 2, E = 5, N = 5, R = 1, S = 3, T = 2, F = 2, U = 2, X = 2, L = 1 }
 local UNIT = '{unit}'
 local UNITS = '{units}'
+local SEATMAP = '{seatmap}'
 -- The keys of the run being applied, and its sku's state.
 local STOCK, ORDERS, ADJUSTMENTS, DECISIONS
 local available, total, reserved, limit, partition, named
@@ -99,20 +104,36 @@ local function lines(text)
   return names
 end
 
--- The state of each of `names` (false for a unit the sku does not have).
+-- The state of each of `names` ("" available, "H" or "S" and the
+-- order; false for a unit the sku does not have).
 local function unit_states(names)
   local fields = {}
   for i, name in ipairs(names) do
     fields[i] = UNIT .. name
   end
-  return redis.call('HMGET', ORDERS, unpack(fields))
+  local values = redis.call('HMGET', ORDERS, unpack(fields))
+  local states = {}
+  for i = 1, #names do
+    states[i] = values[i] and string.match(values[i], '^%d+|(.*)$')
+  end
+  return states
 end
 
--- Sets each of `names` to `state`.
+-- Sets each of `names`, units the sku has, to `state`, in its field and
+-- in the seat map.
 local function mark(names, state)
-  for _, name in ipairs(names) do
-    redis.call('HSET', ORDERS, UNIT .. name, state)
+  local map = redis.call('HGET', ORDERS, SEATMAP)
+  local letter = string.sub(state, 1, 1)
+  if letter == '' then
+    letter = 'A'
   end
+  for _, name in ipairs(names) do
+    local place = string.match(redis.call('HGET', ORDERS, UNIT .. name), '^(%d+)|')
+    redis.call('HSET', ORDERS, UNIT .. name, place .. '|' .. state)
+    local i = tonumber(place)
+    map = string.sub(map, 1, i) .. letter .. string.sub(map, i + 2)
+  end
+  redis.call('HSET', ORDERS, SEATMAP, map)
 end
 
 local function load(id)
@@ -435,13 +456,17 @@ local function restock(offset, id, qty, mode, units)
   total = new_total
   redis.call('HSET', ADJUSTMENTS, id, offset)
   if units then
-    mark(units, '')
+    local map = redis.call('HGET', ORDERS, SEATMAP) or ''
+    for i, name in ipairs(units) do
+      redis.call('HSET', ORDERS, UNIT .. name, n(#map + i - 1) .. '|')
+    end
     local listed = redis.call('HGET', ORDERS, UNITS)
     local added = table.concat(units, '\n')
     if listed then
       added = listed .. '\n' .. added
     end
     redis.call('HSET', ORDERS, UNITS, added)
+    redis.call('HSET', ORDERS, SEATMAP, map .. string.rep('A', #units))
     named = true
   end
   return decide('APPLIED', delta)

@@ -1,10 +1,11 @@
--- Reads one SKU's seat map: every named unit, in the order they were
+-- Reads every named unit of one SKU, in the order they were
 -- added, with its state.
 --
 -- KEYS[1]  the SKU's orders hash (see apply.lua): "{units}" lists the
---          names one per line, "{unit}" .. name holds each one's state
---          ("" available, "H" .. order held, "S" .. order sold).
--- Returns name, state, name, state, ... (empty for a SKU without named
+--          names one per line, "{unit}" .. name holds each one's place and
+--          state ("i|" available, "i|H" .. order held, "i|S" .. order
+--          sold).
+-- Returns name, field, name, field, ... (empty for a SKU without named
 -- units). The fields are read a thousand at a time, so a SKU of any size
 -- stays within Lua's limit on unpacked arguments.
 

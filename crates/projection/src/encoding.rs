@@ -37,36 +37,51 @@ pub const UNIT_FIELD_PREFIX: &str = "{unit}";
 
 /// In the orders hash, the field listing the SKU's named units in the
 /// order they were added, one per line (names hold no control
-/// characters): what the seat map reads, so it costs the units, not the
-/// orders.
+/// characters).
 pub const UNITS_FIELD: &str = "{units}";
+
+/// In the orders hash, the seat map: one letter per unit, in the order of
+/// [`UNITS_FIELD`]: `A` available, `H` held, `S` sold. With the list it is
+/// the whole seat map in two fields, read without a script.
+pub const SEATMAP_FIELD: &str = "{seatmap}";
+
+/// A unit's letter in [`SEATMAP_FIELD`].
+pub fn seat_letter(unit: &Unit) -> char {
+    match unit {
+        Unit::Available => 'A',
+        Unit::Held(_) => 'H',
+        Unit::Sold(_) => 'S',
+    }
+}
 
 /// The unit whose field of the orders hash `field` is, if it is one.
 pub fn unit_of_field(field: &str) -> Option<&str> {
     field.strip_prefix(UNIT_FIELD_PREFIX)
 }
 
-/// A unit's state: empty when available, `H` and the order holding it,
+/// A unit's field: its place (from 0) among the SKU's units and, after a
+/// `|`, its state: nothing when available, `H` and the order holding it,
 /// `S` and the order it was sold to.
-pub fn encode_unit(unit: &Unit) -> String {
+pub fn encode_unit(place: usize, unit: &Unit) -> String {
     match unit {
-        Unit::Available => String::new(),
-        Unit::Held(order) => format!("H{order}"),
-        Unit::Sold(order) => format!("S{order}"),
+        Unit::Available => format!("{place}|"),
+        Unit::Held(order) => format!("{place}|H{order}"),
+        Unit::Sold(order) => format!("{place}|S{order}"),
     }
 }
 
 /// Parses [`encode_unit`]'s form; `None` if it is not one.
-pub fn decode_unit(s: &str) -> Option<Unit> {
-    if s.is_empty() {
-        return Some(Unit::Available);
-    }
-    let order = s.get(1..).filter(|o| !o.is_empty())?.to_owned();
-    match s.as_bytes()[0] {
-        b'H' => Some(Unit::Held(order)),
-        b'S' => Some(Unit::Sold(order)),
-        _ => None,
-    }
+pub fn decode_unit(s: &str) -> Option<(usize, Unit)> {
+    let (place, state) = s.split_once('|')?;
+    let place = place.parse().ok()?;
+    let mut chars = state.chars();
+    let unit = match chars.next() {
+        None => Unit::Available,
+        Some('H') if !chars.as_str().is_empty() => Unit::Held(chars.as_str().to_owned()),
+        Some('S') if !chars.as_str().is_empty() => Unit::Sold(chars.as_str().to_owned()),
+        Some(_) => return None,
+    };
+    Some((place, unit))
 }
 
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
@@ -263,15 +278,17 @@ mod tests {
 
     #[test]
     fn units_round_trip_and_their_fields_are_told_apart() {
-        for unit in [
-            Unit::Available,
-            Unit::Held("o-1".into()),
-            Unit::Sold("o|2".into()),
+        for (place, unit) in [
+            (0, Unit::Available),
+            (7, Unit::Held("o-1".into())),
+            (12, Unit::Sold("o|2".into())),
         ] {
-            assert_eq!(decode_unit(&encode_unit(&unit)), Some(unit));
+            assert_eq!(decode_unit(&encode_unit(place, &unit)), Some((place, unit)));
         }
-        assert_eq!(decode_unit("H"), None);
-        assert_eq!(decode_unit("Xo-1"), None);
+        assert_eq!(encode_unit(3, &Unit::Held("o".into())), "3|Ho");
+        assert_eq!(decode_unit("1|H"), None);
+        assert_eq!(decode_unit("1|Xo-1"), None);
+        assert_eq!(decode_unit("Ho-1"), None);
         assert_eq!(unit_of_field("{unit}A1"), Some("A1"));
         assert_eq!(unit_of_field(UNITS_FIELD), None);
         assert_eq!(user_of_field(UNITS_FIELD), None);

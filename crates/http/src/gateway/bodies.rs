@@ -368,11 +368,12 @@ pub enum UnitState {
 }
 
 impl UnitState {
-    pub fn of(unit: &stockledger_core::Unit) -> Self {
-        match unit {
-            stockledger_core::Unit::Available => Self::Available,
-            stockledger_core::Unit::Held(_) => Self::Held,
-            stockledger_core::Unit::Sold(_) => Self::Sold,
+    /// From the projection's seat map's word for it.
+    pub fn of(state: &str) -> Self {
+        match state {
+            "held" => Self::Held,
+            "sold" => Self::Sold,
+            _ => Self::Available,
         }
     }
 }

@@ -53,7 +53,7 @@ pub(crate) async fn stock(
 
 /// The seat map of `sku`: each named unit and whether it is available,
 /// held or sold, in the order the units were added, from the Redis
-/// projection (one script call, costing the units, not the orders).
+/// projection (two fields of one hash, costing the units, not the orders).
 #[utoipa::path(get, path = "/v1/skus/{sku}/units", tag = "reads",
     params(("sku" = String, Path, description = "The SKU")),
     responses(
@@ -70,7 +70,7 @@ pub(crate) async fn units(
     let sku = Sku::new(sku)?;
     let units = gateway
         .projection
-        .units(sku.as_str())
+        .seat_map(sku.as_str())
         .await
         .map_err(|e| redis_problem(&e))?;
     if units.is_empty() {
@@ -81,7 +81,7 @@ pub(crate) async fn units(
     }
     let map = units
         .iter()
-        .map(|(name, unit)| (name.clone(), UnitState::of(unit)))
+        .map(|(name, state)| (name.clone(), UnitState::of(state)))
         .collect();
     Ok(Json(SeatMap(map)).into_response())
 }

@@ -1,8 +1,6 @@
 //! Reading a SKU's state back: whole, as stock, one order or adjustment,
 //! a command's decision, and the SKUs of the prefix page by page.
 
-use std::collections::BTreeSet;
-
 use stockledger_core::Unit;
 
 use super::*;
@@ -53,7 +51,8 @@ impl Projection {
             last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
-        let mut registry = None;
+        let (mut registry, mut seatmap) = (None, None);
+        let mut places = BTreeMap::new();
         for (field, value) in orders {
             if let Some(user) = user_of_field(&field) {
                 let units = value.parse().map_err(|_| corrupt(&keys.orders, &value))?;
@@ -61,7 +60,9 @@ impl Projection {
                 continue;
             }
             if let Some(unit) = unit_of_field(&field) {
-                let state_of = decode_unit(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+                let (place, state_of) =
+                    decode_unit(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+                places.insert(place, unit.to_owned());
                 state.units.insert(unit.to_owned(), state_of);
                 continue;
             }
@@ -69,21 +70,31 @@ impl Projection {
                 registry = Some(value);
                 continue;
             }
+            if field == SEATMAP_FIELD {
+                seatmap = Some(value);
+                continue;
+            }
             let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
             state.orders.insert(field, entry);
         }
-        // The list of units, the units' fields and the stock hash's flag
-        // must all tell the same story.
-        let listed: BTreeSet<&str> = registry
+        // The list of units, their places, the seat map, the units' fields
+        // and the stock hash's flag must all tell the same story.
+        let listed: Vec<&str> = registry
             .as_deref()
-            .map_or_else(BTreeSet::new, |r| r.split('\n').collect());
-        let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
-        if !listed
+            .map_or_else(Vec::new, |r| r.split('\n').collect());
+        let letters: String = listed
             .iter()
-            .copied()
-            .eq(state.units.keys().map(String::as_str))
-            || named == state.units.is_empty()
-        {
+            .filter_map(|name| state.units.get(*name).map(seat_letter))
+            .collect();
+        let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
+        let agree = listed.len() == state.units.len()
+            && listed
+                .iter()
+                .enumerate()
+                .all(|(i, name)| places.get(&i).map(String::as_str) == Some(*name))
+            && seatmap.as_deref().unwrap_or("") == letters
+            && named != state.units.is_empty();
+        if !agree {
             return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
         }
         for (adjustment, value) in adjustments {
@@ -249,7 +260,47 @@ impl Projection {
     }
 
     /// The seat map of `sku`: each named unit, in the order they were
-    /// added, and where it stands (empty for a SKU of counted stock). One
+    /// added, and whether it is `available`, `held` or `sold` (empty for a
+    /// SKU of counted stock). Two fields of one hash, one command: what a
+    /// busy seat picker reads.
+    pub async fn seat_map(
+        &self,
+        sku: &str,
+    ) -> Result<Vec<(String, &'static str)>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let (names, letters): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&keys.orders)
+            .arg(UNITS_FIELD)
+            .arg(SEATMAP_FIELD)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        let (Some(names), Some(letters)) = (names, letters) else {
+            return Ok(Vec::new());
+        };
+        let corrupt = || ProjectionError::Corrupt {
+            key: keys.orders.clone(),
+            value: letters.clone(),
+        };
+        let names = names.split('\n');
+        if names.clone().count() != letters.len() {
+            return Err(corrupt());
+        }
+        names
+            .zip(letters.bytes())
+            .map(|(name, letter)| {
+                let state = match letter {
+                    b'A' => "available",
+                    b'H' => "held",
+                    b'S' => "sold",
+                    _ => return Err(corrupt()),
+                };
+                Ok((name.to_owned(), state))
+            })
+            .collect()
+    }
+
+    /// Each named unit of `sku`, in the order they were added, with the
+    /// order holding or owning it (empty for a SKU of counted stock). One
     /// script call: it costs the SKU's units, not its orders.
     pub async fn units(&self, sku: &str) -> Result<Vec<(String, Unit)>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
@@ -264,7 +315,7 @@ impl Projection {
         let mut units = Vec::with_capacity(flat.len() / 2);
         let mut flat = flat.into_iter();
         while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
-            let unit = decode_unit(&value).ok_or_else(|| ProjectionError::Corrupt {
+            let (_, unit) = decode_unit(&value).ok_or_else(|| ProjectionError::Corrupt {
                 key: keys.orders.clone(),
                 value,
             })?;
