@@ -178,7 +178,7 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let shown = serde_json::json!({
             "run": names.run_id, "topic": names.topic, "prefix": names.prefix,
-            "records_sent": sent.records, "archived": archived,
+            "records_sent": sent.records + seats.records, "archived": archived,
             "baskets": {"held": baskets.held, "refused": baskets.refused, "paid": baskets.paid,
                         "failed": baskets.failed, "released": baskets.released,
                         "abandoned": baskets.abandoned},
