@@ -21,6 +21,7 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
                     ("user_id".into(), Value::Union(0, Box::new(Value::Null))),
                     ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
                     ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
+                    ("units".into(), Value::Array(Vec::new())),
                 ])),
             ),
         ),
