@@ -118,7 +118,17 @@ public final class OrderService {
     Schema union = command.getField("body").schema();
     for (Schema branch : union.getTypes()) {
       if (branch.getFullName().equals("stockledger." + name)) {
-        return new GenericData.Record(branch);
+        // Every field with a default starts at it, as GenericRecordBuilder
+        // does: what a newer schema adds (an empty list of named units) is
+        // then written without this service knowing of it.
+        GenericData.Record record = new GenericData.Record(branch);
+        for (Schema.Field field : branch.getFields()) {
+          if (field.hasDefaultValue()) {
+            Object value = GenericData.get().getDefaultValue(field);
+            record.put(field.pos(), GenericData.get().deepCopy(field.schema(), value));
+          }
+        }
+        return record;
       }
     }
     throw new IllegalStateException("Command has no body " + name);

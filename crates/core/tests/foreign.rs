@@ -1,0 +1,78 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+//! Records of the newest schemas written by fastavro, not by our encoder
+//! (`fixtures/foreign_records.py` wrote `fixtures/foreign-records.json`):
+//! today's codec reads them as the ledger means them, named units and all.
+
+use serde_json::Value;
+use stockledger_core::codec::{decode_command, decode_outcome};
+use stockledger_core::schema::{current, Subject};
+use stockledger_core::{CommandBody, RestockMode, ResultCode};
+
+const FIXTURE: &str = include_str!("fixtures/foreign-records.json");
+
+fn payloads(fixture: &Value, which: &str) -> Vec<Vec<u8>> {
+    fixture[which]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let h = h.as_str().unwrap();
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn names<'a>(units: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    units.into_iter().collect()
+}
+
+#[test]
+fn fastavro_written_seats_decode_as_the_ledger_means_them() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    // Written with the newest versions: a new version means a new fixture.
+    for (subject, key) in [
+        (Subject::Command, "command_schema"),
+        (Subject::Outcome, "outcome_schema"),
+    ] {
+        let newest = current(subject);
+        let file = format!("{}.v{}.avsc", subject.as_str(), newest.version);
+        assert_eq!(
+            fixture[key],
+            file.as_str(),
+            "run fixtures/foreign_records.py"
+        );
+    }
+    let commands = payloads(&fixture, "commands");
+    let restock = decode_command(&commands[0]).unwrap();
+    let CommandBody::Restock(r) = &restock.body else {
+        panic!("{restock:?}");
+    };
+    assert_eq!((r.mode(), r.quantity()), (RestockMode::Add, 3));
+    assert_eq!(
+        names(r.named().iter().map(|u| u.as_str())),
+        ["A1", "A2", "A3"]
+    );
+    let hold = decode_command(&commands[1]).unwrap();
+    let CommandBody::Deduct(d) = &hold.body else {
+        panic!("{hold:?}");
+    };
+    assert_eq!(
+        (d.order_id.as_str(), d.quantity.get(), d.expires_at),
+        ("o-1", 2, Some(1_700_000_600_000))
+    );
+    assert_eq!(names(d.units.iter().map(|u| u.as_str())), ["A2", "A3"]);
+
+    let outcome = decode_outcome(&payloads(&fixture, "outcomes")[0]).unwrap();
+    assert_eq!(outcome.decision.result, ResultCode::RejectedInsufficient);
+    assert_eq!(
+        outcome.decision.reason.as_deref(),
+        Some("units not free: A2 (held)")
+    );
+    assert_eq!(
+        names(outcome.units.iter().map(String::as_str)),
+        ["A2", "A3"]
+    );
+}
