@@ -84,17 +84,15 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
     let mut trailing = good.clone();
     trailing.extend_from_slice(b"!!");
     let unknown = reframed(&good, 0x0123_4567_89ab_cdef);
+    let writer = format!(
+        "Command.v{}",
+        stockledger_core::schema::current(stockledger_core::schema::Subject::Command).version
+    );
+    let malformed = format!("malformed Avro datum for writer schema {writer}");
+    let trailed = format!("2 trailing bytes after the Avro datum of writer schema {writer}");
     let bad: [(&str, Vec<u8>, &str); 5] = [
-        (
-            "SKU-B",
-            not_the_schema,
-            "malformed Avro datum for writer schema Command.v3",
-        ),
-        (
-            "SKU-B",
-            trailing,
-            "2 trailing bytes after the Avro datum of writer schema Command.v3",
-        ),
+        ("SKU-B", not_the_schema, &malformed),
+        ("SKU-B", trailing, &trailed),
         (
             "",
             good.clone(),
