@@ -81,6 +81,7 @@ pub struct LineSeen {
 ///         user: None,
 ///         expires_at: Some(10),
 ///         refunded: 0,
+///         units: Vec::new(),
 ///     }),
 ///     decided: true,
 /// };
