@@ -753,3 +753,100 @@ async fn the_demo_says_its_run_and_checks_as_one_json_object() -> anyhow::Result
     assert!(shown["records_sent"].as_u64() >= Some(200), "{shown:#}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_puts_seats_on_sale_holds_them_by_name_and_shows_the_seat_map() -> anyhow::Result<()> {
+    let h = Harness::new("cli-seats", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let seats = "R1-1,R1-2,R1-10";
+    let out = stockledger(
+        &h,
+        &[
+            "restock",
+            "SHOW",
+            "--units",
+            seats,
+            "--adjustment-id",
+            "hall",
+            "--wait",
+            "30",
+        ],
+    )?;
+    assert!(
+        text(&out.stdout).contains("APPLIED: delta 3, available 3, total 3"),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let hold = [
+        "deduct",
+        "SHOW",
+        "o1",
+        "--units",
+        "R1-2,R1-10",
+        "--hold",
+        "10m",
+    ];
+    let out = stockledger(&h, &[&hold[..], &["--wait", "30"]].concat())?;
+    assert!(
+        text(&out.stdout).contains("APPLIED: delta -2, available 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = stockledger(
+        &h,
+        &[
+            "deduct",
+            "SHOW",
+            "o2",
+            "--units",
+            "R1-1,R1-2",
+            "--wait",
+            "30",
+        ],
+    )?;
+    assert!(
+        text(&out.stdout).contains("units not free: R1-2 (held)"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The seat map keeps the hall's order, R1-10 last.
+    let out = stockledger(&h, &["stock", "SHOW", "--units", "--format", "json"])?;
+    assert_eq!(
+        text(&out.stdout).trim(),
+        r#"{"R1-1":"available","R1-2":"held","R1-10":"held"}"#
+    );
+    let out = stockledger(&h, &["stock", "SHOW", "--units"])?;
+    assert!(
+        text(&out.stdout).contains("R1-2\theld\to1"),
+        "{}",
+        text(&out.stdout)
+    );
+    h.wait_for_archive(3).await?;
+    let out = stockledger(&h, &["history", "--unit", "SHOW/R1-2", "--format", "json"])?;
+    let orders: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let seen: Vec<(&str, &str)> = orders
+        .iter()
+        .map(|e| {
+            let who = e["order_id"].as_str().or(e["adjustment_id"].as_str());
+            (who.unwrap_or(""), e["result"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("hall", "APPLIED"),
+            ("o1", "APPLIED"),
+            ("o2", "REJECTED_INSUFFICIENT")
+        ],
+        "{}",
+        text(&out.stdout)
+    );
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}

@@ -20,7 +20,10 @@ pub struct SkuKeys {
     /// Hash: `available`, `total`, `partition` (whose records built it),
     /// `offset` (last record applied there).
     pub stock: String,
-    /// Hash: order id -> [`stockledger_core::OrderEntry`] compact form.
+    /// Hash: order id -> [`stockledger_core::OrderEntry`] compact form;
+    /// and, in fields starting with `{` (no order id has one), each user's
+    /// counted units and, for a SKU of named units, each unit's place and
+    /// state, their list and the seat map (see `lua/apply.lua`).
     pub orders: String,
     /// Hash: applied restock adjustment id -> offset that applied it.
     pub adjustments: String,

@@ -154,16 +154,18 @@ async fn as_of(g: &Global, sku: &Sku, at: AsOf, format: Style) -> anyhow::Result
 }
 
 /// `--units`: the seat map, a line per unit or one JSON object keyed by
-/// unit name.
+/// unit name, in the order the units were added.
 async fn seat_map(projection: &Projection, sku: &Sku, format: Style) -> anyhow::Result<ExitCode> {
     let units = projection.units(sku.as_str()).await?;
     match format {
         Style::Json => {
-            let mut map = serde_json::Map::new();
-            for (name, unit) in &units {
-                map.insert(name.clone(), json!(unit.as_str()));
-            }
-            println!("{}", serde_json::Value::Object(map));
+            // Written by hand to keep the hall's order (a JSON map would
+            // sort R1-10 before R1-2), as the gateway's seat map does.
+            let pairs: Vec<String> = units
+                .iter()
+                .map(|(name, unit)| format!("{}:{}", json!(name), json!(unit.as_str())))
+                .collect();
+            println!("{{{}}}", pairs.join(","));
         }
         Style::Text if units.is_empty() => {
             println!("{sku}: no named units (unknown, or it sells counted stock)")
