@@ -499,6 +499,7 @@ while a <= #ARGV do
     reserved = was_reserved or 0
     limit = tonumber(stock[6])
     named = stock[7] == '1'
+    local was_named = named
     local last = tonumber(stock[3])
     local last_text = stock[3]
     local limit_changed = false
@@ -561,15 +562,16 @@ while a <= #ARGV do
       a = a + 2 + ARITY[kind]
     end
     if changed then
-      if total == was_total and reserved == was_reserved and stock[4] then
+      if total == was_total and reserved == was_reserved and named == was_named and stock[4] then
         -- Most runs change only these two. Writing the others again with
         -- their old values would leave the hash's bytes as they are.
         redis.call('HSET', STOCK, 'available', n(available), 'offset', last_text)
       else
-        -- `named` only changes with the total, so it is always written
-        -- here, with the others: a hash's layout follows the order its
-        -- fields were first written in, and this keeps it the same however
-        -- the records were cut into batches.
+        -- `named` is written here, with the others, from a SKU's first
+        -- record on: a hash's layout follows the order its fields were
+        -- first written in, and this keeps it the same however the records
+        -- were cut into batches. (It changes with the total, but a total
+        -- set to 0 and named units added in one run end where it began.)
         redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
           'partition', n(partition), 'offset', last_text, 'named', named and '1' or '0')
       end
