@@ -4,10 +4,11 @@
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
+use stockledger_cli::demo::seat_name;
 use stockledger_cli::Global;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, OrderId, Restock, ResultCode,
-    Sku, UnitId,
+    Sku,
 };
 use stockledger_projection::{Entry, Projection};
 
@@ -88,22 +89,20 @@ pub(crate) async fn seat_map(
     })
 }
 
-/// The show's commands: its seats put on sale, then a third of them held
+/// The show's commands: its seats (named as the demo's hall) put on sale, then a third of them held
 /// in parties of [`PARTY`], every other party confirmed.
 fn hall(sku: &str) -> anyhow::Result<Vec<Command>> {
-    let seats: Vec<UnitId> = (0..SEATS)
-        .map(|n| UnitId::new(format!("R{}-{}", n / 20 + 1, n % 20 + 1)))
-        .collect::<Result<_, _>>()?;
+    let seats: Vec<String> = (0..SEATS).map(seat_name).collect();
     let mut bodies = vec![CommandBody::Restock(Restock::units(
         AdjustmentId::new("hall")?,
-        seats.clone(),
+        &seats,
     )?)];
     let deadline = stockledger_analysts::query::now_ms() + 3_600_000;
     for (party, taken) in seats[..SEATS / 3].chunks(PARTY).enumerate() {
         let order = OrderId::new(format!("party-{party}"))?;
         bodies.push(CommandBody::Deduct(Deduct {
             expires_at: Some(deadline),
-            ..Deduct::for_units(order.clone(), taken.to_vec())?
+            ..Deduct::for_units(order.clone(), taken)?
         }));
         if party % 2 == 0 {
             bodies.push(CommandBody::Confirm(Confirm { order_id: order }));

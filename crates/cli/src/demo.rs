@@ -307,7 +307,7 @@ pub async fn buy_seats(
     hold_ms: i64,
     seed: u64,
 ) -> anyhow::Result<SeatsSent> {
-    use stockledger_core::{CommandBody, Confirm, Deduct, OrderId, Rollback, Sku, UnitId};
+    use stockledger_core::{CommandBody, Confirm, Deduct, OrderId, Rollback, Sku};
     let tasks = tasks.clamp(1, parties.max(1));
     let work = (0..tasks).map(|task| async move {
         let mut rng = StdRng::seed_from_u64(seed.wrapping_add(2_000_000 + task as u64));
@@ -318,14 +318,10 @@ pub async fn buy_seats(
             let in_row = (seats - row_start).min(SEATS_PER_ROW);
             let first = row_start + rng.random_range(0..=in_row.saturating_sub(size));
             let wanted: Vec<String> = (first..first + size.min(in_row)).map(seat_name).collect();
-            let units = wanted
-                .iter()
-                .map(|s| UnitId::new(s.clone()))
-                .collect::<Result<Vec<_>, _>>()?;
             let order = OrderId::new(format!("{run_id}-party-{party}"))?;
             let hold = Deduct {
                 expires_at: Some(now_ms() + hold_ms),
-                ..Deduct::for_units(order.clone(), units)?
+                ..Deduct::for_units(order.clone(), &wanted)?
             };
             let sku = Sku::new(SHOW_SKU)?;
             let sent_hold = producer

@@ -3,7 +3,7 @@
 
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
 use stockledger_client::OutcomeReader;
-use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku, UnitId};
+use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
 
@@ -24,10 +24,8 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
             .await?;
     }
     // A small hall: 30 seats for 40 parties of 1 to 4.
-    let hall: Vec<UnitId> = (0..30)
-        .map(|n| UnitId::new(demo::seat_name(n)))
-        .collect::<Result<_, _>>()?;
-    let seats_on_sale = CommandBody::Restock(Restock::units(AdjustmentId::new("hall")?, hall)?);
+    let hall: Vec<String> = (0..30).map(demo::seat_name).collect();
+    let seats_on_sale = CommandBody::Restock(Restock::units(AdjustmentId::new("hall")?, &hall)?);
     h.producer
         .send(Sku::new(demo::SHOW_SKU)?, seats_on_sale)
         .await?;

@@ -475,7 +475,7 @@ impl Ledger {
         let body = CommandBody::Deduct(Deduct {
             user_id: user.cloned(),
             expires_at,
-            ..Deduct::for_units(order.clone(), units.to_vec())?
+            ..Deduct::for_units(order.clone(), units)?
         });
         self.producer.send(sku.clone(), body).await
     }
@@ -499,7 +499,7 @@ impl Ledger {
         adjustment: &AdjustmentId,
         units: &[UnitId],
     ) -> Result<Receipt, ProducerError> {
-        let body = CommandBody::Restock(Restock::units(adjustment.clone(), units.to_vec())?);
+        let body = CommandBody::Restock(Restock::units(adjustment.clone(), units)?);
         self.producer.send(sku.clone(), body).await
     }
 

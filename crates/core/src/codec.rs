@@ -17,7 +17,7 @@ use crate::command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
 };
 use crate::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId, ValidationError,
+    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError,
 };
 use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
 use crate::schema::Released;
@@ -160,7 +160,7 @@ fn command_value(command: &Command) -> Value {
                     "basket_id".into(),
                     optional_string(d.basket_id.as_ref().map(BasketId::as_str)),
                 ),
-                ("units".into(), strings(&unit_names(&d.units))),
+                ("units".into(), strings(&d.units)),
             ])),
         ),
         CommandBody::Rollback(r) => Value::Union(
@@ -179,7 +179,7 @@ fn command_value(command: &Command) -> Value {
                 ),
                 ("mode".into(), restock_mode(r.mode())),
                 ("quantity".into(), Value::Long(r.quantity())),
-                ("units".into(), strings(&unit_names(r.named()))),
+                ("units".into(), strings(r.named())),
             ])),
         ),
         CommandBody::Confirm(c) => Value::Union(
@@ -248,23 +248,28 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     };
     let mut body = Fields::of(body)?;
     let body = match branch {
-        0 => CommandBody::Deduct(Deduct {
-            order_id: OrderId::new(body.string("order_id")?)?,
-            quantity: Quantity::new(body.long("quantity")?)?,
-            user_id: body
-                .optional_string("user_id")?
-                .map(UserId::new)
-                .transpose()?,
-            expires_at: body
-                .optional_long("expires_at")?
-                .map(crate::command::check_expires_at)
-                .transpose()?,
-            basket_id: body
-                .optional_string("basket_id")?
-                .map(BasketId::new)
-                .transpose()?,
-            units: unit_ids(body.strings("units")?)?,
-        }),
+        0 => {
+            let order_id = OrderId::new(body.string("order_id")?)?;
+            let quantity = body.long("quantity")?;
+            let names = body.strings("units")?;
+            let units = (!names.is_empty()).then_some(&names[..]);
+            let taking = Deduct::taking(order_id, Some(quantity), units)?;
+            CommandBody::Deduct(Deduct {
+                user_id: body
+                    .optional_string("user_id")?
+                    .map(UserId::new)
+                    .transpose()?,
+                expires_at: body
+                    .optional_long("expires_at")?
+                    .map(crate::command::check_expires_at)
+                    .transpose()?,
+                basket_id: body
+                    .optional_string("basket_id")?
+                    .map(BasketId::new)
+                    .transpose()?,
+                ..taking
+            })
+        }
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
             body.optional_string("reason")?,
@@ -273,8 +278,14 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
             let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
             let mode = parse_restock_mode(&body.symbol("mode")?)?;
             let quantity = body.long("quantity")?;
-            let units = unit_ids(body.strings("units")?)?;
-            CommandBody::Restock(Restock::with_units(adjustment_id, mode, quantity, units)?)
+            let names = body.strings("units")?;
+            let units = (!names.is_empty()).then_some(&names[..]);
+            CommandBody::Restock(Restock::with_units(
+                adjustment_id,
+                mode,
+                Some(quantity),
+                units,
+            )?)
         }
         3 => CommandBody::Confirm(Confirm {
             order_id: OrderId::new(body.string("order_id")?)?,
@@ -297,25 +308,12 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     };
-    if let CommandBody::Deduct(d) = &body {
-        d.check_units()?;
-    }
     Ok(Command {
         command_id,
         sku,
         occurred_at,
         body,
     })
-}
-
-fn unit_names(units: &[UnitId]) -> Vec<&str> {
-    units.iter().map(UnitId::as_str).collect()
-}
-
-/// Unit names read from a record, each checked as an identifier (the
-/// count and repeats are checked with the command they belong to).
-fn unit_ids(names: Vec<String>) -> Result<Vec<UnitId>, ValidationError> {
-    names.into_iter().map(UnitId::new).collect()
 }
 
 /// The outcome in Avro single-object encoding with the newest `Outcome`
@@ -637,7 +635,7 @@ mod tests {
             }),
             CommandBody::Deduct(Deduct {
                 expires_at: Some(1_700_000_900_000),
-                ..Deduct::for_units(order("o-5"), units(&["7-12", "7-13"])).unwrap()
+                ..Deduct::for_units(order("o-5"), &["7-12", "7-13"]).unwrap()
             }),
             CommandBody::Confirm(Confirm {
                 order_id: order("o-3"),
@@ -668,13 +666,16 @@ mod tests {
                 Restock::new(AdjustmentId::new("b").unwrap(), RestockMode::Set, 9).unwrap(),
             ),
             CommandBody::Restock(
-                Restock::units(AdjustmentId::new("c").unwrap(), units(&["7-12", "7-13"])).unwrap(),
+                Restock::units(AdjustmentId::new("c").unwrap(), &["7-12", "7-13"]).unwrap(),
             ),
         ]
     }
 
-    fn units(names: &[&str]) -> Vec<UnitId> {
-        names.iter().map(|n| UnitId::new(*n).unwrap()).collect()
+    fn units(names: &[&str]) -> Vec<crate::UnitId> {
+        names
+            .iter()
+            .map(|n| crate::UnitId::new(*n).unwrap())
+            .collect()
     }
 
     /// `command` as a reader sees it when an older writer, which has no

@@ -201,7 +201,7 @@ impl CommandBody {
     /// ```
     /// use stockledger_core::{CommandBody, Deduct, OrderId, UnitId};
     ///
-    /// let seats = Deduct::for_units(OrderId::new("order-42")?, vec![UnitId::new("A1")?])?;
+    /// let seats = Deduct::for_units(OrderId::new("order-42")?, &[UnitId::new("A1")?])?;
     /// assert_eq!(CommandBody::Deduct(seats).units()[0].as_str(), "A1");
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
@@ -277,52 +277,56 @@ impl Deduct {
     /// ```
     /// use stockledger_core::{Deduct, OrderId, UnitId};
     ///
-    /// let seats = vec![UnitId::new("7-12")?, UnitId::new("7-13")?];
-    /// let deduct = Deduct::for_units(OrderId::new("order-42")?, seats)?;
+    /// let seats = [UnitId::new("7-12")?, UnitId::new("7-13")?];
+    /// let deduct = Deduct::for_units(OrderId::new("order-42")?, &seats)?;
     /// assert_eq!(deduct.quantity.get(), 2);
-    /// let twice = vec![UnitId::new("7-12")?, UnitId::new("7-12")?];
-    /// assert_eq!(Deduct::for_units(OrderId::new("o")?, twice).unwrap_err().field, "units");
+    /// assert_eq!(Deduct::for_units(OrderId::new("o")?, &["7-12", "7-12"]).unwrap_err().field, "units");
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
-    pub fn for_units(order_id: OrderId, units: Vec<UnitId>) -> Result<Self, ValidationError> {
-        let units = check_units(&units_text(&units), MAX_UNITS_PER_DEDUCT)?;
-        let quantity = Quantity::new(units_len(&units))?;
-        Ok(Self {
-            units,
-            ..Self::new(order_id, quantity)
-        })
+    pub fn for_units<S: AsRef<str>>(
+        order_id: OrderId,
+        units: &[S],
+    ) -> Result<Self, ValidationError> {
+        Self::taking(order_id, None, Some(units))
     }
 
-    /// Checks that a deduct read from a record takes its named units
-    /// consistently: at most [`MAX_UNITS_PER_DEDUCT`], none twice, and a
-    /// quantity equal to their number.
+    /// What a request or a record asks to take: `quantity` units of
+    /// counted stock, or the named `units` (with `quantity`, if given, their
+    /// number). The rules every way in shares: one of the two is needed,
+    /// the names are checked as [`check_units`] does, and a quantity beside
+    /// them must count them.
     ///
     /// ```
-    /// use stockledger_core::{Deduct, OrderId, Quantity, UnitId};
+    /// use stockledger_core::{Deduct, OrderId};
     ///
-    /// let wrong = Deduct {
-    ///     units: vec![UnitId::new("A1")?],
-    ///     ..Deduct::new(OrderId::new("o")?, Quantity::new(2)?)
-    /// };
-    /// assert_eq!(wrong.check_units().unwrap_err().field, "quantity");
+    /// let counted = Deduct::taking(OrderId::new("o-1")?, Some(3), None::<&[&str]>)?;
+    /// assert!(counted.units.is_empty());
+    /// let miscounted = Deduct::taking(OrderId::new("o-2")?, Some(3), Some(&["A1", "A2"][..]));
+    /// assert_eq!(miscounted.unwrap_err().field, "quantity");
+    /// let nothing = Deduct::taking(OrderId::new("o-3")?, None, None::<&[&str]>);
+    /// assert_eq!(nothing.unwrap_err().field, "quantity");
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
-    pub fn check_units(&self) -> Result<(), ValidationError> {
-        if self.units.is_empty() {
-            return Ok(());
-        }
-        check_units(&units_text(&self.units), MAX_UNITS_PER_DEDUCT)?;
-        let named = units_len(&self.units);
-        if self.quantity.get() != named {
-            return Err(ValidationError::new(
-                "quantity",
-                format!(
-                    "must equal the number of units named ({named}), got {}",
-                    self.quantity.get()
-                ),
-            ));
-        }
-        Ok(())
+    pub fn taking<S: AsRef<str>>(
+        order_id: OrderId,
+        quantity: Option<i64>,
+        units: Option<&[S]>,
+    ) -> Result<Self, ValidationError> {
+        let Some(names) = units else {
+            let Some(quantity) = quantity else {
+                return Err(ValidationError::new(
+                    "quantity",
+                    "give quantity, or units for a SKU of named units",
+                ));
+            };
+            return Ok(Self::new(order_id, Quantity::new(quantity)?));
+        };
+        let units = check_units(names, MAX_UNITS_PER_DEDUCT)?;
+        let counted = named_quantity(quantity, &units)?;
+        Ok(Self {
+            units,
+            ..Self::new(order_id, Quantity::new(counted)?)
+        })
     }
 
     /// Checks a reservation's deadline against `now` (milliseconds since
@@ -349,13 +353,17 @@ impl Deduct {
     }
 }
 
-fn units_text(units: &[UnitId]) -> Vec<&str> {
-    units.iter().map(UnitId::as_str).collect()
-}
-
-/// The number of `units` (bounded by the per-request limits, so it fits).
-fn units_len(units: &[UnitId]) -> i64 {
-    i64::try_from(units.len()).unwrap_or(i64::MAX)
+/// The number of `units`, which `quantity`, when given beside them, must
+/// be (the lists are bounded by the per-request limits, so it fits).
+fn named_quantity(quantity: Option<i64>, units: &[UnitId]) -> Result<i64, ValidationError> {
+    let named = i64::try_from(units.len()).unwrap_or(i64::MAX);
+    match quantity {
+        Some(q) if q != named => Err(ValidationError::new(
+            "quantity",
+            format!("{q} is not the number of units named ({named})"),
+        )),
+        _ => Ok(named),
+    }
 }
 
 /// A record's timestamp as the ledger compares it with deadlines: clamped
@@ -624,61 +632,61 @@ impl Restock {
     /// or counted stock, refuses it.
     ///
     /// ```
-    /// use stockledger_core::{AdjustmentId, Restock, RestockMode, UnitId};
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
     ///
-    /// let row = vec![UnitId::new("A1")?, UnitId::new("A2")?];
-    /// let seats = Restock::units(AdjustmentId::new("show-1-seats")?, row)?;
+    /// let seats = Restock::units(AdjustmentId::new("show-1-seats")?, &["A1", "A2"])?;
     /// assert_eq!((seats.mode(), seats.quantity(), seats.named().len()), (RestockMode::Add, 2, 2));
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
-    pub fn units(adjustment_id: AdjustmentId, units: Vec<UnitId>) -> Result<Self, ValidationError> {
-        let units = check_units(&units_text(&units), MAX_UNITS_PER_RESTOCK)?;
-        Ok(Self {
-            adjustment_id,
-            mode: RestockMode::Add,
-            quantity: units_len(&units),
-            units,
-        })
+    pub fn units<S: AsRef<str>>(
+        adjustment_id: AdjustmentId,
+        units: &[S],
+    ) -> Result<Self, ValidationError> {
+        Self::with_units(adjustment_id, RestockMode::Add, None, Some(units))
     }
 
-    /// A restock read from a record: [`Restock::new`], or with units
-    /// [`Restock::units`] after checking that the record's mode is `ADD`
-    /// and its quantity their number.
+    /// What a request or a record asks to restock: [`Restock::new`] of
+    /// `mode` and `quantity`, or with `units` those named units, after
+    /// checking that the mode is `ADD` and the quantity, if given, their
+    /// number.
     ///
     /// ```
-    /// use stockledger_core::{AdjustmentId, Restock, RestockMode, UnitId};
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
     ///
-    /// let units = vec![UnitId::new("A1")?];
-    /// let set = Restock::with_units(AdjustmentId::new("a")?, RestockMode::Set, 1, units);
+    /// let set = Restock::with_units(AdjustmentId::new("a")?, RestockMode::Set, Some(1), Some(&["A1"][..]));
     /// assert_eq!(set.unwrap_err().field, "mode");
+    /// let counted = Restock::with_units(AdjustmentId::new("b")?, RestockMode::Set, None, None::<&[&str]>);
+    /// assert_eq!(counted.unwrap_err().field, "quantity");
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
-    pub fn with_units(
+    pub fn with_units<S: AsRef<str>>(
         adjustment_id: AdjustmentId,
         mode: RestockMode,
-        quantity: i64,
-        units: Vec<UnitId>,
+        quantity: Option<i64>,
+        units: Option<&[S]>,
     ) -> Result<Self, ValidationError> {
-        if units.is_empty() {
+        let Some(names) = units else {
+            let Some(quantity) = quantity else {
+                return Err(ValidationError::new(
+                    "quantity",
+                    "give mode and quantity, or units",
+                ));
+            };
             return Self::new(adjustment_id, mode, quantity);
-        }
+        };
         if mode != RestockMode::Add {
             return Err(ValidationError::new(
                 "mode",
                 "named units are only added (ADD), never SET",
             ));
         }
-        let restock = Self::units(adjustment_id, units)?;
-        if restock.quantity != quantity {
-            return Err(ValidationError::new(
-                "quantity",
-                format!(
-                    "must equal the number of units named ({}), got {quantity}",
-                    restock.quantity
-                ),
-            ));
-        }
-        Ok(restock)
+        let units = check_units(names, MAX_UNITS_PER_RESTOCK)?;
+        Ok(Self {
+            adjustment_id,
+            mode,
+            quantity: named_quantity(quantity, &units)?,
+            units,
+        })
     }
 
     /// The named units this restock adds (empty for counted stock).

@@ -274,6 +274,12 @@ macro_rules! id_type {
             }
         }
 
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl std::str::FromStr for $name {
             type Err = ValidationError;
             fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -184,9 +184,7 @@ fn script_v4() -> (Vec<Command>, Vec<Decided>) {
     let seats =
         |names: &[&str]| -> Vec<UnitId> { names.iter().map(|n| n.parse().unwrap()).collect() };
     let all: Vec<String> = (1..=10).map(|n| format!("A{n}")).collect();
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    commands[0].body =
-        CommandBody::Restock(Restock::units("a-2".parse().unwrap(), seats(&all)).unwrap());
+    commands[0].body = CommandBody::Restock(Restock::units("a-2".parse().unwrap(), &all).unwrap());
     for (i, names) in [(2, ["A1", "A2", "A3"]), (5, ["A4", "A5", "A6"])] {
         if let CommandBody::Deduct(d) = &mut commands[i].body {
             d.units = seats(&names);

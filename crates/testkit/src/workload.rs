@@ -125,7 +125,7 @@ fn reserve() -> impl Strategy<Value = Body> {
     (order_id(), take, user_id(), hold).prop_map(|(order_id, take, user_id, hold)| {
         let deduct = match take {
             Err(quantity) => Deduct::new(order_id, quantity),
-            Ok(units) => Deduct::for_units(order_id, units).unwrap(),
+            Ok(units) => Deduct::for_units(order_id, &units).unwrap(),
         };
         Body::Reserve(Deduct { user_id, ..deduct }, hold)
     })
@@ -168,12 +168,12 @@ fn body() -> impl Strategy<Value = Body> {
     let seats = (order_id(), units(), user_id()).prop_map(|(order_id, units, user_id)| {
         CommandBody::Deduct(Deduct {
             user_id,
-            ..Deduct::for_units(order_id, units).unwrap()
+            ..Deduct::for_units(order_id, &units).unwrap()
         })
     });
     let add_seats = ((0..4u8), units()).prop_map(|(a, units)| {
         let id = AdjustmentId::new(format!("a{a}")).unwrap();
-        CommandBody::Restock(Restock::units(id, units).unwrap())
+        CommandBody::Restock(Restock::units(id, &units).unwrap())
     });
     prop_oneof![
         3 => deduct.prop_map(Body::Ready),
@@ -223,7 +223,7 @@ fn spelled_out(steps: Vec<Step>) -> Vec<Step> {
             // A show's seats are put on sale before they are sold (refused
             // when the units are there already or the SKU is counted).
             let id = AdjustmentId::new(format!("seats-{}", out.len())).unwrap();
-            let restock = Restock::units(id, d.units.clone()).unwrap();
+            let restock = Restock::units(id, &d.units).unwrap();
             out.push(Step::Send(
                 sku,
                 Body::Ready(CommandBody::Restock(restock)),

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{check_units, OrderId, Quantity, Sku, UserId, MAX_UNITS_PER_DEDUCT};
-use stockledger_core::{CommandBody, Deduct, ValidationError};
+use stockledger_core::ids::{OrderId, Quantity, Sku, UserId};
+use stockledger_core::{CommandBody, Deduct};
 
 use super::send::{publish, WaitArgs};
 use super::{parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
@@ -38,24 +38,8 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let deduct = match args.quantity {
-        _ if !args.units.is_empty() => {
-            let units = check_units(&args.units, MAX_UNITS_PER_DEDUCT)?;
-            if let Some(q) = args.quantity.filter(|q| q.get() != units.len() as i64) {
-                return Err(ValidationError::new(
-                    "quantity",
-                    format!(
-                        "{q} is not the number of units named ({}); leave it out",
-                        units.len()
-                    ),
-                )
-                .into());
-            }
-            Deduct::for_units(args.order_id, units)?
-        }
-        Some(quantity) => Deduct::new(args.order_id, quantity),
-        None => anyhow::bail!("deduct needs a quantity or --units"),
-    };
+    let units = (!args.units.is_empty()).then_some(&args.units[..]);
+    let deduct = Deduct::taking(args.order_id, args.quantity.map(Quantity::get), units)?;
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Deduct(Deduct {
         user_id: args.user,

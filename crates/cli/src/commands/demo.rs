@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
 use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
-use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode, ResultCode, Sku, UnitId};
+use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode, ResultCode, Sku};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
@@ -395,12 +395,8 @@ async fn open_sale(
     }
     let hall: Vec<String> = (0..args.seats).map(demo::seat_name).collect();
     for (k, row) in hall.chunks(MAX_UNITS_PER_RESTOCK).enumerate() {
-        let units = row
-            .iter()
-            .map(|s| UnitId::new(s.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
         let adjustment = AdjustmentId::new(format!("{run_id}-hall-{k}"))?;
-        let body = CommandBody::Restock(Restock::units(adjustment, units)?);
+        let body = CommandBody::Restock(Restock::units(adjustment, row)?);
         let restock = producer.send(Sku::new(demo::SHOW_SKU)?, body).await?;
         let decision = reader.wait(&restock, timeout).await?;
         anyhow::ensure!(

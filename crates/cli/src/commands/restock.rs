@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{check_units, AdjustmentId, Sku, MAX_UNITS_PER_RESTOCK};
+use stockledger_core::ids::{AdjustmentId, Sku};
 use stockledger_core::{CommandBody, Restock, RestockMode};
 
 use super::send::{publish, WaitArgs};
@@ -41,10 +41,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         None => AdjustmentId::new(uuid::Uuid::new_v4().to_string())?,
     };
     let restock = match (args.add, args.set) {
-        _ if !args.units.is_empty() => {
-            let units = check_units(&args.units, MAX_UNITS_PER_RESTOCK)?;
-            Restock::units(adjustment, units)?
-        }
+        _ if !args.units.is_empty() => Restock::units(adjustment, &args.units)?,
         (Some(n), _) => Restock::new(adjustment, RestockMode::Add, n)?,
         (None, Some(n)) => Restock::new(adjustment, RestockMode::Set, n)?,
         (None, None) => anyhow::bail!("restock needs --add, --set or --units"),

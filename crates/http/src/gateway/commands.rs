@@ -14,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use stockledger_analysts::query::{self};
-use stockledger_core::ids::{check_units, MAX_UNITS_PER_DEDUCT, MAX_UNITS_PER_RESTOCK};
 use stockledger_core::report::Chain;
 use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Deduct, Limit, OrderEntry, OrderId, OrderStatus, Quantity,
@@ -56,8 +55,7 @@ pub(crate) async fn deduct(
     Body(request): Body<DeductRequest>,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
-    let taking = Taking::of(request.quantity, request.units)?;
-    let quantity = taking.quantity()?;
+    let deduct = Deduct::taking(order_id.clone(), request.quantity, request.units.as_deref())?;
     let user_id = request.user_id.map(UserId::new).transpose()?;
     let expires_at = hold_deadline(request.hold_ms, request.expires_at)?;
     let wait = gateway.wait(&wait)?;
@@ -72,8 +70,8 @@ pub(crate) async fn deduct(
         );
         if deducted {
             let asked = AskedDeduct {
-                quantity,
-                units: taking.units(),
+                quantity: deduct.quantity,
+                units: &deduct.units,
                 user_id: user_id.as_ref(),
                 expires_at,
                 hold_field: if request.hold_ms.is_some() {
@@ -86,10 +84,6 @@ pub(crate) async fn deduct(
             return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
         }
     }
-    let deduct = match taking {
-        Taking::Units(units) => Deduct::for_units(order_id.clone(), units)?,
-        Taking::Quantity(_) => Deduct::new(order_id.clone(), quantity),
-    };
     let body = CommandBody::Deduct(Deduct {
         user_id,
         expires_at,
@@ -98,55 +92,6 @@ pub(crate) async fn deduct(
     gateway
         .command(sku, Some(order_id), body, wait, trace.traceparent)
         .await
-}
-
-/// What a deduct takes: a quantity of counted stock, or named units.
-enum Taking {
-    Quantity(Quantity),
-    Units(Vec<UnitId>),
-}
-
-impl Taking {
-    /// From a request's `quantity` and `units`: one of them, or both when
-    /// the quantity is the units' number.
-    fn of(quantity: Option<i64>, units: Option<Vec<String>>) -> Result<Self, Problem> {
-        match (quantity, units) {
-            (None, None) => Err(ValidationError::new(
-                "quantity",
-                "give quantity, or units for a SKU of named units",
-            )
-            .into()),
-            (quantity, Some(names)) => {
-                let units = check_units(&names, MAX_UNITS_PER_DEDUCT)?;
-                match quantity {
-                    Some(q) if q != units.len() as i64 => Err(ValidationError::new(
-                        "quantity",
-                        format!(
-                            "must equal the number of units named ({}), got {q}; or leave it out",
-                            units.len()
-                        ),
-                    )
-                    .into()),
-                    _ => Ok(Self::Units(units)),
-                }
-            }
-            (Some(q), None) => Ok(Self::Quantity(Quantity::new(q)?)),
-        }
-    }
-
-    fn quantity(&self) -> Result<Quantity, Problem> {
-        match self {
-            Self::Quantity(q) => Ok(*q),
-            Self::Units(units) => Ok(Quantity::new(units.len() as i64)?),
-        }
-    }
-
-    fn units(&self) -> &[UnitId] {
-        match self {
-            Self::Quantity(_) => &[],
-            Self::Units(units) => units,
-        }
-    }
 }
 
 /// The deadline of the hold a deduct asks for: `hold_ms` from now (at
@@ -439,24 +384,14 @@ fn restock_of(adjustment_id: AdjustmentId, request: RestockRequest) -> Result<Re
         Mode::Add => RestockMode::Add,
         Mode::Set => RestockMode::Set,
     });
-    let Some(names) = request.units else {
-        let Some(mode) = mode else {
-            return Err(ValidationError::new("mode", "give mode and quantity, or units").into());
-        };
-        let Some(quantity) = request.quantity else {
-            return Err(
-                ValidationError::new("quantity", "give mode and quantity, or units").into(),
-            );
-        };
-        return Ok(Restock::new(adjustment_id, mode, quantity)?);
-    };
-    let units = check_units(&names, MAX_UNITS_PER_RESTOCK)?;
-    let quantity = request.quantity.unwrap_or(units.len() as i64);
+    if mode.is_none() && request.units.is_none() {
+        return Err(ValidationError::new("mode", "give mode and quantity, or units").into());
+    }
     Ok(Restock::with_units(
         adjustment_id,
         mode.unwrap_or(RestockMode::Add),
-        quantity,
-        units,
+        request.quantity,
+        request.units.as_deref(),
     )?)
 }
 
