@@ -267,26 +267,23 @@ pub async fn history_page(
             ));
         }
     }
-    let (cmp, dir) = if q.newest_first {
-        ("<", "DESC")
-    } else {
-        (">", "ASC")
-    };
     let mut sql = QueryBuilder::<Postgres>::new(format!(
         "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = "
     ));
     sql.push_bind(topic);
-    let order_by = match &q.of {
+    // One SKU's histories are in log order; those that may span SKUs (an
+    // order's, a basket's) by SKU, then log order.
+    let by_sku = match &q.of {
         HistoryOf::Sku(sku) => {
             sql.push(" AND sku = ").push_bind(sku);
-            by_offset_after(&mut sql, q.after.as_ref(), cmp, dir)
+            false
         }
         HistoryOf::Order { order_id, sku } => {
             sql.push(" AND order_id = ").push_bind(order_id);
             if let Some(sku) = sku {
                 sql.push(" AND sku = ").push_bind(sku);
             }
-            by_sku_after(&mut sql, q.after.as_ref(), cmp, dir)
+            true
         }
         HistoryOf::Basket(basket_id) => {
             // A line is the order `basket_id` of its SKU: the basket's rows
@@ -298,7 +295,7 @@ pub async fn history_page(
                 .push(" AND topic = ")
                 .push_bind(topic)
                 .push(")");
-            by_sku_after(&mut sql, q.after.as_ref(), cmp, dir)
+            true
         }
         HistoryOf::Unit { sku, unit } => {
             sql.push(" AND sku = ")
@@ -314,9 +311,10 @@ pub async fn history_page(
                 .push(" AND command = 'DEDUCT' AND result = 'APPLIED' AND units @> ARRAY[")
                 .push_bind(unit)
                 .push("]::text[]))");
-            by_offset_after(&mut sql, q.after.as_ref(), cmp, dir)
+            false
         }
     };
+    let order_by = continue_after(&mut sql, q.after.as_ref(), by_sku, q.newest_first);
     push_time_range(&mut sql, q.since_ms, q.until_ms);
     if !q.results.is_empty() {
         let results: Vec<&str> = q.results.iter().map(|r| r.as_str()).collect();
@@ -336,44 +334,37 @@ pub async fn history_page(
     Ok(Page { entries, next })
 }
 
-/// For histories of one SKU (the SKU's, a unit's): continues after `after`
-/// in log order, compared with `cmp`; the `ORDER BY` clause, in direction
-/// `dir`.
-fn by_offset_after(
+/// Continues after `after` in the history's order, `by_sku` then log
+/// order or log order alone, reversed when `newest_first`; the `ORDER BY`
+/// clause.
+fn continue_after(
     sql: &mut QueryBuilder<'_, Postgres>,
     after: Option<&Cursor>,
-    cmp: &str,
-    dir: &str,
+    by_sku: bool,
+    newest_first: bool,
 ) -> String {
+    let (cmp, dir) = if newest_first {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
+    let sku = if by_sku { "sku, " } else { "" };
     if let Some(after) = after {
-        sql.push(format!(" AND (log_offset, partition) {cmp} ("))
-            .push_bind(after.log_offset)
+        sql.push(format!(" AND ({sku}log_offset, partition) {cmp} ("));
+        if by_sku {
+            sql.push_bind(after.sku.clone()).push(", ");
+        }
+        sql.push_bind(after.log_offset)
             .push(", ")
             .push_bind(after.partition)
             .push(")");
     }
-    format!("log_offset {dir}, partition {dir}")
-}
-
-/// For histories ordered by SKU (an order's, a basket's): continues after
-/// `after` in that order, compared with `cmp`; the `ORDER BY` clause, in
-/// direction `dir`.
-fn by_sku_after(
-    sql: &mut QueryBuilder<'_, Postgres>,
-    after: Option<&Cursor>,
-    cmp: &str,
-    dir: &str,
-) -> String {
-    if let Some(after) = after {
-        sql.push(format!(" AND (sku, log_offset, partition) {cmp} ("))
-            .push_bind(after.sku.clone())
-            .push(", ")
-            .push_bind(after.log_offset)
-            .push(", ")
-            .push_bind(after.partition)
-            .push(")");
-    }
-    format!("sku {dir}, log_offset {dir}, partition {dir}")
+    let sku = if by_sku {
+        format!("sku {dir}, ")
+    } else {
+        String::new()
+    };
+    format!("{sku}log_offset {dir}, partition {dir}")
 }
 
 /// `AND since <= occurred_at AND occurred_at < until`, for the bounds given.
