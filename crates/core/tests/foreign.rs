@@ -3,6 +3,8 @@
 //! (`fixtures/foreign_records.py` wrote `fixtures/foreign-records.json`):
 //! today's codec reads them as the ledger means them, named units and all.
 
+mod common;
+
 use serde_json::Value;
 use stockledger_core::codec::{decode_command, decode_outcome};
 use stockledger_core::schema::{current, Subject};
@@ -11,18 +13,7 @@ use stockledger_core::{CommandBody, RestockMode, ResultCode};
 const FIXTURE: &str = include_str!("fixtures/foreign-records.json");
 
 fn payloads(fixture: &Value, which: &str) -> Vec<Vec<u8>> {
-    fixture[which]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            let h = h.as_str().unwrap();
-            (0..h.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect()
+    common::hex_payloads(&fixture[which])
 }
 
 fn names<'a>(units: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {

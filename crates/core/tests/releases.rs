@@ -7,6 +7,8 @@
 //! decodes them with today's codec and expects the scripts' commands and
 //! outcomes, resolved into today's types.
 
+mod common;
+
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -54,18 +56,7 @@ const RELEASES: [(&str, &str, bool); 6] = [
 
 fn payloads(text: &str, which: &str) -> Vec<Vec<u8>> {
     let fixture: Value = serde_json::from_str(text).unwrap();
-    fixture["bytes"][which]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            let h = h.as_str().unwrap();
-            (0..h.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect()
+    common::hex_payloads(&fixture["bytes"][which])
 }
 
 fn command(sku: &str, id: &str, body: CommandBody) -> Command {
