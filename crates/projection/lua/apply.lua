@@ -105,32 +105,39 @@ local function lines(text)
 end
 
 -- The state of each of `names` ("" available, "H" or "S" and the
--- order; false for a unit the sku does not have).
+-- order; false for a unit the sku does not have), and its place.
 local function unit_states(names)
   local fields = {}
   for i, name in ipairs(names) do
     fields[i] = UNIT .. name
   end
   local values = redis.call('HMGET', ORDERS, unpack(fields))
-  local states = {}
+  local states, places = {}, {}
   for i = 1, #names do
-    states[i] = values[i] and string.match(values[i], '^%d+|(.*)$')
+    if values[i] then
+      places[i], states[i] = string.match(values[i], '^(%d+)|(.*)$')
+    else
+      states[i] = false
+    end
   end
-  return states
+  return states, places
 end
 
 -- Sets each of `names`, units the sku has, to `state`, in its field and
--- in the seat map.
-local function mark(names, state)
+-- in the seat map; `places` are theirs, when the caller has read them.
+local function mark(names, state, places)
+  if not places then
+    local _
+    _, places = unit_states(names)
+  end
   local map = redis.call('HGET', ORDERS, SEATMAP)
   local letter = string.sub(state, 1, 1)
   if letter == '' then
     letter = 'A'
   end
-  for _, name in ipairs(names) do
-    local place = string.match(redis.call('HGET', ORDERS, UNIT .. name), '^(%d+)|')
-    redis.call('HSET', ORDERS, UNIT .. name, place .. '|' .. state)
-    local i = tonumber(place)
+  for k, name in ipairs(names) do
+    redis.call('HSET', ORDERS, UNIT .. name, places[k] .. '|' .. state)
+    local i = tonumber(places[k])
     map = string.sub(map, 1, i) .. letter .. string.sub(map, i + 2)
   end
   redis.call('HSET', ORDERS, SEATMAP, map)
@@ -265,8 +272,10 @@ local function deduct(offset, time, id, qty, user, expires, units)
         n(limit) .. '; requested ' .. n(qty))
     end
   end
+  local places
   if units then
-    local states = unit_states(units)
+    local states
+    states, places = unit_states(units)
     local taken = {}
     for i, name in ipairs(units) do
       local state = states[i]
@@ -294,11 +303,8 @@ local function deduct(offset, time, id, qty, user, expires, units)
   end
   count(user, qty)
   if units then
-    if code == 'H' then
-      mark(units, 'H' .. id)
-    else
-      mark(units, 'S' .. id)
-    end
+    -- Held by a reservation, sold by a plain deduct.
+    mark(units, (code == 'H' and 'H' or 'S') .. id, places)
   end
   store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires, units = units })
   return decide('APPLIED', -qty)
