@@ -35,5 +35,5 @@ pub use command::{
 pub use ids::{
     AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId, ValidationError,
 };
-pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState, Unit};
+pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState};
 pub use outcome::{Decision, LogPosition, Outcome, ResultCode};

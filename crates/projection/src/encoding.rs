@@ -3,7 +3,7 @@
 //! (`lua/apply.lua`) writes the same forms; nothing else reads or writes
 //! them.
 
-use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode, Unit};
+use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode, Unit, UnitState};
 
 /// Fields of the stock hash.
 pub const AVAILABLE: &str = "available";
@@ -46,11 +46,21 @@ pub const UNITS_FIELD: &str = "{units}";
 pub const SEATMAP_FIELD: &str = "{seatmap}";
 
 /// A unit's letter in [`SEATMAP_FIELD`].
-pub fn seat_letter(unit: &Unit) -> char {
-    match unit {
-        Unit::Available => 'A',
-        Unit::Held(_) => 'H',
-        Unit::Sold(_) => 'S',
+pub fn seat_letter(state: UnitState) -> char {
+    match state {
+        UnitState::Available => 'A',
+        UnitState::Held => 'H',
+        UnitState::Sold => 'S',
+    }
+}
+
+/// The state a [`SEATMAP_FIELD`] letter stands for, if it is one.
+pub fn state_of_letter(letter: u8) -> Option<UnitState> {
+    match letter {
+        b'A' => Some(UnitState::Available),
+        b'H' => Some(UnitState::Held),
+        b'S' => Some(UnitState::Sold),
+        _ => None,
     }
 }
 

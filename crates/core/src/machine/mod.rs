@@ -171,13 +171,24 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// Where the unit stands, without its order: what a seat map shows.
+    ///
+    /// ```
+    /// use stockledger_core::{Unit, UnitState};
+    ///
+    /// assert_eq!(Unit::Sold("order-42".into()).state(), UnitState::Sold);
+    /// ```
+    pub fn state(&self) -> UnitState {
+        match self {
+            Self::Available => UnitState::Available,
+            Self::Held(_) => UnitState::Held,
+            Self::Sold(_) => UnitState::Sold,
+        }
+    }
+
     /// The state as the seat map spells it: `available`, `held`, `sold`.
     pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Available => "available",
-            Self::Held(_) => "held",
-            Self::Sold(_) => "sold",
-        }
+        self.state().as_str()
     }
 
     /// The order holding or owning the unit, if any.
@@ -185,6 +196,32 @@ impl Unit {
         match self {
             Self::Available => None,
             Self::Held(order) | Self::Sold(order) => Some(order),
+        }
+    }
+}
+
+/// Where a named unit stands, as a seat map shows it: [`Unit`] without
+/// the order.
+///
+/// ```
+/// use stockledger_core::UnitState;
+///
+/// assert_eq!(UnitState::Held.as_str(), "held");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnitState {
+    Available,
+    Held,
+    Sold,
+}
+
+impl UnitState {
+    /// `available`, `held` or `sold`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Available => "available",
+            Self::Held => "held",
+            Self::Sold => "sold",
         }
     }
 }

@@ -367,13 +367,12 @@ pub enum UnitState {
     Sold,
 }
 
-impl UnitState {
-    /// From the projection's seat map's word for it.
-    pub fn of(state: &str) -> Self {
+impl From<stockledger_core::UnitState> for UnitState {
+    fn from(state: stockledger_core::UnitState) -> Self {
         match state {
-            "held" => Self::Held,
-            "sold" => Self::Sold,
-            _ => Self::Available,
+            stockledger_core::UnitState::Available => Self::Available,
+            stockledger_core::UnitState::Held => Self::Held,
+            stockledger_core::UnitState::Sold => Self::Sold,
         }
     }
 }

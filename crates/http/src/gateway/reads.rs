@@ -81,7 +81,7 @@ pub(crate) async fn units(
     }
     let map = units
         .iter()
-        .map(|(name, state)| (name.clone(), UnitState::of(state)))
+        .map(|(name, state)| (name.clone(), UnitState::from(*state)))
         .collect();
     Ok(Json(SeatMap(map)).into_response())
 }

@@ -1,7 +1,7 @@
 //! Reading a SKU's state back: whole, as stock, one order or adjustment,
 //! a command's decision, and the SKUs of the prefix page by page.
 
-use stockledger_core::Unit;
+use stockledger_core::{Unit, UnitState};
 
 use super::*;
 
@@ -84,7 +84,7 @@ impl Projection {
             .map_or_else(Vec::new, |r| r.split('\n').collect());
         let letters: String = listed
             .iter()
-            .filter_map(|name| state.units.get(*name).map(seat_letter))
+            .filter_map(|name| state.units.get(*name).map(|u| seat_letter(u.state())))
             .collect();
         let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
         let agree = listed.len() == state.units.len()
@@ -260,13 +260,10 @@ impl Projection {
     }
 
     /// The seat map of `sku`: each named unit, in the order they were
-    /// added, and whether it is `available`, `held` or `sold` (empty for a
+    /// added, and whether it is available, held or sold (empty for a
     /// SKU of counted stock). Two fields of one hash, one command: what a
     /// busy seat picker reads.
-    pub async fn seat_map(
-        &self,
-        sku: &str,
-    ) -> Result<Vec<(String, &'static str)>, ProjectionError> {
+    pub async fn seat_map(&self, sku: &str) -> Result<Vec<(String, UnitState)>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
         let (names, letters): (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(&keys.orders)
@@ -288,12 +285,7 @@ impl Projection {
         names
             .zip(letters.bytes())
             .map(|(name, letter)| {
-                let state = match letter {
-                    b'A' => "available",
-                    b'H' => "held",
-                    b'S' => "sold",
-                    _ => return Err(corrupt()),
-                };
+                let state = state_of_letter(letter).ok_or_else(corrupt)?;
                 Ok((name.to_owned(), state))
             })
             .collect()
