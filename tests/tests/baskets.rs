@@ -3,9 +3,9 @@
 //! that die half-way; the archive and a replay agree with the live state.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use stockledger_analysts::query::{history, HistoryOf};
+use stockledger_analysts::query::{history, now_ms, HistoryOf};
 use stockledger_applier::replay::replay;
 use stockledger_client::basket::{
     self, BasketAnswer, BasketHold, BasketStatus, Line, LineState, Settler,
@@ -16,13 +16,6 @@ use stockledger_core::{BasketId, Decision, OrderStatus, Quantity, RestockMode, R
 use stockledger_testkit::{wait_until, Harness};
 
 const PARTITIONS: i32 = 4;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
 
 fn line(sku: &str, quantity: i64) -> anyhow::Result<Line> {
     Ok(Line {

@@ -3,19 +3,13 @@
 //! decides it (the reference fold of the log equals Redis), limits and
 //! refunds hold, and the archive keeps the buyer and the deadline.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use stockledger_analysts::query::now_ms;
 use stockledger_client::producer::{ProducerError, Receipt};
 use stockledger_client::{OrderChecks, OutcomeReader, SoldOutGuard};
 use stockledger_core::{CommandBody, Decision, OrderStatus, RestockMode, ResultCode};
 use stockledger_testkit::{wait_until, Harness};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
 
 async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {
     Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)

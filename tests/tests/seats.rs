@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use stockledger_analysts::query::{history, HistoryOf};
+use stockledger_analysts::query::{history, now_ms, HistoryOf};
 use stockledger_applier::replay::replay;
 use stockledger_client::{OutcomeReader, Receipt};
 use stockledger_core::{
@@ -23,13 +23,6 @@ const PARTITIONS: i32 = 4;
 /// Seats per show: few, so that buyers collide.
 const SEATS: usize = 12;
 const BUYERS: usize = 48;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
 
 fn seat(n: usize) -> String {
     format!("R1-{n}")

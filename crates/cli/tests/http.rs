@@ -73,27 +73,30 @@ async fn until_ready(url: &str) -> anyhow::Result<()> {
     .await
 }
 
+/// An archiver process for `h`, writing pages 10 ms apart, and the
+/// address of its metrics and probes.
+fn archiver(h: &Harness) -> anyhow::Result<(Running, String)> {
+    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let args = [
+        "archive",
+        "--metrics-addr",
+        &metrics,
+        "--page-wait-ms",
+        "10",
+    ];
+    Ok((Running(common::spawn(h, &args)?), metrics))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_metrics_count_them(
 ) -> anyhow::Result<()> {
     let h = Harness::new("http-flow", 2).await?;
-    let (apply_port, archive_port) = (free_port()?, free_port()?);
-    let apply_metrics = format!("127.0.0.1:{apply_port}");
-    let archive_metrics = format!("127.0.0.1:{archive_port}");
+    let apply_metrics = format!("127.0.0.1:{}", free_port()?);
     let _applier = Running(common::spawn(
         &h,
         &["apply", "--metrics-addr", &apply_metrics],
     )?);
-    let _archiver = Running(common::spawn(
-        &h,
-        &[
-            "archive",
-            "--metrics-addr",
-            &archive_metrics,
-            "--page-wait-ms",
-            "10",
-        ],
-    )?);
+    let (_archiver, archive_metrics) = archiver(&h)?;
     let serve_metrics = format!("127.0.0.1:{}", free_port()?);
     let (_gateway, base) = serve(&h, &["--metrics-addr", &serve_metrics])?;
     until_ready(&format!("http://{apply_metrics}/readyz")).await?;
@@ -982,17 +985,7 @@ async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Resu
 async fn the_gateway_sells_named_seats_all_or_none_and_shows_the_seat_map() -> anyhow::Result<()> {
     let h = Harness::new("http-seats", 2).await?;
     let _applier = Running(common::spawn(&h, &["apply"])?);
-    let archive_metrics = format!("127.0.0.1:{}", free_port()?);
-    let _archiver = Running(common::spawn(
-        &h,
-        &[
-            "archive",
-            "--metrics-addr",
-            &archive_metrics,
-            "--page-wait-ms",
-            "10",
-        ],
-    )?);
+    let _archiver = archiver(&h)?;
     let (_gateway, base) = serve(&h, &[])?;
     until_ready(&format!("{base}/readyz")).await?;
     let waited = |path: &str| format!("{base}{path}?wait_ms=30000");
