@@ -4,7 +4,7 @@ publishes: the schemas in schemas/history/ and the wire format in docs/producers
 
 It restocks a few SKUs, sends deducts and rollbacks for their orders (some
 refused, some duplicated, a rollback before its deduct) and a hold it
-confirms, reads the applier's
+confirms, sells a show's named seats (all or none), reads the applier's
 decisions from the outcomes topic, and exits 1 unless every decision is the
 one the ledger's rules give.
 
@@ -98,6 +98,21 @@ def script(sku):
     ]
 
 
+def seats_script():
+    """A show's named seats: put on sale, two held (all or none) and sold,
+    an overlapping pair refused. Each outcome names the seats its command
+    named."""
+    return [
+        ("Restock", {"adjustment_id": "hall", "mode": "ADD", "quantity": 3,
+                     "units": ["A1", "A2", "A3"]}, "APPLIED"),
+        ("Deduct", {"order_id": "s1", "quantity": 2, "units": ["A1", "A2"], "user_id": "u1",
+                    "expires_at": int(time.time() * 1000) + 600_000}, "APPLIED"),
+        ("Deduct", {"order_id": "s2", "quantity": 2, "units": ["A2", "A3"]},
+         "REJECTED_INSUFFICIENT"),
+        ("Confirm", {"order_id": "s1"}, "CONFIRMED"),
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", default=os.environ.get("KAFKA_BROKERS", "127.0.0.1:9092"))
@@ -136,9 +151,11 @@ def main():
                 entry["partition"], entry["offset"] = message.partition(), message.offset()
         return callback
 
-    for i in range(args.skus):
-        sku = f"{args.sku_prefix}-{i}"
-        for kind, body, expected in script(sku):
+    scripts = [(f"{args.sku_prefix}-{i}", script(f"{args.sku_prefix}-{i}"))
+               for i in range(args.skus)]
+    scripts.append((f"{args.sku_prefix}-SHOW", seats_script()))
+    for sku, steps in scripts:
+        for kind, body, expected in steps:
             entry = {"sku": sku, "kind": kind.upper(), "body": body, "expected": expected}
             sent.append(entry)
             producer.produce(args.topic, key=sku.encode(), value=encode_command(sku, kind, body),
@@ -181,10 +198,12 @@ def main():
     wrong = 0
     for e in sent:
         o = e["outcome"]
-        if o["result"] != e["expected"]:
+        named = e["body"].get("units", []) if e["kind"] in ("DEDUCT", "RESTOCK") else []
+        if o["result"] != e["expected"] or o["units"] != named:
             wrong += 1
-            print(f"{e['sku']} {e['kind']} {e['body']}: decided {o['result']} ({o['reason']}), "
-                  f"expected {e['expected']}", file=sys.stderr)
+            print(f"{e['sku']} {e['kind']} {e['body']}: decided {o['result']} ({o['reason']}) "
+                  f"for units {o['units']}, expected {e['expected']} for {named}",
+                  file=sys.stderr)
         if args.json:
             print(json.dumps({
                 "sku": e["sku"], "kind": e["kind"], "body": e["body"],

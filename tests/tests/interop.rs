@@ -12,7 +12,9 @@ use std::process::Command;
 
 use serde_json::Value;
 use stockledger_client::OutcomeReader;
-use stockledger_core::RestockMode;
+use stockledger_core::{
+    AdjustmentId, CommandBody, Deduct, OrderId, Restock, RestockMode, Sku, UserId,
+};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
 
@@ -127,7 +129,11 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
     let python = Harness::new("interop-python", PARTITIONS).await?;
     let applier = python.start_applier();
     let decided = run_python(&python).await?;
-    assert_eq!(decided.len(), 72, "twelve commands for each of six SKUs");
+    assert_eq!(
+        decided.len(),
+        76,
+        "twelve commands for each of six SKUs, four for a show's seats"
+    );
     assert!(python.read(&python.ns.dlq_topic).await?.is_empty());
     python.assert_projection_matches_log().await?;
     applier.stop().await?;
@@ -140,7 +146,30 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
     for entry in &decided {
         let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
         let (sku, body) = (text(&entry["sku"]), &entry["body"]);
+        let units: Option<Vec<&str>> = body["units"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect());
         let receipt = match entry["kind"].as_str() {
+            Some("DEDUCT") if units.is_some() => {
+                let order = OrderId::new(text(&body["order_id"]))?;
+                let taken = Deduct::taking(order, body["quantity"].as_i64(), units.as_deref())?;
+                let user_id = body["user_id"].as_str().map(UserId::new).transpose()?;
+                let deduct = Deduct {
+                    user_id,
+                    expires_at: body["expires_at"].as_i64(),
+                    ..taken
+                };
+                rust.producer
+                    .send(Sku::new(sku.clone())?, CommandBody::Deduct(deduct))
+                    .await?
+            }
+            Some("RESTOCK") if units.is_some() => {
+                let id = AdjustmentId::new(text(&body["adjustment_id"]))?;
+                let restock = Restock::units(id, units.as_deref().unwrap_or_default())?;
+                rust.producer
+                    .send(Sku::new(sku.clone())?, CommandBody::Restock(restock))
+                    .await?
+            }
             Some("DEDUCT") => {
                 let (order, quantity) = (text(&body["order_id"]), body["quantity"].as_i64());
                 let quantity = quantity.unwrap_or_default();
