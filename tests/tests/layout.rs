@@ -129,6 +129,7 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
                 available: row.available_after,
                 total: row.total_after,
                 reason: row.reason,
+                location: row.location,
             };
             archived.insert((row.partition, row.log_offset), decision.clone());
             let looked_up = h

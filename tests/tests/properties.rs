@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_core::partition::home_partition;
-use stockledger_core::{CommandBody, Decision, Ledger, OrderStatus, ResultCode, Unit};
+use stockledger_core::{
+    CommandBody, Decision, Ledger, LocationStock, OrderStatus, ResultCode, Unit,
+};
 use stockledger_projection::{Entry, Projection};
 use stockledger_redis::RedisConn;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
@@ -272,6 +274,32 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
                 }
             }
         }
+        // Locations: they sum to the SKU's stock, none is below zero, and
+        // what orders hold at each is what was taken from there.
+        if !after.locations.is_empty() {
+            let sum = |f: fn(&LocationStock) -> i64| after.locations.iter().map(f).sum::<i64>();
+            anyhow::ensure!(
+                (sum(|l| l.available), sum(|l| l.total)) == (after.available, after.total),
+                "{sku}: locations {:?} do not sum to available {} of total {}",
+                after.locations,
+                after.available,
+                after.total
+            );
+        }
+        for at in &after.locations {
+            let taken: i64 = (after.orders.values())
+                .filter(|o| o.location.as_deref() == Some(at.name.as_str()))
+                .map(|o| o.live_units())
+                .sum();
+            anyhow::ensure!(
+                at.available >= 0 && at.held() == taken,
+                "{sku}: {at:?} but its live orders took {taken}"
+            );
+        }
+        anyhow::ensure!(
+            (after.orders.values()).all(|o| o.location.is_none() || !after.locations.is_empty()),
+            "{sku}: an order has a location the sku does not keep"
+        );
         // Each user's counter is what their live orders hold or bought.
         let mut per_user: BTreeMap<String, i64> = BTreeMap::new();
         for order in after.orders.values() {
@@ -366,7 +394,10 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
                     _ => {}
                 }
             }
-            CommandBody::Restock(_) | CommandBody::Refund(_) | CommandBody::Limit(_) => {}
+            CommandBody::Restock(_)
+            | CommandBody::Refund(_)
+            | CommandBody::Limit(_)
+            | CommandBody::Transfer(_) => {}
         }
     }
     // Replaying the whole log again changes nothing and repeats every decision.
@@ -420,6 +451,17 @@ fn generated_logs_reach_every_decision() {
         "an order of named units",
     ];
     let mut refused: BTreeSet<&str> = BTreeSet::new();
+    // The refusals of stock by location, by what their reasons say.
+    let location_refusals = [
+        "unknown location",
+        "available at",
+        "but no one location has that many",
+        "the sku keeps stock by location; name the location",
+        "the sku keeps stock by location; named units",
+        "units in no location",
+        "held by orders at",
+        "would leave available at",
+    ];
     for _ in 0..600 {
         let s = scenario(80).new_tree(&mut runner).unwrap().current();
         let mut ledger = Ledger::new(PARTITIONS);
@@ -429,16 +471,14 @@ fn generated_logs_reach_every_decision() {
             seen.insert(decision.result);
             let reason = decision.reason.as_deref().unwrap_or("");
             refused.extend(unit_refusals.iter().filter(|p| reason.starts_with(**p)));
+            refused.extend(location_refusals.iter().filter(|p| reason.contains(**p)));
         }
     }
-    let unreached: Vec<&&str> = unit_refusals
-        .iter()
+    let unreached: Vec<&&str> = (unit_refusals.iter())
+        .chain(&location_refusals)
         .filter(|p| !refused.contains(**p))
         .collect();
-    assert!(
-        unreached.is_empty(),
-        "named units never refused with {unreached:?}"
-    );
+    assert!(unreached.is_empty(), "never refused with {unreached:?}");
     let missing: Vec<ResultCode> = ResultCode::ALL
         .into_iter()
         .filter(|r| *r != ResultCode::Invalid && !seen.contains(r))

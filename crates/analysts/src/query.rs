@@ -43,6 +43,11 @@ pub struct Entry {
     /// The named units a deduct took or asked for, or a restock added
     /// (from outcome schema v6 on; `None` for counted stock).
     pub units: Option<Vec<String>>,
+    /// The location the command named or acted on; a transfer's `from`
+    /// (from outcome schema v7 on; `None` for a SKU without locations).
+    pub location: Option<String>,
+    /// Where a transfer moved stock to.
+    pub to_location: Option<String>,
 }
 
 /// Which history to read.
@@ -92,7 +97,7 @@ macro_rules! entry_columns {
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
             ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent,
-             basket_id, units"
+             basket_id, units, location, to_location"
         )
     };
 }

@@ -242,6 +242,7 @@ mod tests {
                 expires_at: Some(10),
                 refunded,
                 units: Vec::new(),
+                location: None,
             }),
             decided: true,
         }

@@ -86,6 +86,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         adjustments: _,
         decisions: _,
         units,
+        locations,
     } = expected;
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
@@ -115,6 +116,11 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         ),
         ("users", format!("{users:?}"), format!("{:?}", actual.users)),
         ("units", format!("{units:?}"), format!("{:?}", actual.units)),
+        (
+            "locations",
+            format!("{locations:?}"),
+            format!("{:?}", actual.locations),
+        ),
     ];
     if let Some(d) = scalars.into_iter().find_map(|(f, e, a)| scalar(f, e, a)) {
         return Some(d);
@@ -171,6 +177,7 @@ mod tests {
             expires_at: None,
             refunded: 0,
             units: Vec::new(),
+            location: None,
         };
         let decision = Decision {
             result: ResultCode::Applied,
@@ -178,6 +185,7 @@ mod tests {
             available: 3,
             total: 5,
             reason: None,
+            location: None,
         };
         SkuState {
             available: 3,
@@ -191,6 +199,11 @@ mod tests {
             adjustments: [("a1".to_owned(), 0)].into(),
             decisions: [(1, decision)].into(),
             units: [("A1".to_owned(), stockledger_core::Unit::Available)].into(),
+            locations: vec![stockledger_core::LocationStock {
+                name: "berlin".into(),
+                available: 3,
+                total: 5,
+            }],
         }
     }
 
@@ -199,7 +212,7 @@ mod tests {
         let expected = state();
         assert_eq!(first_difference(&expected, &expected.clone()), None);
         type Corrupt = fn(&mut SkuState);
-        let cases: [(&str, Corrupt); 11] = [
+        let cases: [(&str, Corrupt); 12] = [
             ("available", |s| s.available += 1),
             ("total", |s| s.total += 1),
             ("reserved", |s| s.reserved = 2),
@@ -212,6 +225,7 @@ mod tests {
             }),
             ("adjustments", |s| s.adjustments.clear()),
             ("units", |s| s.units.clear()),
+            ("locations", |s| s.locations[0].available = 2),
             ("decision at offset 1", |s| {
                 s.decisions.get_mut(&1).unwrap().delta = 0;
             }),

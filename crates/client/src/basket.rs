@@ -838,6 +838,7 @@ mod tests {
             expires_at: None,
             refunded,
             units: Vec::new(),
+            location: None,
         }
     }
 

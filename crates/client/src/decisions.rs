@@ -299,6 +299,7 @@ mod tests {
             available: 4,
             total: 5,
             reason: None,
+            location: None,
         }
     }
 

@@ -15,9 +15,11 @@ use apache_avro::Schema;
 
 use crate::command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
+    Transfer,
 };
 use crate::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UserId, ValidationError,
+    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UserId,
+    ValidationError,
 };
 use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
 use crate::schema::Released;
@@ -161,6 +163,10 @@ fn command_value(command: &Command) -> Value {
                     optional_string(d.basket_id.as_ref().map(BasketId::as_str)),
                 ),
                 ("units".into(), strings(&d.units)),
+                (
+                    "location".into(),
+                    optional_string(d.location.as_ref().map(LocationId::as_str)),
+                ),
             ])),
         ),
         CommandBody::Rollback(r) => Value::Union(
@@ -180,6 +186,10 @@ fn command_value(command: &Command) -> Value {
                 ("mode".into(), restock_mode(r.mode())),
                 ("quantity".into(), Value::Long(r.quantity())),
                 ("units".into(), strings(r.named())),
+                (
+                    "location".into(),
+                    optional_string(r.location().map(LocationId::as_str)),
+                ),
             ])),
         ),
         CommandBody::Confirm(c) => Value::Union(
@@ -212,6 +222,18 @@ fn command_value(command: &Command) -> Value {
                 "per_user".into(),
                 optional_long(l.per_user.map(Quantity::get)),
             )])),
+        ),
+        CommandBody::Transfer(t) => Value::Union(
+            7,
+            Box::new(Value::Record(vec![
+                (
+                    "transfer_id".into(),
+                    Value::String(t.transfer_id.as_str().into()),
+                ),
+                ("from".into(), Value::String(t.from().as_str().into())),
+                ("to".into(), Value::String(t.to().as_str().into())),
+                ("quantity".into(), Value::Long(t.quantity().get())),
+            ])),
         ),
     };
     Value::Record(vec![
@@ -253,7 +275,10 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
             let quantity = body.long("quantity")?;
             let names = body.strings("units")?;
             let units = (!names.is_empty()).then_some(&names[..]);
-            let taking = Deduct::taking(order_id, Some(quantity), units)?;
+            let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
+            if let Some(location) = body.optional_string("location")? {
+                taking = taking.at(LocationId::new(location)?)?;
+            }
             CommandBody::Deduct(Deduct {
                 user_id: body
                     .optional_string("user_id")?
@@ -280,12 +305,11 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
             let quantity = body.long("quantity")?;
             let names = body.strings("units")?;
             let units = (!names.is_empty()).then_some(&names[..]);
-            CommandBody::Restock(Restock::with_units(
-                adjustment_id,
-                mode,
-                Some(quantity),
-                units,
-            )?)
+            let restock = Restock::with_units(adjustment_id, mode, Some(quantity), units)?;
+            CommandBody::Restock(match body.optional_string("location")? {
+                Some(location) => restock.at(LocationId::new(location)?)?,
+                None => restock,
+            })
         }
         3 => CommandBody::Confirm(Confirm {
             order_id: OrderId::new(body.string("order_id")?)?,
@@ -306,6 +330,12 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
                 .map(|n| Quantity::of_field("per_user", n))
                 .transpose()?,
         }),
+        7 => CommandBody::Transfer(Transfer::new(
+            TransferId::new(body.string("transfer_id")?)?,
+            LocationId::named("from", body.string("from")?)?,
+            LocationId::named("to", body.string("to")?)?,
+            Quantity::new(body.long("quantity")?)?,
+        )?),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     };
     Ok(Command {
@@ -513,6 +543,14 @@ fn outcome_value(outcome: &Outcome) -> Value {
             optional_string(outcome.basket_id.as_deref()),
         ),
         ("units".into(), strings(&outcome.units)),
+        (
+            "location".into(),
+            optional_string(outcome.decision.location.as_deref()),
+        ),
+        (
+            "to_location".into(),
+            optional_string(outcome.to_location.as_deref()),
+        ),
     ])
 }
 
@@ -560,6 +598,7 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         available: f.long("available_after")?,
         total: f.long("total_after")?,
         reason: f.optional_string("reason")?,
+        location: f.optional_string("location")?,
     };
     Ok(Outcome {
         position,
@@ -581,6 +620,7 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         expires_at: f.optional_long("expires_at")?,
         basket_id: f.optional_string("basket_id")?,
         units: f.strings("units")?,
+        to_location: f.optional_string("to_location")?,
     })
 }
 
@@ -612,6 +652,7 @@ mod tests {
             available,
             total,
             reason: reason.map(str::to_owned),
+            location: None,
         }
     }
 
@@ -668,7 +709,30 @@ mod tests {
             CommandBody::Restock(
                 Restock::units(AdjustmentId::new("c").unwrap(), &["7-12", "7-13"]).unwrap(),
             ),
+            CommandBody::Deduct(
+                Deduct::new(order("o-6"), Quantity::new(2).unwrap())
+                    .at(location("berlin"))
+                    .unwrap(),
+            ),
+            CommandBody::Restock(
+                Restock::new(AdjustmentId::new("d").unwrap(), RestockMode::Set, 40)
+                    .and_then(|r| r.at(location("paris")))
+                    .unwrap(),
+            ),
+            CommandBody::Transfer(
+                Transfer::new(
+                    TransferId::new("t-1").unwrap(),
+                    location("paris"),
+                    location("berlin"),
+                    Quantity::new(5).unwrap(),
+                )
+                .unwrap(),
+            ),
         ]
+    }
+
+    fn location(name: &str) -> LocationId {
+        LocationId::new(name).unwrap()
     }
 
     fn units(names: &[&str]) -> Vec<crate::UnitId> {
@@ -678,11 +742,15 @@ mod tests {
             .collect()
     }
 
-    /// `command` as a reader sees it when an older writer, which has no
-    /// `units` field, wrote it: the same quantity, no names.
+    /// `command` as a reader sees it when a writer older than v4, which
+    /// has no `units` and no `location` field, wrote it: the same
+    /// quantity, no names, no location.
     fn without_units(mut command: Command) -> Command {
         match &mut command.body {
-            CommandBody::Deduct(d) => d.units.clear(),
+            CommandBody::Deduct(d) => {
+                d.units.clear();
+                d.location = None;
+            }
             CommandBody::Restock(r) => {
                 *r = Restock::new(r.adjustment_id.clone(), r.mode(), r.quantity()).unwrap();
             }
@@ -774,7 +842,7 @@ mod tests {
         assert_eq!(
             decode_command(&bytes),
             Err(DecodeError::TrailingBytes {
-                writer: "Command.v4".into(),
+                writer: current_command(),
                 trailing: 1
             })
         );
@@ -785,12 +853,17 @@ mod tests {
         bytes.truncate(bytes.len() - 6);
         assert!(matches!(
             decode_command(&bytes),
-            Err(DecodeError::Malformed { writer, .. }) if writer == "Command.v4"
+            Err(DecodeError::Malformed { writer, .. }) if writer == current_command()
         ));
         assert_eq!(
             decode_command(&vec![0; MAX_PAYLOAD_LEN + 1]),
             Err(DecodeError::TooLarge(MAX_PAYLOAD_LEN + 1))
         );
+    }
+
+    /// The name of the version commands are written with.
+    fn current_command() -> String {
+        format!("Command.v{}", schema::current(Subject::Command).version)
     }
 
     #[test]
@@ -811,6 +884,7 @@ mod tests {
                         ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
                         ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
                         ("units".into(), Value::Array(Vec::new())),
+                        ("location".into(), Value::Union(0, Box::new(Value::Null))),
                     ])),
                 ),
             ),
@@ -850,8 +924,10 @@ mod tests {
     /// Whether Command v1 and Outcome v1–v3 could hold `body` as it is.
     fn first_release_had(body: &CommandBody) -> bool {
         match body {
-            CommandBody::Deduct(d) => d.user_id.is_none() && d.expires_at.is_none(),
-            CommandBody::Restock(r) => r.named().is_empty(),
+            CommandBody::Deduct(d) => {
+                d.user_id.is_none() && d.expires_at.is_none() && d.location.is_none()
+            }
+            CommandBody::Restock(r) => r.named().is_empty() && r.location().is_none(),
             CommandBody::Rollback(_) => true,
             _ => false,
         }
@@ -872,12 +948,18 @@ mod tests {
         assert!(encode_command_as(&confirm, v1, v1.fingerprint).is_err());
     }
 
+    /// Whether versions before Command v5 and Outcome v7 could hold a
+    /// command of this kind (they have no Transfer).
+    fn before_transfers(body: &CommandBody) -> bool {
+        !matches!(body, CommandBody::Transfer(_))
+    }
+
     #[test]
     fn every_command_written_by_v2_reads_as_itself_a_basket_line_as_a_plain_hold() {
         // apache-avro alone resolves a union by shape: a v2 Confirm would
         // come back as a Rollback, the first v3 branch it fits.
         let v2 = schema::versions(Subject::Command).nth(1).unwrap();
-        for body in bodies() {
+        for body in bodies().into_iter().filter(before_transfers) {
             let written = command(body);
             let bytes = encode_command_as(&written, v2, v2.fingerprint).unwrap();
             let mut expected = without_units(written.clone());
@@ -891,7 +973,7 @@ mod tests {
     #[test]
     fn a_v3_record_reads_without_units_and_a_mismatched_count_is_invalid() {
         let v3 = schema::versions(Subject::Command).nth(2).unwrap();
-        for body in bodies() {
+        for body in bodies().into_iter().filter(before_transfers) {
             let written = command(body);
             let bytes = encode_command_as(&written, v3, v3.fingerprint).unwrap();
             assert_eq!(decode_command(&bytes).unwrap(), without_units(written));
@@ -925,7 +1007,9 @@ mod tests {
             let c = command(body);
             let o = Outcome::for_command(position.clone(), &c, decision.clone());
             for version in schema::versions(Subject::Outcome) {
-                if version.version < 4 && !old_kind {
+                if (version.version < 4 && !old_kind)
+                    || (version.version < 7 && !before_transfers(&c.body))
+                {
                     continue;
                 }
                 // Versions before 3 did not carry what the command said,
@@ -944,6 +1028,10 @@ mod tests {
                 }
                 if version.version < 6 {
                     expected.units.clear();
+                }
+                if version.version < 7 {
+                    expected.decision.location = None;
+                    expected.to_location = None;
                 }
                 for fingerprint in [Some(version.fingerprint), version.legacy_fingerprint]
                     .into_iter()

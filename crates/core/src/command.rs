@@ -3,9 +3,9 @@
 use std::fmt;
 
 use crate::ids::{
-    check_units, AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId,
-    ValidationError, MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS, MAX_UNITS_PER_DEDUCT,
-    MAX_UNITS_PER_RESTOCK,
+    check_units, AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
+    UnitId, UserId, ValidationError, MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS,
+    MAX_UNITS_PER_DEDUCT, MAX_UNITS_PER_RESTOCK,
 };
 
 /// Longest free-text reason a rollback may carry, in bytes.
@@ -74,6 +74,7 @@ pub enum CommandBody {
     Refund(Refund),
     Expire(Expire),
     Limit(Limit),
+    Transfer(Transfer),
 }
 
 impl CommandBody {
@@ -95,6 +96,7 @@ impl CommandBody {
             Self::Refund(_) => CommandKind::Refund,
             Self::Expire(_) => CommandKind::Expire,
             Self::Limit(_) => CommandKind::Limit,
+            Self::Transfer(_) => CommandKind::Transfer,
         }
     }
 
@@ -114,12 +116,13 @@ impl CommandBody {
             Self::Confirm(c) => Some(&c.order_id),
             Self::Refund(r) => Some(&r.order_id),
             Self::Expire(e) => Some(&e.order_id),
-            Self::Restock(_) | Self::Limit(_) => None,
+            Self::Restock(_) | Self::Limit(_) | Self::Transfer(_) => None,
         }
     }
 
     /// The quantity named by the command (signed for `Restock ADD`; a
-    /// refund's total, a limit's units per user).
+    /// refund's total, a limit's units per user, the units a transfer
+    /// moves).
     ///
     /// ```
     /// use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode};
@@ -134,6 +137,7 @@ impl CommandBody {
             Self::Restock(r) => Some(r.quantity()),
             Self::Refund(r) => r.quantity.map(Quantity::get),
             Self::Limit(l) => l.per_user.map(Quantity::get),
+            Self::Transfer(t) => Some(t.quantity.get()),
             Self::Rollback(_) | Self::Confirm(_) | Self::Expire(_) => None,
         }
     }
@@ -212,6 +216,31 @@ impl CommandBody {
             _ => &[],
         }
     }
+
+    /// The location a command names: where a deduct takes from or a
+    /// restock puts stock, a transfer's `from`. `None` for the rest, and
+    /// for a deduct that leaves the choice to the ledger.
+    ///
+    /// ```
+    /// use stockledger_core::{CommandBody, LocationId, Quantity, Transfer, TransferId};
+    ///
+    /// let moved = Transfer::new(
+    ///     TransferId::new("t-1")?,
+    ///     LocationId::new("berlin")?,
+    ///     LocationId::new("paris")?,
+    ///     Quantity::new(3)?,
+    /// )?;
+    /// assert_eq!(CommandBody::Transfer(moved).location().map(LocationId::as_str), Some("berlin"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn location(&self) -> Option<&LocationId> {
+        match self {
+            Self::Deduct(d) => d.location.as_ref(),
+            Self::Restock(r) => r.location.as_ref(),
+            Self::Transfer(t) => Some(&t.from),
+            _ => None,
+        }
+    }
 }
 
 /// Take `quantity` units for `order_id`: sold at once, or, with
@@ -248,6 +277,10 @@ pub struct Deduct {
     /// there are any, `quantity` is their number: build it with
     /// [`Deduct::for_units`].
     pub units: Vec<UnitId>,
+    /// The location to take from, for a SKU that keeps stock by location;
+    /// `None` lets the ledger choose: the first location, in the order
+    /// they were first stocked, that can serve the whole quantity.
+    pub location: Option<LocationId>,
 }
 
 impl Deduct {
@@ -268,6 +301,7 @@ impl Deduct {
             expires_at: None,
             basket_id: None,
             units: Vec::new(),
+            location: None,
         }
     }
 
@@ -326,6 +360,30 @@ impl Deduct {
         Ok(Self {
             units,
             ..Self::new(order_id, Quantity::new(counted)?)
+        })
+    }
+
+    /// The same deduct, taking from `location`. Named units have no
+    /// location: a deduct of them refuses one, naming `location`.
+    ///
+    /// ```
+    /// use stockledger_core::{Deduct, LocationId, OrderId, Quantity};
+    ///
+    /// let paris = LocationId::new("paris")?;
+    /// let deduct = Deduct::new(OrderId::new("o-1")?, Quantity::new(2)?).at(paris)?;
+    /// assert_eq!(deduct.location.map(|l| l.to_string()).as_deref(), Some("paris"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
+        if !self.units.is_empty() {
+            return Err(ValidationError::new(
+                "location",
+                "named units have no location; give units or location, not both",
+            ));
+        }
+        Ok(Self {
+            location: Some(location),
+            ..self
         })
     }
 
@@ -496,6 +554,64 @@ pub struct Limit {
     pub per_user: Option<Quantity>,
 }
 
+/// Move available stock between two locations of a SKU, all or nothing;
+/// `transfer_id` makes it idempotent. What orders hold stays where it is.
+///
+/// ```
+/// use stockledger_core::{LocationId, Quantity, Transfer, TransferId};
+///
+/// let berlin = || LocationId::new("berlin");
+/// let to_self = Transfer::new(TransferId::new("t-1")?, berlin()?, berlin()?, Quantity::new(1)?);
+/// assert_eq!(to_self.unwrap_err().field, "to");
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    pub transfer_id: TransferId,
+    from: LocationId,
+    to: LocationId,
+    quantity: Quantity,
+}
+
+impl Transfer {
+    /// A transfer of `quantity` units from `from` to another location
+    /// `to` (a location not stocked yet is added).
+    pub fn new(
+        transfer_id: TransferId,
+        from: LocationId,
+        to: LocationId,
+        quantity: Quantity,
+    ) -> Result<Self, ValidationError> {
+        if from == to {
+            return Err(ValidationError::new(
+                "to",
+                format!("is the location the stock comes from ({from}); name another"),
+            ));
+        }
+        Ok(Self {
+            transfer_id,
+            from,
+            to,
+            quantity,
+        })
+    }
+
+    /// Where the stock comes from.
+    pub fn from(&self) -> &LocationId {
+        &self.from
+    }
+
+    /// Where the stock goes.
+    pub fn to(&self) -> &LocationId {
+        &self.to
+    }
+
+    /// The units moved.
+    pub fn quantity(&self) -> Quantity {
+        self.quantity
+    }
+}
+
 /// Give back what `order_id` took. Sent before its deduction, it leaves a
 /// tombstone so that the late deduction is refused.
 ///
@@ -587,6 +703,7 @@ pub struct Restock {
     mode: RestockMode,
     quantity: i64,
     units: Vec<UnitId>,
+    location: Option<LocationId>,
 }
 
 impl Restock {
@@ -624,7 +741,39 @@ impl Restock {
             mode,
             quantity,
             units: Vec::new(),
+            location: None,
         })
+    }
+
+    /// The same restock, of the stock at `location`. Named units have no
+    /// location: a restock of them refuses one, naming `location`.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, LocationId, Restock, RestockMode};
+    ///
+    /// let berlin = LocationId::new("berlin")?;
+    /// let arrived = Restock::new(AdjustmentId::new("po-7")?, RestockMode::Add, 40)?.at(berlin.clone())?;
+    /// assert_eq!(arrived.location(), Some(&berlin));
+    /// let seats = Restock::units(AdjustmentId::new("hall")?, &["A1"])?;
+    /// assert_eq!(seats.at(berlin).unwrap_err().field, "location");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
+        if !self.units.is_empty() {
+            return Err(ValidationError::new(
+                "location",
+                "named units have no location; give units or location, not both",
+            ));
+        }
+        Ok(Self {
+            location: Some(location),
+            ..self
+        })
+    }
+
+    /// The location this restock stocks, if it names one.
+    pub fn location(&self) -> Option<&LocationId> {
+        self.location.as_ref()
     }
 
     /// Adds these named units, free: 1 to [`MAX_UNITS_PER_RESTOCK`], none
@@ -686,6 +835,7 @@ impl Restock {
             mode,
             quantity: named_quantity(quantity, &units)?,
             units,
+            location: None,
         })
     }
 
@@ -748,6 +898,7 @@ pub enum CommandKind {
     Refund,
     Expire,
     Limit,
+    Transfer,
 }
 
 impl CommandKind {
@@ -758,7 +909,7 @@ impl CommandKind {
     ///
     /// assert_eq!(CommandKind::ALL[0], CommandKind::Deduct);
     /// ```
-    pub const ALL: [CommandKind; 7] = [
+    pub const ALL: [CommandKind; 8] = [
         Self::Deduct,
         Self::Rollback,
         Self::Restock,
@@ -766,6 +917,7 @@ impl CommandKind {
         Self::Refund,
         Self::Expire,
         Self::Limit,
+        Self::Transfer,
     ];
 
     /// The kind's symbol.
@@ -784,6 +936,7 @@ impl CommandKind {
             Self::Refund => "REFUND",
             Self::Expire => "EXPIRE",
             Self::Limit => "LIMIT",
+            Self::Transfer => "TRANSFER",
         }
     }
 

@@ -128,6 +128,89 @@ pub fn check_units<S: AsRef<str>>(names: &[S], max: usize) -> Result<Vec<UnitId>
     Ok(units)
 }
 
+/// Longest location name, in bytes.
+///
+/// ```
+/// use stockledger_core::ids::MAX_LOCATION_LEN;
+/// use stockledger_core::LocationId;
+///
+/// assert!(LocationId::new("w".repeat(MAX_LOCATION_LEN + 1)).is_err());
+/// ```
+pub const MAX_LOCATION_LEN: usize = 64;
+
+/// Where stock sits: a warehouse, a store. 1 to [`MAX_LOCATION_LEN`] bytes
+/// of ASCII letters, digits, `-`, `_` and `.`: a name that is safe as it is
+/// in a Redis field, a URL, a CSV cell and a metric label.
+///
+/// ```
+/// use stockledger_core::LocationId;
+///
+/// assert_eq!(LocationId::new("berlin-2")?.as_str(), "berlin-2");
+/// let refused = LocationId::named("from", "Zürich").unwrap_err();
+/// assert_eq!(refused.field, "from");
+/// assert!(refused.problem.contains("'ü'"), "{refused}");
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocationId(String);
+
+impl LocationId {
+    /// A location named in the field `location`.
+    pub fn new(value: impl Into<String>) -> Result<Self, ValidationError> {
+        Self::named("location", value)
+    }
+
+    /// A location named in `field` (a transfer's `from` and `to`); the
+    /// refusal names that field.
+    pub fn named(field: &'static str, value: impl Into<String>) -> Result<Self, ValidationError> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err(ValidationError::new(field, "must not be empty"));
+        }
+        if value.len() > MAX_LOCATION_LEN {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "is {} bytes long; at most {MAX_LOCATION_LEN} are allowed",
+                    value.len()
+                ),
+            ));
+        }
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if let Some(c) = value.chars().find(|&c| !allowed(c)) {
+            return Err(ValidationError::new(
+                field,
+                format!("must be ASCII letters, digits, '-', '_' or '.' (found {c:?})"),
+            ));
+        }
+        Ok(Self(value))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LocationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for LocationId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for LocationId {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
 /// A value was refused; `field` names the input, `problem` says what is wrong.
 ///
 /// ```
@@ -321,6 +404,13 @@ id_type!(
     /// parking slot. A SKU sells named units or counted stock, never both.
     UnitId,
     "units"
+);
+id_type!(
+    /// Names one transfer between two locations of a SKU, so that sending
+    /// it twice moves the stock once. Transfer ids and restock adjustment
+    /// ids share one namespace per SKU: both name an adjustment of stock.
+    TransferId,
+    "transfer_id"
 );
 id_type!(
     /// Unique id of one command, chosen by the producer.

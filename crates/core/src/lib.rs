@@ -5,7 +5,7 @@
 //!   with a [`ValidationError`] naming the field.
 //! - [`command`]: the commands order services append to the log
 //!   (`Deduct`, which may be a reservation, `Rollback`, `Restock`,
-//!   `Confirm`, `Refund`, `Expire`, `Limit`).
+//!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`).
 //! - [`outcome`]: log positions, the decision taken for one record, and the
 //!   outcome message archived for it.
 //! - [`machine`]: the reference state machine. The applier's Lua scripts
@@ -30,10 +30,13 @@ pub mod trace;
 
 pub use command::{
     Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
-    RestockMode, Rollback,
+    RestockMode, Rollback, Transfer,
 };
 pub use ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId, ValidationError,
+    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,
+    UserId, ValidationError,
 };
-pub use machine::{Ledger, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState};
+pub use machine::{
+    Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
+};
 pub use outcome::{Decision, LogPosition, Outcome, ResultCode};

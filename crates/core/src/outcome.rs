@@ -195,6 +195,7 @@ impl fmt::Display for ResultCode {
 ///     available: 0,
 ///     total: 1000,
 ///     reason: Some("insufficient stock".into()),
+///     location: None,
 /// };
 /// assert_eq!(refused.available - refused.delta, 0);
 /// ```
@@ -206,6 +207,12 @@ pub struct Decision {
     pub available: i64,
     pub total: i64,
     pub reason: Option<String>,
+    /// The location the command named (a deduct's or a restock's, a
+    /// transfer's `from`) or, when it applied to a SKU that keeps stock by
+    /// location, the one it acted on: where a deduct naming none took from,
+    /// where an order's units went back or were sold. `None` otherwise
+    /// (outcomes before schema v7 have none).
+    pub location: Option<String>,
 }
 
 /// The message published on the outcomes topic for one command record and
@@ -227,6 +234,7 @@ pub struct Outcome {
     pub command_id: Option<String>,
     pub kind: Option<CommandKind>,
     pub order_id: Option<String>,
+    /// A restock's adjustment id, or a transfer's id.
     pub adjustment_id: Option<String>,
     pub quantity: Option<i64>,
     pub decision: Decision,
@@ -248,6 +256,9 @@ pub struct Outcome {
     /// The named units a deduct took or asked for, or a restock added
     /// (outcomes before schema v6 have none; empty for counted stock).
     pub units: Vec<String>,
+    /// Where a transfer moved stock to (its `from` is
+    /// [`Decision::location`]).
+    pub to_location: Option<String>,
 }
 
 impl Outcome {
@@ -263,7 +274,14 @@ impl Outcome {
     ///     occurred_at: 1_700_000_000_000,
     ///     body: CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(2)?)),
     /// };
-    /// let decision = Decision { result: ResultCode::Applied, delta: -2, available: 8, total: 10, reason: None };
+    /// let decision = Decision {
+    ///     result: ResultCode::Applied,
+    ///     delta: -2,
+    ///     available: 8,
+    ///     total: 10,
+    ///     reason: None,
+    ///     location: None,
+    /// };
     /// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
     /// let outcome = Outcome::for_command(at, &command, decision);
     /// assert_eq!(outcome.kind, Some(CommandKind::Deduct));
@@ -280,6 +298,7 @@ impl Outcome {
             order_id: command.body.order_id().map(|o| o.as_str().to_owned()),
             adjustment_id: match &command.body {
                 CommandBody::Restock(r) => Some(r.adjustment_id.as_str().to_owned()),
+                CommandBody::Transfer(t) => Some(t.transfer_id.as_str().to_owned()),
                 _ => None,
             },
             quantity: command.body.quantity(),
@@ -302,6 +321,10 @@ impl Outcome {
                 .iter()
                 .map(|u| u.as_str().to_owned())
                 .collect(),
+            to_location: match &command.body {
+                CommandBody::Transfer(t) => Some(t.to().as_str().to_owned()),
+                _ => None,
+            },
         }
     }
 
@@ -331,6 +354,7 @@ impl Outcome {
                 available: 0,
                 total: 0,
                 reason: Some(reason),
+                location: None,
             },
             occurred_at: timestamp,
             restock_mode: None,
@@ -339,6 +363,7 @@ impl Outcome {
             expires_at: None,
             basket_id: None,
             units: Vec::new(),
+            to_location: None,
         }
     }
 }

@@ -89,7 +89,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 10] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 12] = [
     (
         Subject::Command,
         1,
@@ -112,6 +112,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 10] = [
         Subject::Command,
         4,
         include_str!("../../../schemas/history/Command.v4.avsc"),
+        None,
+    ),
+    (
+        Subject::Command,
+        5,
+        include_str!("../../../schemas/history/Command.v5.avsc"),
         None,
     ),
     (
@@ -148,6 +154,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 10] = [
         Subject::Outcome,
         6,
         include_str!("../../../schemas/history/Outcome.v6.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        7,
+        include_str!("../../../schemas/history/Outcome.v7.avsc"),
         None,
     ),
 ];
@@ -529,7 +541,7 @@ mod tests {
     }
 
     /// The one-type-per-file schemas in `schemas/`, by full name.
-    const CURRENT_FILES: [(&str, &str); 12] = [
+    const CURRENT_FILES: [(&str, &str); 13] = [
         (
             "stockledger.RestockMode",
             include_str!("../../../schemas/RestockMode.avsc"),
@@ -561,6 +573,10 @@ mod tests {
         (
             "stockledger.Limit",
             include_str!("../../../schemas/Limit.avsc"),
+        ),
+        (
+            "stockledger.Transfer",
+            include_str!("../../../schemas/Transfer.avsc"),
         ),
         (
             "stockledger.Command",
@@ -657,7 +673,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 14] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 24] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -679,6 +695,19 @@ mod tests {
         (Subject::Outcome, 1, 6),
         (Subject::Outcome, 2, 6),
         (Subject::Outcome, 3, 6),
+        // Command v5 added the Transfer branch, Outcome v7 its kind: no
+        // older reader has a place for either (the location fields alone
+        // have defaults and would not break).
+        (Subject::Command, 1, 5),
+        (Subject::Command, 2, 5),
+        (Subject::Command, 3, 5),
+        (Subject::Command, 4, 5),
+        (Subject::Outcome, 1, 7),
+        (Subject::Outcome, 2, 7),
+        (Subject::Outcome, 3, 7),
+        (Subject::Outcome, 4, 7),
+        (Subject::Outcome, 5, 7),
+        (Subject::Outcome, 6, 7),
     ];
 
     #[test]

@@ -1,14 +1,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 //! Records of the newest schemas written by fastavro, not by our encoder
 //! (`fixtures/foreign_records.py` wrote `fixtures/foreign-records.json`):
-//! today's codec reads them as the ledger means them, named units and all.
+//! today's codec reads them as the ledger means them, named units,
+//! locations and transfers included.
 
 mod common;
 
 use serde_json::Value;
 use stockledger_core::codec::{decode_command, decode_outcome};
 use stockledger_core::schema::{current, Subject};
-use stockledger_core::{CommandBody, RestockMode, ResultCode};
+use stockledger_core::{CommandBody, CommandKind, RestockMode, ResultCode};
 
 const FIXTURE: &str = include_str!("fixtures/foreign-records.json");
 
@@ -66,4 +67,36 @@ fn fastavro_written_seats_decode_as_the_ledger_means_them() {
         names(outcome.units.iter().map(String::as_str)),
         ["A2", "A3"]
     );
+}
+
+#[test]
+fn fastavro_written_transfers_and_locations_decode_as_the_ledger_means_them() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let commands = payloads(&fixture, "commands");
+    let moved = decode_command(&commands[2]).unwrap();
+    let CommandBody::Transfer(t) = &moved.body else {
+        panic!("{moved:?}");
+    };
+    assert_eq!(
+        (
+            t.transfer_id.as_str(),
+            t.from().as_str(),
+            t.to().as_str(),
+            t.quantity().get()
+        ),
+        ("t-1", "berlin", "paris", 3)
+    );
+    // fastavro filled the units the record left out with the schema's default.
+    let take = decode_command(&commands[3]).unwrap();
+    let CommandBody::Deduct(d) = &take.body else {
+        panic!("{take:?}");
+    };
+    assert_eq!(d.location.as_ref().map(|l| l.as_str()), Some("paris"));
+    assert!(d.units.is_empty());
+
+    let outcome = decode_outcome(&payloads(&fixture, "outcomes")[1]).unwrap();
+    assert_eq!(outcome.kind, Some(CommandKind::Transfer));
+    assert_eq!(outcome.adjustment_id.as_deref(), Some("t-1"));
+    assert_eq!(outcome.decision.location.as_deref(), Some("berlin"));
+    assert_eq!(outcome.to_location.as_deref(), Some("paris"));
 }

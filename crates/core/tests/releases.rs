@@ -230,6 +230,7 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 available,
                 total: 10,
                 reason,
+                location: None,
             };
             let mut expected = Outcome::for_command(position, c, decision);
             if !has_command_details {

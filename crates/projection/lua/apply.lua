@@ -9,14 +9,17 @@
 -- stock hash               available, total, reserved, partition (whose
 --                          records built it), offset (last record applied
 --                          there), named (1 when the sku sells named
---                          units, else 0 or absent), limit (units per
---                          user, when set)
+--                          units, else 0 or absent), located (1 when
+--                          the sku keeps stock by location, else 0 or
+--                          absent), limit (units per user, when set)
 -- orders hash              order id -> "STATUS|quantity|offset", or, when
 --                          the order names a user, has a deadline or was
 --                          refunded, "STATUS|quantity|offset|expires_at|
 --                          refunded|user" (expires_at may be empty); an
 --                          order of named units has that long form, then
---                          "\n" .. name for each unit it took.
+--                          "\n" .. name for each unit it took; an order
+--                          that took from a location has "\t" .. location
+--                          after its first line.
 --                          STATUS: D deducted, H held (reserved), S sold
 --                          (confirmed), R rolled back, X expired, C
 --                          tombstone (rollback came first).
@@ -31,8 +34,13 @@
 --                          "{seatmap}" -> one letter per unit in that
 --                          order, A available, H held, S sold (the seat
 --                          map, read without a script).
+--                          Also "{locations}" -> the stock per location,
+--                          a line "name|available|total" each, in the
+--                          order they were first stocked.
 -- adjustments hash         restock adjustment id -> offset that applied it
--- decisions hash           offset -> "RESULT|delta|available|total|reason"
+-- decisions hash           offset -> "RESULT|delta|available|total|reason",
+--                          then "\t" .. location when the record named one
+--                          or acted on one
 -- ARGV[1]                  the maximum stock level
 -- ARGV[2]                  the longest hold, in milliseconds
 -- then per run:            the partition its records are on, the sku's home
@@ -48,7 +56,13 @@
 --                            N deduct   of named units: time, order id,
 --                                       user id, expires_at (either may be
 --                                       empty), the names one per line
+--                            P deduct   from a named location: time, order
+--                                       id, quantity, user id, expires_at
+--                                       (either may be empty), location
 --                            S restock  adjustment id, quantity, ADD or SET
+--                            Q restock  of a location: adjustment id,
+--                                       quantity, ADD or SET, location
+--                            M transfer transfer id, from, to, quantity
 --                            T restock  of named units: adjustment id, the
 --                                       names one per line
 --                            F confirm  time, order id
@@ -68,13 +82,15 @@ local max_stock = tonumber(ARGV[1])
 local max_hold = tonumber(ARGV[2])
 local USER = '{user}'
 -- Arguments per record after its offset and kind.
-local ARITY = { D = 2, E = 5, N = 5, R = 1, S = 3, T = 2, F = 2, U = 2, X = 2, L = 1 }
+local ARITY = { D = 2, E = 5, N = 5, P = 6, R = 1, S = 3, Q = 4, T = 2, M = 4, F = 2, U = 2, X = 2,
+  L = 1 }
 local UNIT = '{unit}'
 local UNITS = '{units}'
 local SEATMAP = '{seatmap}'
+local LOCATIONS = '{locations}'
 -- The keys of the run being applied, and its sku's state.
 local STOCK, ORDERS, ADJUSTMENTS, DECISIONS
-local available, total, reserved, limit, partition, named
+local available, total, reserved, limit, partition, named, located
 
 -- Integers as text. Each value is formatted once per call: string.format
 -- costs thousands of instructions, and a call repeats its quantities,
@@ -89,8 +105,56 @@ local function n(x)
   return s
 end
 
-local function decide(result, delta, reason)
-  return result .. '|' .. n(delta) .. '|' .. n(available) .. '|' .. n(total) .. '|' .. (reason or '')
+-- A decision; `at`, when given, is the location it names or acted on.
+local function decide(result, delta, reason, at)
+  local d = result .. '|' .. n(delta) .. '|' .. n(available) .. '|' .. n(total) .. '|' .. (reason or '')
+  if at then
+    d = d .. '\t' .. at
+  end
+  return d
+end
+
+-- The stock per location, in the order they were first stocked.
+local function read_places()
+  local places = {}
+  local text = redis.call('HGET', ORDERS, LOCATIONS)
+  if text then
+    for line in string.gmatch(text, '[^\n]+') do
+      local name, a, t = string.match(line, '^(.*)|(%-?%d+)|(%-?%d+)$')
+      places[#places + 1] = { name = name, a = tonumber(a), t = tonumber(t) }
+    end
+  end
+  return places
+end
+
+local function write_places(places)
+  local lines = {}
+  for i, p in ipairs(places) do
+    lines[i] = p.name .. '|' .. n(p.a) .. '|' .. n(p.t)
+  end
+  redis.call('HSET', ORDERS, LOCATIONS, table.concat(lines, '\n'))
+end
+
+local function find_place(places, name)
+  for _, p in ipairs(places) do
+    if p.name == name then
+      return p
+    end
+  end
+  return nil
+end
+
+-- Gives `units` back to location `at` (an order's), if there is one.
+local function give_back(at, units)
+  available = available + units
+  if at and units ~= 0 then
+    local places = read_places()
+    local p = find_place(places, at)
+    if p then
+      p.a = p.a + units
+      write_places(places)
+    end
+  end
 end
 
 local STATUS = { D = 'DEDUCTED', H = 'RESERVED', S = 'CONFIRMED', R = 'ROLLED_BACK', X = 'EXPIRED', C = 'CANCELLED' }
@@ -148,14 +212,19 @@ local function load(id)
   if not entry then
     return nil
   end
-  local units
+  local units, loc
   local nl = string.find(entry, '\n', 1, true)
   if nl then
     units = lines(string.sub(entry, nl + 1))
     entry = string.sub(entry, 1, nl - 1)
   end
+  local tab = string.find(entry, '\t', 1, true)
+  if tab then
+    loc = string.sub(entry, tab + 1)
+    entry = string.sub(entry, 1, tab - 1)
+  end
   local code, qty, offset, rest = string.match(entry, '^(%u)|(%d+)|(%d+)(.*)$')
-  local e = { code = code, qty = tonumber(qty), offset = offset, refunded = 0, units = units }
+  local e = { code = code, qty = tonumber(qty), offset = offset, refunded = 0, units = units, loc = loc }
   if rest ~= '' then
     local expires, refunded, user = string.match(rest, '^|(%-?%d*)|(%d+)|(.*)$')
     e.expires = tonumber(expires)
@@ -171,6 +240,9 @@ local function store(id, e)
   local s = e.code .. '|' .. n(e.qty) .. '|' .. e.offset
   if e.user or e.expires or e.refunded > 0 or e.units then
     s = s .. '|' .. (e.expires and n(e.expires) or '') .. '|' .. n(e.refunded) .. '|' .. (e.user or '')
+  end
+  if e.loc then
+    s = s .. '\t' .. e.loc
   end
   if e.units then
     s = s .. '\n' .. table.concat(e.units, '\n')
@@ -213,7 +285,7 @@ local function release(id, e, code, offset)
   e.code = code
   e.offset = offset
   store(id, e)
-  available = available + units
+  give_back(e.loc, units)
   count(e.user, -units)
   if units > 0 and e.units then
     mark(e.units, '')
@@ -221,8 +293,9 @@ local function release(id, e, code, offset)
   return units
 end
 
-local function deduct(offset, time, id, qty, user, expires, units)
-  if not (user or expires or limit or named or units) and qty <= available then
+-- `at`: the location the deduct names, if any.
+local function deduct(offset, time, id, qty, user, expires, units, at)
+  if not (user or expires or limit or named or units or located or at) and qty <= available then
     -- Nothing but an earlier entry for the order could refuse this one,
     -- so claiming the id settles it in one call instead of a read and a
     -- write; a claimed id falls through to the checks below.
@@ -272,7 +345,7 @@ local function deduct(offset, time, id, qty, user, expires, units)
         n(limit) .. '; requested ' .. n(qty))
     end
   end
-  local places
+  local places, stock, place
   if units then
     local states
     states, places = unit_states(units)
@@ -292,10 +365,39 @@ local function deduct(offset, time, id, qty, user, expires, units)
     if #taken > 0 then
       return decide('REJECTED_INSUFFICIENT', 0, 'units not free: ' .. table.concat(taken, ', '))
     end
+  elseif at then
+    stock = read_places()
+    place = find_place(stock, at)
+    if not place then
+      return decide('REJECTED_INSUFFICIENT', 0, 'unknown location: ' .. at)
+    end
+    if qty > place.a then
+      return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available at ' .. at .. ' ' ..
+        n(place.a))
+    end
   elseif qty > available then
     return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available ' .. n(available))
+  elseif located then
+    -- The first location, in the order they were stocked, that has it all.
+    stock = read_places()
+    local each = {}
+    for i, p in ipairs(stock) do
+      if p.a >= qty then
+        place = p
+        break
+      end
+      each[i] = p.name .. ' ' .. n(p.a)
+    end
+    if not place then
+      return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available ' .. n(available) ..
+        ' but no one location has that many (' .. table.concat(each, ', ') .. ')')
+    end
   end
   available = available - qty
+  if place then
+    place.a = place.a - qty
+    write_places(stock)
+  end
   local code = 'D'
   if expires then
     reserved = reserved + qty
@@ -306,8 +408,10 @@ local function deduct(offset, time, id, qty, user, expires, units)
     -- Held by a reservation, sold by a plain deduct.
     mark(units, (code == 'H' and 'H' or 'S') .. id, places)
   end
-  store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires, units = units })
-  return decide('APPLIED', -qty)
+  local loc = place and place.name
+  store(id, { code = code, qty = qty, offset = offset, refunded = 0, user = user, expires = expires, units = units,
+    loc = loc })
+  return decide('APPLIED', -qty, nil, loc)
 end
 
 local function rollback(offset, id)
@@ -317,7 +421,7 @@ local function rollback(offset, id)
     return decide('IGNORED_NO_DEDUCTION', 0, 'no deduction for this order; tombstone left')
   end
   if e.code == 'D' or e.code == 'H' then
-    return decide('APPLIED', release(id, e, 'R', offset))
+    return decide('APPLIED', release(id, e, 'R', offset), nil, e.loc)
   elseif e.code == 'R' then
     return decide('DUPLICATE', 0, 'order already rolled back')
   elseif e.code == 'C' then
@@ -338,7 +442,7 @@ local function confirm(offset, time, id)
       local deadline = e.expires
       local units = release(id, e, 'X', offset)
       return decide('REJECTED_EXPIRED', units, 'confirmed at ' .. n(time) .. ', after the deadline ' ..
-        n(deadline) .. '; the hold expired')
+        n(deadline) .. '; the hold expired', e.loc)
     end
     reserved = reserved - e.qty
     e.code = 'S'
@@ -347,7 +451,7 @@ local function confirm(offset, time, id)
     if e.units then
       mark(e.units, 'S' .. id)
     end
-    return decide('CONFIRMED', 0)
+    return decide('CONFIRMED', 0, nil, e.loc)
   elseif e.code == 'S' then
     return decide('DUPLICATE', 0, 'order already confirmed')
   elseif e.code == 'X' then
@@ -369,7 +473,7 @@ local function expire(offset, time, id)
     if time <= e.expires then
       return decide('IGNORED_NOT_DUE', 0, 'the hold lasts until ' .. n(e.expires) .. '; record time ' .. n(time))
     end
-    return decide('EXPIRED', release(id, e, 'X', offset))
+    return decide('EXPIRED', release(id, e, 'X', offset), nil, e.loc)
   elseif e.code == 'X' then
     return decide('DUPLICATE', 0, 'order already expired')
   end
@@ -407,20 +511,78 @@ local function refund(offset, id, qty)
   e.refunded = target
   e.offset = offset
   store(id, e)
-  available = available + units
+  give_back(e.loc, units)
   count(e.user, -units)
   if e.units then
     mark(e.units, '')
   end
-  return decide('REFUNDED', units)
+  return decide('REFUNDED', units, nil, e.loc)
 end
 
-local function restock(offset, id, qty, mode, units)
+-- A restock of the stock at location `at`; see SkuState::restock_at.
+local function restock_at(offset, id, qty, mode, at)
+  local places = read_places()
+  local p = find_place(places, at)
+  local was_a, was_t = 0, 0
+  if p then
+    was_a, was_t = p.a, p.t
+  end
+  local new_a, new_t
+  if mode == 'ADD' then
+    new_a = was_a + qty
+    if new_a < 0 then
+      return decide('REJECTED_RESTOCK', 0, 'ADD ' .. n(qty) .. ' would leave available at ' .. at .. ' at ' ..
+        n(new_a))
+    end
+    new_t = was_t + qty
+  else
+    local held = was_t - was_a
+    if qty < held then
+      return decide('REJECTED_RESTOCK', 0, 'SET ' .. n(qty) .. ' is below the ' .. n(held) ..
+        ' units held by orders at ' .. at)
+    end
+    new_a = qty - held
+    new_t = qty
+  end
+  local sku_total = total + new_t - was_t
+  if sku_total > max_stock then
+    return decide('REJECTED_RESTOCK', 0, mode .. ' ' .. n(qty) .. ' would make the total ' .. n(sku_total) ..
+      ', above ' .. n(max_stock))
+  end
+  local delta = new_a - was_a
+  available = available + delta
+  total = sku_total
+  if p then
+    p.a, p.t = new_a, new_t
+  else
+    places[#places + 1] = { name = at, a = new_a, t = new_t }
+  end
+  write_places(places)
+  located = true
+  redis.call('HSET', ADJUSTMENTS, id, offset)
+  return decide('APPLIED', delta, nil, at)
+end
+
+local function restock(offset, id, qty, mode, units, at)
   if redis.call('HEXISTS', ADJUSTMENTS, id) == 1 then
     return decide('DUPLICATE', 0, 'adjustment already applied')
   end
   if named and not units then
     return decide('REJECTED_RESTOCK', 0, 'the sku sells named units; add them by name')
+  end
+  -- A sku keeps its stock in one implicit place or by location, never both.
+  if located and not at then
+    if units then
+      return decide('REJECTED_RESTOCK', 0, 'the sku keeps stock by location; named units cannot be added to it')
+    end
+    return decide('REJECTED_RESTOCK', 0, 'the sku keeps stock by location; name the location')
+  end
+  if at and not located and total > 0 then
+    return decide('REJECTED_RESTOCK', 0, 'the sku holds ' .. n(total) ..
+      ' units in no location; stock by location starts from a total of 0')
+  end
+  if at then
+    return restock_at(offset, id, qty, mode, at)
   end
   if units then
     if not named and total > 0 then
@@ -478,6 +640,42 @@ local function restock(offset, id, qty, mode, units)
   return decide('APPLIED', delta)
 end
 
+local function transfer(offset, id, from, to, qty)
+  if redis.call('HEXISTS', ADJUSTMENTS, id) == 1 then
+    return decide('DUPLICATE', 0, 'adjustment already applied')
+  end
+  local places = read_places()
+  local src = find_place(places, from)
+  if not src then
+    return decide('REJECTED_INSUFFICIENT', 0, 'unknown location: ' .. from)
+  end
+  if qty > src.a then
+    return decide('REJECTED_INSUFFICIENT', 0, 'requested ' .. n(qty) .. ', available at ' .. from .. ' ' ..
+      n(src.a))
+  end
+  src.a = src.a - qty
+  src.t = src.t - qty
+  local dst = find_place(places, to)
+  if not dst then
+    dst = { name = to, a = 0, t = 0 }
+    places[#places + 1] = dst
+  end
+  dst.a = dst.a + qty
+  dst.t = dst.t + qty
+  write_places(places)
+  redis.call('HSET', ADJUSTMENTS, id, offset)
+  return decide('APPLIED', 0, nil, from)
+end
+
+-- `d` naming location `at` when it names none yet: a refusal names the
+-- location the record named, as SkuState::apply does.
+local function naming(d, at)
+  if string.find(d, '\t', 1, true) then
+    return d
+  end
+  return d .. '\t' .. at
+end
+
 local out = {}
 local a = 3
 local r = 0
@@ -488,7 +686,7 @@ while a <= #ARGV do
   local home, count = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
   local stock = redis.call('HMGET', STOCK, 'available', 'total', 'offset', 'partition', 'reserved', 'limit',
-    'named')
+    'named', 'located')
   local owner = tonumber(stock[4]) or home
   if partition ~= owner then
     local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
@@ -505,7 +703,8 @@ while a <= #ARGV do
     reserved = was_reserved or 0
     limit = tonumber(stock[6])
     named = stock[7] == '1'
-    local was_named = named
+    located = stock[8] == '1'
+    local was_named, was_located = named, located
     local last = tonumber(stock[3])
     local last_text = stock[3]
     local limit_changed = false
@@ -533,6 +732,19 @@ while a <= #ARGV do
           end
           local units = lines(ARGV[a + 6])
           d = deduct(offset, tonumber(ARGV[a + 2]), ARGV[a + 3], #units, user, tonumber(ARGV[a + 5]), units)
+        elseif kind == 'P' then
+          local user = ARGV[a + 5]
+          if user == '' then
+            user = nil
+          end
+          local at = ARGV[a + 7]
+          d = naming(deduct(offset, tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]), user,
+            tonumber(ARGV[a + 6]), nil, at), at)
+        elseif kind == 'Q' then
+          local at = ARGV[a + 5]
+          d = naming(restock(offset, ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4], nil, at), at)
+        elseif kind == 'M' then
+          d = naming(transfer(offset, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5])), ARGV[a + 3])
         elseif kind == 'T' then
           local units = lines(ARGV[a + 3])
           d = restock(offset, ARGV[a + 2], #units, 'ADD', units)
@@ -568,7 +780,8 @@ while a <= #ARGV do
       a = a + 2 + ARITY[kind]
     end
     if changed then
-      if total == was_total and reserved == was_reserved and named == was_named and stock[4] then
+      if total == was_total and reserved == was_reserved and named == was_named and located == was_located
+        and stock[4] then
         -- Most runs change only these two. Writing the others again with
         -- their old values would leave the hash's bytes as they are.
         redis.call('HSET', STOCK, 'available', n(available), 'offset', last_text)
@@ -579,7 +792,8 @@ while a <= #ARGV do
         -- were cut into batches. (It changes with the total, but a total
         -- set to 0 and named units added in one run end where it began.)
         redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
-          'partition', n(partition), 'offset', last_text, 'named', named and '1' or '0')
+          'partition', n(partition), 'offset', last_text, 'named', named and '1' or '0', 'located',
+          located and '1' or '0')
       end
       if limit_changed then
         if limit then

@@ -3,7 +3,9 @@
 //! (`lua/apply.lua`) writes the same forms; nothing else reads or writes
 //! them.
 
-use stockledger_core::{Decision, OrderEntry, OrderStatus, ResultCode, Unit, UnitState};
+use stockledger_core::{
+    Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, Unit, UnitState,
+};
 
 /// Fields of the stock hash.
 pub const AVAILABLE: &str = "available";
@@ -20,6 +22,10 @@ pub const LIMIT: &str = "limit";
 /// `1` when the SKU sells named units (`0` or absent: counted stock), so
 /// the apply script knows without reading the orders hash.
 pub const NAMED: &str = "named";
+/// `1` when the SKU keeps stock by location (`0` or absent: in one
+/// implicit place), so the apply script knows without reading the orders
+/// hash.
+pub const LOCATED: &str = "located";
 
 /// In the orders hash, the field of a user's counted units is this prefix
 /// and the user id. Order ids cannot contain a brace, so no order's field
@@ -44,6 +50,37 @@ pub const UNITS_FIELD: &str = "{units}";
 /// [`UNITS_FIELD`]: `A` available, `H` held, `S` sold. With the list it is
 /// the whole seat map in two fields, read without a script.
 pub const SEATMAP_FIELD: &str = "{seatmap}";
+
+/// In the orders hash, the stock per location: a line
+/// `name|available|total` each, in the order the locations were first
+/// stocked (names are letters, digits, `-`, `_` and `.`).
+pub const LOCATIONS_FIELD: &str = "{locations}";
+
+/// [`LOCATIONS_FIELD`]'s form of `locations`.
+pub fn encode_locations(locations: &[LocationStock]) -> String {
+    let lines: Vec<String> = locations
+        .iter()
+        .map(|l| format!("{}|{}|{}", l.name, l.available, l.total))
+        .collect();
+    lines.join("\n")
+}
+
+/// Parses [`encode_locations`]'s form; `None` if it is not one.
+pub fn decode_locations(s: &str) -> Option<Vec<LocationStock>> {
+    s.split('\n')
+        .map(|line| {
+            let mut parts = line.split('|');
+            let name = parts.next().filter(|n| !n.is_empty())?.to_owned();
+            let available = parts.next()?.parse().ok()?;
+            let total = parts.next()?.parse().ok()?;
+            parts.next().is_none().then_some(LocationStock {
+                name,
+                available,
+                total,
+            })
+        })
+        .collect()
+}
 
 /// A unit's letter in [`SEATMAP_FIELD`].
 pub fn seat_letter(state: UnitState) -> char {
@@ -96,20 +133,31 @@ pub fn decode_unit(s: &str) -> Option<(usize, Unit)> {
 
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
 /// returned by the apply script (reason may be empty and is last, so it may
-/// itself contain `|`).
+/// itself contain `|`), then a tab and the location when the decision
+/// names one (no reason or location holds a control character).
 pub fn encode_decision(d: &Decision) -> String {
-    format!(
+    let mut s = format!(
         "{}|{}|{}|{}|{}",
         d.result,
         d.delta,
         d.available,
         d.total,
         d.reason.as_deref().unwrap_or("")
-    )
+    );
+    if let Some(location) = &d.location {
+        s.push('\t');
+        s.push_str(location);
+    }
+    s
 }
 
 /// Parses [`encode_decision`]'s form; `None` if it is not one.
 pub fn decode_decision(s: &str) -> Option<Decision> {
+    let (s, location) = match s.split_once('\t') {
+        Some((head, location)) if !location.is_empty() => (head, Some(location.to_owned())),
+        Some(_) => return None,
+        None => (s, None),
+    };
     let mut parts = s.splitn(5, '|');
     let result = ResultCode::parse(parts.next()?)?;
     let delta = parts.next()?.parse().ok()?;
@@ -122,6 +170,7 @@ pub fn decode_decision(s: &str) -> Option<Decision> {
         available,
         total,
         reason: (!reason.is_empty()).then(|| reason.to_owned()),
+        location,
     })
 }
 
@@ -154,14 +203,19 @@ fn status_of(code: char) -> Option<OrderStatus> {
 /// `STATUS|quantity|offset|expires_at|refunded|user` (`expires_at` empty
 /// when there is none; the user last, as it may contain `|`). STATUS is
 /// `D` deducted, `H` held (reserved), `S` sold (confirmed), `R` rolled
-/// back, `X` expired, `C` tombstone. An order of named units has the long
-/// form followed by each unit's name on a line of its own.
+/// back, `X` expired, `C` tombstone. An order that took from a location
+/// has a tab and the location after that. An order of named units has the
+/// long form followed by each unit's name on a line of its own.
 pub fn encode_order(e: &OrderEntry) -> String {
     let mut s = format!("{}|{}|{}", status_code(e.status), e.quantity, e.offset);
     if e.user.is_some() || e.expires_at.is_some() || e.refunded > 0 || !e.units.is_empty() {
         let expires_at = e.expires_at.map(|t| t.to_string()).unwrap_or_default();
         let user = e.user.as_deref().unwrap_or("");
         s.push_str(&format!("|{expires_at}|{}|{user}", e.refunded));
+    }
+    if let Some(location) = &e.location {
+        s.push('\t');
+        s.push_str(location);
     }
     for unit in &e.units {
         s.push('\n');
@@ -179,6 +233,11 @@ pub fn decode_order(s: &str) -> Option<OrderEntry> {
     if units.iter().any(String::is_empty) {
         return None;
     }
+    let (s, location) = match s.split_once('\t') {
+        Some((head, location)) if !location.is_empty() => (head, Some(location.to_owned())),
+        Some(_) => return None,
+        None => (s, None),
+    };
     let mut parts = s.splitn(6, '|');
     let mut code = parts.next()?.chars();
     let status = status_of(code.next()?)?;
@@ -207,6 +266,7 @@ pub fn decode_order(s: &str) -> Option<OrderEntry> {
         expires_at,
         refunded,
         units,
+        location,
     })
 }
 
@@ -222,6 +282,7 @@ mod tests {
             available: 7,
             total: 10,
             reason: Some("a|b".into()),
+            location: None,
         };
         assert_eq!(encode_decision(&d), "REJECTED_RESTOCK|-3|7|10|a|b");
         assert_eq!(decode_decision(&encode_decision(&d)), Some(d));
@@ -229,6 +290,10 @@ mod tests {
         assert_eq!(plain.reason, None);
         assert_eq!(decode_decision("NOPE|1|1|1|"), None);
         assert_eq!(decode_decision("APPLIED|x|1|1|"), None);
+        let taken = decode_decision("APPLIED|-2|3|5|\tberlin").unwrap();
+        assert_eq!(taken.location.as_deref(), Some("berlin"));
+        assert_eq!(encode_decision(&taken), "APPLIED|-2|3|5|\tberlin");
+        assert_eq!(decode_decision("APPLIED|-2|3|5|\t"), None);
     }
 
     fn entry(status: OrderStatus) -> OrderEntry {
@@ -240,6 +305,7 @@ mod tests {
             expires_at: None,
             refunded: 0,
             units: Vec::new(),
+            location: None,
         }
     }
 
@@ -282,8 +348,39 @@ mod tests {
         assert_eq!(encode_order(&seats), "H|3|42|1700000000000|0|\n7-12\n7-13");
         assert_eq!(decode_order(&encode_order(&seats)), Some(seats));
         assert_eq!(decode_order("H|3|42||0|\n"), None);
+        let located = OrderEntry {
+            user: Some("u".into()),
+            location: Some("paris".into()),
+            ..entry(OrderStatus::Deducted)
+        };
+        assert_eq!(encode_order(&located), "D|3|42||0|u\tparis");
+        assert_eq!(decode_order(&encode_order(&located)), Some(located));
+        let short = decode_order("R|3|42\tberlin").unwrap();
+        assert_eq!(short.location.as_deref(), Some("berlin"));
+        assert_eq!(decode_order("R|3|42\t"), None);
         assert_eq!(user_of_field("{user}alice"), Some("alice"));
         assert_eq!(user_of_field("alice"), None);
+    }
+
+    #[test]
+    fn locations_round_trip_in_their_order() {
+        let stock = vec![
+            LocationStock {
+                name: "berlin".into(),
+                available: 3,
+                total: 5,
+            },
+            LocationStock {
+                name: "paris-2".into(),
+                available: 0,
+                total: 0,
+            },
+        ];
+        assert_eq!(encode_locations(&stock), "berlin|3|5\nparis-2|0|0");
+        assert_eq!(decode_locations(&encode_locations(&stock)), Some(stock));
+        assert_eq!(decode_locations("berlin|3"), None);
+        assert_eq!(decode_locations("berlin|3|5|1"), None);
+        assert_eq!(decode_locations("|3|5"), None);
     }
 
     #[test]

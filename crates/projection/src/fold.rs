@@ -378,6 +378,18 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
                 .arg(r.adjustment_id.as_str())
                 .arg(unit_lines(r.named()));
         }
+        CommandBody::Deduct(d) if d.location.is_some() => {
+            cmd.arg("P")
+                .arg(time)
+                .arg(d.order_id.as_str())
+                .arg(d.quantity.get())
+                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
+            match d.expires_at {
+                Some(t) => cmd.arg(t),
+                None => cmd.arg(""),
+            };
+            cmd.arg(d.location.as_ref().map_or("", |l| l.as_str()));
+        }
         CommandBody::Deduct(d) if d.user_id.is_none() && d.expires_at.is_none() => {
             cmd.arg("D").arg(d.order_id.as_str()).arg(d.quantity.get());
         }
@@ -394,6 +406,13 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
         }
         CommandBody::Rollback(r) => {
             cmd.arg("R").arg(r.order_id.as_str());
+        }
+        CommandBody::Restock(r) if r.location().is_some() => {
+            cmd.arg("Q")
+                .arg(r.adjustment_id.as_str())
+                .arg(r.quantity())
+                .arg(r.mode().as_str())
+                .arg(r.location().map_or("", |l| l.as_str()));
         }
         CommandBody::Restock(r) => {
             cmd.arg("S")
@@ -414,6 +433,13 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
         }
         CommandBody::Limit(l) => {
             cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
+        }
+        CommandBody::Transfer(t) => {
+            cmd.arg("M")
+                .arg(t.transfer_id.as_str())
+                .arg(t.from().as_str())
+                .arg(t.to().as_str())
+                .arg(t.quantity().get());
         }
     }
 }

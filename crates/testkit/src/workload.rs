@@ -4,7 +4,8 @@
 //! partitions: deducts, reservations with deadlines a few milliseconds
 //! either side of the records that meet them, confirms, expires, refunds,
 //! limits and restocks, for a few users; named units added, held and sold
-//! as well as counted stock; whole checkouts now and then;
+//! as well as counted stock; stock put in, taken from and moved between
+//! three locations; whole checkouts now and then;
 //! offsets per partition as Kafka assigns them, timestamps mostly rising
 //! but sometimes behind; now and then a record on the wrong partition, as
 //! a producer with another partitioner would write it) and the order in which
@@ -22,8 +23,9 @@ use proptest::sample::Index;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, OrderId,
-    Quantity, Refund, Restock, RestockMode, Rollback, Sku, UnitId, UserId,
+    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LocationId,
+    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer, TransferId, UnitId,
+    UserId,
 };
 
 /// The partitions of generated logs.
@@ -107,6 +109,16 @@ fn units() -> impl Strategy<Value = Vec<UnitId>> {
     prop::sample::subsequence(names, 1..=3)
 }
 
+/// One of three locations.
+fn location() -> impl Strategy<Value = LocationId> {
+    (0..3u8).prop_map(|n| LocationId::new(format!("L{n}")).unwrap())
+}
+
+/// No location half the time (the ledger chooses, or the SKU has none).
+fn maybe_location() -> impl Strategy<Value = Option<LocationId>> {
+    prop_oneof![1 => Just(None), 1 => location().prop_map(Some)]
+}
+
 fn quantity() -> impl Strategy<Value = Quantity> {
     prop_oneof![8 => 1..=3i64, 1 => Just(MAX_QUANTITY)].prop_map(|q| Quantity::new(q).unwrap())
 }
@@ -122,22 +134,30 @@ fn reserve() -> impl Strategy<Value = Body> {
     ];
     // A third of the holds take named units instead of a quantity.
     let take = prop_oneof![2 => quantity().prop_map(Err), 1 => units().prop_map(Ok)];
-    (order_id(), take, user_id(), hold).prop_map(|(order_id, take, user_id, hold)| {
-        let deduct = match take {
-            Err(quantity) => Deduct::new(order_id, quantity),
-            Ok(units) => Deduct::for_units(order_id, &units).unwrap(),
-        };
-        Body::Reserve(Deduct { user_id, ..deduct }, hold)
-    })
+    (order_id(), take, user_id(), hold, maybe_location()).prop_map(
+        |(order_id, take, user_id, hold, location)| {
+            let deduct = match take {
+                Err(quantity) => Deduct {
+                    location,
+                    ..Deduct::new(order_id, quantity)
+                },
+                Ok(units) => Deduct::for_units(order_id, &units).unwrap(),
+            };
+            Body::Reserve(Deduct { user_id, ..deduct }, hold)
+        },
+    )
 }
 
 fn body() -> impl Strategy<Value = Body> {
-    let deduct = (order_id(), quantity(), user_id()).prop_map(|(order_id, quantity, user_id)| {
-        CommandBody::Deduct(Deduct {
-            user_id,
-            ..Deduct::new(order_id, quantity)
-        })
-    });
+    let deduct = (order_id(), quantity(), user_id(), maybe_location()).prop_map(
+        |(order_id, quantity, user_id, location)| {
+            CommandBody::Deduct(Deduct {
+                user_id,
+                location,
+                ..Deduct::new(order_id, quantity)
+            })
+        },
+    );
     let reserve = reserve();
     let confirm = order_id().prop_map(|order_id| CommandBody::Confirm(Confirm { order_id }));
     let expire = order_id().prop_map(|order_id| CommandBody::Expire(Expire { order_id }));
@@ -161,10 +181,27 @@ fn body() -> impl Strategy<Value = Body> {
     ]
     .prop_map(|q| (RestockMode::Add, q));
     let set = prop_oneof![8 => 0..=12i64, 1 => Just(MAX_STOCK)].prop_map(|q| (RestockMode::Set, q));
-    let restock = ((0..4u8), prop_oneof![add, set]).prop_map(|(a, (mode, q))| {
-        let id = AdjustmentId::new(format!("a{a}")).unwrap();
-        CommandBody::Restock(Restock::new(id, mode, q).unwrap())
-    });
+    // Restocks of a location are the more frequent, so that SKUs keep
+    // stock by location often enough to meet every rule of it.
+    let restock_at = prop_oneof![1 => Just(None), 2 => location().prop_map(Some)];
+    let restock =
+        ((0..8u8), prop_oneof![add, set], restock_at).prop_map(|(a, (mode, q), location)| {
+            let id = AdjustmentId::new(format!("a{a}")).unwrap();
+            let restock = Restock::new(id, mode, q).unwrap();
+            CommandBody::Restock(match location {
+                Some(at) => restock.at(at).unwrap(),
+                None => restock,
+            })
+        });
+    // Transfer ids share the adjustments' namespace: "a0" may meet a restock.
+    let transfer_id = prop_oneof![Just("t"), Just("a")];
+    let transfer =
+        (transfer_id, 0..4u8, 0..3u8, 1..3u8, 1..=4i64).prop_map(|(kind, n, from, step, q)| {
+            let at = |i: u8| LocationId::new(format!("L{}", i % 3)).unwrap();
+            let id = TransferId::new(format!("{kind}{n}")).unwrap();
+            let moved = Transfer::new(id, at(from), at(from + step), Quantity::new(q).unwrap());
+            CommandBody::Transfer(moved.unwrap())
+        });
     let seats = (order_id(), units(), user_id()).prop_map(|(order_id, units, user_id)| {
         CommandBody::Deduct(Deduct {
             user_id,
@@ -186,6 +223,7 @@ fn body() -> impl Strategy<Value = Body> {
         2 => expire.prop_map(Body::Ready),
         2 => refund.prop_map(Body::Ready),
         1 => limit.prop_map(Body::Ready),
+        2 => transfer.prop_map(Body::Ready),
     ]
 }
 

@@ -323,6 +323,7 @@ mod tests {
             available: 4,
             total: 5,
             reason: None,
+            location: None,
         };
         codec::encode_outcome(&o).unwrap_or_default()
     }

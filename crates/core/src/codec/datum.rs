@@ -12,7 +12,7 @@
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
-use crate::ids::{BasketId, Quantity, UnitId, UserId};
+use crate::ids::{BasketId, LocationId, Quantity, UnitId, UserId};
 use crate::outcome::{Outcome, ResultCode};
 
 /// The current Command schema's datum of a command.
@@ -89,7 +89,8 @@ impl Serialize for Body<'_> {
                     .optional_string("user_id", d.user_id.as_ref().map(UserId::as_str))
                     .optional_long("expires_at", d.expires_at)
                     .optional_string("basket_id", d.basket_id.as_ref().map(BasketId::as_str))
-                    .units(&d.units),
+                    .units(&d.units)
+                    .optional_string("location", d.location.as_ref().map(LocationId::as_str)),
             ),
             CommandBody::Rollback(r) => (
                 1,
@@ -103,7 +104,8 @@ impl Serialize for Body<'_> {
                     .string("adjustment_id", r.adjustment_id.as_str())
                     .symbol("mode", mode_symbol(r.mode()))
                     .long("quantity", r.quantity())
-                    .units(r.named()),
+                    .units(r.named())
+                    .optional_string("location", r.location().map(LocationId::as_str)),
             ),
             CommandBody::Confirm(c) => (
                 3,
@@ -123,6 +125,14 @@ impl Serialize for Body<'_> {
                 6,
                 Fields::new("Limit").optional_long("per_user", quantity(l.per_user)),
             ),
+            CommandBody::Transfer(t) => (
+                7,
+                Fields::new("Transfer")
+                    .string("transfer_id", t.transfer_id.as_str())
+                    .string("from", t.from().as_str())
+                    .string("to", t.to().as_str())
+                    .long("quantity", t.quantity().get()),
+            ),
         };
         s.serialize_newtype_variant("Body", branch, record.name, &record)
     }
@@ -138,10 +148,10 @@ impl Serialize for UnitNames<'_> {
 }
 
 /// A body record's fields, in the order they are added; bodies have at
-/// most six (a deduct).
+/// most seven (a deduct).
 struct Fields<'a> {
     name: &'static str,
-    fields: [(&'static str, Field<'a>); 6],
+    fields: [(&'static str, Field<'a>); 7],
     len: usize,
 }
 
@@ -159,7 +169,7 @@ impl<'a> Fields<'a> {
     fn new(name: &'static str) -> Self {
         Self {
             name,
-            fields: [("", Field::Long(0)); 6],
+            fields: [("", Field::Long(0)); 7],
             len: 0,
         }
     }
@@ -222,7 +232,7 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 21)?;
+        let mut r = s.serialize_struct("Outcome", 23)?;
         r.serialize_field("topic", &o.position.topic)?;
         r.serialize_field("partition", &o.position.partition)?;
         r.serialize_field("offset", &o.position.offset)?;
@@ -244,6 +254,8 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("expires_at", &o.expires_at)?;
         r.serialize_field("basket_id", &o.basket_id)?;
         r.serialize_field("units", &o.units)?;
+        r.serialize_field("location", &d.location)?;
+        r.serialize_field("to_location", &o.to_location)?;
         r.end()
     }
 }

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use crate::command::{
     check_deadline, CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode,
-    Rollback,
+    Rollback, Transfer,
 };
 use crate::ids::MAX_STOCK;
 use crate::outcome::{Decision, ResultCode};
@@ -92,6 +92,7 @@ impl OrderStatus {
 ///     expires_at: Some(1_700_000_600_000),
 ///     refunded: 1,
 ///     units: Vec::new(),
+///     location: None,
 /// };
 /// assert_eq!(bought.live_units(), 2);
 /// ```
@@ -111,6 +112,9 @@ pub struct OrderEntry {
     /// The named units the order took, in the order it named them (empty
     /// for counted stock).
     pub units: Vec<String>,
+    /// The location the order took from, where its units go back (`None`
+    /// for a SKU without locations).
+    pub location: Option<String>,
 }
 
 impl OrderEntry {
@@ -123,6 +127,7 @@ impl OrderEntry {
             expires_at: None,
             refunded: 0,
             units: Vec::new(),
+            location: None,
         }
     }
 
@@ -139,6 +144,7 @@ impl OrderEntry {
     ///     expires_at: None,
     ///     refunded: 0,
     ///     units: Vec::new(),
+    ///     location: None,
     /// };
     /// assert_eq!(tombstone.live_units(), 0);
     /// ```
@@ -226,6 +232,30 @@ impl UnitState {
     }
 }
 
+/// The stock of a SKU at one location.
+///
+/// ```
+/// use stockledger_core::LocationStock;
+///
+/// let berlin = LocationStock { name: "berlin".into(), available: 7, total: 10 };
+/// assert_eq!(berlin.held(), 3);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocationStock {
+    pub name: String,
+    /// Free to take here.
+    pub available: i64,
+    /// Here in all: available, held by live reservations and sold.
+    pub total: i64,
+}
+
+impl LocationStock {
+    /// Units taken from here by live orders (held or sold).
+    pub fn held(&self) -> i64 {
+        self.total - self.available
+    }
+}
+
 /// Where a record was read, and where its SKU belongs.
 ///
 /// ```
@@ -281,6 +311,7 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
             "record is on partition {partition} but the sku lives on partition {owner} \
              (produce with the murmur2 partitioner)"
         )),
+        location: None,
     }
 }
 
@@ -320,6 +351,11 @@ pub struct SkuState {
     /// counted stock: a SKU is one or the other). `total` counts them and
     /// `available` the free ones.
     pub units: BTreeMap<String, Unit>,
+    /// The SKU's stock per location, in the order the locations were first
+    /// stocked, which is the order a deduct naming no location tries them
+    /// in (empty for a SKU without locations: its stock is in one
+    /// implicit place). `available` and `total` are their sums.
+    pub locations: Vec<LocationStock>,
 }
 
 impl SkuState {
@@ -398,7 +434,7 @@ impl SkuState {
                 )
             });
         }
-        let decision = match body {
+        let mut decision = match body {
             CommandBody::Deduct(d) => self.deduct(offset, time, d),
             CommandBody::Rollback(r) => self.rollback(offset, r),
             CommandBody::Restock(r) => self.restock(offset, r),
@@ -406,7 +442,11 @@ impl SkuState {
             CommandBody::Refund(r) => self.refund(offset, r),
             CommandBody::Expire(e) => self.expire(offset, time, e),
             CommandBody::Limit(l) => self.set_limit(l),
+            CommandBody::Transfer(t) => self.transfer(offset, t),
         };
+        if decision.location.is_none() {
+            decision.location = body.location().map(|l| l.as_str().to_owned());
+        }
         self.decisions.insert(offset, decision.clone());
         self.partition = Some(at.partition);
         self.last_offset = Some(offset);
@@ -420,6 +460,36 @@ impl SkuState {
             available: self.available,
             total: self.total,
             reason,
+            location: None,
+        }
+    }
+
+    /// An applied decision that acted on `location`, if the SKU keeps
+    /// stock by location.
+    fn decide_at(
+        &self,
+        result: ResultCode,
+        delta: i64,
+        reason: Option<String>,
+        location: Option<String>,
+    ) -> Decision {
+        Decision {
+            location,
+            ..self.decide(result, delta, reason)
+        }
+    }
+
+    /// The stock at `name`, if the SKU has that location.
+    fn location_mut(&mut self, name: &str) -> Option<&mut LocationStock> {
+        self.locations.iter_mut().find(|l| l.name == name)
+    }
+
+    /// Changes the available stock at `location` (if any) by `units`,
+    /// with the SKU's.
+    fn give_back(&mut self, location: Option<&str>, units: i64) {
+        self.available += units;
+        if let Some(at) = location.and_then(|name| self.location_mut(name)) {
+            at.available += units;
         }
     }
 
@@ -448,10 +518,10 @@ impl SkuState {
     }
 
     /// Gives back the units an order still holds or bought, setting its
-    /// new status at `offset`; the units returned.
-    fn release(&mut self, id: &str, status: OrderStatus, offset: i64) -> i64 {
+    /// new status at `offset`; the units returned, and where they went.
+    fn release(&mut self, id: &str, status: OrderStatus, offset: i64) -> (i64, Option<String>) {
         let Some(entry) = self.orders.get_mut(id) else {
-            return 0;
+            return (0, None);
         };
         let units = entry.live_units();
         let named = if units > 0 {
@@ -465,10 +535,11 @@ impl SkuState {
         entry.status = status;
         entry.offset = offset;
         let user = entry.user.clone();
-        self.available += units;
+        let location = entry.location.clone();
+        self.give_back(location.as_deref(), units);
         self.count(user.as_deref(), -units);
         self.mark_units(&named, &Unit::Available);
-        units
+        (units, location)
     }
 }
 

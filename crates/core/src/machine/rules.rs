@@ -3,6 +3,7 @@
 //! function per command kind.
 
 use super::*;
+use crate::ids::LocationId;
 
 impl SkuState {
     pub(super) fn deduct(&mut self, offset: i64, time: i64, d: &Deduct) -> Decision {
@@ -72,11 +73,20 @@ impl SkuState {
                 let reason = format!("units not free: {}", taken.join(", "));
                 return self.refuse(ResultCode::RejectedInsufficient, reason);
             }
-        } else if quantity > self.available {
-            let reason = format!("requested {quantity}, available {}", self.available);
+        } else if let Err(reason) = self.allocate(quantity, d.location.as_ref()) {
             return self.refuse(ResultCode::RejectedInsufficient, reason);
         }
+        let location = match (&d.location, self.locations.is_empty()) {
+            (_, true) => None,
+            (Some(named), false) => Some(named.as_str().to_owned()),
+            (None, false) => (self.locations.iter())
+                .find(|l| l.available >= quantity)
+                .map(|l| l.name.clone()),
+        };
         self.available -= quantity;
+        if let Some(at) = location.as_deref().and_then(|name| self.location_mut(name)) {
+            at.available -= quantity;
+        }
         let status = match d.expires_at {
             Some(_) => {
                 self.reserved += quantity;
@@ -98,10 +108,46 @@ impl SkuState {
                 user: user.map(str::to_owned),
                 expires_at: d.expires_at,
                 units: names,
+                location: location.clone(),
                 ..OrderEntry::new(status, quantity, offset)
             },
         );
-        self.decide(ResultCode::Applied, -quantity, None)
+        self.decide_at(ResultCode::Applied, -quantity, None, location)
+    }
+
+    /// Why `quantity` units of counted stock cannot be taken (from
+    /// `location`, if named), if they cannot. A SKU with locations serves a
+    /// deduct naming none from the first location that has all of it.
+    fn allocate(&self, quantity: i64, location: Option<&LocationId>) -> Result<(), String> {
+        if let Some(named) = location {
+            let Some(at) = self.locations.iter().find(|l| l.name == named.as_str()) else {
+                return Err(format!("unknown location: {named}"));
+            };
+            if quantity > at.available {
+                return Err(format!(
+                    "requested {quantity}, available at {named} {}",
+                    at.available
+                ));
+            }
+            return Ok(());
+        }
+        if quantity > self.available {
+            return Err(format!(
+                "requested {quantity}, available {}",
+                self.available
+            ));
+        }
+        if self.locations.is_empty() || self.locations.iter().any(|l| l.available >= quantity) {
+            return Ok(());
+        }
+        let each: Vec<String> = (self.locations.iter())
+            .map(|l| format!("{} {}", l.name, l.available))
+            .collect();
+        Err(format!(
+            "requested {quantity}, available {} but no one location has that many ({})",
+            self.available,
+            each.join(", ")
+        ))
     }
 
     pub(super) fn rollback(&mut self, offset: i64, r: &Rollback) -> Decision {
@@ -118,8 +164,8 @@ impl SkuState {
         };
         match status {
             OrderStatus::Deducted | OrderStatus::Reserved => {
-                let units = self.release(key, OrderStatus::RolledBack, offset);
-                self.decide(ResultCode::Applied, units, None)
+                let (units, at) = self.release(key, OrderStatus::RolledBack, offset);
+                self.decide_at(ResultCode::Applied, units, None, at)
             }
             OrderStatus::RolledBack => {
                 self.refuse(ResultCode::Duplicate, "order already rolled back")
@@ -147,21 +193,22 @@ impl SkuState {
             OrderStatus::Reserved => {
                 let (quantity, deadline) = (entry.quantity, entry.expires_at.unwrap_or(i64::MAX));
                 if time > deadline {
-                    let units = self.release(key, OrderStatus::Expired, offset);
+                    let (units, at) = self.release(key, OrderStatus::Expired, offset);
                     let reason = format!(
                         "confirmed at {time}, after the deadline {deadline}; the hold expired"
                     );
-                    return self.decide(ResultCode::RejectedExpired, units, Some(reason));
+                    return self.decide_at(ResultCode::RejectedExpired, units, Some(reason), at);
                 }
                 self.reserved -= quantity;
-                let mut named = Vec::new();
+                let (mut named, mut at) = (Vec::new(), None);
                 if let Some(entry) = self.orders.get_mut(key) {
                     entry.status = OrderStatus::Confirmed;
                     entry.offset = offset;
                     named.clone_from(&entry.units);
+                    at.clone_from(&entry.location);
                 }
                 self.mark_units(&named, &Unit::Sold(key.to_owned()));
-                self.decide(ResultCode::Confirmed, 0, None)
+                self.decide_at(ResultCode::Confirmed, 0, None, at)
             }
             OrderStatus::Confirmed => self.refuse(ResultCode::Duplicate, "order already confirmed"),
             OrderStatus::Expired => {
@@ -196,8 +243,8 @@ impl SkuState {
                     let reason = format!("the hold lasts until {deadline}; record time {time}");
                     return self.refuse(ResultCode::IgnoredNotDue, reason);
                 }
-                let units = self.release(key, OrderStatus::Expired, offset);
-                self.decide(ResultCode::Expired, units, None)
+                let (units, at) = self.release(key, OrderStatus::Expired, offset);
+                self.decide_at(ResultCode::Expired, units, None, at)
             }
             OrderStatus::Expired => self.refuse(ResultCode::Duplicate, "order already expired"),
             other => self.refuse(
@@ -247,14 +294,15 @@ impl SkuState {
         let units = target - refunded;
         let user = entry.user.clone();
         let named = entry.units.clone();
+        let at = entry.location.clone();
         if let Some(entry) = self.orders.get_mut(key) {
             entry.refunded = target;
             entry.offset = offset;
         }
-        self.available += units;
+        self.give_back(at.as_deref(), units);
         self.count(user.as_deref(), -units);
         self.mark_units(&named, &Unit::Available);
-        self.decide(ResultCode::Refunded, units, None)
+        self.decide_at(ResultCode::Refunded, units, None, at)
     }
 
     pub(super) fn set_limit(&mut self, l: &Limit) -> Decision {
@@ -278,6 +326,9 @@ impl SkuState {
                 Some("the sku sells named units; add them by name".into()),
             );
         }
+        if let Err(reason) = self.stocks_there(r) {
+            return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+        }
         if !named.is_empty() {
             if self.units.is_empty() && self.total > 0 {
                 let reason = format!(
@@ -297,6 +348,9 @@ impl SkuState {
             }
         }
         let quantity = r.quantity();
+        if let Some(location) = r.location() {
+            return self.restock_at(offset, r, location);
+        }
         let (available, total) = match r.mode() {
             RestockMode::Add => {
                 let available = self.available + quantity;
@@ -330,5 +384,116 @@ impl SkuState {
             self.units.insert(unit.as_str().to_owned(), Unit::Available);
         }
         self.decide(ResultCode::Applied, delta, None)
+    }
+
+    /// Why a restock cannot go where it asks, if it cannot: a SKU keeps
+    /// its stock in one implicit place or by location, never both, and
+    /// named units have no location.
+    fn stocks_there(&self, r: &Restock) -> Result<(), String> {
+        match (r.location(), self.locations.is_empty()) {
+            (None, false) if r.named().is_empty() => {
+                Err("the sku keeps stock by location; name the location".into())
+            }
+            (None, false) => {
+                Err("the sku keeps stock by location; named units cannot be added to it".into())
+            }
+            (Some(_), true) if self.total > 0 => Err(format!(
+                "the sku holds {} units in no location; stock by location starts from a total of 0",
+                self.total
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A restock of the stock at `location`: as a restock of the SKU, but
+    /// an `ADD` may not leave the location's available below 0, nor a
+    /// `SET` its total below what orders hold there. A location not
+    /// stocked before is added last.
+    fn restock_at(&mut self, offset: i64, r: &Restock, location: &LocationId) -> Decision {
+        let quantity = r.quantity();
+        let (was_available, was_total) = (self.locations.iter())
+            .find(|l| l.name == location.as_str())
+            .map_or((0, 0), |l| (l.available, l.total));
+        let (available, total) = match r.mode() {
+            RestockMode::Add => {
+                let available = was_available + quantity;
+                if available < 0 {
+                    let reason = format!(
+                        "ADD {quantity} would leave available at {location} at {available}"
+                    );
+                    return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+                }
+                (available, was_total + quantity)
+            }
+            RestockMode::Set => {
+                let held = was_total - was_available;
+                if quantity < held {
+                    let reason = format!(
+                        "SET {quantity} is below the {held} units held by orders at {location}"
+                    );
+                    return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+                }
+                (quantity - held, quantity)
+            }
+        };
+        let sku_total = self.total + total - was_total;
+        if sku_total > MAX_STOCK {
+            let reason = format!(
+                "{} {quantity} would make the total {sku_total}, above {MAX_STOCK}",
+                r.mode().as_str()
+            );
+            return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
+        }
+        let delta = available - was_available;
+        self.available += delta;
+        self.total = sku_total;
+        match self.location_mut(location.as_str()) {
+            Some(at) => (at.available, at.total) = (available, total),
+            None => self.locations.push(LocationStock {
+                name: location.as_str().to_owned(),
+                available,
+                total,
+            }),
+        }
+        self.adjustments
+            .insert(r.adjustment_id.as_str().to_owned(), offset);
+        let at = Some(location.as_str().to_owned());
+        self.decide_at(ResultCode::Applied, delta, None, at)
+    }
+
+    pub(super) fn transfer(&mut self, offset: i64, t: &Transfer) -> Decision {
+        if self.adjustments.contains_key(t.transfer_id.as_str()) {
+            return self.refuse(ResultCode::Duplicate, "adjustment already applied");
+        }
+        let (from, to, quantity) = (t.from().as_str(), t.to().as_str(), t.quantity().get());
+        let Some(there) = self.locations.iter().find(|l| l.name == from) else {
+            let reason = format!("unknown location: {from}");
+            return self.refuse(ResultCode::RejectedInsufficient, reason);
+        };
+        if quantity > there.available {
+            let reason = format!(
+                "requested {quantity}, available at {from} {}",
+                there.available
+            );
+            return self.refuse(ResultCode::RejectedInsufficient, reason);
+        }
+        if let Some(at) = self.location_mut(from) {
+            at.available -= quantity;
+            at.total -= quantity;
+        }
+        match self.location_mut(to) {
+            Some(at) => {
+                at.available += quantity;
+                at.total += quantity;
+            }
+            None => self.locations.push(LocationStock {
+                name: to.to_owned(),
+                available: quantity,
+                total: quantity,
+            }),
+        }
+        self.adjustments
+            .insert(t.transfer_id.as_str().to_owned(), offset);
+        self.decide_at(ResultCode::Applied, 0, None, Some(from.to_owned()))
     }
 }

@@ -74,6 +74,11 @@ impl Projection {
                 seatmap = Some(value);
                 continue;
             }
+            if field == LOCATIONS_FIELD {
+                state.locations =
+                    decode_locations(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
+                continue;
+            }
             let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
             state.orders.insert(field, entry);
         }
@@ -96,6 +101,16 @@ impl Projection {
             && named != state.units.is_empty();
         if !agree {
             return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
+        }
+        // The locations must sum to the SKU's stock and agree with the flag.
+        let located = stock.get(LOCATED).is_some_and(|flag| flag == "1");
+        let (available, total) =
+            (state.locations.iter()).fold((0, 0), |(a, t), l| (a + l.available, t + l.total));
+        if located == state.locations.is_empty()
+            || (located && (available, total) != (state.available, state.total))
+        {
+            let value = stock.get(LOCATED).cloned().unwrap_or_default();
+            return Err(corrupt(&keys.stock, &value));
         }
         for (adjustment, value) in adjustments {
             let offset = value

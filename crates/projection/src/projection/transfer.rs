@@ -70,6 +70,10 @@ impl Projection {
             // The flag the apply script reads; the units themselves are in
             // the orders hash, restored as it was.
             stock.push((NAMED, i64::from(state.orders.contains_key(UNITS_FIELD))));
+            stock.push((
+                LOCATED,
+                i64::from(state.orders.contains_key(LOCATIONS_FIELD)),
+            ));
             if let Some(limit) = state.stock.limit {
                 stock.push((LIMIT, limit));
             }
