@@ -15,13 +15,13 @@ use serde_json::Value;
 use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
 use stockledger_core::schema;
 use stockledger_core::{
-    Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LogPosition, Outcome, Quantity,
-    Refund, Restock, RestockMode, ResultCode, Rollback, UnitId,
+    Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId, LogPosition,
+    Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, Transfer, UnitId,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 6] = [
+const RELEASES: [(&str, &str, bool); 7] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -50,6 +50,11 @@ const RELEASES: [(&str, &str, bool); 6] = [
     (
         "command-v4-outcome-v6",
         include_str!("fixtures/releases/command-v4-outcome-v6.json"),
+        true,
+    ),
+    (
+        "command-v5-outcome-v7",
+        include_str!("fixtures/releases/command-v5-outcome-v7.json"),
         true,
     ),
 ];
@@ -184,6 +189,59 @@ fn script_v4() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v5.rs`: stock in berlin and paris, a transfer between them, a
+/// deduct from paris, a hold left to the ledger's choice, a rollback.
+fn script_v5() -> (Vec<Command>, Vec<Decided>) {
+    let c = |id, body| command("SKU-3", id, body);
+    let at = |name: &str| -> LocationId { name.parse().unwrap() };
+    let stock = |id: &str, quantity, name: &str| {
+        let restock = Restock::new(id.parse().unwrap(), RestockMode::Add, quantity).unwrap();
+        CommandBody::Restock(restock.at(at(name)).unwrap())
+    };
+    let moved = Transfer::new(
+        "t-1".parse().unwrap(),
+        at("paris"),
+        at("berlin"),
+        quantity(1),
+    );
+    let taken = Deduct::new("o-1".parse().unwrap(), quantity(2)).at(at("paris"));
+    let commands = vec![
+        c("c-berlin", stock("a-5", 6, "berlin")),
+        c("c-paris", stock("a-6", 4, "paris")),
+        c("c-transfer", CommandBody::Transfer(moved.unwrap())),
+        c("c-deduct", CommandBody::Deduct(taken.unwrap())),
+        c(
+            "c-hold",
+            CommandBody::Deduct(Deduct {
+                user_id: Some("u-1".parse().unwrap()),
+                expires_at: Some(1_700_000_060_000),
+                ..Deduct::new("o-2".parse().unwrap(), quantity(3))
+            }),
+        ),
+        c(
+            "c-rollback",
+            CommandBody::Rollback(Rollback::new("o-1".parse().unwrap(), None).unwrap()),
+        ),
+    ];
+    let said = |delta, available| {
+        (
+            ResultCode::Applied,
+            delta,
+            available,
+            Some("as decided".into()),
+        )
+    };
+    let decisions = vec![
+        said(6, 6),
+        said(4, 10),
+        said(0, 10),
+        said(-2, 8),
+        said(-3, 5),
+        said(2, 7),
+    ];
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -197,7 +255,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v4") {
+        let (commands, decisions) = if name.starts_with("command-v5") {
+            script_v5()
+        } else if name.starts_with("command-v4") {
             script_v4()
         } else if name.starts_with("command-v3") {
             script_v3()
@@ -230,7 +290,8 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 available,
                 total: 10,
                 reason,
-                location: None,
+                // Only script_v5 names locations; its release wrote them.
+                location: c.body.location().map(|l| l.as_str().to_owned()),
             };
             let mut expected = Outcome::for_command(position, c, decision);
             if !has_command_details {
