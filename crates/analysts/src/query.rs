@@ -524,6 +524,32 @@ pub struct ReportRow {
     pub sold_out_at: Option<String>,
 }
 
+/// Longest report interval: a hundred years of 365.25 days.
+pub const MAX_EVERY_SECS: i64 = 3_155_760_000;
+
+/// A report's range widened to whole intervals of `every_secs` seconds
+/// aligned on the Unix epoch, after checking the interval and the range.
+fn whole_intervals(
+    every_secs: i64,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<(i64, i64), QueryError> {
+    if !(1..=MAX_EVERY_SECS).contains(&every_secs) {
+        return Err(QueryError::invalid(
+            "every",
+            format!("must be between one second and 100 years, got {every_secs} s"),
+        ));
+    }
+    check_range(Some(since_ms), Some(until_ms))?;
+    let every_ms = every_secs * 1000;
+    let since_ms = since_ms.div_euclid(every_ms) * every_ms;
+    let until_ms = until_ms
+        .div_euclid(every_ms)
+        .saturating_add(i64::from(until_ms.rem_euclid(every_ms) != 0))
+        .saturating_mul(every_ms);
+    Ok((since_ms, until_ms))
+}
+
 /// Per-SKU (or one SKU's) totals per interval of `every_secs` seconds,
 /// aligned on the Unix epoch, for records with `since <= occurred_at < until`
 /// once the range is widened to whole intervals (so the first and last are
@@ -538,19 +564,7 @@ pub async fn report(
     sku: Option<&str>,
     max_rows: i64,
 ) -> Result<Vec<ReportRow>, QueryError> {
-    if every_secs < 1 {
-        return Err(QueryError::invalid(
-            "every",
-            format!("must be at least one second, got {every_secs} s"),
-        ));
-    }
-    check_range(Some(since_ms), Some(until_ms))?;
-    let every_ms = every_secs.saturating_mul(1000);
-    let since_ms = since_ms.div_euclid(every_ms) * every_ms;
-    let until_ms = until_ms
-        .div_euclid(every_ms)
-        .saturating_add(i64::from(until_ms.rem_euclid(every_ms) != 0))
-        .saturating_mul(every_ms);
+    let (since_ms, until_ms) = whole_intervals(every_secs, since_ms, until_ms)?;
     let max_rows = max_rows.clamp(1, i64::MAX - 1);
     let rows: Vec<ReportRow> = sqlx::query_as(concat!(
         "SELECT sku, ",
@@ -563,6 +577,107 @@ pub async fn report(
              timestamptz 'epoch' + interval '1 millisecond' * $3,
              timestamptz 'epoch' + interval '1 millisecond' * $4, $5)
          LIMIT $6"
+    ))
+    .bind(topic)
+    .bind(every_secs as f64)
+    .bind(since_ms)
+    .bind(until_ms)
+    .bind(sku)
+    .bind(max_rows + 1)
+    .fetch_all(pool)
+    .await?;
+    if rows.len() as i64 > max_rows {
+        return Err(QueryError::invalid(
+            "max_rows",
+            format!("the report has more than {max_rows} rows; ask for one SKU or a shorter range"),
+        ));
+    }
+    Ok(rows)
+}
+
+/// One location's totals of one SKU over one interval (see
+/// [`report_by_location`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LocationReportRow {
+    pub sku: String,
+    pub location: String,
+    /// The interval's start, RFC 3339 UTC.
+    pub bucket: String,
+    /// Records that named or acted on the location (transfers counted at
+    /// their `from`).
+    pub records: i64,
+    /// Units deducts took from here.
+    pub units_taken: i64,
+    /// Units that came back here: rollbacks, expiries, refunds.
+    pub units_returned: i64,
+    /// What applied restocks here changed its available stock by.
+    pub restock_delta: i64,
+    /// Units transfers moved away from here.
+    pub transferred_out: i64,
+    /// Units transfers moved here.
+    pub transferred_in: i64,
+    /// Deducts and transfers refused for too little stock here, or for an
+    /// unknown location of this name.
+    pub rejected_insufficient: i64,
+}
+
+/// Per SKU and location (or one SKU's locations), totals per interval of
+/// `every_secs` seconds aligned on the Unix epoch, for records with
+/// `since <= occurred_at < until` widened to whole intervals, as
+/// [`report`] does; only records of SKUs that keep stock by location
+/// count. Refused (`max_rows`) when there would be more than `max_rows`
+/// rows.
+pub async fn report_by_location(
+    pool: &PgPool,
+    topic: &str,
+    every_secs: i64,
+    since_ms: i64,
+    until_ms: i64,
+    sku: Option<&str>,
+    max_rows: i64,
+) -> Result<Vec<LocationReportRow>, QueryError> {
+    let (since_ms, until_ms) = whole_intervals(every_secs, since_ms, until_ms)?;
+    let max_rows = max_rows.clamp(1, i64::MAX - 1);
+    // Each row counts at its location; a transfer counts again, incoming,
+    // at its destination.
+    let rows: Vec<LocationReportRow> = sqlx::query_as(concat!(
+        "WITH range AS (
+             SELECT * FROM ledger_entries
+             WHERE topic = $1
+               AND occurred_at >= timestamptz 'epoch' + interval '1 millisecond' * $3
+               AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * $4
+               AND ($5::text IS NULL OR sku = $5)
+         ), moves AS (
+             SELECT sku, location, occurred_at, command, result, delta, quantity,
+                    false AS incoming
+             FROM range WHERE location IS NOT NULL
+             UNION ALL
+             SELECT sku, to_location, occurred_at, command, result, delta, quantity, true
+             FROM range WHERE to_location IS NOT NULL
+         ), totals AS (
+             SELECT sku, location,
+                    date_bin(make_interval(secs => $2), occurred_at, timestamptz 'epoch') AS bucket,
+                    count(*) FILTER (WHERE NOT incoming) AS records,
+                    coalesce(sum(-delta) FILTER (WHERE NOT incoming AND result = 'APPLIED'
+                        AND command = 'DEDUCT'), 0)::bigint AS units_taken,
+                    coalesce(sum(delta) FILTER (WHERE NOT incoming AND delta > 0
+                        AND command IN ('ROLLBACK', 'EXPIRE', 'REFUND', 'CONFIRM')), 0)::bigint
+                        AS units_returned,
+                    coalesce(sum(delta) FILTER (WHERE NOT incoming AND result = 'APPLIED'
+                        AND command = 'RESTOCK'), 0)::bigint AS restock_delta,
+                    coalesce(sum(quantity) FILTER (WHERE NOT incoming AND result = 'APPLIED'
+                        AND command = 'TRANSFER'), 0)::bigint AS transferred_out,
+                    coalesce(sum(quantity) FILTER (WHERE incoming AND result = 'APPLIED'), 0)::bigint
+                        AS transferred_in,
+                    count(*) FILTER (WHERE NOT incoming AND result = 'REJECTED_INSUFFICIENT')
+                        AS rejected_insufficient
+             FROM moves GROUP BY 1, 2, 3
+         )
+         SELECT sku, location, ",
+        rfc3339!("bucket"),
+        ", records, units_taken, units_returned, restock_delta, transferred_out,
+             transferred_in, rejected_insufficient
+         FROM totals ORDER BY sku, location, totals.bucket LIMIT $6"
     ))
     .bind(topic)
     .bind(every_secs as f64)

@@ -14,7 +14,12 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
     }
     if let Some(relative) = text.strip_prefix('-') {
         let ms = parse_span_ms(relative).map_err(|e| format!("{text:?}: {e}"))?;
-        return Ok(now_ms.saturating_sub(ms));
+        let at = now_ms.saturating_sub(ms);
+        if at < FIRST_INSTANT_MS {
+            // PostgreSQL could not compare it (its intervals would overflow).
+            return Err(format!("{text:?} is before the year 1"));
+        }
+        return Ok(at);
     }
     let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
         .map_err(|e| {
@@ -26,6 +31,17 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| format!("{text:?} is out of range"))
 }
+
+/// 0001-01-01T00:00:00Z in ms since the Unix epoch: the earliest instant
+/// an analyst may name (RFC 3339 cannot name an earlier one either).
+///
+/// ```
+/// use stockledger_analysts::query::parse_instant;
+///
+/// assert!(parse_instant("-2000w", 0).is_ok());
+/// assert!(parse_instant("-48284813w", 0).unwrap_err().contains("before the year 1"));
+/// ```
+pub const FIRST_INSTANT_MS: i64 = -62_135_596_800_000;
 
 /// Parses the moment of an as-of question: a log offset (a whole number),
 /// or an instant as [`parse_instant`] takes it.

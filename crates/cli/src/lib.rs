@@ -244,11 +244,16 @@ pub enum Command {
     /// Give back what an order took or holds (before its deduction: refuse that deduction).
     #[command(after_help = "Examples:\n  stockledger rollback SKU-1 order-17 --wait 5")]
     Rollback(rollback::Args),
-    /// Add to, or set, a SKU's stock.
+    /// Add to, or set, a SKU's stock (at one location, if it keeps stock by location).
     #[command(
-        after_help = "Examples:\n  stockledger restock SKU-1 --add 100 --wait 5\n  stockledger restock SKU-1 --set 40 --adjustment-id count-2026-11"
+        after_help = "Examples:\n  stockledger restock SKU-1 --add 100 --wait 5\n  stockledger restock SKU-1 --set 40 --adjustment-id count-2026-11\n  stockledger restock MUG-1 --add 40 --location berlin --wait 5"
     )]
     Restock(restock::Args),
+    /// Move available stock of a SKU between two of its locations, all or nothing.
+    #[command(
+        after_help = "Examples:\n  stockledger transfer MUG-1 3 --from berlin --to paris --wait 5\n  stockledger transfer MUG-1 10 --from berlin --to lyon --transfer-id tr-2026-11-26"
+    )]
+    Transfer(transfer::Args),
     /// Show a SKU's stock from Redis, or from the archive as it was (--as-of).
     #[command(
         after_help = "Examples:\n  stockledger stock SKU-1\n  stockledger stock SKU-1 --as-of -1h --format json"
@@ -264,9 +269,9 @@ pub enum Command {
         after_help = "Examples:\n  stockledger history --sku SKU-1 --since -1d\n  stockledger history --order order-17 --format json"
     )]
     History(history::Args),
-    /// Per-SKU totals per interval from the archive: taken, returned, refused, lowest stock, sold out.
+    /// Per-SKU (or per-location) totals per interval from the archive: taken, returned, refused, lowest stock, sold out.
     #[command(
-        after_help = "Examples:\n  stockledger report --since -7d --every 1d\n  stockledger report --since -1d --every 1h --format csv > hourly.csv"
+        after_help = "Examples:\n  stockledger report --since -7d --every 1d\n  stockledger report --since -1d --every 1h --format csv > hourly.csv\n  stockledger report --by location --sku MUG-1 --every 1d"
     )]
     Report(report::Args),
     /// Write archived rows of a time range to a CSV or Parquet file.
@@ -398,6 +403,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Refund(args) => refund::run(g, args).await,
         Command::Limit(args) => limit::run(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,
+        Command::Transfer(args) => transfer::run(g, args).await,
         Command::Stock(args) => stock::run(g, args).await,
         Command::Order(args) => order::run(g, args).await,
         Command::History(args) => history::run(g, args).await,

@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 31] = [
+    let cases: [(&[&str], &str); 36] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -126,6 +126,26 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
         (&["deduct", "SHOW", "o1"], "<QUANTITY>"),
         (&["restock", "SHOW", "--units", &long], "units: units[0] "),
         (&["history", "--unit", "A1"], "unit: \"A1\" is not SKU/UNIT"),
+        (
+            &["transfer", "MUG", "1", "--from", "paris", "--to", "paris"],
+            "to: is the location the stock comes from (paris)",
+        ),
+        (
+            &["transfer", "MUG", "0", "--from", "berlin", "--to", "paris"],
+            "quantity: must be at least 1",
+        ),
+        (
+            &["transfer", "MUG", "1", "--from", "Zürich", "--to", "paris"],
+            "from: must be ASCII letters, digits",
+        ),
+        (
+            &["restock", "MUG", "--add", "1", "--location", "a b"],
+            "location: must be ASCII letters, digits",
+        ),
+        (
+            &["deduct", "MUG", "o1", "1", "--location", &long],
+            "location: is 10240 bytes long",
+        ),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;
@@ -843,6 +863,113 @@ async fn cli_puts_seats_on_sale_holds_them_by_name_and_shows_the_seat_map() -> a
             ("o1", "APPLIED"),
             ("o2", "REJECTED_INSUFFICIENT")
         ],
+        "{}",
+        text(&out.stdout)
+    );
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_keeps_stock_by_location_and_transfers_it() -> anyhow::Result<()> {
+    let h = Harness::new("cli-locations", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let run = |args: &[&str]| -> anyhow::Result<String> {
+        let out = stockledger(&h, &[args, &["--wait", "30"]].concat())?;
+        Ok(format!("{}{}", text(&out.stdout), text(&out.stderr)))
+    };
+    let out = run(&["restock", "MUG", "--add", "5", "--location", "berlin"])?;
+    assert!(
+        out.contains("APPLIED: delta 5, available 5, total 5, at berlin"),
+        "{out}"
+    );
+    run(&["restock", "MUG", "--add", "3", "--location", "paris"])?;
+    let out = run(&["deduct", "MUG", "o1", "4"])?;
+    assert!(
+        out.contains("APPLIED: delta -4, available 4, total 8, at berlin"),
+        "{out}"
+    );
+    let out = run(&["deduct", "MUG", "o2", "2", "--location", "rome"])?;
+    assert!(
+        out.contains("REJECTED_INSUFFICIENT") && out.contains("unknown location: rome"),
+        "{out}"
+    );
+    let out = run(&[
+        "transfer",
+        "MUG",
+        "2",
+        "--from",
+        "paris",
+        "--to",
+        "lyon",
+        "--transfer-id",
+        "t1",
+    ])?;
+    assert!(
+        out.contains("APPLIED: delta 0, available 4, total 8, at paris"),
+        "{out}"
+    );
+    // A refused transfer exits 3 and changes nothing.
+    let out = stockledger(
+        &h,
+        &[
+            "transfer", "MUG", "5", "--from", "berlin", "--to", "lyon", "--wait", "30",
+        ],
+    )?;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("requested 5, available at berlin 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = stockledger(&h, &["stock", "MUG"])?;
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("  at berlin: available 1, total 5, held 4\n")
+            && shown.contains("  at paris: available 1, total 1, held 0\n")
+            && shown.contains("  at lyon: available 2, total 2, held 0\n"),
+        "{shown}"
+    );
+    let out = stockledger(&h, &["stock", "MUG", "--format", "json"])?;
+    let stock: serde_json::Value = serde_json::from_str(text(&out.stdout).trim())?;
+    let names: Vec<&str> = stock["locations"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|l| l["location"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["berlin", "paris", "lyon"], "{stock}");
+
+    h.wait_for_archive(6).await?;
+    let out = stockledger(
+        &h,
+        &[
+            "report", "--by", "location", "--sku", "MUG", "--every", "1d", "--format", "json",
+        ],
+    )?;
+    let rows: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["location"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (
+            &row("berlin")["units_taken"],
+            &row("berlin")["rejected_insufficient"]
+        ),
+        (&serde_json::json!(4), &serde_json::json!(1)),
+        "{rows:?}"
+    );
+    assert_eq!(row("lyon")["transferred_in"], 2, "{rows:?}");
+    assert_eq!(row("rome")["rejected_insufficient"], 1, "{rows:?}");
+    let out = stockledger(&h, &["history", "--sku", "MUG"])?;
+    assert!(
+        text(&out.stdout).contains("paris->lyon"),
         "{}",
         text(&out.stdout)
     );

@@ -1133,3 +1133,221 @@ async fn the_gateway_sells_named_seats_all_or_none_and_shows_the_seat_map() -> a
     assert_eq!(page["entries"][1]["units"], json!(["A1", "A2"]), "{page}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_gateway_keeps_stock_by_location_and_moves_it_between_them() -> anyhow::Result<()> {
+    let h = Harness::new("http-locations", 2).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let _archiver = archiver(&h)?;
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let waited = |path: &str| format!("{base}{path}?wait_ms=30000");
+    let decided = |body: &Value| {
+        let d = &body["decision"];
+        (
+            d["result"].as_str().unwrap_or("").to_owned(),
+            d["location"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let said = |result: &str, location: &str| (result.to_owned(), location.to_owned());
+    let levels = || async {
+        let (status, _, body) = get(&format!("{base}/v1/skus/MUG")).await?;
+        anyhow::ensure!(status == 200, "{body}");
+        let each: Vec<(String, i64, i64)> = body["locations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|l| {
+                (
+                    l["location"].as_str().unwrap_or("").to_owned(),
+                    l["available"].as_i64().unwrap_or(-1),
+                    l["total"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        Ok::<_, anyhow::Error>((body["available"].as_i64().unwrap_or(-1), each))
+    };
+    let at = |name: &str, available, total| (name.to_owned(), available, total);
+
+    for (id, location, quantity) in [("in-b", "berlin", 5), ("in-p", "paris", 3)] {
+        let (_, _, body) = post(
+            &waited(&format!("/v1/skus/MUG/restocks/{id}")),
+            json!({"mode": "ADD", "quantity": quantity, "location": location}),
+        )
+        .await?;
+        assert_eq!(decided(&body), said("APPLIED", location), "{body}");
+    }
+    assert_eq!(
+        levels().await?,
+        (8, vec![at("berlin", 5, 5), at("paris", 3, 3)])
+    );
+    // Naming no location: the first stocked that has it all.
+    let (_, _, body) = post(
+        &waited("/v1/skus/MUG/orders/o1/deduct"),
+        json!({"quantity": 4}),
+    )
+    .await?;
+    assert_eq!(decided(&body), said("APPLIED", "berlin"), "{body}");
+    let (_, _, body) = post(
+        &waited("/v1/skus/MUG/orders/o2/deduct"),
+        json!({"quantity": 2, "location": "paris"}),
+    )
+    .await?;
+    assert_eq!(decided(&body), said("APPLIED", "paris"), "{body}");
+    let (_, _, body) = post(
+        &waited("/v1/skus/MUG/orders/o3/deduct"),
+        json!({"quantity": 2}),
+    )
+    .await?;
+    assert_eq!(
+        body["decision"]["reason"],
+        "requested 2, available 2 but no one location has that many (berlin 1, paris 1)",
+        "{body}"
+    );
+
+    // A transfer moves what is free, all or nothing, once.
+    let moved = json!({"from": "berlin", "to": "paris", "quantity": 1});
+    let (_, _, body) = post(&waited("/v1/skus/MUG/transfers/t1"), moved.clone()).await?;
+    assert_eq!(decided(&body), said("APPLIED", "berlin"), "{body}");
+    assert_eq!(body["decision"]["delta"], 0, "{body}");
+    assert_eq!(
+        levels().await?,
+        (2, vec![at("berlin", 0, 4), at("paris", 2, 4)])
+    );
+    let (_, _, body) = post(&waited("/v1/skus/MUG/transfers/t2"), moved.clone()).await?;
+    assert_eq!(
+        (decided(&body), &body["decision"]["reason"]),
+        (
+            said("REJECTED_INSUFFICIENT", "berlin"),
+            &json!("requested 1, available at berlin 0")
+        ),
+        "{body}"
+    );
+    let (status, _, body) = post(&format!("{base}/v1/skus/MUG/transfers/t1"), moved).await?;
+    assert_eq!((status, &body["status"]), (200, &json!("repeat")), "{body}");
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/MUG/transfers/t1"),
+        json!({"from": "berlin", "to": "paris", "quantity": 2}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["field"]),
+        (409, &json!("quantity")),
+        "{body}"
+    );
+    let (status, _, body) = post(
+        &format!("{base}/v1/skus/MUG/restocks/t1"),
+        json!({"mode": "ADD", "quantity": 1, "location": "paris"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["field"]),
+        (409, &json!("adjustment_id")),
+        "{body}"
+    );
+
+    // Bad input is refused before the log, naming the field.
+    for (path, request, field) in [
+        (
+            "/v1/skus/MUG/transfers/t3",
+            json!({"from": "paris", "to": "paris", "quantity": 1}),
+            "to",
+        ),
+        (
+            "/v1/skus/MUG/transfers/t3",
+            json!({"from": "Zürich", "to": "paris", "quantity": 1}),
+            "from",
+        ),
+        (
+            "/v1/skus/MUG/transfers/t3",
+            json!({"from": "berlin", "to": "paris", "quantity": 0}),
+            "quantity",
+        ),
+        (
+            "/v1/skus/MUG/orders/o9/deduct",
+            json!({"quantity": 1, "location": "two words"}),
+            "location",
+        ),
+        (
+            "/v1/skus/MUG/orders/o9/deduct",
+            json!({"units": ["A1"], "location": "paris"}),
+            "location",
+        ),
+    ] {
+        let (status, _, body) = post(&format!("{base}{path}"), request.clone()).await?;
+        assert_eq!(
+            (status, &body["field"]),
+            (422, &json!(field)),
+            "{request}: {body}"
+        );
+    }
+    // A SKU kept by location refuses a restock naming none.
+    let (_, _, body) = post(
+        &waited("/v1/skus/MUG/restocks/plain"),
+        json!({"mode": "ADD", "quantity": 1}),
+    )
+    .await?;
+    assert_eq!(
+        body["decision"]["reason"], "the sku keeps stock by location; name the location",
+        "{body}"
+    );
+    // What an order gives back goes back where it came from.
+    let (_, _, body) = post(&waited("/v1/skus/MUG/orders/o1/rollback"), json!({})).await?;
+    assert_eq!(decided(&body), said("APPLIED", "berlin"), "{body}");
+    assert_eq!(
+        levels().await?,
+        (6, vec![at("berlin", 4, 4), at("paris", 2, 4)])
+    );
+    let (_, _, order) = get(&format!("{base}/v1/skus/MUG/orders/o2")).await?;
+    assert_eq!(order["location"], "paris", "{order}");
+
+    // The archive has the locations, and the report sums them.
+    h.wait_for_archive(9).await?;
+    let (_, _, page) = get(&format!("{base}/v1/history?sku=MUG")).await?;
+    let transfer = page["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["command"] == "TRANSFER").cloned())
+        .unwrap_or_default();
+    assert_eq!(
+        (
+            &transfer["adjustment_id"],
+            &transfer["location"],
+            &transfer["to_location"]
+        ),
+        (&json!("t1"), &json!("berlin"), &json!("paris")),
+        "{page}"
+    );
+    let (status, _, report) = get(&format!(
+        "{base}/v1/report/locations?sku=MUG&every=1d&since=-1d"
+    ))
+    .await?;
+    assert_eq!(status, 200, "{report}");
+    let row = |location: &str| {
+        report["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["location"] == location).cloned())
+            .unwrap_or_default()
+    };
+    let (berlin, paris) = (row("berlin"), row("paris"));
+    assert_eq!(
+        (
+            &berlin["units_taken"],
+            &berlin["units_returned"],
+            &berlin["transferred_out"],
+            &berlin["rejected_insufficient"]
+        ),
+        (&json!(4), &json!(4), &json!(1), &json!(1)),
+        "{report}"
+    );
+    assert_eq!(
+        (
+            &paris["units_taken"],
+            &paris["transferred_in"],
+            &paris["restock_delta"]
+        ),
+        (&json!(2), &json!(1), &json!(3)),
+        "{report}"
+    );
+    Ok(())
+}

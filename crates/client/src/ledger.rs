@@ -32,9 +32,11 @@
 
 use std::time::Duration;
 
-use stockledger_core::ids::{AdjustmentId, BasketId, OrderId, Quantity, Sku, UnitId, UserId};
+use stockledger_core::ids::{
+    AdjustmentId, BasketId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId, UserId,
+};
 use stockledger_core::{
-    CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
+    CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback, Transfer,
 };
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::ProjectionError;
@@ -439,6 +441,96 @@ impl Ledger {
     ) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Restock(Restock::new(adjustment.clone(), mode, quantity)?);
         self.producer.send(sku.clone(), body).await
+    }
+
+    /// Restocks the stock of `sku` at `location` (a warehouse, a store):
+    /// `ADD` a signed amount there or `SET` its total there. A SKU keeps
+    /// its stock in one place or by location, never both: the first
+    /// restock naming a location moves a SKU whose total is 0 to
+    /// locations, and from then on every restock names one.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{AdjustmentId, LocationId, RestockMode, Sku};
+    ///
+    /// let (sku, berlin) = (Sku::new("MUG-1")?, LocationId::new("berlin")?);
+    /// ledger.restock_at(&sku, &AdjustmentId::new("po-17")?, &berlin, RestockMode::Add, 40).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn restock_at(
+        &self,
+        sku: &Sku,
+        adjustment: &AdjustmentId,
+        location: &LocationId,
+        mode: RestockMode,
+        quantity: i64,
+    ) -> Result<Receipt, ProducerError> {
+        let restock = Restock::new(adjustment.clone(), mode, quantity)?.at(location.clone())?;
+        self.producer
+            .send(sku.clone(), CommandBody::Restock(restock))
+            .await
+    }
+
+    /// Takes `quantity` of `sku` for `order` from `location` only (sold),
+    /// counted against `user`'s per-user limit if given. Refused
+    /// (`REJECTED_INSUFFICIENT`) when the location is unknown or has too
+    /// little; [`deduct`](Self::deduct) leaves the choice of location to
+    /// the ledger, and its decision's `location` says which it took.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{LocationId, OrderId, Quantity, Sku};
+    ///
+    /// let sku = Sku::new("MUG-1")?;
+    /// let sent = ledger
+    ///     .deduct_from(&sku, &LocationId::new("paris")?, &OrderId::new("o-1")?, Quantity::new(2)?, None)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn deduct_from(
+        &self,
+        sku: &Sku,
+        location: &LocationId,
+        order: &OrderId,
+        quantity: Quantity,
+        user: Option<&UserId>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Deduct(Deduct {
+            user_id: user.cloned(),
+            ..Deduct::new(order.clone(), quantity).at(location.clone())?
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Moves `quantity` available units of `sku` from one location to
+    /// another (added if not stocked before), all or nothing; `transfer`
+    /// names it so a repeat moves once. What orders hold stays where it is.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{LocationId, Quantity, Sku, TransferId};
+    ///
+    /// let (berlin, paris) = (LocationId::new("berlin")?, LocationId::new("paris")?);
+    /// let moved = ledger
+    ///     .transfer(&Sku::new("MUG-1")?, &TransferId::new("tr-9")?, &berlin, &paris, Quantity::new(3)?)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transfer(
+        &self,
+        sku: &Sku,
+        transfer: &TransferId,
+        from: &LocationId,
+        to: &LocationId,
+        quantity: Quantity,
+    ) -> Result<Receipt, ProducerError> {
+        let moved = Transfer::new(transfer.clone(), from.clone(), to.clone(), quantity)?;
+        self.producer
+            .send(sku.clone(), CommandBody::Transfer(moved))
+            .await
     }
 
     /// Takes exactly these named units of `sku` for `order` (seats), all

@@ -41,10 +41,12 @@ pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
 pub use stockledger_core::ids::{
-    AdjustmentId, BasketId, CommandId, OrderId, Quantity, Sku, UnitId, UserId,
+    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,
+    UserId,
 };
 pub use stockledger_core::{
-    CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback, Unit,
+    CommandBody, Confirm, Deduct, Expire, Limit, LocationStock, Refund, Restock, Rollback,
+    Transfer, Unit,
 };
 pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode, ValidationError};
 pub use stockledger_kafka::KafkaConfig;

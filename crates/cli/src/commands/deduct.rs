@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{LocationId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::{CommandBody, Deduct};
 
 use super::send::{publish, WaitArgs};
-use super::{parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
+use super::{parse_location, parse_order_id, parse_quantity, parse_sku, parse_span, parse_user_id};
 use crate::Global;
 
 #[derive(Debug, ClapArgs)]
@@ -33,13 +33,21 @@ pub struct Args {
     /// past the deadline they come back by themselves.
     #[arg(long, value_name = "SPAN", value_parser = parse_span)]
     pub hold: Option<i64>,
+    /// Take from this location only; without it a SKU that keeps stock by
+    /// location is served by the first location, in the order they were
+    /// first stocked, that has the whole quantity (the decision says which).
+    #[arg(long, value_parser = parse_location, conflicts_with = "units")]
+    pub location: Option<LocationId>,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let units = (!args.units.is_empty()).then_some(&args.units[..]);
-    let deduct = Deduct::taking(args.order_id, args.quantity.map(Quantity::get), units)?;
+    let mut deduct = Deduct::taking(args.order_id, args.quantity.map(Quantity::get), units)?;
+    if let Some(location) = args.location {
+        deduct = deduct.at(location)?;
+    }
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Deduct(Deduct {
         user_id: args.user,

@@ -123,7 +123,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const COLUMNS: [&str; 17] = [
+const COLUMNS: [&str; 18] = [
     "occurred_at",
     "position",
     "sku",
@@ -141,6 +141,7 @@ const COLUMNS: [&str; 17] = [
     "user_id",
     "expires_at",
     "units",
+    "location",
 ];
 
 /// An archived entry as JSON, the fields named as the archive names them
@@ -155,7 +156,8 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "total_after": e.total_after, "reason": e.reason,
         "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
         "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
-        "basket_id": e.basket_id, "units": e.units,
+        "basket_id": e.basket_id, "units": e.units, "location": e.location,
+        "to_location": e.to_location,
     })
 }
 
@@ -188,13 +190,18 @@ fn print_page(page: &query::Page, format: Format) {
                     json!(e.user_id),
                     json!(e.expires_at),
                     json!(e.units.as_ref().map(|u| u.join(" "))),
+                    // A transfer's two ends, `from->to`.
+                    json!(match (&e.location, &e.to_location) {
+                        (Some(from), Some(to)) => Some(format!("{from}->{to}")),
+                        (at, _) => at.clone(),
+                    }),
                 ]
             })
             .collect();
         // The table leaves out what CSV carries for tools: the restock mode
         // (a restock's delta shows its effect), the command id, the buyer
-        // and the deadline; it keeps the units, last.
-        let keep = |i: usize| format != Format::Table || !(12..COLUMNS.len() - 1).contains(&i);
+        // and the deadline; it keeps the units and the location, last.
+        let keep = |i: usize| format != Format::Table || !(12..16).contains(&i);
         let columns: Vec<&str> = (0..COLUMNS.len())
             .filter(|i| keep(*i))
             .map(|i| COLUMNS[i])

@@ -32,9 +32,10 @@ pub mod status;
 pub mod stock;
 mod table;
 pub mod topics;
+pub mod transfer;
 
 use stockledger_analysts::query;
-use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{AdjustmentId, LocationId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::ResultCode;
 
 /// `--applier-group`, for the commands that read where the applier is.
@@ -64,6 +65,10 @@ pub(crate) fn parse_user_id(s: &str) -> Result<UserId, String> {
 
 pub(crate) fn parse_adjustment_id(s: &str) -> Result<AdjustmentId, String> {
     AdjustmentId::new(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_location(s: &str) -> Result<LocationId, String> {
+    LocationId::new(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn parse_quantity(s: &str) -> Result<Quantity, String> {

@@ -1,4 +1,5 @@
-//! `stockledger report`: per-SKU totals per interval, from the archive.
+//! `stockledger report`: per-SKU (or per-location) totals per interval,
+//! from the archive.
 
 use std::process::ExitCode;
 
@@ -26,8 +27,65 @@ pub struct Args {
     /// End of the range (exclusive), in the same forms.
     #[arg(long, value_parser = parse_time, allow_hyphen_values = true, default_value = "now")]
     pub until: i64,
+    /// Totals per SKU, or per SKU and location (SKUs that keep stock by
+    /// location: taken, returned, restocked, moved out and in, refused).
+    #[arg(long, value_enum, default_value = "sku")]
+    pub by: By,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+/// What a report's rows are totals of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    Sku,
+    Location,
+}
+
+const LOCATION_COLUMNS: [&str; 10] = [
+    "sku",
+    "location",
+    "interval_start",
+    "records",
+    "units_taken",
+    "units_returned",
+    "restock_delta",
+    "transferred_out",
+    "transferred_in",
+    "rejected_insufficient",
+];
+
+/// The report per SKU and location.
+async fn by_location(g: &Global, args: &Args) -> anyhow::Result<Vec<Vec<Value>>> {
+    let pool = connect_analyst(g, 1).await?;
+    let rows = query::report_by_location(
+        &pool,
+        &g.topic,
+        args.every / 1000,
+        args.since,
+        args.until,
+        args.sku.as_ref().map(Sku::as_str),
+        i64::MAX,
+    )
+    .await
+    .map_err(query_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            vec![
+                json!(r.sku),
+                json!(r.location),
+                json!(r.bucket),
+                json!(r.records),
+                json!(r.units_taken),
+                json!(r.units_returned),
+                json!(r.restock_delta),
+                json!(r.transferred_out),
+                json!(r.transferred_in),
+                json!(r.rejected_insufficient),
+            ]
+        })
+        .collect())
 }
 
 const COLUMNS: [&str; 18] = [
@@ -53,6 +111,14 @@ const COLUMNS: [&str; 18] = [
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     check_range(Some(args.since), Some(args.until))?;
+    if args.by == By::Location {
+        let rows = by_location(g, &args).await?;
+        table::print(args.format, &LOCATION_COLUMNS, &rows);
+        if rows.is_empty() && args.format == Format::Table {
+            println!("(no archived records of locations in the range)");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let pool = connect_analyst(g, 1).await?;
     let rows = query::report(
         &pool,

@@ -1,14 +1,15 @@
-//! `stockledger restock`: add to, or set, a SKU's stock, or add named units.
+//! `stockledger restock`: add to, or set, a SKU's stock (at one location,
+//! if it keeps stock by location), or add named units.
 
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
 use stockledger_client::LedgerProducer;
-use stockledger_core::ids::{AdjustmentId, Sku};
+use stockledger_core::ids::{AdjustmentId, LocationId, Sku};
 use stockledger_core::{CommandBody, Restock, RestockMode};
 
 use super::send::{publish, WaitArgs};
-use super::{parse_adjustment_id, parse_sku};
+use super::{parse_adjustment_id, parse_location, parse_sku};
 use crate::Global;
 
 #[derive(Debug, ClapArgs)]
@@ -27,6 +28,12 @@ pub struct Args {
     /// never both.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     pub units: Vec<String>,
+    /// Restock this location only (a warehouse, a store: 1 to 64 ASCII
+    /// letters, digits, `-`, `_`, `.`). A SKU keeps its stock in one place
+    /// or by location, never both: the first restock naming a location
+    /// moves a SKU whose total is 0 to locations.
+    #[arg(long, value_parser = parse_location, conflicts_with = "units")]
+    pub location: Option<LocationId>,
     /// Names this adjustment so that sending it twice applies it once
     /// (default: a fresh id).
     #[arg(long, value_parser = parse_adjustment_id)]
@@ -45,6 +52,10 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         (Some(n), _) => Restock::new(adjustment, RestockMode::Add, n)?,
         (None, Some(n)) => Restock::new(adjustment, RestockMode::Set, n)?,
         (None, None) => anyhow::bail!("restock needs --add, --set or --units"),
+    };
+    let restock = match args.location {
+        Some(location) => restock.at(location)?,
+        None => restock,
     };
     let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Restock(restock);

@@ -77,11 +77,15 @@ pub async fn report_sent(
     };
     match (wait.format, &decision) {
         (Style::Text, Some(d)) => println!(
-            "{}: delta {}, available {}, total {}{}",
+            "{}: delta {}, available {}, total {}{}{}",
             d.result,
             d.delta,
             d.available,
             d.total,
+            d.location
+                .as_ref()
+                .map(|l| format!(", at {l}"))
+                .unwrap_or_default(),
             d.reason
                 .as_ref()
                 .map(|r| format!(" ({r})"))
@@ -112,5 +116,6 @@ pub fn decision_json(d: &Decision) -> serde_json::Value {
         "available": d.available,
         "total": d.total,
         "reason": d.reason,
+        "location": d.location,
     })
 }

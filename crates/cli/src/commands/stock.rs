@@ -59,6 +59,12 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             "limit_per_user": s.limit,
             "partition": s.partition,
             "last_offset": s.last_offset,
+            "locations": s.locations.iter().map(|l| json!({
+                "location": l.name,
+                "available": l.available,
+                "total": l.total,
+                "held": l.held(),
+            })).collect::<Vec<_>>(),
         })
     });
     match (args.format, &state) {
@@ -78,6 +84,18 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             "{sku}: no state under prefix {} (never restocked?)",
             g.prefix
         ),
+    }
+    if let (Style::Text, Some(s)) = (args.format, &state) {
+        // One line per location, in the order a deduct naming none tries them.
+        for l in &s.locations {
+            println!(
+                "  at {}: available {}, total {}, held {}",
+                l.name,
+                l.available,
+                l.total,
+                l.held()
+            );
+        }
     }
     Ok(if state.is_some() {
         Exit::Ok

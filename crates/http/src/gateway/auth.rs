@@ -97,7 +97,8 @@ enum Need {
     Nothing,
     /// The commands of an order service.
     Produce,
-    /// Restock, limits, refunds; and any route not listed (closed by default).
+    /// Restock, transfers, limits, refunds; and any route not listed
+    /// (closed by default).
     Operate,
     /// One order's state (every role).
     ReadOrder,
@@ -121,7 +122,12 @@ fn need(method: &Method, route: &str) -> Need {
         ) => Need::ReadOrder,
         (
             "GET" | "HEAD",
-            "/v1/skus/{sku}" | "/v1/skus/{sku}/as-of" | "/v1/history" | "/v1/report" | "/metrics",
+            "/v1/skus/{sku}"
+            | "/v1/skus/{sku}/as-of"
+            | "/v1/history"
+            | "/v1/report"
+            | "/v1/report/locations"
+            | "/metrics",
         ) => Need::Read,
         _ => Need::Operate,
     }
@@ -529,6 +535,10 @@ mod tests {
                 [false, true, false],
             ),
             (
+                post("/v1/skus/{sku}/transfers/{transfer_id}"),
+                [false, true, false],
+            ),
+            (
                 need(&Method::PUT, "/v1/skus/{sku}/limit"),
                 [false, true, false],
             ),
@@ -536,6 +546,7 @@ mod tests {
             (get("/v1/skus/{sku}"), [false, true, true]),
             (get("/v1/history"), [false, true, true]),
             (get("/v1/report"), [false, true, true]),
+            (get("/v1/report/locations"), [false, true, true]),
             (get("/v1/skus/{sku}/as-of"), [false, true, true]),
             (get("/metrics"), [false, true, true]),
             (get("/readyz"), [true, true, true]),
@@ -562,6 +573,7 @@ mod tests {
                 if present {
                     let need = need(&method, path);
                     let operator_only = path.contains("/restocks/")
+                        || path.contains("/transfers/")
                         || path.ends_with("/refund")
                         || path.ends_with("/limit");
                     assert!(

@@ -77,6 +77,12 @@ pub struct DeductRequest {
     /// epoch, after now, at most 7 days ahead); not with `hold_ms`.
     #[schema(minimum = 1)]
     pub expires_at: Option<i64>,
+    /// Take from this location only (a SKU that keeps stock by location);
+    /// without it the ledger takes from the first location, in the order
+    /// they were first stocked, that has the whole quantity. Not with
+    /// `units`.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
+    pub location: Option<String>,
 }
 
 /// One line of a basket.
@@ -229,6 +235,28 @@ pub struct RestockRequest {
     /// stock, never both.
     #[schema(min_items = 1, max_items = 1000)]
     pub units: Option<Vec<String>>,
+    /// The location whose stock this changes (1 to 64 ASCII letters,
+    /// digits, `-`, `_`, `.`). A SKU keeps its stock in one place or by
+    /// location, never both: a restock naming a location moves a SKU whose
+    /// total is 0 to locations. Not with `units`.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
+    pub location: Option<String>,
+}
+
+/// Move available stock between two locations of a SKU, all or nothing.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransferRequest {
+    /// The location the stock leaves: it must have `quantity` available.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
+    pub from: String,
+    /// The location the stock goes to (added if not stocked before); not
+    /// `from`.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
+    pub to: String,
+    /// Units to move, 1 to 1,000,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub quantity: i64,
 }
 
 /// Where a command landed in the log.
@@ -251,6 +279,11 @@ pub struct DecisionBody {
     pub total: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The location the command named or acted on: where a deduct naming
+    /// none took from, where an order's units went back (a transfer: its
+    /// `from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 impl From<Decision> for DecisionBody {
@@ -261,6 +294,7 @@ impl From<Decision> for DecisionBody {
             available: d.available,
             total: d.total,
             reason: d.reason,
+            location: d.location,
         }
     }
 }
@@ -284,6 +318,9 @@ pub struct OrderBody {
     pub expires_at: Option<i64>,
     /// Units of a confirmed order refunded so far.
     pub refunded: i64,
+    /// The location the order took from, where its units go back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 impl OrderBody {
@@ -297,6 +334,7 @@ impl OrderBody {
             user_id: e.user.clone(),
             expires_at: e.expires_at,
             refunded: e.refunded,
+            location: e.location.clone(),
         }
     }
 }
@@ -353,6 +391,32 @@ pub struct StockBody {
     pub partition: Option<i32>,
     /// The offset of the last record applied to the SKU.
     pub last_offset: i64,
+    /// The stock at each location, in the order they were first stocked
+    /// (absent for a SKU that keeps no stock by location); they sum to
+    /// `available` and `total`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<LocationBody>,
+}
+
+/// A SKU's stock at one location.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LocationBody {
+    pub location: String,
+    pub available: i64,
+    pub total: i64,
+    /// Units taken from here by orders and not given back.
+    pub held: i64,
+}
+
+impl From<&stockledger_core::LocationStock> for LocationBody {
+    fn from(l: &stockledger_core::LocationStock) -> Self {
+        Self {
+            location: l.name.clone(),
+            available: l.available,
+            total: l.total,
+            held: l.held(),
+        }
+    }
 }
 
 /// Where a named unit stands.
@@ -454,8 +518,8 @@ pub struct HistoryParams {
 pub struct HistoryEntry {
     pub position: Position,
     pub sku: String,
-    /// `DEDUCT`, `ROLLBACK`, `RESTOCK`, `CONFIRM`, `REFUND`, `EXPIRE` or
-    /// `LIMIT` (absent for an invalid record).
+    /// `DEDUCT`, `ROLLBACK`, `RESTOCK`, `CONFIRM`, `REFUND`, `EXPIRE`,
+    /// `LIMIT` or `TRANSFER` (absent for an invalid record).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -493,6 +557,12 @@ pub struct HistoryEntry {
     /// The named units a deduct took or asked for, or a restock added.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub units: Option<Vec<String>>,
+    /// The location the command named or acted on (a transfer: its `from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Where a transfer moved stock to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_location: Option<String>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -521,6 +591,8 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             traceparent: e.traceparent,
             basket_id: e.basket_id,
             units: e.units,
+            location: e.location,
+            to_location: e.to_location,
         }
     }
 }

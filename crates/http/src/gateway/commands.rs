@@ -2,8 +2,8 @@
 //! library does, answers a repeat the ledger already holds without
 //! publishing, and otherwise publishes through [`Gateway::command`].
 //!
-//! Commands name their idempotency key in the path (the order id, or the
-//! restock's adjustment id): a request the ledger already holds is answered
+//! Commands name their idempotency key in the path (the order id, the
+//! restock's adjustment id, or the transfer's id): a request the ledger already holds is answered
 //! `200` with `"repeat": true` and publishes nothing; one that races its
 //! twin into the log is decided `DUPLICATE` by the applier and said to be a
 //! repeat too.
@@ -16,8 +16,9 @@ use axum::Json;
 use stockledger_analysts::query::{self};
 use stockledger_core::report::Chain;
 use stockledger_core::{
-    AdjustmentId, CommandBody, Confirm, Deduct, Limit, OrderEntry, OrderId, OrderStatus, Quantity,
-    Refund, Restock, RestockMode, Rollback, Sku, UnitId, UserId, ValidationError,
+    AdjustmentId, CommandBody, Confirm, Deduct, Limit, LocationId, OrderEntry, OrderId,
+    OrderStatus, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer, TransferId,
+    UnitId, UserId, ValidationError,
 };
 use tracing::warn;
 
@@ -55,7 +56,10 @@ pub(crate) async fn deduct(
     Body(request): Body<DeductRequest>,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
-    let deduct = Deduct::taking(order_id.clone(), request.quantity, request.units.as_deref())?;
+    let mut deduct = Deduct::taking(order_id.clone(), request.quantity, request.units.as_deref())?;
+    if let Some(location) = request.location {
+        deduct = deduct.at(LocationId::new(location)?)?;
+    }
     let user_id = request.user_id.map(UserId::new).transpose()?;
     let expires_at = hold_deadline(request.hold_ms, request.expires_at)?;
     let wait = gateway.wait(&wait)?;
@@ -72,6 +76,7 @@ pub(crate) async fn deduct(
             let asked = AskedDeduct {
                 quantity: deduct.quantity,
                 units: &deduct.units,
+                location: deduct.location.as_ref(),
                 user_id: user_id.as_ref(),
                 expires_at,
                 hold_field: if request.hold_ms.is_some() {
@@ -127,6 +132,8 @@ pub(super) fn hold_deadline(
 struct AskedDeduct<'a> {
     quantity: Quantity,
     units: &'a [UnitId],
+    /// The location asked for, if any (the ledger chooses when none is).
+    location: Option<&'a LocationId>,
     user_id: Option<&'a UserId>,
     expires_at: Option<i64>,
     /// The field that asked for a hold (`hold_ms` or `expires_at`).
@@ -148,6 +155,13 @@ impl AskedDeduct<'_> {
                 .map(String::as_str)
                 .eq(self.units.iter().map(UnitId::as_str)))
             .then(|| ("units", format!("units {:?}", entry.units))),
+            (self
+                .location
+                .is_some_and(|l| entry.location.as_deref() != Some(l.as_str())))
+            .then(|| {
+                let at = entry.location.as_deref().unwrap_or("no location");
+                ("location", format!("location {at}"))
+            }),
             (entry.user.as_deref() != self.user_id.map(UserId::as_str)).then(|| {
                 let user = entry
                     .user
@@ -362,18 +376,65 @@ pub(crate) async fn restock(
             warn!(error = %Chain(&e), "cannot check Redis for a repeated restock; publishing");
             None
         });
+    let body = CommandBody::Restock(restock);
     if let Some(offset) = known {
-        gateway.same_restock(&sku, offset, &restock).await?;
+        gateway.same_adjustment(&sku, offset, &body).await?;
         return Ok(repeat(&sku, None));
     }
     gateway
-        .command(
-            sku,
-            None,
-            CommandBody::Restock(restock),
-            wait,
-            trace.traceparent,
-        )
+        .command(sku, None, body, wait, trace.traceparent)
+        .await
+}
+
+/// Move available stock of `sku` between two of its locations, all or
+/// nothing; `transfer_id` makes a resend harmless.
+#[utoipa::path(post, path = "/v1/skus/{sku}/transfers/{transfer_id}", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"),
+           ("transfer_id" = String, Path, description = "The transfer: the idempotency key, in one namespace with restocks' adjustment ids"),
+           WaitParams, TraceHeader),
+    request_body = TransferRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms (APPLIED, or REJECTED_INSUFFICIENT naming the location), or an identical repeat", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 400, description = "Malformed JSON, or no body", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The id was already used by another transfer or by a restock; `field` names what differs", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused (`from` equal to `to`, a bad location name, a quantity below 1)", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable, or a repeat's first record could not be read back to compare", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn transfer(
+    State(gateway): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
+    Body(request): Body<TransferRequest>,
+) -> Answer {
+    let Path((sku, transfer_id)) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let transfer_id = TransferId::new(transfer_id)?;
+    let moved = Transfer::new(
+        transfer_id.clone(),
+        LocationId::named("from", request.from)?,
+        LocationId::named("to", request.to)?,
+        Quantity::new(request.quantity)?,
+    )?;
+    let wait = gateway.wait(&wait)?;
+    let known = gateway
+        .projection
+        .adjustment(sku.as_str(), transfer_id.as_str())
+        .await
+        .unwrap_or_else(|e| {
+            // The log decides duplicates anyway: publish without the check.
+            warn!(error = %Chain(&e), "cannot check Redis for a repeated transfer; publishing");
+            None
+        });
+    let body = CommandBody::Transfer(moved);
+    if let Some(offset) = known {
+        gateway.same_adjustment(&sku, offset, &body).await?;
+        return Ok(repeat(&sku, None));
+    }
+    gateway
+        .command(sku, None, body, wait, trace.traceparent)
         .await
 }
 
@@ -387,12 +448,16 @@ fn restock_of(adjustment_id: AdjustmentId, request: RestockRequest) -> Result<Re
     if mode.is_none() && request.units.is_none() {
         return Err(ValidationError::new("mode", "give mode and quantity, or units").into());
     }
-    Ok(Restock::with_units(
+    let restock = Restock::with_units(
         adjustment_id,
         mode.unwrap_or(RestockMode::Add),
         request.quantity,
         request.units.as_deref(),
-    )?)
+    )?;
+    Ok(match request.location {
+        Some(location) => restock.at(LocationId::new(location)?)?,
+        None => restock,
+    })
 }
 
 fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {

@@ -181,7 +181,7 @@ pub(crate) struct Gateway {
 #[openapi(
     info(
         title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock) and reads (stock, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
+        description = "Commands (deduct, rollback, restock, transfer) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
     ),
     paths(
         commands::deduct,
@@ -190,6 +190,7 @@ pub(crate) struct Gateway {
         commands::refund,
         commands::limit,
         commands::restock,
+        commands::transfer,
         baskets::hold,
         baskets::confirm,
         baskets::release,
@@ -200,6 +201,7 @@ pub(crate) struct Gateway {
         reads::history,
         analysts::as_of,
         analysts::report,
+        analysts::report_by_location,
         observe::healthz,
         observe::readyz_doc
     ),
@@ -462,6 +464,10 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         )
         .route("/v1/skus/{sku}/limit", put(commands::limit))
         .route(
+            "/v1/skus/{sku}/transfers/{transfer_id}",
+            post(commands::transfer),
+        )
+        .route(
             "/v1/skus/{sku}/restocks/{adjustment_id}",
             post(commands::restock),
         )
@@ -475,6 +481,7 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
         .route("/v1/history", get(reads::history))
         .route("/v1/report", get(analysts::report))
+        .route("/v1/report/locations", get(analysts::report_by_location))
         .route("/openapi.json", get(openapi));
     // Inside `track`, which then sees each answer's key; on the routes only,
     // so an unknown path is a 404 with or without a key.

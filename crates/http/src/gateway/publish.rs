@@ -12,7 +12,7 @@ use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
-use stockledger_core::{CommandBody, OrderEntry, OrderId, Restock, ResultCode, Sku};
+use stockledger_core::{CommandBody, OrderEntry, OrderId, ResultCode, Sku};
 use stockledger_kafka::topic::read_at;
 use tracing::warn;
 
@@ -71,18 +71,19 @@ impl Gateway {
             })
     }
 
-    /// Refuses (409, naming the field) a restock repeated under an
-    /// adjustment id the ledger holds at `offset` with another mode or
-    /// quantity: the first one is read back from the log, the only place
-    /// its body is kept.
-    pub(super) async fn same_restock(
+    /// Refuses (409, naming the field) a restock or a transfer repeated
+    /// under an id the ledger holds at `offset` (restock adjustment ids and
+    /// transfer ids share one namespace) unless it is an identical repeat:
+    /// the first one is read back from the log, the only place its body is
+    /// kept.
+    pub(super) async fn same_adjustment(
         &self,
         sku: &Sku,
         offset: i64,
-        asked: &Restock,
+        asked: &CommandBody,
     ) -> Result<(), Problem> {
         let unreadable = |why: String| {
-            warn!(%sku, offset, why, "cannot read a repeated restock's first record");
+            warn!(%sku, offset, why, "cannot read a repeated adjustment's first record");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the adjustment id is known, but its first record could not be read back to \
@@ -103,17 +104,32 @@ impl Gateway {
         let first = record
             .and_then(|r| r.payload)
             .and_then(|payload| codec::decode_command(&payload).ok());
-        let Some(CommandBody::Restock(first)) = first.map(|c| c.body) else {
-            return Err(unreadable("the record there is not this restock".into()));
+        let Some(first) = first.map(|c| c.body) else {
+            return Err(unreadable("the record there is not a command".into()));
         };
-        let (field, was) = if first.mode() != asked.mode() {
-            ("mode", first.mode().as_str().to_owned())
-        } else if first.quantity() != asked.quantity() {
-            ("quantity", first.quantity().to_string())
-        } else if first.named() != asked.named() {
-            let names: Vec<&str> = first.named().iter().map(|u| u.as_str()).collect();
-            ("units", format!("{names:?}"))
-        } else {
+        let id = match &first {
+            CommandBody::Restock(r) => r.adjustment_id.to_string(),
+            CommandBody::Transfer(t) => t.transfer_id.to_string(),
+            _ => return Err(unreadable("the record there is not an adjustment".into())),
+        };
+        if first.kind() != asked.kind() {
+            let field = match asked {
+                CommandBody::Transfer(_) => "transfer_id",
+                _ => "adjustment_id",
+            };
+            return Err(Problem {
+                field: Some(field.into()),
+                ..Problem::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "{id} of {sku} was already used by a {}: restocks and transfers share \
+                         one namespace of ids, and an id is used once",
+                        first.kind().as_str().to_lowercase()
+                    ),
+                )
+            });
+        }
+        let Some((field, was)) = first_difference(&first, asked) else {
             return Ok(());
         };
         Err(Problem {
@@ -121,9 +137,9 @@ impl Gateway {
             ..Problem::new(
                 StatusCode::CONFLICT,
                 format!(
-                    "adjustment {} of {sku} was already made with {field} {was}: an adjustment id \
-                     is used once, and only an identical repeat is a repeat",
-                    first.adjustment_id
+                    "adjustment {id} of {sku} was already made with {field} {was}: an adjustment \
+                     id (of a restock or a transfer) is used once, and only an identical repeat \
+                     is a repeat"
                 ),
             )
         })
@@ -251,5 +267,40 @@ fn publish_problem(e: ProducerError) -> Problem {
             )
             .retry_after(5)
         }
+    }
+}
+
+/// The first field in which `asked` differs from the adjustment `first`
+/// of the same kind that took its id, and what `first` said there.
+fn first_difference(first: &CommandBody, asked: &CommandBody) -> Option<(&'static str, String)> {
+    let place =
+        |l: Option<&stockledger_core::LocationId>| l.map_or("none".to_owned(), |l| l.to_string());
+    match (first, asked) {
+        (CommandBody::Restock(first), CommandBody::Restock(asked)) => {
+            if first.mode() != asked.mode() {
+                Some(("mode", first.mode().as_str().to_owned()))
+            } else if first.quantity() != asked.quantity() {
+                Some(("quantity", first.quantity().to_string()))
+            } else if first.named() != asked.named() {
+                let names: Vec<&str> = first.named().iter().map(|u| u.as_str()).collect();
+                Some(("units", format!("{names:?}")))
+            } else if first.location() != asked.location() {
+                Some(("location", place(first.location())))
+            } else {
+                None
+            }
+        }
+        (CommandBody::Transfer(first), CommandBody::Transfer(asked)) => {
+            if first.from() != asked.from() {
+                Some(("from", first.from().to_string()))
+            } else if first.to() != asked.to() {
+                Some(("to", first.to().to_string()))
+            } else if first.quantity() != asked.quantity() {
+                Some(("quantity", first.quantity().get().to_string()))
+            } else {
+                None
+            }
+        }
+        _ => None,
     }
 }

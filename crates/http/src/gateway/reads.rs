@@ -29,11 +29,11 @@ pub(crate) async fn stock(
     let sku = Sku::new(sku)?;
     let stock = gateway
         .projection
-        .stock(&[sku.as_str()])
+        .stock_by_location(sku.as_str())
         .await
         .map_err(|e| redis_problem(&e))?;
-    match stock.into_iter().next().flatten() {
-        Some(s) => Ok(Json(StockBody {
+    match stock {
+        Some((s, locations)) => Ok(Json(StockBody {
             sku: sku.to_string(),
             available: s.available,
             total: s.total,
@@ -42,6 +42,7 @@ pub(crate) async fn stock(
             limit_per_user: s.limit,
             partition: s.partition,
             last_offset: s.offset,
+            locations: locations.iter().map(LocationBody::from).collect(),
         })
         .into_response()),
         None => Err(Problem::new(

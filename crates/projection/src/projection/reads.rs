@@ -1,7 +1,7 @@
 //! Reading a SKU's state back: whole, as stock, one order or adjustment,
 //! a command's decision, and the SKUs of the prefix page by page.
 
-use stockledger_core::{Unit, UnitState};
+use stockledger_core::{LocationStock, Unit, UnitState};
 
 use super::*;
 
@@ -390,6 +390,55 @@ impl Projection {
                 _ => None,
             })
             .collect())
+    }
+}
+
+impl Projection {
+    /// The stock of `sku` and its stock per location (empty for a SKU
+    /// that keeps none by location), read together (one `MULTI`), so the
+    /// locations sum to the stock; `None` if nothing was applied to it.
+    pub async fn stock_by_location(
+        &self,
+        sku: &str,
+    ) -> Result<Option<(Stock, Vec<LocationStock>)>, ProjectionError> {
+        let keys = SkuKeys::new(&self.prefix, sku);
+        let mut stock = redis::cmd("HMGET");
+        stock
+            .arg(&keys.stock)
+            .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION, RESERVED, LIMIT]);
+        let mut places = redis::cmd("HGET");
+        places.arg(&keys.orders).arg(LOCATIONS_FIELD);
+        type Fields = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let read: Vec<(Fields, Option<String>)> =
+            self.redis.transact_each(vec![vec![stock, places]]).await?;
+        let Some(((Some(available), Some(total), Some(offset), partition, reserved, limit), text)) =
+            read.into_iter().next()
+        else {
+            return Ok(None);
+        };
+        let locations = match text {
+            None => Vec::new(),
+            Some(text) => decode_locations(&text).ok_or_else(|| ProjectionError::Corrupt {
+                key: keys.orders.clone(),
+                value: text,
+            })?,
+        };
+        let stock = Stock {
+            available,
+            total,
+            offset,
+            partition,
+            reserved: reserved.unwrap_or(0),
+            limit,
+        };
+        Ok(Some((stock, locations)))
     }
 }
 
