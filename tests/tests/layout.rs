@@ -7,7 +7,7 @@ use std::future::pending;
 
 use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::replay::replay;
-use stockledger_core::{Decision, ResultCode, SkuState};
+use stockledger_core::{Decision, ResultCode, SkuState, StockEventKind, StockEvents};
 use stockledger_maintenance::reconcile::reconcile;
 use stockledger_maintenance::snapshot;
 use stockledger_projection::encoding::{decode_order, user_of_field};
@@ -130,6 +130,9 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
                 total: row.total_after,
                 reason: row.reason,
                 location: row.location,
+                events: StockEvents::of(
+                    (row.events.iter().flatten()).filter_map(|k| StockEventKind::parse(k)),
+                ),
             };
             archived.insert((row.partition, row.log_offset), decision.clone());
             let looked_up = h

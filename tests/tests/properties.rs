@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    CommandBody, Decision, Ledger, LocationStock, OrderStatus, ResultCode, Unit,
+    CommandBody, Decision, Ledger, LocationStock, OrderStatus, ResultCode, StockEventKind,
+    StockEvents, Unit,
 };
 use stockledger_projection::{Entry, Projection};
 use stockledger_redis::RedisConn;
@@ -300,6 +301,22 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
             (after.orders.values()).all(|o| o.location.is_none() || !after.locations.is_empty()),
             "{sku}: an order has a location the sku does not keep"
         );
+        // Stock events: exactly the crossings of 0 and of the threshold
+        // the record caused, never on a redelivery (it changes nothing).
+        let expected = if first_time {
+            StockEvents::between(before.available, after.available, before.low_stock_below)
+        } else {
+            after
+                .decisions
+                .get(&record.offset)
+                .map_or(StockEvents::NONE, |d| d.events)
+        };
+        anyhow::ensure!(
+            decision.events == expected,
+            "{sku}: {decision:?} after available {} (threshold {:?}), expected {expected:?}",
+            before.available,
+            before.low_stock_below
+        );
         // Each user's counter is what their live orders hold or bought.
         let mut per_user: BTreeMap<String, i64> = BTreeMap::new();
         for order in after.orders.values() {
@@ -397,7 +414,8 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
             CommandBody::Restock(_)
             | CommandBody::Refund(_)
             | CommandBody::Limit(_)
-            | CommandBody::Transfer(_) => {}
+            | CommandBody::Transfer(_)
+            | CommandBody::Alerts(_) => {}
         }
     }
     // Replaying the whole log again changes nothing and repeats every decision.
@@ -451,6 +469,7 @@ fn generated_logs_reach_every_decision() {
         "an order of named units",
     ];
     let mut refused: BTreeSet<&str> = BTreeSet::new();
+    let mut raised: BTreeSet<StockEventKind> = BTreeSet::new();
     // The refusals of stock by location, by what their reasons say.
     let location_refusals = [
         "unknown location",
@@ -469,6 +488,7 @@ fn generated_logs_reach_every_decision() {
             let r = &s.log[i];
             let decision = ledger.apply(r.partition, r.offset, r.timestamp, &r.command);
             seen.insert(decision.result);
+            raised.extend(decision.events.kinds());
             let reason = decision.reason.as_deref().unwrap_or("");
             refused.extend(unit_refusals.iter().filter(|p| reason.starts_with(**p)));
             refused.extend(location_refusals.iter().filter(|p| reason.contains(**p)));
@@ -479,6 +499,10 @@ fn generated_logs_reach_every_decision() {
         .filter(|p| !refused.contains(**p))
         .collect();
     assert!(unreached.is_empty(), "never refused with {unreached:?}");
+    let silent: Vec<StockEventKind> = (StockEventKind::ALL.into_iter())
+        .filter(|k| !raised.contains(k))
+        .collect();
+    assert!(silent.is_empty(), "never raised: {silent:?}");
     let missing: Vec<ResultCode> = ResultCode::ALL
         .into_iter()
         .filter(|r| *r != ResultCode::Invalid && !seen.contains(r))

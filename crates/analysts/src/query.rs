@@ -48,6 +48,9 @@ pub struct Entry {
     pub location: Option<String>,
     /// Where a transfer moved stock to.
     pub to_location: Option<String>,
+    /// The stock events the record caused (`SOLD_OUT`, `BACK_IN_STOCK`,
+    /// `LOW_STOCK`; from outcome schema v8 on; `None` when none).
+    pub events: Option<Vec<String>>,
 }
 
 /// Which history to read.
@@ -97,7 +100,7 @@ macro_rules! entry_columns {
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
             ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent,
-             basket_id, units, location, to_location"
+             basket_id, units, location, to_location, events"
         )
     };
 }

@@ -87,6 +87,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         decisions: _,
         units,
         locations,
+        low_stock_below,
     } = expected;
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
@@ -104,6 +105,11 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
             actual.reserved.to_string(),
         ),
         ("limit", format!("{limit:?}"), format!("{:?}", actual.limit)),
+        (
+            "low_stock_below",
+            format!("{low_stock_below:?}"),
+            format!("{:?}", actual.low_stock_below),
+        ),
         (
             "partition",
             format!("{partition:?}"),
@@ -186,6 +192,7 @@ mod tests {
             total: 5,
             reason: None,
             location: None,
+            events: stockledger_core::StockEvents::NONE,
         };
         SkuState {
             available: 3,
@@ -204,6 +211,7 @@ mod tests {
                 available: 3,
                 total: 5,
             }],
+            low_stock_below: Some(2),
         }
     }
 
@@ -212,7 +220,7 @@ mod tests {
         let expected = state();
         assert_eq!(first_difference(&expected, &expected.clone()), None);
         type Corrupt = fn(&mut SkuState);
-        let cases: [(&str, Corrupt); 12] = [
+        let cases: [(&str, Corrupt); 13] = [
             ("available", |s| s.available += 1),
             ("total", |s| s.total += 1),
             ("reserved", |s| s.reserved = 2),
@@ -226,6 +234,7 @@ mod tests {
             ("adjustments", |s| s.adjustments.clear()),
             ("units", |s| s.units.clear()),
             ("locations", |s| s.locations[0].available = 2),
+            ("low_stock_below", |s| s.low_stock_below = None),
             ("decision at offset 1", |s| {
                 s.decisions.get_mut(&1).unwrap().delta = 0;
             }),

@@ -300,6 +300,7 @@ mod tests {
             total: 5,
             reason: None,
             location: None,
+            events: stockledger_core::StockEvents::NONE,
         }
     }
 

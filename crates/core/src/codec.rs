@@ -14,14 +14,14 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::command::{
-    Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock, Rollback,
-    Transfer,
+    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
+    Rollback, Transfer,
 };
 use crate::ids::{
     AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UserId,
     ValidationError,
 };
-use crate::outcome::{Decision, LogPosition, Outcome, ResultCode};
+use crate::outcome::{Decision, LogPosition, Outcome, ResultCode, StockEventKind, StockEvents};
 use crate::schema::Released;
 
 mod datum;
@@ -235,6 +235,13 @@ fn command_value(command: &Command) -> Value {
                 ("quantity".into(), Value::Long(t.quantity().get())),
             ])),
         ),
+        CommandBody::Alerts(a) => Value::Union(
+            8,
+            Box::new(Value::Record(vec![(
+                "low_stock_below".into(),
+                optional_long(a.low_stock_below.map(Quantity::get)),
+            )])),
+        ),
     };
     Value::Record(vec![
         (
@@ -336,6 +343,12 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
             LocationId::named("to", body.string("to")?)?,
             Quantity::new(body.long("quantity")?)?,
         )?),
+        8 => CommandBody::Alerts(Alerts {
+            low_stock_below: body
+                .optional_long("low_stock_below")?
+                .map(|n| Quantity::of_field("low_stock_below", n))
+                .transpose()?,
+        }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     };
     Ok(Command {
@@ -551,6 +564,17 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "to_location".into(),
             optional_string(outcome.to_location.as_deref()),
         ),
+        (
+            "events".into(),
+            Value::Array(
+                outcome
+                    .decision
+                    .events
+                    .kinds()
+                    .map(|k| Value::Enum(k as u32, k.as_str().into()))
+                    .collect(),
+            ),
+        ),
     ])
 }
 
@@ -599,6 +623,7 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         total: f.long("total_after")?,
         reason: f.optional_string("reason")?,
         location: f.optional_string("location")?,
+        events: stock_events(f.take("events")?)?,
     };
     Ok(Outcome {
         position,
@@ -622,6 +647,22 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         units: f.strings("units")?,
         to_location: f.optional_string("to_location")?,
     })
+}
+
+/// The `events` array of an outcome.
+fn stock_events(value: Value) -> Result<StockEvents, DecodeError> {
+    let Value::Array(items) = value else {
+        return Err(malformed("events", &value));
+    };
+    let kinds = items
+        .into_iter()
+        .map(|item| match item {
+            Value::Enum(_, symbol) => StockEventKind::parse(&symbol)
+                .ok_or_else(|| shape(format!("events: unknown symbol {symbol}"))),
+            other => Err(malformed("events", &other)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(StockEvents::of(kinds))
 }
 
 #[cfg(test)]
@@ -653,6 +694,7 @@ mod tests {
             total,
             reason: reason.map(str::to_owned),
             location: None,
+            events: StockEvents::NONE,
         }
     }
 
@@ -728,7 +770,15 @@ mod tests {
                 )
                 .unwrap(),
             ),
+            alerts(Some(10)),
+            alerts(None),
         ]
+    }
+
+    fn alerts(threshold: Option<i64>) -> CommandBody {
+        CommandBody::Alerts(Alerts {
+            low_stock_below: threshold.map(|q| Quantity::new(q).unwrap()),
+        })
     }
 
     fn location(name: &str) -> LocationId {
@@ -820,7 +870,10 @@ mod tests {
                 partition: 3,
                 offset: 99,
             };
-            let decision = decision(ResultCode::Applied, -3, 5, 10, None);
+            let decision = Decision {
+                events: StockEvents::of([StockEventKind::SoldOut, StockEventKind::LowStock]),
+                ..decision(ResultCode::Applied, -3, 5, 10, None)
+            };
             let o = Outcome::for_command(position.clone(), &c, decision);
             assert_eq!(decode_outcome(&encode_outcome(&o).unwrap()).unwrap(), o);
             let bad = Outcome::invalid(position, "k", "garbage".into(), 7);
@@ -949,9 +1002,14 @@ mod tests {
     }
 
     /// Whether versions before Command v5 and Outcome v7 could hold a
-    /// command of this kind (they have no Transfer).
+    /// command of this kind (they have neither Transfer nor Alerts).
     fn before_transfers(body: &CommandBody) -> bool {
-        !matches!(body, CommandBody::Transfer(_))
+        !matches!(body, CommandBody::Transfer(_) | CommandBody::Alerts(_))
+    }
+
+    /// Whether versions before Command v6 and Outcome v8 could hold it.
+    fn before_alerts(body: &CommandBody) -> bool {
+        !matches!(body, CommandBody::Alerts(_))
     }
 
     #[test]
@@ -1009,6 +1067,7 @@ mod tests {
             for version in schema::versions(Subject::Outcome) {
                 if (version.version < 4 && !old_kind)
                     || (version.version < 7 && !before_transfers(&c.body))
+                    || (version.version < 8 && !before_alerts(&c.body))
                 {
                     continue;
                 }
@@ -1032,6 +1091,9 @@ mod tests {
                 if version.version < 7 {
                     expected.decision.location = None;
                     expected.to_location = None;
+                }
+                if version.version < 8 {
+                    expected.decision.events = StockEvents::NONE;
                 }
                 for fingerprint in [Some(version.fingerprint), version.legacy_fingerprint]
                     .into_iter()

@@ -75,6 +75,7 @@ pub enum CommandBody {
     Expire(Expire),
     Limit(Limit),
     Transfer(Transfer),
+    Alerts(Alerts),
 }
 
 impl CommandBody {
@@ -97,6 +98,7 @@ impl CommandBody {
             Self::Expire(_) => CommandKind::Expire,
             Self::Limit(_) => CommandKind::Limit,
             Self::Transfer(_) => CommandKind::Transfer,
+            Self::Alerts(_) => CommandKind::Alerts,
         }
     }
 
@@ -116,13 +118,13 @@ impl CommandBody {
             Self::Confirm(c) => Some(&c.order_id),
             Self::Refund(r) => Some(&r.order_id),
             Self::Expire(e) => Some(&e.order_id),
-            Self::Restock(_) | Self::Limit(_) | Self::Transfer(_) => None,
+            Self::Restock(_) | Self::Limit(_) | Self::Transfer(_) | Self::Alerts(_) => None,
         }
     }
 
     /// The quantity named by the command (signed for `Restock ADD`; a
     /// refund's total, a limit's units per user, the units a transfer
-    /// moves).
+    /// moves, an alert's threshold).
     ///
     /// ```
     /// use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode};
@@ -138,6 +140,7 @@ impl CommandBody {
             Self::Refund(r) => r.quantity.map(Quantity::get),
             Self::Limit(l) => l.per_user.map(Quantity::get),
             Self::Transfer(t) => Some(t.quantity.get()),
+            Self::Alerts(a) => a.low_stock_below.map(Quantity::get),
             Self::Rollback(_) | Self::Confirm(_) | Self::Expire(_) => None,
         }
     }
@@ -540,6 +543,22 @@ pub struct Expire {
     pub order_id: OrderId,
 }
 
+/// Set (or, with `None`, lift) the SKU's low-stock threshold: a
+/// `LOW_STOCK` event is raised when available stock goes from at or above
+/// it to below it.
+///
+/// ```
+/// use stockledger_core::{Alerts, CommandBody, CommandKind, Quantity};
+///
+/// let alerts = CommandBody::Alerts(Alerts { low_stock_below: Some(Quantity::new(10)?) });
+/// assert_eq!((alerts.kind(), alerts.quantity()), (CommandKind::Alerts, Some(10)));
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alerts {
+    pub low_stock_below: Option<Quantity>,
+}
+
 /// Cap the units one user may hold and buy of this SKU; `None` lifts it.
 ///
 /// ```
@@ -899,6 +918,7 @@ pub enum CommandKind {
     Expire,
     Limit,
     Transfer,
+    Alerts,
 }
 
 impl CommandKind {
@@ -909,7 +929,7 @@ impl CommandKind {
     ///
     /// assert_eq!(CommandKind::ALL[0], CommandKind::Deduct);
     /// ```
-    pub const ALL: [CommandKind; 8] = [
+    pub const ALL: [CommandKind; 9] = [
         Self::Deduct,
         Self::Rollback,
         Self::Restock,
@@ -918,6 +938,7 @@ impl CommandKind {
         Self::Expire,
         Self::Limit,
         Self::Transfer,
+        Self::Alerts,
     ];
 
     /// The kind's symbol.
@@ -937,6 +958,7 @@ impl CommandKind {
             Self::Expire => "EXPIRE",
             Self::Limit => "LIMIT",
             Self::Transfer => "TRANSFER",
+            Self::Alerts => "ALERTS",
         }
     }
 

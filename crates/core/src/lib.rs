@@ -5,7 +5,7 @@
 //!   with a [`ValidationError`] naming the field.
 //! - [`command`]: the commands order services append to the log
 //!   (`Deduct`, which may be a reservation, `Rollback`, `Restock`,
-//!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`).
+//!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`, `Alerts`).
 //! - [`outcome`]: log positions, the decision taken for one record, and the
 //!   outcome message archived for it.
 //! - [`machine`]: the reference state machine. The applier's Lua scripts
@@ -29,7 +29,7 @@ pub mod schema;
 pub mod trace;
 
 pub use command::{
-    Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
+    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
     RestockMode, Rollback, Transfer,
 };
 pub use ids::{
@@ -39,4 +39,4 @@ pub use ids::{
 pub use machine::{
     Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
 };
-pub use outcome::{Decision, LogPosition, Outcome, ResultCode};
+pub use outcome::{Decision, LogPosition, Outcome, ResultCode, StockEventKind, StockEvents};

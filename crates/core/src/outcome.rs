@@ -184,10 +184,129 @@ impl fmt::Display for ResultCode {
     }
 }
 
+/// A change of a SKU's available stock that storefronts and purchasing
+/// want to hear of, as the Avro enum `StockEventKind` names it.
+///
+/// ```
+/// use stockledger_core::StockEventKind;
+///
+/// assert_eq!(StockEventKind::SoldOut.as_str(), "SOLD_OUT");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StockEventKind {
+    /// Available stock reached 0.
+    SoldOut,
+    /// Available stock left 0.
+    BackInStock,
+    /// Available stock crossed the SKU's `low_stock_below` threshold
+    /// downwards.
+    LowStock,
+}
+
+impl StockEventKind {
+    /// In the order of the `StockEventKind` enum's symbols.
+    pub const ALL: [StockEventKind; 3] = [Self::SoldOut, Self::BackInStock, Self::LowStock];
+
+    /// The symbol of the Avro enum.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SoldOut => "SOLD_OUT",
+            Self::BackInStock => "BACK_IN_STOCK",
+            Self::LowStock => "LOW_STOCK",
+        }
+    }
+
+    /// The kind a symbol names, if it names one.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The one letter Redis and Lua write for it.
+    pub fn letter(self) -> char {
+        match self {
+            Self::SoldOut => 'S',
+            Self::BackInStock => 'B',
+            Self::LowStock => 'L',
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The stock events one record caused (most cause none): a set of
+/// [`StockEventKind`], in the enum's order.
+///
+/// ```
+/// use stockledger_core::{StockEventKind, StockEvents};
+///
+/// // 3 left, threshold 5: a deduct of 3 sells out and crosses it.
+/// let caused = StockEvents::between(3, 0, Some(5));
+/// assert_eq!(caused.kinds().collect::<Vec<_>>(), [StockEventKind::SoldOut, StockEventKind::LowStock]);
+/// assert!(StockEvents::between(7, 6, Some(5)).is_empty());
+/// assert_eq!(StockEvents::between(0, 2, Some(5)).kinds().collect::<Vec<_>>(), [StockEventKind::BackInStock]);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct StockEvents(u8);
+
+impl StockEvents {
+    /// No event.
+    pub const NONE: Self = Self(0);
+
+    /// What a change of available stock from `before` to `after` causes,
+    /// with `low_stock_below` the SKU's threshold, if set: `SOLD_OUT` when
+    /// it reaches 0, `BACK_IN_STOCK` when it leaves 0, `LOW_STOCK` when it
+    /// goes from at or above the threshold to below it.
+    pub fn between(before: i64, after: i64, low_stock_below: Option<i64>) -> Self {
+        let mut events = Self::NONE;
+        if before > 0 && after == 0 {
+            events.0 |= StockEventKind::SoldOut.bit();
+        }
+        if before == 0 && after > 0 {
+            events.0 |= StockEventKind::BackInStock.bit();
+        }
+        if low_stock_below.is_some_and(|low| before >= low && after < low) {
+            events.0 |= StockEventKind::LowStock.bit();
+        }
+        events
+    }
+
+    /// Whether the record caused no event.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The kinds caused, in the enum's order.
+    pub fn kinds(self) -> impl Iterator<Item = StockEventKind> {
+        StockEventKind::ALL
+            .into_iter()
+            .filter(move |k| self.0 & k.bit() != 0)
+    }
+
+    /// The set of `kinds`.
+    pub fn of(kinds: impl IntoIterator<Item = StockEventKind>) -> Self {
+        Self(kinds.into_iter().fold(0, |bits, k| bits | k.bit()))
+    }
+
+    /// The kinds as one letter each ([`StockEventKind::letter`]).
+    pub fn letters(self) -> String {
+        self.kinds().map(StockEventKind::letter).collect()
+    }
+
+    /// The set [`StockEvents::letters`] spelled, if it is one.
+    pub fn parse_letters(s: &str) -> Option<Self> {
+        s.chars()
+            .map(|c| StockEventKind::ALL.into_iter().find(|k| k.letter() == c))
+            .collect::<Option<Vec<_>>>()
+            .map(Self::of)
+    }
+}
+
 /// The decision for one record: what happened and the SKU's stock after it.
 ///
 /// ```
-/// use stockledger_core::{Decision, ResultCode};
+/// use stockledger_core::{Decision, ResultCode, StockEvents};
 ///
 /// let refused = Decision {
 ///     result: ResultCode::RejectedInsufficient,
@@ -196,6 +315,7 @@ impl fmt::Display for ResultCode {
 ///     total: 1000,
 ///     reason: Some("insufficient stock".into()),
 ///     location: None,
+///     events: StockEvents::NONE,
 /// };
 /// assert_eq!(refused.available - refused.delta, 0);
 /// ```
@@ -213,6 +333,9 @@ pub struct Decision {
     /// where an order's units went back or were sold. `None` otherwise
     /// (outcomes before schema v7 have none).
     pub location: Option<String>,
+    /// The stock events the record caused (outcomes before schema v8 have
+    /// none).
+    pub events: StockEvents,
 }
 
 /// The message published on the outcomes topic for one command record and
@@ -266,7 +389,7 @@ impl Outcome {
     ///
     /// ```
     /// use stockledger_core::{Command, CommandBody, CommandId, CommandKind, Decision, Deduct};
-    /// use stockledger_core::{LogPosition, OrderId, Outcome, Quantity, ResultCode, Sku};
+    /// use stockledger_core::{LogPosition, OrderId, Outcome, Quantity, ResultCode, Sku, StockEvents};
     ///
     /// let command = Command {
     ///     command_id: CommandId::new("c-1")?,
@@ -281,6 +404,7 @@ impl Outcome {
     ///     total: 10,
     ///     reason: None,
     ///     location: None,
+    ///     events: StockEvents::NONE,
     /// };
     /// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
     /// let outcome = Outcome::for_command(at, &command, decision);
@@ -355,6 +479,7 @@ impl Outcome {
                 total: 0,
                 reason: Some(reason),
                 location: None,
+                events: StockEvents::NONE,
             },
             occurred_at: timestamp,
             restock_mode: None,

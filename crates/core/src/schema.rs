@@ -89,7 +89,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 12] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 14] = [
     (
         Subject::Command,
         1,
@@ -118,6 +118,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 12] = [
         Subject::Command,
         5,
         include_str!("../../../schemas/history/Command.v5.avsc"),
+        None,
+    ),
+    (
+        Subject::Command,
+        6,
+        include_str!("../../../schemas/history/Command.v6.avsc"),
         None,
     ),
     (
@@ -160,6 +166,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 12] = [
         Subject::Outcome,
         7,
         include_str!("../../../schemas/history/Outcome.v7.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        8,
+        include_str!("../../../schemas/history/Outcome.v8.avsc"),
         None,
     ),
 ];
@@ -541,7 +553,7 @@ mod tests {
     }
 
     /// The one-type-per-file schemas in `schemas/`, by full name.
-    const CURRENT_FILES: [(&str, &str); 13] = [
+    const CURRENT_FILES: [(&str, &str); 15] = [
         (
             "stockledger.RestockMode",
             include_str!("../../../schemas/RestockMode.avsc"),
@@ -577,6 +589,14 @@ mod tests {
         (
             "stockledger.Transfer",
             include_str!("../../../schemas/Transfer.avsc"),
+        ),
+        (
+            "stockledger.Alerts",
+            include_str!("../../../schemas/Alerts.avsc"),
+        ),
+        (
+            "stockledger.StockEventKind",
+            include_str!("../../../schemas/StockEventKind.avsc"),
         ),
         (
             "stockledger.Command",
@@ -673,7 +693,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 24] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 36] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -708,6 +728,20 @@ mod tests {
         (Subject::Outcome, 4, 7),
         (Subject::Outcome, 5, 7),
         (Subject::Outcome, 6, 7),
+        // Command v6 added the Alerts branch, Outcome v8 its kind (its
+        // events array alone has a default and would not break).
+        (Subject::Command, 1, 6),
+        (Subject::Command, 2, 6),
+        (Subject::Command, 3, 6),
+        (Subject::Command, 4, 6),
+        (Subject::Command, 5, 6),
+        (Subject::Outcome, 1, 8),
+        (Subject::Outcome, 2, 8),
+        (Subject::Outcome, 3, 8),
+        (Subject::Outcome, 4, 8),
+        (Subject::Outcome, 5, 8),
+        (Subject::Outcome, 6, 8),
+        (Subject::Outcome, 7, 8),
     ];
 
     #[test]

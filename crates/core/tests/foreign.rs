@@ -9,7 +9,7 @@ mod common;
 use serde_json::Value;
 use stockledger_core::codec::{decode_command, decode_outcome};
 use stockledger_core::schema::{current, Subject};
-use stockledger_core::{CommandBody, CommandKind, RestockMode, ResultCode};
+use stockledger_core::{CommandBody, CommandKind, RestockMode, ResultCode, StockEventKind};
 
 const FIXTURE: &str = include_str!("fixtures/foreign-records.json");
 
@@ -99,4 +99,19 @@ fn fastavro_written_transfers_and_locations_decode_as_the_ledger_means_them() {
     assert_eq!(outcome.adjustment_id.as_deref(), Some("t-1"));
     assert_eq!(outcome.decision.location.as_deref(), Some("berlin"));
     assert_eq!(outcome.to_location.as_deref(), Some("paris"));
+}
+
+#[test]
+fn fastavro_written_alerts_and_stock_events_decode_as_the_ledger_means_them() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let alerts = decode_command(&payloads(&fixture, "commands")[4]).unwrap();
+    let CommandBody::Alerts(a) = &alerts.body else {
+        panic!("{alerts:?}");
+    };
+    assert_eq!(a.low_stock_below.map(|q| q.get()), Some(10));
+    let outcome = decode_outcome(&payloads(&fixture, "outcomes")[2]).unwrap();
+    assert_eq!(
+        outcome.decision.events.kinds().collect::<Vec<_>>(),
+        [StockEventKind::SoldOut, StockEventKind::LowStock]
+    );
 }

@@ -16,7 +16,8 @@ use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
 use stockledger_core::schema;
 use stockledger_core::{
     Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId, LogPosition,
-    Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, Transfer, UnitId,
+    Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, StockEvents, Transfer,
+    UnitId,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
@@ -292,6 +293,7 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 reason,
                 // Only script_v5 names locations; its release wrote them.
                 location: c.body.location().map(|l| l.as_str().to_owned()),
+                events: StockEvents::NONE,
             };
             let mut expected = Outcome::for_command(position, c, decision);
             if !has_command_details {

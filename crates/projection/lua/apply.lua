@@ -11,7 +11,8 @@
 --                          there), named (1 when the sku sells named
 --                          units, else 0 or absent), located (1 when
 --                          the sku keeps stock by location, else 0 or
---                          absent), limit (units per user, when set)
+--                          absent), limit (units per user, when set),
+--                          low (the low-stock threshold, when set)
 -- orders hash              order id -> "STATUS|quantity|offset", or, when
 --                          the order names a user, has a deadline or was
 --                          refunded, "STATUS|quantity|offset|expires_at|
@@ -34,13 +35,19 @@
 --                          "{seatmap}" -> one letter per unit in that
 --                          order, A available, H held, S sold (the seat
 --                          map, read without a script).
+--                          Also "{alerts}" -> the low-stock threshold,
+--                          when set (the stock hash's `low` repeats it for
+--                          the script; this one is what snapshots keep).
 --                          Also "{locations}" -> the stock per location,
 --                          a line "name|available|total" each, in the
 --                          order they were first stocked.
 -- adjustments hash         restock adjustment id -> offset that applied it
 -- decisions hash           offset -> "RESULT|delta|available|total|reason",
 --                          then "\t" .. location when the record named one
---                          or acted on one
+--                          or acted on one, then, when it caused stock
+--                          events, "\t" .. one letter each (S sold out, B
+--                          back in stock, L low stock; the location part
+--                          is then present, empty if there is none)
 -- ARGV[1]                  the maximum stock level
 -- ARGV[2]                  the longest hold, in milliseconds
 -- then per run:            the partition its records are on, the sku's home
@@ -69,6 +76,7 @@
 --                            U refund   order id, refund total (0 = all)
 --                            X expire   time, order id
 --                            L limit    units per user (0 = none)
+--                            A alerts   low-stock threshold (0 = none)
 -- Returns one decision string per record, runs one after another.
 --
 -- Records on another partition than the sku's owner are MISROUTED: their
@@ -83,14 +91,19 @@ local max_hold = tonumber(ARGV[2])
 local USER = '{user}'
 -- Arguments per record after its offset and kind.
 local ARITY = { D = 2, E = 5, N = 5, P = 6, R = 1, S = 3, Q = 4, T = 2, M = 4, F = 2, U = 2, X = 2,
-  L = 1 }
+  L = 1, A = 1 }
 local UNIT = '{unit}'
 local UNITS = '{units}'
 local SEATMAP = '{seatmap}'
 local LOCATIONS = '{locations}'
+local ALERTS = '{alerts}'
 -- The keys of the run being applied, and its sku's state.
 local STOCK, ORDERS, ADJUSTMENTS, DECISIONS
-local available, total, reserved, limit, partition, named, located
+local available, total, reserved, limit, partition, named, located, low
+-- Whether the run's stock hash has its fields (written before a limit or a
+-- threshold is, so they come first in the hash, as when records are
+-- applied one run each).
+local fielded
 
 -- Integers as text. Each value is formatted once per call: string.format
 -- costs thousands of instructions, and a call repeats its quantities,
@@ -667,6 +680,40 @@ local function transfer(offset, id, from, to, qty)
   return decide('APPLIED', 0, nil, from)
 end
 
+-- Writes the stock hash's fields once, if the sku had none: before the
+-- first field written as decided, so the layout does not depend on how
+-- records were batched.
+local function ensure_fields(offset)
+  if not fielded then
+    redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
+      'partition', n(partition), 'offset', offset, 'named', named and '1' or '0', 'located',
+      located and '1' or '0')
+    fielded = true
+  end
+end
+
+-- `d` with the stock events of available going from `before` to where
+-- it is now, as StockEvents::between decides them.
+local function with_events(d, before)
+  local ev = ''
+  if before > 0 and available == 0 then
+    ev = ev .. 'S'
+  end
+  if before == 0 and available > 0 then
+    ev = ev .. 'B'
+  end
+  if low and before >= low and available < low then
+    ev = ev .. 'L'
+  end
+  if ev == '' then
+    return d
+  end
+  if not string.find(d, '\t', 1, true) then
+    d = d .. '\t'
+  end
+  return d .. '\t' .. ev
+end
+
 -- `d` naming location `at` when it names none yet: a refusal names the
 -- location the record named, as SkuState::apply does.
 local function naming(d, at)
@@ -686,7 +733,7 @@ while a <= #ARGV do
   local home, count = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
   local stock = redis.call('HMGET', STOCK, 'available', 'total', 'offset', 'partition', 'reserved', 'limit',
-    'named', 'located')
+    'named', 'located', 'low')
   local owner = tonumber(stock[4]) or home
   if partition ~= owner then
     local d = 'MISROUTED|0|0|0|record is on partition ' .. n(partition) ..
@@ -704,10 +751,11 @@ while a <= #ARGV do
     limit = tonumber(stock[6])
     named = stock[7] == '1'
     located = stock[8] == '1'
+    low = tonumber(stock[9])
+    fielded = stock[4] and true or false
     local was_named, was_located = named, located
     local last = tonumber(stock[3])
     local last_text = stock[3]
-    local limit_changed = false
     local changed = false
     for _ = 1, count do
       local offset, kind = ARGV[a], ARGV[a + 1]
@@ -716,6 +764,7 @@ while a <= #ARGV do
         d = redis.call('HGET', DECISIONS, offset)
           or decide('DUPLICATE', 0, 'redelivered record; its first decision was pruned')
       else
+        local before = available
         if kind == 'D' then
           d = deduct(offset, nil, ARGV[a + 2], tonumber(ARGV[a + 3]), nil, nil)
         elseif kind == 'E' then
@@ -758,16 +807,36 @@ while a <= #ARGV do
           d = refund(offset, ARGV[a + 2], tonumber(ARGV[a + 3]))
         elseif kind == 'X' then
           d = expire(offset, tonumber(ARGV[a + 2]), ARGV[a + 3])
-        else
+        elseif kind == 'A' then
+          -- Written as decided, as the limit is (see below).
           local qty = tonumber(ARGV[a + 2])
+          ensure_fields(offset)
+          if qty > 0 then
+            low = qty
+            redis.call('HSET', STOCK, 'low', n(qty))
+            redis.call('HSET', ORDERS, ALERTS, n(qty))
+          else
+            low = nil
+            redis.call('HDEL', STOCK, 'low')
+            redis.call('HDEL', ORDERS, ALERTS)
+          end
+          d = decide('APPLIED', 0)
+        else
+          -- Written as decided: a hash's layout follows the order its
+          -- fields were first written in, and the limit and the threshold
+          -- must be first written in log order however records are batched.
+          local qty = tonumber(ARGV[a + 2])
+          ensure_fields(offset)
           if qty > 0 then
             limit = qty
+            redis.call('HSET', STOCK, 'limit', n(qty))
           else
             limit = nil
+            redis.call('HDEL', STOCK, 'limit')
           end
-          limit_changed = true
           d = decide('APPLIED', 0)
         end
+        d = with_events(d, before)
         -- One field at a time, as the record is decided: a hash's layout
         -- (what DUMP gives) then depends only on the log, however the
         -- records were cut into batches.
@@ -794,13 +863,6 @@ while a <= #ARGV do
         redis.call('HSET', STOCK, 'available', n(available), 'total', n(total), 'reserved', n(reserved),
           'partition', n(partition), 'offset', last_text, 'named', named and '1' or '0', 'located',
           located and '1' or '0')
-      end
-      if limit_changed then
-        if limit then
-          redis.call('HSET', STOCK, 'limit', n(limit))
-        else
-          redis.call('HDEL', STOCK, 'limit')
-        end
       end
     end
   end

@@ -151,6 +151,7 @@ mod tests {
             total: 0,
             reason: None,
             location: None,
+            events: stockledger_core::StockEvents::NONE,
         };
         // Run 0 is A (records 0 and 2), run 1 is B (record 1).
         let per_run = vec![vec![decision(-1), decision(-3)], vec![decision(-2)]];

@@ -4,7 +4,7 @@
 //! them.
 
 use stockledger_core::{
-    Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, Unit, UnitState,
+    Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, StockEvents, Unit, UnitState,
 };
 
 /// Fields of the stock hash.
@@ -26,6 +26,14 @@ pub const NAMED: &str = "named";
 /// implicit place), so the apply script knows without reading the orders
 /// hash.
 pub const LOCATED: &str = "located";
+/// The low-stock threshold, when set: read by the apply script with the
+/// rest of the stock hash. [`ALERTS_FIELD`] holds it too.
+pub const LOW: &str = "low";
+
+/// In the orders hash, the low-stock threshold, when set: the copy
+/// snapshots keep (they store the orders hash whole), from which a
+/// restore writes [`LOW`].
+pub const ALERTS_FIELD: &str = "{alerts}";
 
 /// In the orders hash, the field of a user's counted units is this prefix
 /// and the user id. Order ids cannot contain a brace, so no order's field
@@ -134,7 +142,9 @@ pub fn decode_unit(s: &str) -> Option<(usize, Unit)> {
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
 /// returned by the apply script (reason may be empty and is last, so it may
 /// itself contain `|`), then a tab and the location when the decision
-/// names one (no reason or location holds a control character).
+/// names one (no reason or location holds a control character), then,
+/// when the record caused stock events, a tab and their letters (the
+/// location part is then present, empty when there is none).
 pub fn encode_decision(d: &Decision) -> String {
     let mut s = format!(
         "{}|{}|{}|{}|{}",
@@ -144,19 +154,30 @@ pub fn encode_decision(d: &Decision) -> String {
         d.total,
         d.reason.as_deref().unwrap_or("")
     );
-    if let Some(location) = &d.location {
+    if d.location.is_some() || !d.events.is_empty() {
         s.push('\t');
-        s.push_str(location);
+        s.push_str(d.location.as_deref().unwrap_or(""));
+    }
+    if !d.events.is_empty() {
+        s.push('\t');
+        s.push_str(&d.events.letters());
     }
     s
 }
 
 /// Parses [`encode_decision`]'s form; `None` if it is not one.
 pub fn decode_decision(s: &str) -> Option<Decision> {
-    let (s, location) = match s.split_once('\t') {
-        Some((head, location)) if !location.is_empty() => (head, Some(location.to_owned())),
-        Some(_) => return None,
-        None => (s, None),
+    let mut sections = s.split('\t');
+    let s = sections.next()?;
+    let (location, events) = match (sections.next(), sections.next(), sections.next()) {
+        (None, _, _) => (None, StockEvents::NONE),
+        (Some(""), None, _) => return None,
+        (Some(at), None, _) => (Some(at.to_owned()), StockEvents::NONE),
+        (Some(at), Some(letters), None) if !letters.is_empty() => (
+            (!at.is_empty()).then(|| at.to_owned()),
+            StockEvents::parse_letters(letters)?,
+        ),
+        _ => return None,
     };
     let mut parts = s.splitn(5, '|');
     let result = ResultCode::parse(parts.next()?)?;
@@ -171,6 +192,7 @@ pub fn decode_decision(s: &str) -> Option<Decision> {
         total,
         reason: (!reason.is_empty()).then(|| reason.to_owned()),
         location,
+        events,
     })
 }
 
@@ -283,6 +305,7 @@ mod tests {
             total: 10,
             reason: Some("a|b".into()),
             location: None,
+            events: StockEvents::NONE,
         };
         assert_eq!(encode_decision(&d), "REJECTED_RESTOCK|-3|7|10|a|b");
         assert_eq!(decode_decision(&encode_decision(&d)), Some(d));
@@ -294,6 +317,15 @@ mod tests {
         assert_eq!(taken.location.as_deref(), Some("berlin"));
         assert_eq!(encode_decision(&taken), "APPLIED|-2|3|5|\tberlin");
         assert_eq!(decode_decision("APPLIED|-2|3|5|\t"), None);
+        let sold_out = decode_decision("APPLIED|-1|0|5|\t\tSL").unwrap();
+        assert_eq!(
+            (sold_out.location, sold_out.events.letters()),
+            (None, "SL".to_owned())
+        );
+        let there = decode_decision("APPLIED|-1|0|5|\tparis\tS").unwrap();
+        assert_eq!(encode_decision(&there), "APPLIED|-1|0|5|\tparis\tS");
+        assert_eq!(decode_decision("APPLIED|-1|0|5|\t\tX"), None);
+        assert_eq!(decode_decision("APPLIED|-1|0|5|\t\t"), None);
     }
 
     fn entry(status: OrderStatus) -> OrderEntry {

@@ -434,6 +434,9 @@ fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
         CommandBody::Limit(l) => {
             cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
         }
+        CommandBody::Alerts(a) => {
+            cmd.arg("A").arg(a.low_stock_below.map_or(0, |q| q.get()));
+        }
         CommandBody::Transfer(t) => {
             cmd.arg("M")
                 .arg(t.transfer_id.as_str())

@@ -22,6 +22,7 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
                     ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
                     ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
                     ("units".into(), Value::Array(Vec::new())),
+                    ("location".into(), Value::Union(0, Box::new(Value::Null))),
                 ])),
             ),
         ),

@@ -5,7 +5,8 @@
 //! either side of the records that meet them, confirms, expires, refunds,
 //! limits and restocks, for a few users; named units added, held and sold
 //! as well as counted stock; stock put in, taken from and moved between
-//! three locations; whole checkouts now and then;
+//! three locations; low-stock thresholds set and lifted; whole
+//! checkouts now and then;
 //! offsets per partition as Kafka assigns them, timestamps mostly rising
 //! but sometimes behind; now and then a record on the wrong partition, as
 //! a producer with another partitioner would write it) and the order in which
@@ -23,9 +24,9 @@ use proptest::sample::Index;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LocationId,
-    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer, TransferId, UnitId,
-    UserId,
+    AdjustmentId, Alerts, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit,
+    LocationId, OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer,
+    TransferId, UnitId, UserId,
 };
 
 /// The partitions of generated logs.
@@ -172,6 +173,11 @@ fn body() -> impl Strategy<Value = Body> {
             per_user: q.map(|q| Quantity::new(q).unwrap()),
         })
     });
+    let alerts = prop::option::of(1..=8i64).prop_map(|q| {
+        CommandBody::Alerts(Alerts {
+            low_stock_below: q.map(|q| Quantity::new(q).unwrap()),
+        })
+    });
     let rollback = order_id()
         .prop_map(|order_id| CommandBody::Rollback(Rollback::new(order_id, None).unwrap()));
     let add = prop_oneof![
@@ -224,6 +230,7 @@ fn body() -> impl Strategy<Value = Body> {
         2 => refund.prop_map(Body::Ready),
         1 => limit.prop_map(Body::Ready),
         2 => transfer.prop_map(Body::Ready),
+        1 => alerts.prop_map(Body::Ready),
     ]
 }
 

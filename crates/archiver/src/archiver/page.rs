@@ -324,6 +324,7 @@ mod tests {
             total: 5,
             reason: None,
             location: None,
+            events: stockledger_core::StockEvents::NONE,
         };
         codec::encode_outcome(&o).unwrap_or_default()
     }

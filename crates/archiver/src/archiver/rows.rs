@@ -78,6 +78,8 @@ pub(super) struct Columns {
     pub(super) units: Vec<Option<String>>,
     pub(super) location: Vec<Option<String>>,
     pub(super) to_location: Vec<Option<String>>,
+    /// The stock events, one per line (`None` when there are none).
+    pub(super) events: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -99,6 +101,9 @@ impl Columns {
         self.reason.push(o.decision.reason);
         self.location.push(o.decision.location);
         self.to_location.push(o.to_location);
+        let events: Vec<&str> = o.decision.events.kinds().map(|k| k.as_str()).collect();
+        self.events
+            .push((!events.is_empty()).then(|| events.join("\n")));
         self.occurred_at_ms.push(o.occurred_at);
         self.restock_mode.push(o.restock_mode.map(|m| m.as_str()));
         self.rollback_reason.push(o.rollback_reason);
@@ -132,21 +137,23 @@ pub(super) async fn insert_rows(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
              order_id, adjustment_id, quantity, result, delta, available_after, total_after,
              reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent,
-             basket_id, units, location, to_location)
+             basket_id, units, location, to_location, events)
          SELECT topic, partition, log_offset, sku, command, command_id, order_id,
              adjustment_id, quantity, result, delta, available_after, total_after, reason,
              timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
              rollback_reason, user_id,
              timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent, basket_id,
-             string_to_array(units, E'\\n'), location, to_location
+             string_to_array(units, E'\\n'), location, to_location,
+             string_to_array(events, E'\\n')
          FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
              $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
-             $19::bigint[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
+             $19::bigint[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[],
+             $25::text[])
              AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
                  occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent,
-                 basket_id, units, location, to_location)
+                 basket_id, units, location, to_location, events)
          ON CONFLICT DO NOTHING",
     )
     .bind(&columns.topic)
@@ -173,6 +180,7 @@ pub(super) async fn insert_rows(
     .bind(&columns.units)
     .bind(&columns.location)
     .bind(&columns.to_location)
+    .bind(&columns.events)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -183,7 +191,7 @@ pub(super) const COPY: &str =
     "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
     order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
     occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent, basket_id,
-    units, location, to_location)
+    units, location, to_location, events)
     FROM STDIN (FORMAT binary)";
 
 /// Writes the page's rows with a binary `COPY`: no statement to plan, no
@@ -259,7 +267,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     for i in 0..c.offset.len() {
-        out.extend_from_slice(&24i16.to_be_bytes());
+        out.extend_from_slice(&25i16.to_be_bytes());
         text(&mut out, Some(&c.topic[i]));
         out.extend_from_slice(&4i32.to_be_bytes());
         out.extend_from_slice(&c.partition[i].to_be_bytes());
@@ -285,6 +293,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         text_array(&mut out, c.units[i].as_deref());
         text(&mut out, c.location[i].as_deref());
         text(&mut out, c.to_location[i].as_deref());
+        text_array(&mut out, c.events[i].as_deref());
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     out

@@ -157,7 +157,7 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "rollback_reason": e.rollback_reason, "occurred_at": e.occurred_at,
         "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
         "basket_id": e.basket_id, "units": e.units, "location": e.location,
-        "to_location": e.to_location,
+        "to_location": e.to_location, "events": e.events,
     })
 }
 

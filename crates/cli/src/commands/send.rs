@@ -117,5 +117,6 @@ pub fn decision_json(d: &Decision) -> serde_json::Value {
         "total": d.total,
         "reason": d.reason,
         "location": d.location,
+        "events": d.events.kinds().map(|k| k.as_str()).collect::<Vec<_>>(),
     })
 }

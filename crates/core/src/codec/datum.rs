@@ -13,7 +13,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
 use crate::ids::{BasketId, LocationId, Quantity, UnitId, UserId};
-use crate::outcome::{Outcome, ResultCode};
+use crate::outcome::{Outcome, ResultCode, StockEvents};
 
 /// The current Command schema's datum of a command.
 pub(super) struct CommandDatum<'a>(pub &'a Command);
@@ -133,8 +133,24 @@ impl Serialize for Body<'_> {
                     .string("to", t.to().as_str())
                     .long("quantity", t.quantity().get()),
             ),
+            CommandBody::Alerts(a) => (
+                8,
+                Fields::new("Alerts").optional_long("low_stock_below", quantity(a.low_stock_below)),
+            ),
         };
         s.serialize_newtype_variant("Body", branch, record.name, &record)
+    }
+}
+
+/// The `events` array: each kind by its index in `StockEventKind`.
+struct Events(StockEvents);
+
+impl Serialize for Events {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.kinds().map(|k| Symbol {
+            index: k as u32,
+            name: k.as_str(),
+        }))
     }
 }
 
@@ -232,7 +248,7 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 23)?;
+        let mut r = s.serialize_struct("Outcome", 24)?;
         r.serialize_field("topic", &o.position.topic)?;
         r.serialize_field("partition", &o.position.partition)?;
         r.serialize_field("offset", &o.position.offset)?;
@@ -256,6 +272,7 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("units", &o.units)?;
         r.serialize_field("location", &d.location)?;
         r.serialize_field("to_location", &o.to_location)?;
+        r.serialize_field("events", &Events(d.events))?;
         r.end()
     }
 }

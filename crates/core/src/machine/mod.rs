@@ -26,6 +26,7 @@ use crate::command::{
     Rollback, Transfer,
 };
 use crate::ids::MAX_STOCK;
+use crate::outcome::StockEvents;
 use crate::outcome::{Decision, ResultCode};
 use crate::Command;
 
@@ -312,6 +313,7 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
              (produce with the murmur2 partitioner)"
         )),
         location: None,
+        events: StockEvents::NONE,
     }
 }
 
@@ -356,6 +358,8 @@ pub struct SkuState {
     /// in (empty for a SKU without locations: its stock is in one
     /// implicit place). `available` and `total` are their sums.
     pub locations: Vec<LocationStock>,
+    /// The low-stock threshold, if set ([`crate::Alerts`]).
+    pub low_stock_below: Option<i64>,
 }
 
 impl SkuState {
@@ -434,6 +438,7 @@ impl SkuState {
                 )
             });
         }
+        let before = self.available;
         let mut decision = match body {
             CommandBody::Deduct(d) => self.deduct(offset, time, d),
             CommandBody::Rollback(r) => self.rollback(offset, r),
@@ -443,7 +448,12 @@ impl SkuState {
             CommandBody::Expire(e) => self.expire(offset, time, e),
             CommandBody::Limit(l) => self.set_limit(l),
             CommandBody::Transfer(t) => self.transfer(offset, t),
+            CommandBody::Alerts(a) => {
+                self.low_stock_below = a.low_stock_below.map(|q| q.get());
+                self.decide(ResultCode::Applied, 0, None)
+            }
         };
+        decision.events = StockEvents::between(before, self.available, self.low_stock_below);
         if decision.location.is_none() {
             decision.location = body.location().map(|l| l.as_str().to_owned());
         }
@@ -461,6 +471,7 @@ impl SkuState {
             total: self.total,
             reason,
             location: None,
+            events: StockEvents::NONE,
         }
     }
 

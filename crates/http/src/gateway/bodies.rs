@@ -284,6 +284,11 @@ pub struct DecisionBody {
     /// `from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// The stock events the command caused: `SOLD_OUT` (available reached
+    /// 0), `BACK_IN_STOCK` (it left 0), `LOW_STOCK` (it crossed the SKU's
+    /// threshold downwards).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
 }
 
 impl From<Decision> for DecisionBody {
@@ -295,6 +300,7 @@ impl From<Decision> for DecisionBody {
             total: d.total,
             reason: d.reason,
             location: d.location,
+            events: d.events.kinds().map(|k| k.as_str().to_owned()).collect(),
         }
     }
 }
@@ -563,6 +569,10 @@ pub struct HistoryEntry {
     /// Where a transfer moved stock to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to_location: Option<String>,
+    /// The stock events the record caused: `SOLD_OUT`, `BACK_IN_STOCK`,
+    /// `LOW_STOCK`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<String>>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -593,6 +603,7 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             units: e.units,
             location: e.location,
             to_location: e.to_location,
+            events: e.events,
         }
     }
 }

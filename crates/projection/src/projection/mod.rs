@@ -10,8 +10,8 @@ use stockledger_redis::{KeyScan, RedisConn};
 
 use crate::encoding::{
     decode_decision, decode_locations, decode_order, decode_unit, seat_letter, state_of_letter,
-    unit_of_field, user_of_field, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, NAMED, OFFSET,
-    PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
+    unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW,
+    NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
 use crate::keys::{self, SkuKeys};
 

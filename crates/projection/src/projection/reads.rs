@@ -47,11 +47,12 @@ impl Projection {
             total: number(TOTAL)?,
             reserved: optional(RESERVED)?.unwrap_or(0),
             limit: optional(LIMIT)?,
+            low_stock_below: optional(LOW)?,
             partition,
             last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
-        let (mut registry, mut seatmap) = (None, None);
+        let (mut registry, mut seatmap, mut alerts) = (None, None, None);
         let mut places = BTreeMap::new();
         for (field, value) in orders {
             if let Some(user) = user_of_field(&field) {
@@ -72,6 +73,10 @@ impl Projection {
             }
             if field == SEATMAP_FIELD {
                 seatmap = Some(value);
+                continue;
+            }
+            if field == ALERTS_FIELD {
+                alerts = Some(value);
                 continue;
             }
             if field == LOCATIONS_FIELD {
@@ -101,6 +106,11 @@ impl Projection {
             && named != state.units.is_empty();
         if !agree {
             return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
+        }
+        // The threshold's two copies must agree.
+        if alerts.as_deref().map(str::parse::<i64>).transpose().ok() != Some(state.low_stock_below)
+        {
+            return Err(corrupt(&keys.orders, alerts.as_deref().unwrap_or("")));
         }
         // The locations must sum to the SKU's stock and agree with the flag.
         let located = stock.get(LOCATED).is_some_and(|flag| flag == "1");

@@ -77,6 +77,11 @@ impl Projection {
             if let Some(limit) = state.stock.limit {
                 stock.push((LIMIT, limit));
             }
+            // The threshold the apply script reads, from the copy the
+            // orders hash keeps.
+            if let Some(low) = (state.orders.get(ALERTS_FIELD)).and_then(|v| v.parse().ok()) {
+                stock.push((LOW, low));
+            }
             writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
             if !state.orders.is_empty() {
                 let orders: Vec<_> = state.orders.iter().collect();
