@@ -15,14 +15,14 @@ use serde_json::Value;
 use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
 use stockledger_core::schema;
 use stockledger_core::{
-    Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId, LogPosition,
-    Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, StockEvents, Transfer,
-    UnitId,
+    Alerts, Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId,
+    LogPosition, Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback,
+    StockEventKind, StockEvents, Transfer, UnitId,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 7] = [
+const RELEASES: [(&str, &str, bool); 8] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -56,6 +56,11 @@ const RELEASES: [(&str, &str, bool); 7] = [
     (
         "command-v5-outcome-v7",
         include_str!("fixtures/releases/command-v5-outcome-v7.json"),
+        true,
+    ),
+    (
+        "command-v6-outcome-v8",
+        include_str!("fixtures/releases/command-v6-outcome-v8.json"),
         true,
     ),
 ];
@@ -243,6 +248,25 @@ fn script_v5() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v6.rs`: `script_v5.rs` on SKU-4, then a low-stock threshold;
+/// its hold's outcome says LOW_STOCK.
+fn script_v6() -> (Vec<Command>, Vec<Decided>) {
+    let (commands, mut decisions) = script_v5();
+    let mut commands: Vec<Command> = commands
+        .into_iter()
+        .map(|c| command("SKU-4", c.command_id.as_str(), c.body))
+        .collect();
+    commands.push(command(
+        "SKU-4",
+        "c-alerts",
+        CommandBody::Alerts(Alerts {
+            low_stock_below: Some(quantity(8)),
+        }),
+    ));
+    decisions.push((ResultCode::Applied, 0, 7, Some("as decided".into())));
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -256,7 +280,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v5") {
+        let (commands, decisions) = if name.starts_with("command-v6") {
+            script_v6()
+        } else if name.starts_with("command-v5") {
             script_v5()
         } else if name.starts_with("command-v4") {
             script_v4()
@@ -293,7 +319,12 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 reason,
                 // Only script_v5 names locations; its release wrote them.
                 location: c.body.location().map(|l| l.as_str().to_owned()),
-                events: StockEvents::NONE,
+                // Only script_v6 raises one, at its hold.
+                events: if name.starts_with("command-v6") && offset == 4 {
+                    StockEvents::of([StockEventKind::LowStock])
+                } else {
+                    StockEvents::NONE
+                },
             };
             let mut expected = Outcome::for_command(position, c, decision);
             if !has_command_details {
