@@ -241,6 +241,11 @@ pub enum Command {
     /// Cap the units one user may hold and buy of a SKU.
     #[command(after_help = "Examples:\n  stockledger limit SKU-1 --per-user 2 --wait 5")]
     Limit(limit::Args),
+    /// Set or lift a SKU's low-stock threshold (its decisions then say LOW_STOCK when crossed).
+    #[command(
+        after_help = "Examples:\n  stockledger alerts SKU-1 --low-stock-below 10 --wait 5\n  stockledger alerts SKU-1 --none"
+    )]
+    Alerts(alerts::Args),
     /// Give back what an order took or holds (before its deduction: refuse that deduction).
     #[command(after_help = "Examples:\n  stockledger rollback SKU-1 order-17 --wait 5")]
     Rollback(rollback::Args),
@@ -402,6 +407,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Basket(args) => basket::run(g, args).await,
         Command::Refund(args) => refund::run(g, args).await,
         Command::Limit(args) => limit::run(g, args).await,
+        Command::Alerts(args) => alerts::run(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,
         Command::Transfer(args) => transfer::run(g, args).await,
         Command::Stock(args) => stock::run(g, args).await,

@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 36] = [
+    let cases: [(&[&str], &str); 38] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -126,6 +126,11 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
         (&["deduct", "SHOW", "o1"], "<QUANTITY>"),
         (&["restock", "SHOW", "--units", &long], "units: units[0] "),
         (&["history", "--unit", "A1"], "unit: \"A1\" is not SKU/UNIT"),
+        (
+            &["alerts", "MUG", "--low-stock-below", "0"],
+            "low_stock_below: must be at least 1",
+        ),
+        (&["alerts", "MUG"], "--low-stock-below <UNITS>"),
         (
             &["transfer", "MUG", "1", "--from", "paris", "--to", "paris"],
             "to: is the location the stock comes from (paris)",

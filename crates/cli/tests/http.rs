@@ -1351,3 +1351,103 @@ async fn the_gateway_keeps_stock_by_location_and_moves_it_between_them() -> anyh
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn decisions_say_which_stock_events_they_caused_and_thresholds_are_set_over_http(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-events", 2).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let _archiver = archiver(&h)?;
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let waited = |path: &str| format!("{base}{path}?wait_ms=30000");
+    let events = |body: &Value| -> Vec<String> {
+        body["decision"]["events"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|k| k.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let put = |path: String, body: Value| async move {
+        let response = reqwest::Client::new().put(path).json(&body).send().await?;
+        let status = response.status().as_u16();
+        Ok::<_, anyhow::Error>((status, response.json::<Value>().await?))
+    };
+    let (_, _, body) = post(
+        &waited("/v1/skus/EVT/restocks/r1"),
+        json!({"mode": "SET", "quantity": 5}),
+    )
+    .await?;
+    assert_eq!(events(&body), ["BACK_IN_STOCK"], "{body}");
+    let (status, body) = put(waited("/v1/skus/EVT/alerts"), json!({"low_stock_below": 3})).await?;
+    assert_eq!(
+        (status, &body["decision"]["result"]),
+        (200, &json!("APPLIED")),
+        "{body}"
+    );
+    let mut seen = Vec::new();
+    for (order, quantity) in [("o1", 2), ("o2", 1), ("o3", 2)] {
+        let (_, _, body) = post(
+            &waited(&format!("/v1/skus/EVT/orders/{order}/deduct")),
+            json!({ "quantity": quantity }),
+        )
+        .await?;
+        seen.push(events(&body));
+    }
+    // 5 -> 3 is not below 3; 3 -> 2 crosses it; 2 -> 0 sells out.
+    assert_eq!(
+        seen,
+        [
+            vec![],
+            vec!["LOW_STOCK".to_owned()],
+            vec!["SOLD_OUT".to_owned()]
+        ]
+    );
+    let (_, _, body) = post(&waited("/v1/skus/EVT/orders/o3/rollback"), json!({})).await?;
+    assert_eq!(events(&body), ["BACK_IN_STOCK"], "{body}");
+    for refused in [json!({}), json!({"low_stock_below": 0})] {
+        let (status, body) = put(format!("{base}/v1/skus/EVT/alerts"), refused.clone()).await?;
+        assert_eq!(
+            (status, &body["field"]),
+            (422, &json!("low_stock_below")),
+            "{refused}: {body}"
+        );
+    }
+    let (status, _) = put(
+        waited("/v1/skus/EVT/alerts"),
+        json!({"low_stock_below": null}),
+    )
+    .await?;
+    assert_eq!(status, 200);
+    // The archive keeps each record's events with it (seven records: the
+    // refused requests published nothing).
+    h.wait_for_archive(7).await?;
+    let (_, _, page) = get(&format!("{base}/v1/history?sku=EVT")).await?;
+    let archived: Vec<(String, Value)> = page["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| !e["events"].is_null())
+        .map(|e| {
+            (
+                e["command"].as_str().unwrap_or("").to_owned(),
+                e["events"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        archived,
+        [
+            ("RESTOCK".to_owned(), json!(["BACK_IN_STOCK"])),
+            ("DEDUCT".to_owned(), json!(["LOW_STOCK"])),
+            ("DEDUCT".to_owned(), json!(["SOLD_OUT"])),
+            ("ROLLBACK".to_owned(), json!(["BACK_IN_STOCK"])),
+        ],
+        "{page}"
+    );
+    Ok(())
+}

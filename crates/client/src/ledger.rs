@@ -36,7 +36,8 @@ use stockledger_core::ids::{
     AdjustmentId, BasketId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId, UserId,
 };
 use stockledger_core::{
-    CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback, Transfer,
+    Alerts, CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
+    Transfer,
 };
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::ProjectionError;
@@ -611,6 +612,27 @@ impl Ledger {
         per_user: Option<Quantity>,
     ) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Limit(Limit { per_user });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Sets (or, with `None`, lifts) the low-stock threshold of `sku`: a
+    /// decision that takes available stock from at or above it to below it
+    /// says `LOW_STOCK` among its [`Decision::events`].
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{Quantity, Sku};
+    ///
+    /// ledger.alerts(&Sku::new("SKU-1")?, Some(Quantity::new(10)?)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn alerts(
+        &self,
+        sku: &Sku,
+        low_stock_below: Option<Quantity>,
+    ) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Alerts(Alerts { low_stock_below });
         self.producer.send(sku.clone(), body).await
     }
 

@@ -3,6 +3,7 @@
 //! crate, and what it prints. `send` holds what the commands that publish
 //! share.
 
+pub mod alerts;
 pub mod apply;
 pub mod archive;
 pub mod basket;

@@ -97,8 +97,8 @@ enum Need {
     Nothing,
     /// The commands of an order service.
     Produce,
-    /// Restock, transfers, limits, refunds; and any route not listed
-    /// (closed by default).
+    /// Restock, transfers, limits, alerts, refunds; and any route not
+    /// listed (closed by default).
     Operate,
     /// One order's state (every role).
     ReadOrder,
@@ -542,6 +542,10 @@ mod tests {
                 need(&Method::PUT, "/v1/skus/{sku}/limit"),
                 [false, true, false],
             ),
+            (
+                need(&Method::PUT, "/v1/skus/{sku}/alerts"),
+                [false, true, false],
+            ),
             (get("/v1/skus/{sku}/orders/{order_id}"), [true, true, true]),
             (get("/v1/skus/{sku}"), [false, true, true]),
             (get("/v1/history"), [false, true, true]),
@@ -575,7 +579,8 @@ mod tests {
                     let operator_only = path.contains("/restocks/")
                         || path.contains("/transfers/")
                         || path.ends_with("/refund")
-                        || path.ends_with("/limit");
+                        || path.ends_with("/limit")
+                        || path.ends_with("/alerts");
                     assert!(
                         need != Need::Operate || operator_only,
                         "{method} {path} falls to the operators-only default"

@@ -194,6 +194,19 @@ pub struct LimitRequest {
     pub per_user: Option<i64>,
 }
 
+/// Set or lift a SKU's low-stock threshold.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsRequest {
+    /// `LOW_STOCK` is raised when available stock goes from at or above
+    /// this to below it (at least 1); `null` lifts the threshold.
+    /// Required: `{}` is refused, so a threshold is never lifted by a field
+    /// left out.
+    #[serde(deserialize_with = "present")]
+    #[schema(required = true, minimum = 1, maximum = 1_000_000_000)]
+    pub low_stock_below: Option<i64>,
+}
+
 /// A field that must be there, though it may be `null` (serde treats a
 /// missing `Option` field as `None` unless told otherwise).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {

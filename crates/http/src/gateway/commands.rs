@@ -16,7 +16,7 @@ use axum::Json;
 use stockledger_analysts::query::{self};
 use stockledger_core::report::Chain;
 use stockledger_core::{
-    AdjustmentId, CommandBody, Confirm, Deduct, Limit, LocationId, OrderEntry, OrderId,
+    AdjustmentId, Alerts, CommandBody, Confirm, Deduct, Limit, LocationId, OrderEntry, OrderId,
     OrderStatus, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer, TransferId,
     UnitId, UserId, ValidationError,
 };
@@ -301,6 +301,39 @@ pub(crate) async fn limit(
             wait,
             trace.traceparent,
         )
+        .await
+}
+
+/// Set (or, with `null`, lift) the low-stock threshold of `sku`: stock
+/// events say `LOW_STOCK` when available goes from at or above it to below.
+#[utoipa::path(put, path = "/v1/skus/{sku}/alerts", tag = "commands",
+    params(("sku" = String, Path, description = "The SKU"), WaitParams, TraceHeader),
+    request_body = AlertsRequest,
+    responses(
+        (status = 200, description = "Decided within wait_ms", body = CommandResponse),
+        (status = 202, description = "In the log; decided later", body = CommandResponse),
+        (status = 400, description = "Malformed JSON, or no body", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is refused (`low_stock_below` below 1, or missing)", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The producer queue is full", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The brokers are unreachable", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn alerts(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+    Query(wait): Query<WaitParams>,
+    trace: TraceHeader,
+    Body(request): Body<AlertsRequest>,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    let low_stock_below = request
+        .low_stock_below
+        .map(|n| Quantity::of_field("low_stock_below", n))
+        .transpose()?;
+    let wait = gateway.wait(&wait)?;
+    let body = CommandBody::Alerts(Alerts { low_stock_below });
+    gateway
+        .command(sku, None, body, wait, trace.traceparent)
         .await
 }
 

@@ -181,7 +181,7 @@ pub(crate) struct Gateway {
 #[openapi(
     info(
         title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock, transfer) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
+        description = "Commands (deduct, rollback, restock, transfer, limits, low-stock alerts) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
     ),
     paths(
         commands::deduct,
@@ -189,6 +189,7 @@ pub(crate) struct Gateway {
         commands::confirm,
         commands::refund,
         commands::limit,
+        commands::alerts,
         commands::restock,
         commands::transfer,
         baskets::hold,
@@ -463,6 +464,7 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
             post(commands::refund),
         )
         .route("/v1/skus/{sku}/limit", put(commands::limit))
+        .route("/v1/skus/{sku}/alerts", put(commands::alerts))
         .route(
             "/v1/skus/{sku}/transfers/{transfer_id}",
             post(commands::transfer),
