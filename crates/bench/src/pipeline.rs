@@ -106,6 +106,7 @@ impl Pipeline {
             commands: &topic,
             outcomes: &outcomes_topic,
             dead_letters: &dlq_topic,
+            events: &format!("{topic}.events"),
         };
         let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
         create_topics(&kafka, &specs).await?;
@@ -113,6 +114,7 @@ impl Pipeline {
         config.topic = topic.clone();
         config.outcomes_topic = outcomes_topic.clone();
         config.dlq_topic = dlq_topic;
+        config.events_topic = None; // the run's: `<topic>.events`
         config.prefix = format!("{}:{run_id}:{name}", g.prefix);
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);

@@ -138,6 +138,11 @@ pub struct Global {
     )]
     pub outcomes_topic: String,
 
+    /// The stock events topic the applier writes (default: the command
+    /// topic's name and `.events`, created by the applier when missing).
+    #[arg(long, global = true, env = "STOCKLEDGER_EVENTS_TOPIC")]
+    pub events_topic: Option<String>,
+
     /// The dead-letter topic for records that are not valid commands.
     #[arg(
         long,
@@ -178,6 +183,7 @@ impl std::fmt::Debug for Global {
             .field("topic", &self.topic)
             .field("outcomes_topic", &self.outcomes_topic)
             .field("dlq_topic", &self.dlq_topic)
+            .field("events_topic", &self.events_topic)
             .field("prefix", &self.prefix)
             .field("log_format", &self.log_format)
             .finish()
@@ -185,6 +191,14 @@ impl std::fmt::Debug for Global {
 }
 
 impl Global {
+    /// The stock events topic: `--events-topic`, or the command topic's
+    /// name and `.events`.
+    pub fn events_topic(&self) -> String {
+        self.events_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.events", self.topic))
+    }
+
     pub fn kafka(&self) -> KafkaConfig {
         KafkaConfig {
             brokers: self.brokers.clone(),
@@ -480,6 +494,7 @@ pub fn applier_config(g: &Global) -> ApplierConfig {
     c.topic = g.topic.clone();
     c.outcomes_topic = g.outcomes_topic.clone();
     c.dlq_topic = g.dlq_topic.clone();
+    c.events_topic = g.events_topic.clone();
     c
 }
 

@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::{KafkaConfig, LedgerProducer};
+use stockledger_core::{Alerts, CommandBody, Quantity, RestockMode, Sku};
 use stockledger_kafka::admin::topic_config;
 use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
@@ -220,6 +221,95 @@ async fn an_applier_killed_inside_production_size_batches_loses_and_doubles_noth
     assert!(wait_exit(&mut last.0, Duration::from_secs(20))
         .await?
         .success());
+    archiver.stop().await?;
+    Ok(())
+}
+
+/// Rounds of a deduct and its rollback per SKU in the stock events test.
+const EVENT_ROUNDS: usize = 600;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_events_are_published_once_each_through_kill_9_mid_batch() -> anyhow::Result<()> {
+    let h = Harness::new("kill-events", 4).await?;
+    let archiver = h.start_archiver();
+    // One unit per SKU and a threshold of one: each deduct sells out and
+    // goes low, each rollback brings it back, three events a round.
+    let mut sent = 0;
+    for sku in SKUS {
+        h.producer.restock(sku, "one", RestockMode::Set, 1).await?;
+        let alerts = Alerts {
+            low_stock_below: Some(Quantity::new(1)?),
+        };
+        h.producer
+            .send(Sku::new(sku)?, CommandBody::Alerts(alerts))
+            .await?;
+        sent += 2;
+    }
+    let rounds: Vec<_> = SKUS
+        .map(|sku| {
+            let producer = h.producer.clone();
+            tokio::spawn(async move {
+                for round in 0..EVENT_ROUNDS {
+                    let order = format!("o{round}");
+                    producer.deduct(sku, &order, 1).await?;
+                    producer.rollback(sku, &order, None).await?;
+                }
+                anyhow::Ok(2 * EVENT_ROUNDS as u64)
+            })
+        })
+        .into_iter()
+        .collect();
+    for round in rounds {
+        sent += round.await??;
+    }
+    // Killed while a batch is in Redis but not committed: its events may
+    // or may not have reached the brokers, and it is redelivered.
+    let apply = ["apply", "--batch-size", "1000", "--stats-interval-s", "1"];
+    let mut inside = Vec::new();
+    for _ in 0..3 {
+        let mut child = Running(spawn(&h, &apply)?);
+        let seen = batch_in_flight(&h, sent).await?;
+        child.0.kill()?;
+        child.0.wait()?;
+        match seen {
+            Some(seen) => inside.push(seen),
+            None => break,
+        }
+    }
+    eprintln!("killed with (applied, committed) = {inside:?} of {sent}");
+    assert!(
+        !inside.is_empty(),
+        "no kill landed between a batch's effect in Redis and its commit"
+    );
+    let applier = h.start_applier();
+    wait_applied(&h, sent).await?;
+    wait_until("every offset committed", CATCH_UP, || async {
+        Ok((committed(&h).await? as u64 >= sent).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    // Then the whole log again, as after offsets lost (a group of its own
+    // starts from the beginning): every record is redelivered, and none of
+    // its events may be published again.
+    let mut again = h.applier_config();
+    again.group_id = format!("{}-again", h.ns.applier_group);
+    let group = again.group_id.clone();
+    let applier = h.start_applier_with(again);
+    wait_until("the whole log applied again", CATCH_UP, || async {
+        let read: i64 = committed_offsets(&h.kafka, &group, &h.ns.topic)
+            .await?
+            .values()
+            .sum();
+        Ok((read as u64 >= sent).then_some(()))
+    })
+    .await?;
+    // Each event the fold of the log raises is on the events topic, once:
+    // no applier here was frozen, so not even a late repeat is allowed.
+    h.assert_contract().await?;
+    h.assert_stock_events_match_log(true).await?;
+    let expected = h.expected_stock_events().await?;
+    assert_eq!(expected.len(), 3 * EVENT_ROUNDS * SKUS.len() + SKUS.len());
+    applier.stop().await?;
     archiver.stop().await?;
     Ok(())
 }

@@ -21,7 +21,9 @@ use crate::ids::{
     AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UserId,
     ValidationError,
 };
-use crate::outcome::{Decision, LogPosition, Outcome, ResultCode, StockEventKind, StockEvents};
+use crate::outcome::{
+    Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
+};
 use crate::schema::Released;
 
 mod datum;
@@ -646,6 +648,64 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         basket_id: f.optional_string("basket_id")?,
         units: f.strings("units")?,
         to_location: f.optional_string("to_location")?,
+    })
+}
+
+/// The stock event in Avro single-object encoding with the newest
+/// `StockEvent` schema.
+///
+/// ```
+/// use stockledger_core::codec::{decode_stock_event, encode_stock_event};
+/// use stockledger_core::{LogPosition, StockEvent, StockEventKind};
+///
+/// let event = StockEvent {
+///     kind: StockEventKind::BackInStock,
+///     sku: "SKU-1".into(),
+///     location: Some("berlin".into()),
+///     available: 4,
+///     total: 10,
+///     position: LogPosition { topic: "stock.ledger".into(), partition: 1, offset: 7 },
+///     command_id: Some("c-7".into()),
+///     occurred_at: 1_700_000_000_000,
+/// };
+/// assert_eq!(decode_stock_event(&encode_stock_event(&event)?)?, event);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn encode_stock_event(event: &StockEvent) -> Result<Vec<u8>, EncodeError> {
+    SCHEMAS
+        .event
+        .encode("stock event", &datum::EventDatum(event))
+}
+
+/// The stock event in `payload`, written with any released `StockEvent`
+/// schema.
+pub fn decode_stock_event(payload: &[u8]) -> Result<StockEvent, DecodeError> {
+    let mut f = Fields::of(SCHEMAS.event.decode(payload)?)?;
+    let symbol = f.symbol("kind")?;
+    let kind = StockEventKind::parse(&symbol)
+        .ok_or_else(|| shape(format!("kind: unknown symbol {symbol}")))?;
+    let sku = f.string("sku")?;
+    let location = f.optional_string("location")?;
+    let available = f.long("available")?;
+    let total = f.long("total")?;
+    let topic = f.string("topic")?;
+    let partition = match f.take("partition")? {
+        Value::Int(p) => p,
+        other => return Err(malformed("partition", &other)),
+    };
+    Ok(StockEvent {
+        kind,
+        sku,
+        location,
+        available,
+        total,
+        position: LogPosition {
+            topic,
+            partition,
+            offset: f.long("offset")?,
+        },
+        command_id: f.optional_string("command_id")?,
+        occurred_at: f.long("occurred_at")?,
     })
 }
 

@@ -39,4 +39,6 @@ pub use ids::{
 pub use machine::{
     Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
 };
-pub use outcome::{Decision, LogPosition, Outcome, ResultCode, StockEventKind, StockEvents};
+pub use outcome::{
+    Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
+};

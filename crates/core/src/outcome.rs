@@ -493,6 +493,56 @@ impl Outcome {
     }
 }
 
+/// One stock event, as published on the stock events topic: a change of
+/// a SKU's available stock ([`StockEventKind`]) and the command record
+/// that caused it. That record's position and the kind identify the event:
+/// a record raises each kind at most once.
+///
+/// ```
+/// use stockledger_core::{LogPosition, Outcome, StockEvent, StockEventKind, StockEvents};
+///
+/// let at = LogPosition { topic: "stock.ledger".into(), partition: 2, offset: 41 };
+/// let mut outcome = Outcome::invalid(at, "SKU-1", "x".into(), 1_700_000_000_000);
+/// outcome.decision.events = StockEvents::of([StockEventKind::SoldOut]);
+/// let events = StockEvent::of(&outcome);
+/// assert_eq!((events[0].kind, events[0].position.offset), (StockEventKind::SoldOut, 41));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StockEvent {
+    pub kind: StockEventKind,
+    pub sku: String,
+    /// The location the causing command named or acted on, if any.
+    pub location: Option<String>,
+    /// The SKU's available and total stock after the causing record.
+    pub available: i64,
+    pub total: i64,
+    /// The causing command record.
+    pub position: LogPosition,
+    pub command_id: Option<String>,
+    /// The causing command's `occurred_at` (ms since the Unix epoch).
+    pub occurred_at: i64,
+}
+
+impl StockEvent {
+    /// The events `outcome`'s record raised, in [`StockEventKind`] order.
+    pub fn of(outcome: &Outcome) -> Vec<StockEvent> {
+        let d = &outcome.decision;
+        d.events
+            .kinds()
+            .map(|kind| StockEvent {
+                kind,
+                sku: outcome.sku.clone(),
+                location: d.location.clone(),
+                available: d.available,
+                total: d.total,
+                position: outcome.position.clone(),
+                command_id: outcome.command_id.clone(),
+                occurred_at: outcome.occurred_at,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use apache_avro::Schema;
 use digest::Digest;
 use serde_json::Value as J;
 
-/// The two record types that travel through Kafka.
+/// The record types that travel through Kafka.
 ///
 /// ```
 /// use stockledger_core::schema::{current, Subject};
@@ -39,6 +39,8 @@ pub enum Subject {
     Command,
     /// Records of the outcomes topic.
     Outcome,
+    /// Records of the stock events topic.
+    StockEvent,
 }
 
 impl Subject {
@@ -53,6 +55,7 @@ impl Subject {
         match self {
             Self::Command => "Command",
             Self::Outcome => "Outcome",
+            Self::StockEvent => "StockEvent",
         }
     }
 }
@@ -89,7 +92,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 14] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 15] = [
     (
         Subject::Command,
         1,
@@ -172,6 +175,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 14] = [
         Subject::Outcome,
         8,
         include_str!("../../../schemas/history/Outcome.v8.avsc"),
+        None,
+    ),
+    (
+        Subject::StockEvent,
+        1,
+        include_str!("../../../schemas/history/StockEvent.v1.avsc"),
         None,
     ),
 ];
@@ -480,7 +489,7 @@ mod tests {
             // Self-contained: the canonical form parses on its own.
             Schema::parse_str(&r.canonical_form).unwrap();
         }
-        for subject in [Subject::Command, Subject::Outcome] {
+        for subject in [Subject::Command, Subject::Outcome, Subject::StockEvent] {
             let versions: Vec<u32> = versions(subject).map(|r| r.version).collect();
             let expected: Vec<u32> = (1..=versions.len() as u32).collect();
             assert_eq!(versions, expected, "{subject:?}: versions 1, 2, … in order");
@@ -553,7 +562,7 @@ mod tests {
     }
 
     /// The one-type-per-file schemas in `schemas/`, by full name.
-    const CURRENT_FILES: [(&str, &str); 15] = [
+    const CURRENT_FILES: [(&str, &str); 16] = [
         (
             "stockledger.RestockMode",
             include_str!("../../../schemas/RestockMode.avsc"),
@@ -597,6 +606,10 @@ mod tests {
         (
             "stockledger.StockEventKind",
             include_str!("../../../schemas/StockEventKind.avsc"),
+        ),
+        (
+            "stockledger.StockEvent",
+            include_str!("../../../schemas/StockEvent.avsc"),
         ),
         (
             "stockledger.Command",
@@ -675,7 +688,7 @@ mod tests {
                 (declared, json)
             })
             .collect();
-        for subject in [Subject::Command, Subject::Outcome] {
+        for subject in [Subject::Command, Subject::Outcome, Subject::StockEvent] {
             let top = J::String(format!("stockledger.{}", subject.as_str()));
             let inlined = inline(&top, &defs, &mut Vec::new());
             let newest: J = serde_json::from_str(current(subject).json).unwrap();
@@ -747,7 +760,7 @@ mod tests {
     #[test]
     fn every_pair_of_released_versions_is_compatible_in_both_directions() {
         use apache_avro::schema_compatibility::{Compatibility, SchemaCompatibility};
-        for subject in [Subject::Command, Subject::Outcome] {
+        for subject in [Subject::Command, Subject::Outcome, Subject::StockEvent] {
             let all: Vec<&Released> = versions(subject).collect();
             for (i, older) in all.iter().enumerate() {
                 for newer in &all[i..] {

@@ -7,7 +7,7 @@
 mod common;
 
 use serde_json::Value;
-use stockledger_core::codec::{decode_command, decode_outcome};
+use stockledger_core::codec::{decode_command, decode_outcome, decode_stock_event};
 use stockledger_core::schema::{current, Subject};
 use stockledger_core::{CommandBody, CommandKind, RestockMode, ResultCode, StockEventKind};
 
@@ -28,6 +28,7 @@ fn fastavro_written_seats_decode_as_the_ledger_means_them() {
     for (subject, key) in [
         (Subject::Command, "command_schema"),
         (Subject::Outcome, "outcome_schema"),
+        (Subject::StockEvent, "event_schema"),
     ] {
         let newest = current(subject);
         let file = format!("{}.v{}.avsc", subject.as_str(), newest.version);
@@ -114,4 +115,20 @@ fn fastavro_written_alerts_and_stock_events_decode_as_the_ledger_means_them() {
         outcome.decision.events.kinds().collect::<Vec<_>>(),
         [StockEventKind::SoldOut, StockEventKind::LowStock]
     );
+}
+
+#[test]
+fn a_fastavro_written_stock_event_decodes_as_the_ledger_means_it() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let event = decode_stock_event(&payloads(&fixture, "events")[0]).unwrap();
+    assert_eq!(
+        (
+            event.kind,
+            event.sku.as_str(),
+            event.location.as_deref(),
+            event.available
+        ),
+        (StockEventKind::SoldOut, "MUG-1", Some("paris"), 0)
+    );
+    assert_eq!((event.position.partition, event.position.offset), (1, 8));
 }

@@ -111,12 +111,15 @@ pub async fn create_topics(
     Ok(created)
 }
 
-/// The three topics of one ledger.
+/// The topics of one ledger.
 #[derive(Debug, Clone, Copy)]
 pub struct LedgerTopics<'a> {
     pub commands: &'a str,
     pub outcomes: &'a str,
     pub dead_letters: &'a str,
+    /// Stock events: one partition per command partition (a command
+    /// partition's events go to the partition of the same number).
+    pub events: &'a str,
 }
 
 /// How long the outcomes and dead-letter topics keep records, in
@@ -170,6 +173,25 @@ fn in_sync(replication: i32) -> (String, String) {
     )
 }
 
+/// The stock events topic of a command topic with `partitions`
+/// partitions: as many partitions (a command partition's events go to the
+/// partition of the same number, written by its one applier), kept 7 days
+/// like outcomes.
+pub fn events_topic_spec(name: &str, partitions: i32, replication: i32) -> TopicSpec {
+    TopicSpec {
+        name: name.to_owned(),
+        partitions,
+        replication,
+        configs: vec![
+            (
+                "retention.ms".into(),
+                Retention::default().outcomes_ms.to_string(),
+            ),
+            in_sync(replication),
+        ],
+    }
+}
+
 /// The specifications of a ledger's topics: the command topic as
 /// [`command_topic_spec`] makes it; outcomes (as many partitions) and dead
 /// letters (one partition, so they read in order) with `retention`.
@@ -178,7 +200,7 @@ pub fn ledger_topic_specs(
     partitions: i32,
     replication: i32,
     retention: Retention,
-) -> [TopicSpec; 3] {
+) -> [TopicSpec; 4] {
     let with_retention = |name: &str, partitions: i32, ms: i64| TopicSpec {
         name: name.to_owned(),
         partitions,
@@ -192,6 +214,7 @@ pub fn ledger_topic_specs(
         command_topic_spec(topics.commands, partitions, replication),
         with_retention(topics.outcomes, partitions, retention.outcomes_ms),
         with_retention(topics.dead_letters, 1, retention.dead_letters_ms),
+        events_topic_spec(topics.events, partitions, replication),
     ]
 }
 
@@ -339,14 +362,19 @@ mod tests {
             commands: "c",
             outcomes: "o",
             dead_letters: "d",
+            events: "e",
         };
-        let [commands, outcomes, dead] = ledger_topic_specs(topics, 6, 3, Retention::default());
+        let [commands, outcomes, dead, events] =
+            ledger_topic_specs(topics, 6, 3, Retention::default());
         let commands_config: HashMap<_, _> = commands.configs.into_iter().collect();
         let check = check_permanent("c", &commands_config, false);
         assert_eq!(check, Ok(()));
         assert_eq!(commands_config["min.insync.replicas"], "2");
         assert!(!commands_config.contains_key("cleanup.policy"));
-        assert_eq!((outcomes.partitions, dead.partitions), (6, 1));
+        assert_eq!(
+            (outcomes.partitions, dead.partitions, events.partitions),
+            (6, 1, 6)
+        );
         assert_eq!(
             outcomes.configs[0],
             ("retention.ms".into(), "604800000".into())

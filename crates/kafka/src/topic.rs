@@ -378,6 +378,63 @@ pub async fn read_at(
     .map_err(|e| LogError::Task(e.to_string()))?
 }
 
+/// How many replicas `topic`'s first partition has (its replication
+/// factor).
+pub async fn replication_of(kafka: &KafkaConfig, topic: &str) -> Result<i32, LogError> {
+    let consumer: BaseConsumer = kafka.client_config(&[]).create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let replicas = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .and_then(|t| t.partitions().first().map(|p| p.replicas().len()))
+            .ok_or_else(|| LogError::NoSuchTopic(topic.clone()))?;
+        Ok(i32::try_from(replicas).unwrap_or(1).max(1))
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
+}
+
+/// The last record of `topic`'s `partition`, if it holds any, read within
+/// `timeout`. It reads from the record before the high watermark to the
+/// end, so a broker that reports the watermark as the last batch's base
+/// offset + 1 still gives the true last record.
+pub async fn last_record(
+    kafka: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<Option<LogRecord>, LogError> {
+    let consumer: BaseConsumer = kafka
+        .client_config(&[&LOG_READER[..], &[READ_TO_END_FETCH_WAIT_MS]].concat())
+        .create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (low, high) = watermarks(&consumer, &topic, partition, timeout)?;
+        if high <= low {
+            return Ok(None);
+        }
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, partition, Offset::Offset((high - 1).max(low)))?;
+        consumer.assign(&assignment)?;
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            check_deadline(deadline, &topic, timeout)?;
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(last),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(message)) => last = Some(LogRecord::of(&message)),
+            }
+        }
+    })
+    .await
+    .map_err(|e| LogError::Task(e.to_string()))?
+}
+
 /// A read of `topic` that was given `timeout` has run out at `deadline`.
 fn check_deadline(deadline: Instant, topic: &str, timeout: Duration) -> Result<(), LogError> {
     if Instant::now() > deadline {

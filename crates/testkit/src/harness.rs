@@ -34,6 +34,7 @@ pub struct Namespace {
     pub topic: String,
     pub outcomes_topic: String,
     pub dlq_topic: String,
+    pub events_topic: String,
     pub prefix: String,
     pub applier_group: String,
     pub archiver_group: String,
@@ -46,6 +47,8 @@ impl Namespace {
             topic: format!("{id}.ledger"),
             outcomes_topic: format!("{id}.outcomes"),
             dlq_topic: format!("{id}.dlq"),
+            // What an applier of `topic` writes stock events to unless told.
+            events_topic: format!("{id}.ledger.events"),
             prefix: format!("t:{id}"),
             applier_group: format!("{id}-applier"),
             archiver_group: format!("{id}-archiver"),
@@ -112,6 +115,7 @@ impl Drop for Harness {
             self.ns.topic.clone(),
             self.ns.outcomes_topic.clone(),
             self.ns.dlq_topic.clone(),
+            self.ns.events_topic.clone(),
         ];
         let deleting = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -223,6 +227,7 @@ impl Harness {
             commands: &ns.topic,
             outcomes: &ns.outcomes_topic,
             dead_letters: &ns.dlq_topic,
+            events: &ns.events_topic,
         };
         let specs = ledger_topic_specs(topics, partitions, replication, Retention::default());
         create_topics(&kafka, &specs).await?;
@@ -515,14 +520,101 @@ impl Harness {
 }
 
 impl Harness {
+    /// The stock events the reference fold of the log raised, each as
+    /// (partition, offset, kind) of its causing record.
+    pub async fn expected_stock_events(
+        &self,
+    ) -> anyhow::Result<std::collections::BTreeSet<(i32, i64, stockledger_core::StockEventKind)>>
+    {
+        let reference = self.fold_log().await?;
+        let mut expected = std::collections::BTreeSet::new();
+        for state in reference.skus.values() {
+            let Some(partition) = state.partition else {
+                continue;
+            };
+            for (offset, decision) in &state.decisions {
+                expected.extend(decision.events.kinds().map(|k| (partition, *offset, k)));
+            }
+        }
+        Ok(expected)
+    }
+
+    /// Fails unless the stock events topic holds exactly the events the
+    /// reference fold of the log raised, each on the partition of its
+    /// causing record, in log order there. `strict`: each once. Otherwise
+    /// an event that repeats one already there (not after the last event of
+    /// its partition: its position and kind are not greater) is skipped, as
+    /// a consumer skips it: that is what an applier that lost its
+    /// partitions while frozen may still send when it wakes.
+    pub async fn assert_stock_events_match_log(&self, strict: bool) -> anyhow::Result<()> {
+        let expected = self.expected_stock_events().await?;
+        // A batch's events may reach the brokers just after its outcomes
+        // were archived: what is missing is awaited, the rest fails.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.stock_events_against(&expected, strict).await? {
+                None => return Ok(()),
+                Some(missing) if std::time::Instant::now() > deadline => {
+                    anyhow::bail!("stock events missing: {missing}")
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// What of `expected` the events topic lacks (`None`: nothing); fails
+    /// on an event not expected, one on the wrong partition, and, when
+    /// `strict`, one that repeats an earlier one.
+    async fn stock_events_against(
+        &self,
+        expected: &std::collections::BTreeSet<(i32, i64, stockledger_core::StockEventKind)>,
+        strict: bool,
+    ) -> anyhow::Result<Option<String>> {
+        let mut published = std::collections::BTreeSet::new();
+        let mut last = std::collections::BTreeMap::new();
+        for record in self.read(&self.ns.events_topic).await? {
+            let event = stockledger_core::codec::decode_stock_event(
+                record.payload.as_deref().unwrap_or_default(),
+            )?;
+            let at = &event.position;
+            anyhow::ensure!(
+                at.topic == self.ns.topic && at.partition == record.partition,
+                "event {event:?} on partition {} of the events topic",
+                record.partition
+            );
+            let key = (at.offset, event.kind);
+            if last.get(&at.partition).is_some_and(|before| key <= *before) {
+                anyhow::ensure!(
+                    !strict,
+                    "{event:?} repeats or precedes an event already published on partition {}: {:?}",
+                    at.partition,
+                    last.get(&at.partition)
+                );
+                continue;
+            }
+            last.insert(at.partition, key);
+            published.insert((at.partition, at.offset, event.kind));
+        }
+        let extra: Vec<_> = published.difference(expected).collect();
+        anyhow::ensure!(
+            extra.is_empty(),
+            "stock events not raised by the log: {extra:?}"
+        );
+        let missing: Vec<_> = expected.difference(&published).collect();
+        Ok((!missing.is_empty()).then(|| format!("{missing:?}")))
+    }
+
     /// The contract, checked against the reference fold of the log once the
     /// pipeline has caught up: Redis equals the fold; stock never went below
     /// zero; every record has exactly one archived row; every record has an
-    /// outcome on the outcomes topic (duplicates allowed, none missing).
+    /// outcome on the outcomes topic (duplicates allowed, none missing);
+    /// every stock event the fold raised is on the events topic, once as a
+    /// consumer reads it ([`Harness::assert_stock_events_match_log`]).
     pub async fn assert_contract(&self) -> anyhow::Result<()> {
         let log = self.read(&self.ns.topic).await?;
         self.wait_for_archive(log.len() as i64).await?;
         self.assert_projection_matches_log().await?;
+        self.assert_stock_events_match_log(false).await?;
         let lowest = stockledger_analysts::query::min_available(&self.pool, &self.ns.topic).await?;
         anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
         let expected: std::collections::BTreeSet<(i32, i64)> =

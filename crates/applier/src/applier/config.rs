@@ -11,6 +11,10 @@ pub struct ApplierConfig {
     pub topic: String,
     pub outcomes_topic: String,
     pub dlq_topic: String,
+    /// Where stock events go; `None`: the command topic's name and
+    /// `.events` ([`ApplierConfig::events_topic`]). Created at start when
+    /// missing, with the command topic's partition count.
+    pub events_topic: Option<String>,
     pub group_id: String,
     /// `group.instance.id` (static membership): a restarted applier with
     /// the same id takes its partitions back at once. `None`: a dynamic
@@ -42,6 +46,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("topic", &self.topic)
             .field("outcomes_topic", &self.outcomes_topic)
             .field("dlq_topic", &self.dlq_topic)
+            .field("events_topic", &self.events_topic())
             .field("group_id", &self.group_id)
             .field("instance_id", &self.instance_id)
             .field("allow_finite_retention", &self.allow_finite_retention)
@@ -66,6 +71,7 @@ impl ApplierConfig {
             topic: "stock.ledger".into(),
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
+            events_topic: None,
             group_id: DEFAULT_GROUP.into(),
             instance_id: Some(default_instance_id()),
             allow_finite_retention: false,
@@ -74,5 +80,23 @@ impl ApplierConfig {
             stats_interval: Duration::from_secs(10),
             assignment: Assignment::new(),
         }
+    }
+}
+
+impl ApplierConfig {
+    /// The stock events topic: as configured, or the command topic's name
+    /// and `.events`, so a repartitioned log gets a topic of its own.
+    ///
+    /// ```
+    /// use stockledger_applier::applier::ApplierConfig;
+    /// use stockledger_kafka::KafkaConfig;
+    ///
+    /// let c = ApplierConfig::new(KafkaConfig::new("127.0.0.1:9092"), "redis://127.0.0.1");
+    /// assert_eq!(c.events_topic(), "stock.ledger.events");
+    /// ```
+    pub fn events_topic(&self) -> String {
+        self.events_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.events", self.topic))
     }
 }

@@ -88,6 +88,26 @@ pub enum ApplierError {
     TopicConfig(#[from] AdminError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// The stock events topic cannot take this command topic's events:
+    /// each command partition's events go to the events partition of the
+    /// same number.
+    #[error(
+        "the stock events topic {events} has {has} partitions, the command topic {topic} {wants}; \
+         give the applier another events topic (--events-topic), or none to use {topic}.events"
+    )]
+    EventsPartitions {
+        events: String,
+        has: i32,
+        topic: String,
+        wants: i32,
+    },
+    /// The stock events topic could not be read or created.
+    #[error("preparing the stock events topic {events}")]
+    Events {
+        events: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An outcome or dead letter was not delivered; offsets were not
     /// committed, so the batch is applied again (harmlessly) after restart.
     #[error("publishing the {what} for {position} to {topic} failed")]
@@ -107,7 +127,10 @@ impl ApplierError {
     /// change.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Offsets(_) | Self::Partitions { .. } | Self::TopicConfig(_) => true,
+            Self::Offsets(_)
+            | Self::Partitions { .. }
+            | Self::TopicConfig(_)
+            | Self::Events { .. } => true,
             Self::Projection(e) => e.is_transient(),
             Self::Client { .. }
             | Self::Subscribe { .. }
@@ -115,6 +138,7 @@ impl ApplierError {
             | Self::OtherLog { .. }
             | Self::LogLost { .. }
             | Self::PartitionsChanged { .. }
+            | Self::EventsPartitions { .. }
             | Self::NotPermanent(_)
             | Self::Encode(_)
             | Self::Publish { .. } => false,

@@ -54,7 +54,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
-use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode};
+use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode, StockEvent};
 use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_kafka::config::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
 use stockledger_kafka::group::{
@@ -196,6 +196,8 @@ struct Applier {
     /// The offsets committed last (asynchronously); committed again,
     /// synchronously, when the applier stops.
     committed: TopicPartitionList,
+    /// What of the stock events topic each command partition has written.
+    events: publish::EventMarks,
 }
 
 impl Applier {
@@ -238,6 +240,11 @@ impl Applier {
             })?;
         let mut producer_settings = CONTRACT_SETTINGS.to_vec();
         producer_settings.push(("linger.ms", "1"));
+        // A record the brokers refuse for good stops the producer rather
+        // than let a later one of the same partition in: stock events are
+        // told apart from those already published by their position alone,
+        // so a partition of them must never have a hole.
+        producer_settings.push(("enable.gapless.guarantee", "true"));
         let producer: FutureProducer = config
             .kafka
             .client_config(&producer_settings)
@@ -251,6 +258,7 @@ impl Applier {
             .guarded()
             .announcing(config.topic.clone());
         check_marker(&config, &projection, partitions).await?;
+        prepare_events_topic(&config, partitions).await?;
         // Joined last: a start refused above never enters the group, and
         // dropping a consumer that never joined cannot block in a
         // rebalance callback while it leaves (seen with librdkafka when the
@@ -271,6 +279,7 @@ impl Applier {
             stop,
             stats: ApplierStats::default(),
             committed: TopicPartitionList::new(),
+            events: publish::EventMarks::default(),
         })
     }
 

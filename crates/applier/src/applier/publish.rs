@@ -8,6 +8,7 @@ use super::*;
 pub(super) enum Kind {
     Outcome,
     DeadLetter,
+    Event,
 }
 
 impl Kind {
@@ -15,13 +16,15 @@ impl Kind {
         match self {
             Self::Outcome => "outcome",
             Self::DeadLetter => "dead letter",
+            Self::Event => "stock event",
         }
     }
 
-    pub(super) fn topic(self, config: &ApplierConfig) -> &str {
+    pub(super) fn topic(self, config: &ApplierConfig) -> String {
         match self {
-            Self::Outcome => &config.outcomes_topic,
-            Self::DeadLetter => &config.dlq_topic,
+            Self::Outcome => config.outcomes_topic.clone(),
+            Self::DeadLetter => config.dlq_topic.clone(),
+            Self::Event => config.events_topic(),
         }
     }
 }
@@ -33,6 +36,23 @@ pub(super) struct Outgoing<'a> {
     pub(super) payload: Vec<u8>,
     pub(super) headers: Option<OwnedHeaders>,
     pub(super) position: &'a LogPosition,
+    /// The partition to write to (stock events: the command partition's
+    /// number); `None`: the partitioner's choice by key.
+    pub(super) partition: Option<i32>,
+}
+
+/// For each command partition, how far its stock events are published:
+/// the highest causing offset on the events topic (`-1`: none), and the
+/// next command offset this applier expects there. A batch that does not
+/// start where the last one ended follows a rewind (a redelivery after a
+/// crash) or another member's work, so the events topic is read again and
+/// only events of later records are published: a partition's events are
+/// written by its one applier, in log order, without holes (the producer
+/// is gapless), so its last event says what was published.
+#[derive(Debug, Default)]
+pub(super) struct EventMarks {
+    published: BTreeMap<i32, i64>,
+    next: BTreeMap<i32, i64>,
 }
 
 /// A batch applied to Redis whose outcomes are on their way to the brokers.
@@ -107,6 +127,7 @@ impl<'a> Outgoing<'a> {
             payload: record.payload().unwrap_or_default().to_vec(),
             headers: Some(headers),
             position: &item.position,
+            partition: None,
         }
     }
 }
@@ -142,17 +163,26 @@ impl Applier {
     pub(super) async fn publish(&mut self, decided: Decided) -> Result<InFlight, ApplierError> {
         let Decided { batch, decisions } = decided;
         let mut decisions = decisions.into_iter();
+        let outcomes: Vec<(Outcome, Option<String>)> = batch
+            .items
+            .iter()
+            .map(|item| {
+                let decision = match &item.command {
+                    Ok(_) => decisions.next(),
+                    Err(_) => None,
+                };
+                outcome_of(item, decision)
+            })
+            .collect();
+        self.mark_events(&batch, &outcomes).await?;
         // Encode everything first so the delivery futures can borrow it.
         let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
         // Records per result, counted once per batch rather than once per
         // record (a registry lookup each).
         let mut results: Vec<(ResultCode, u64)> = Vec::new();
-        for (item, record) in batch.items.iter().zip(&batch.records) {
-            let decision = match &item.command {
-                Ok(_) => decisions.next(),
-                Err(_) => None,
-            };
-            let (outcome, refusal) = outcome_of(item, decision);
+        for ((item, record), (outcome, refusal)) in
+            batch.items.iter().zip(&batch.records).zip(outcomes)
+        {
             if let Some(reason) = refusal {
                 debug!(position = %item.position, %reason, "dead-lettering a record");
                 messages.push(Outgoing::dead_letter(item, record, &reason));
@@ -166,12 +196,30 @@ impl Applier {
                 Some((_, n)) => *n += 1,
                 None => results.push((outcome.decision.result, 1)),
             }
+            let partition = item.position.partition;
+            let through = self.events.published.get(&partition).copied();
+            if through.is_some_and(|through| item.position.offset > through) {
+                for event in StockEvent::of(&outcome) {
+                    messages.push(Outgoing {
+                        kind: Kind::Event,
+                        key: item.key.as_bytes(),
+                        payload: codec::encode_stock_event(&event)?,
+                        headers: trace_of(record),
+                        position: &item.position,
+                        partition: Some(partition),
+                    });
+                    self.events
+                        .published
+                        .insert(partition, item.position.offset);
+                }
+            }
             messages.push(Outgoing {
                 kind: Kind::Outcome,
                 key: item.key.as_bytes(),
                 payload: codec::encode_outcome(&outcome)?,
                 headers: trace_of(record),
                 position: &item.position,
+                partition: None,
             });
         }
         for (result, n) in results {
@@ -179,12 +227,15 @@ impl Applier {
         }
         let mut deliveries = Vec::with_capacity(messages.len());
         let mut sent = Vec::with_capacity(messages.len());
+        let topics = [Kind::Outcome, Kind::DeadLetter, Kind::Event].map(|k| k.topic(&self.config));
         for m in &messages {
-            let mut record = FutureRecord::to(m.kind.topic(&self.config))
-                .key(m.key)
-                .payload(&m.payload);
+            let topic = &topics[m.kind as usize];
+            let mut record = FutureRecord::to(topic).key(m.key).payload(&m.payload);
             if let Some(headers) = &m.headers {
                 record = record.headers(headers.clone());
+            }
+            if let Some(partition) = m.partition {
+                record = record.partition(partition);
             }
             deliveries.push(self.enqueue(record, m).await?);
             sent.push((m.kind, m.position.partition, m.position.offset));
@@ -263,13 +314,81 @@ impl Applier {
                 Err((source, _)) => {
                     return Err(ApplierError::Publish {
                         what: m.kind.what(),
-                        topic: m.kind.topic(&self.config).to_owned(),
+                        topic: m.kind.topic(&self.config),
                         position: m.position.clone(),
                         source,
                     })
                 }
             }
         }
+    }
+
+    /// Brings [`EventMarks`] up to date for `batch`: each partition with
+    /// stock events to publish whose batch does not follow on from the
+    /// last one here (or that this applier has not written yet) has its
+    /// events partition's last event read back.
+    async fn mark_events(
+        &mut self,
+        batch: &Decoded,
+        outcomes: &[(Outcome, Option<String>)],
+    ) -> Result<(), ApplierError> {
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        for item in &batch.items {
+            first
+                .entry(item.position.partition)
+                .or_insert(item.position.offset);
+        }
+        let with_events: std::collections::BTreeSet<i32> = outcomes
+            .iter()
+            .filter(|(o, _)| !o.decision.events.is_empty())
+            .map(|(o, _)| o.position.partition)
+            .collect();
+        for partition in with_events {
+            let follows = self.events.next.get(&partition) == first.get(&partition);
+            if follows && self.events.published.contains_key(&partition) {
+                continue;
+            }
+            let through = self.events_through(partition).await?;
+            self.events.published.insert(partition, through);
+        }
+        for (&partition, &next) in &batch.next {
+            self.events.next.insert(partition, next);
+        }
+        Ok(())
+    }
+
+    /// The causing offset of the last stock event on `partition` of the
+    /// events topic (`-1`: none of this command topic).
+    async fn events_through(&self, partition: i32) -> Result<i64, ApplierError> {
+        let events = self.config.events_topic();
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| ApplierError::Events {
+            events: events.clone(),
+            source,
+        };
+        let last = stockledger_kafka::topic::last_record(
+            &self.config.kafka,
+            &events,
+            partition,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| failed(Box::new(e)))?;
+        let Some(payload) = last.and_then(|r| r.payload) else {
+            return Ok(-1);
+        };
+        let event = codec::decode_stock_event(&payload).map_err(|e| failed(Box::new(e)))?;
+        if event.position.topic != self.config.topic || event.position.partition != partition {
+            warn!(
+                topic = %events,
+                partition,
+                written_for = %event.position,
+                "the stock events topic's last event is of another command partition; \
+                 publishing this one's from the start"
+            );
+            return Ok(-1);
+        }
+        debug!(topic = %events, partition, through = event.position.offset, "stock events published so far");
+        Ok(event.position.offset)
     }
 
     /// Waits for every outcome of `batch` to be delivered, then commits it.
@@ -294,7 +413,7 @@ impl Applier {
             };
             return Err(ApplierError::Publish {
                 what: kind.what(),
-                topic: kind.topic(&self.config).to_owned(),
+                topic: kind.topic(&self.config),
                 // The applier reads one topic: every record is from it.
                 position: LogPosition {
                     topic: self.config.topic.clone(),

@@ -108,3 +108,39 @@ pub(super) async fn partition_count(config: &ApplierConfig) -> Result<i32, Appli
             source,
         })
 }
+
+/// The stock events topic, created with the command topic's partition
+/// count and replication when missing; refused when it has another count.
+pub(super) async fn prepare_events_topic(
+    config: &ApplierConfig,
+    partitions: i32,
+) -> Result<(), ApplierError> {
+    let events = config.events_topic();
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| ApplierError::Events {
+        events: events.clone(),
+        source,
+    };
+    match stockledger_kafka::topic::partition_count(&config.kafka, &events).await {
+        Ok(has) if has == partitions => Ok(()),
+        Ok(has) => Err(ApplierError::EventsPartitions {
+            events: events.clone(),
+            has,
+            topic: config.topic.clone(),
+            wants: partitions,
+        }),
+        Err(stockledger_kafka::topic::LogError::NoSuchTopic(_)) => {
+            let replication =
+                stockledger_kafka::topic::replication_of(&config.kafka, &config.topic)
+                    .await
+                    .map_err(|e| failed(Box::new(e)))?;
+            let spec =
+                stockledger_kafka::admin::events_topic_spec(&events, partitions, replication);
+            stockledger_kafka::admin::create_topics(&config.kafka, &[spec])
+                .await
+                .map_err(|e| failed(Box::new(e)))?;
+            info!(topic = %events, partitions, replication, "created the stock events topic");
+            Ok(())
+        }
+        Err(e) => Err(failed(Box::new(e))),
+    }
+}

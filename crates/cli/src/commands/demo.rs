@@ -306,10 +306,12 @@ struct Pipeline {
 impl Pipeline {
     /// Creates the run's topics and starts both services on them.
     async fn start(g: &Global, names: &Names, partitions: i32) -> anyhow::Result<Self> {
+        let events = format!("{}.events", names.topic);
         let topics = LedgerTopics {
             commands: &names.topic,
             outcomes: &names.outcomes_topic,
             dead_letters: &names.dlq_topic,
+            events: &events,
         };
         let specs = ledger_topic_specs(topics, partitions, 1, Retention::default());
         create_topics(&g.kafka(), &specs)
@@ -320,6 +322,7 @@ impl Pipeline {
         applier.topic = names.topic.clone();
         applier.outcomes_topic = names.outcomes_topic.clone();
         applier.dlq_topic = names.dlq_topic.clone();
+        applier.events_topic = None; // the run's: `<topic>.events`
         applier.prefix = names.prefix.clone();
         applier.group_id = format!("{}-applier", names.run_id);
         let mut archiver = crate::archiver_config(g);

@@ -1,4 +1,5 @@
-//! `stockledger topics create`: the command, outcomes and dead-letter topics.
+//! `stockledger topics create`: the command, outcomes, dead-letter and stock
+//! events topics.
 
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ use crate::Global;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the command, outcomes and dead-letter topics (existing ones are
+    /// Create the command, outcomes, dead-letter and stock events topics (existing ones are
     /// kept as they are). The command topic keeps every record
     /// (retention.ms=-1, retention.bytes=-1); min.insync.replicas is a
     /// majority of the replication factor.
@@ -67,10 +68,12 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
         replication >= 1,
         "--replication: must be at least 1, got {replication}"
     );
+    let events = g.events_topic();
     let topics = LedgerTopics {
         commands: &g.topic,
         outcomes: &g.outcomes_topic,
         dead_letters: &g.dlq_topic,
+        events: &events,
     };
     let retention = Retention {
         outcomes_ms: outcomes_retention_ms,

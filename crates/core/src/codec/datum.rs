@@ -13,13 +13,16 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
 use crate::ids::{BasketId, LocationId, Quantity, UnitId, UserId};
-use crate::outcome::{Outcome, ResultCode, StockEvents};
+use crate::outcome::{Outcome, ResultCode, StockEvent, StockEvents};
 
 /// The current Command schema's datum of a command.
 pub(super) struct CommandDatum<'a>(pub &'a Command);
 
 /// The current Outcome schema's datum of an outcome.
 pub(super) struct OutcomeDatum<'a>(pub &'a Outcome);
+
+/// The current StockEvent schema's datum of a stock event.
+pub(super) struct EventDatum<'a>(pub &'a StockEvent);
 
 /// An enum symbol by its index in the schema's `symbols`.
 struct Symbol {
@@ -273,6 +276,28 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("location", &d.location)?;
         r.serialize_field("to_location", &o.to_location)?;
         r.serialize_field("events", &Events(d.events))?;
+        r.end()
+    }
+}
+
+impl Serialize for EventDatum<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut r = s.serialize_struct("StockEvent", 10)?;
+        let kind = Symbol {
+            index: e.kind as u32,
+            name: e.kind.as_str(),
+        };
+        r.serialize_field("kind", &kind)?;
+        r.serialize_field("sku", &e.sku)?;
+        r.serialize_field("location", &e.location)?;
+        r.serialize_field("available", &e.available)?;
+        r.serialize_field("total", &e.total)?;
+        r.serialize_field("topic", &e.position.topic)?;
+        r.serialize_field("partition", &e.position.partition)?;
+        r.serialize_field("offset", &e.position.offset)?;
+        r.serialize_field("command_id", &e.command_id)?;
+        r.serialize_field("occurred_at", &e.occurred_at)?;
         r.end()
     }
 }

@@ -241,6 +241,7 @@ pub fn fingerprint_of(payload: &[u8]) -> Option<u64> {
 pub(super) struct Schemas {
     pub(super) command: Framed,
     pub(super) outcome: Framed,
+    pub(super) event: Framed,
 }
 
 pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
@@ -250,6 +251,7 @@ pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     Schemas {
         command: Framed::new(Subject::Command),
         outcome: Framed::new(Subject::Outcome),
+        event: Framed::new(Subject::StockEvent),
     }
 });
 
