@@ -12,17 +12,17 @@ mod common;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use stockledger_core::codec::{decode_command, decode_outcome, fingerprint_of};
+use stockledger_core::codec::{decode_command, decode_outcome, decode_stock_event, fingerprint_of};
 use stockledger_core::schema;
 use stockledger_core::{
     Alerts, Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId,
-    LogPosition, Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback,
+    LogPosition, Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, StockEvent,
     StockEventKind, StockEvents, Transfer, UnitId,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 8] = [
+const RELEASES: [(&str, &str, bool); 9] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -63,11 +63,20 @@ const RELEASES: [(&str, &str, bool); 8] = [
         include_str!("fixtures/releases/command-v6-outcome-v8.json"),
         true,
     ),
+    (
+        "command-v6-outcome-v8-event-v1",
+        include_str!("fixtures/releases/command-v6-outcome-v8-event-v1.json"),
+        true,
+    ),
 ];
 
 fn payloads(text: &str, which: &str) -> Vec<Vec<u8>> {
     let fixture: Value = serde_json::from_str(text).unwrap();
-    common::hex_payloads(&fixture["bytes"][which])
+    match &fixture["bytes"][which] {
+        // Releases before the stock events topic wrote no events.
+        Value::Null if which == "events" => Vec::new(),
+        list => common::hex_payloads(list),
+    }
 }
 
 fn command(sku: &str, id: &str, body: CommandBody) -> Command {
@@ -281,6 +290,7 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
         let (commands, decisions) = if name.starts_with("command-v6") {
+            // script_v7.rs is script_v6.rs that also writes the events.
             script_v6()
         } else if name.starts_with("command-v5") {
             script_v5()
@@ -301,6 +311,7 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
         let partition = if name.starts_with("command-v1") { 3 } else { 5 };
         let written = payloads(text, "outcomes");
         assert_eq!(written.len(), commands.len(), "{name}");
+        let mut raised = Vec::new();
         for (offset, (payload, (c, (result, delta, available, reason)))) in written
             .iter()
             .zip(commands.iter().zip(decisions.clone()))
@@ -332,6 +343,16 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 expected.rollback_reason = None;
             }
             assert_eq!(decode_outcome(payload).unwrap(), expected, "{name}");
+            raised.extend(StockEvent::of(&expected));
+        }
+        let events: Vec<StockEvent> = payloads(text, "events")
+            .iter()
+            .map(|p| decode_stock_event(p).unwrap())
+            .collect();
+        if name.ends_with("event-v1") {
+            assert_eq!(events, raised, "{name}");
+        } else {
+            assert!(events.is_empty(), "{name}");
         }
     }
 }
@@ -343,6 +364,7 @@ fn every_released_version_has_bytes_its_release_wrote() {
         .flat_map(|(_, text, _)| {
             let mut all = payloads(text, "commands");
             all.extend(payloads(text, "outcomes"));
+            all.extend(payloads(text, "events"));
             all
         })
         .map(|p| version_of(&p))
