@@ -82,6 +82,7 @@ pub struct LineSeen {
 ///         expires_at: Some(10),
 ///         refunded: 0,
 ///         units: Vec::new(),
+///         location: None,
 ///     }),
 ///     decided: true,
 /// };

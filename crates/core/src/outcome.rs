@@ -241,8 +241,8 @@ impl StockEventKind {
 /// ```
 /// use stockledger_core::{StockEventKind, StockEvents};
 ///
-/// // 3 left, threshold 5: a deduct of 3 sells out and crosses it.
-/// let caused = StockEvents::between(3, 0, Some(5));
+/// // 6 left, threshold 5: a deduct of 6 sells out and crosses it.
+/// let caused = StockEvents::between(6, 0, Some(5));
 /// assert_eq!(caused.kinds().collect::<Vec<_>>(), [StockEventKind::SoldOut, StockEventKind::LowStock]);
 /// assert!(StockEvents::between(7, 6, Some(5)).is_empty());
 /// assert_eq!(StockEvents::between(0, 2, Some(5)).kinds().collect::<Vec<_>>(), [StockEventKind::BackInStock]);
