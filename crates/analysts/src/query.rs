@@ -527,6 +527,18 @@ pub struct ReportRow {
     pub sold_out_at: Option<String>,
 }
 
+/// `rows` of a report asked for `max_rows + 1` rows, refused (`max_rows`)
+/// when it got more than `max_rows`.
+fn within_max_rows<T>(rows: Vec<T>, max_rows: i64) -> Result<Vec<T>, QueryError> {
+    if rows.len() as i64 > max_rows {
+        return Err(QueryError::invalid(
+            "max_rows",
+            format!("the report has more than {max_rows} rows; ask for one SKU or a shorter range"),
+        ));
+    }
+    Ok(rows)
+}
+
 /// Longest report interval: a hundred years of 365.25 days.
 pub const MAX_EVERY_SECS: i64 = 3_155_760_000;
 
@@ -589,13 +601,7 @@ pub async fn report(
     .bind(max_rows + 1)
     .fetch_all(pool)
     .await?;
-    if rows.len() as i64 > max_rows {
-        return Err(QueryError::invalid(
-            "max_rows",
-            format!("the report has more than {max_rows} rows; ask for one SKU or a shorter range"),
-        ));
-    }
-    Ok(rows)
+    within_max_rows(rows, max_rows)
 }
 
 /// One location's totals of one SKU over one interval (see
@@ -690,13 +696,7 @@ pub async fn report_by_location(
     .bind(max_rows + 1)
     .fetch_all(pool)
     .await?;
-    if rows.len() as i64 > max_rows {
-        return Err(QueryError::invalid(
-            "max_rows",
-            format!("the report has more than {max_rows} rows; ask for one SKU or a shorter range"),
-        ));
-    }
-    Ok(rows)
+    within_max_rows(rows, max_rows)
 }
 
 /// Every archived entry of command topic `topic` with

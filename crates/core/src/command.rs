@@ -378,12 +378,7 @@ impl Deduct {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
-        if !self.units.is_empty() {
-            return Err(ValidationError::new(
-                "location",
-                "named units have no location; give units or location, not both",
-            ));
-        }
+        units_have_no_location(&self.units)?;
         Ok(Self {
             location: Some(location),
             ..self
@@ -412,6 +407,17 @@ impl Deduct {
             None => Ok(()),
         }
     }
+}
+
+/// Refuses a location beside named units: the rule every way in shares.
+fn units_have_no_location(units: &[UnitId]) -> Result<(), ValidationError> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    Err(ValidationError::new(
+        "location",
+        "named units have no location; give units or location, not both",
+    ))
 }
 
 /// The number of `units`, which `quantity`, when given beside them, must
@@ -778,12 +784,7 @@ impl Restock {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
-        if !self.units.is_empty() {
-            return Err(ValidationError::new(
-                "location",
-                "named units have no location; give units or location, not both",
-            ));
-        }
+        units_have_no_location(&self.units)?;
         Ok(Self {
             location: Some(location),
             ..self

@@ -172,6 +172,28 @@ pub struct ReportParams {
     pub sku: Option<String>,
 }
 
+/// What a report's parameters ask for, checked.
+struct ReportAsked {
+    every_ms: i64,
+    since: i64,
+    until: i64,
+    sku: Option<Sku>,
+}
+
+impl ReportAsked {
+    /// The defaults: hourly over the last day, every SKU.
+    fn of(params: ReportParams) -> Result<Self, Problem> {
+        let now = query::now_ms();
+        Ok(Self {
+            since: instant_param("since", params.since.as_deref().unwrap_or("-1d"), now)?,
+            until: instant_param("until", params.until.as_deref().unwrap_or("now"), now)?,
+            every_ms: query::parse_span_ms(params.every.as_deref().unwrap_or("1h"))
+                .map_err(|e| Problem::invalid("every", e))?,
+            sku: params.sku.map(Sku::new).transpose()?,
+        })
+    }
+}
+
 /// Per-SKU totals per interval, `sku` then interval.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ReportBody {
@@ -212,12 +234,12 @@ pub struct ReportRowBody {
         (status = 422, description = "A parameter is refused, or the report would exceed 100,000 rows", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The archive is unreachable", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportParams>) -> Answer {
-    let now = query::now_ms();
-    let since = instant_param("since", params.since.as_deref().unwrap_or("-1d"), now)?;
-    let until = instant_param("until", params.until.as_deref().unwrap_or("now"), now)?;
-    let every_ms = query::parse_span_ms(params.every.as_deref().unwrap_or("1h"))
-        .map_err(|e| Problem::invalid("every", e))?;
-    let sku = params.sku.map(Sku::new).transpose()?;
+    let ReportAsked {
+        every_ms,
+        since,
+        until,
+        sku,
+    } = ReportAsked::of(params)?;
     let rows = query::report(
         &gateway.archive,
         &gateway.topic,
@@ -297,12 +319,12 @@ pub(crate) async fn report_by_location(
     State(gateway): Shared,
     Query(params): Query<ReportParams>,
 ) -> Answer {
-    let now = query::now_ms();
-    let since = instant_param("since", params.since.as_deref().unwrap_or("-1d"), now)?;
-    let until = instant_param("until", params.until.as_deref().unwrap_or("now"), now)?;
-    let every_ms = query::parse_span_ms(params.every.as_deref().unwrap_or("1h"))
-        .map_err(|e| Problem::invalid("every", e))?;
-    let sku = params.sku.map(Sku::new).transpose()?;
+    let ReportAsked {
+        every_ms,
+        since,
+        until,
+        sku,
+    } = ReportAsked::of(params)?;
     let rows = query::report_by_location(
         &gateway.archive,
         &gateway.topic,
