@@ -42,8 +42,9 @@ impl std::str::FromStr for Format {
 }
 
 /// The columns of an export, in order; `occurred_at` is RFC 3339 in CSV and
-/// a UTC timestamp (milliseconds) in Parquet.
-pub const COLUMNS: [&str; 19] = [
+/// a UTC timestamp (milliseconds) in Parquet; `events` is the stock events'
+/// names, space-separated. (A deduct's named units are not exported.)
+pub const COLUMNS: [&str; 23] = [
     "topic",
     "partition",
     "log_offset",
@@ -63,6 +64,10 @@ pub const COLUMNS: [&str; 19] = [
     "occurred_at",
     "user_id",
     "expires_at",
+    "basket_id",
+    "location",
+    "to_location",
+    "events",
 ];
 
 /// Rows per Parquet row group.
@@ -88,6 +93,10 @@ const PARQUET_SCHEMA: &str = "message ledger_entry {
     REQUIRED INT64 occurred_at (TIMESTAMP(MILLIS, true));
     OPTIONAL BYTE_ARRAY user_id (UTF8);
     OPTIONAL INT64 expires_at (TIMESTAMP(MILLIS, true));
+    OPTIONAL BYTE_ARRAY basket_id (UTF8);
+    OPTIONAL BYTE_ARRAY location (UTF8);
+    OPTIONAL BYTE_ARRAY to_location (UTF8);
+    OPTIONAL BYTE_ARRAY events (UTF8);
 }";
 
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +255,10 @@ impl Sink for CsvSink {
             e.occurred_at,
             text(&e.user_id),
             text(&e.expires_at),
+            text(&e.basket_id),
+            text(&e.location),
+            text(&e.to_location),
+            text(&events_text(&e.events)),
         ])?;
         Ok(())
     }
@@ -282,6 +295,10 @@ struct Group {
     occurred_at: Vec<i64>,
     user_id: Optional<ByteArray>,
     expires_at: Optional<i64>,
+    basket_id: Optional<ByteArray>,
+    location: Optional<ByteArray>,
+    to_location: Optional<ByteArray>,
+    events: Optional<ByteArray>,
 }
 
 struct Optional<T> {
@@ -303,6 +320,11 @@ impl<T> Optional<T> {
         self.levels.push(i16::from(value.is_some()));
         self.values.extend(value);
     }
+}
+
+/// A row's stock events as one text: their names, space-separated.
+fn events_text(events: &Option<Vec<String>>) -> Option<String> {
+    events.as_ref().map(|e| e.join(" "))
 }
 
 fn bytes(s: String) -> ByteArray {
@@ -382,6 +404,14 @@ impl ParquetSink {
         column!(Int64Type, g.occurred_at, None);
         column!(ByteArrayType, g.user_id.values, Some(&g.user_id.levels));
         column!(Int64Type, g.expires_at.values, Some(&g.expires_at.levels));
+        column!(ByteArrayType, g.basket_id.values, Some(&g.basket_id.levels));
+        column!(ByteArrayType, g.location.values, Some(&g.location.levels));
+        column!(
+            ByteArrayType,
+            g.to_location.values,
+            Some(&g.to_location.levels)
+        );
+        column!(ByteArrayType, g.events.values, Some(&g.events.levels));
         rows.close()?;
         Ok(())
     }
@@ -410,6 +440,10 @@ impl Sink for ParquetSink {
         g.occurred_at.push(e.occurred_at_ms);
         g.user_id.push(e.user_id.map(bytes));
         g.expires_at.push(e.expires_at_ms);
+        g.basket_id.push(e.basket_id.map(bytes));
+        g.location.push(e.location.map(bytes));
+        g.to_location.push(e.to_location.map(bytes));
+        g.events.push(events_text(&e.events).map(bytes));
         if g.rows >= ROW_GROUP {
             self.flush_group()?;
         }

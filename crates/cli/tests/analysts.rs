@@ -205,6 +205,12 @@ async fn analysts_page_filter_ask_as_of_report_and_export_what_the_archive_holds
         (types["log_offset"].as_str(), types["sku"].as_str()),
         (Some("int64"), Some("string"))
     );
+    for column in ["basket_id", "location", "to_location", "events"] {
+        assert_eq!(types[column], "string", "{column}: {types}");
+    }
+    // The restock took the SKU from 0: it raised BACK_IN_STOCK.
+    assert_eq!(seen["parquet"]["first"]["events"], "BACK_IN_STOCK");
+    assert_eq!(seen["csv"]["first"]["events"], "BACK_IN_STOCK");
     assert_eq!(
         seen["parquet"]["first"]["occurred_at"],
         seen["csv"]["first"]["occurred_at"]
