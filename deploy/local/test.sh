@@ -13,6 +13,9 @@ eval "$(deploy/local/stack.sh env)"
 # Prometheus' own checker, run by the HTTP tests on every /metrics.
 STOCKLEDGER_PROMTOOL=$(deploy/local/promtool.sh)
 export STOCKLEDGER_PROMTOOL
+# Chromium, headless, for the live stock page's test (installed if missing).
+STOCKLEDGER_CHROMIUM=$(deploy/local/browser.sh)
+export STOCKLEDGER_CHROMIUM
 # What the tests run in their own processes (appliers, archivers) logs
 # here, a file per test binary, kept until the next run.
 export STOCKLEDGER_TEST_LOG_DIR=${STOCKLEDGER_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/test-logs}

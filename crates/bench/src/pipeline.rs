@@ -106,7 +106,7 @@ impl Pipeline {
             commands: &topic,
             outcomes: &outcomes_topic,
             dead_letters: &dlq_topic,
-            events: &format!("{topic}.events"),
+            events: &stockledger_kafka::admin::default_events_topic(&topic),
         };
         let specs = ledger_topic_specs(topics, args.partitions, 1, Retention::default());
         create_topics(&kafka, &specs).await?;

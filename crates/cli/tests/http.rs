@@ -1451,3 +1451,327 @@ async fn decisions_say_which_stock_events_they_caused_and_thresholds_are_set_ove
     );
     Ok(())
 }
+
+/// A stream of `path`'s Server-Sent Events, parsed by `eventsource-stream`
+/// (not ours), sending `last_event_id` when given.
+async fn sse(
+    url: &str,
+    last_event_id: Option<&str>,
+) -> anyhow::Result<
+    impl futures::Stream<
+            Item = Result<
+                eventsource_stream::Event,
+                eventsource_stream::EventStreamError<reqwest::Error>,
+            >,
+        > + Unpin,
+> {
+    use eventsource_stream::Eventsource;
+    // No total timeout: the body never ends.
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()?;
+    let mut request = client.get(url).header("accept", "text/event-stream");
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    let response = request.send().await?;
+    anyhow::ensure!(
+        response.status() == 200,
+        "{url}: {} {}",
+        response.status(),
+        response.text().await?
+    );
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    Ok(response.bytes_stream().eventsource())
+}
+
+/// The next `n` events of `stream` as (event, sku, data), each within
+/// [`CATCH_UP`]; and the last one's id.
+async fn next_events(
+    stream: &mut (impl futures::Stream<
+        Item = Result<
+            eventsource_stream::Event,
+            eventsource_stream::EventStreamError<reqwest::Error>,
+        >,
+    > + Unpin),
+    n: usize,
+) -> anyhow::Result<(Vec<(String, String, Value)>, String)> {
+    use futures::StreamExt;
+    let mut events = Vec::new();
+    let mut id = String::new();
+    while events.len() < n {
+        let event = tokio::time::timeout(CATCH_UP, stream.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("no event within {CATCH_UP:?}; got {events:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("the stream ended; got {events:?}"))??;
+        let data: Value = serde_json::from_str(&event.data)?;
+        id = event.id.clone();
+        let sku = data["sku"].as_str().unwrap_or_default().to_owned();
+        events.push((event.event, sku, data));
+    }
+    Ok((events, id))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stock_events_stream_to_sse_clients_and_resume_from_last_event_id_across_a_restart(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-sse", 2).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let (gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let command = |base: &str, path: &str, body: Value| {
+        let url = format!("{base}{path}?wait_ms=30000");
+        async move {
+            let (status, _, body) = post(&url, body).await?;
+            anyhow::ensure!(status == 200, "{url}: {status} {body}");
+            Ok::<_, anyhow::Error>(body)
+        }
+    };
+    command(
+        &base,
+        "/v1/skus/SSE-A/restocks/r1",
+        json!({"mode": "SET", "quantity": 3}),
+    )
+    .await?;
+    command(
+        &base,
+        "/v1/skus/SSE-B/restocks/r1",
+        json!({"mode": "SET", "quantity": 1}),
+    )
+    .await?;
+    let put = reqwest::Client::new()
+        .put(format!("{base}/v1/skus/SSE-A/alerts?wait_ms=30000"))
+        .json(&json!({"low_stock_below": 2}))
+        .send()
+        .await?;
+    assert_eq!(put.status(), 200);
+
+    // A fresh stream opens with each SKU's stock, then its events.
+    let following = format!("{base}/v1/events?sku=SSE-A&sku=SSE-B");
+    let mut stream = sse(&following, None).await?;
+    let (opening, _) = next_events(&mut stream, 2).await?;
+    let levels: Vec<_> = opening
+        .iter()
+        .map(|(event, sku, data)| (event.as_str(), sku.as_str(), data["available"].clone()))
+        .collect();
+    assert_eq!(
+        levels,
+        [("stock", "SSE-A", json!(3)), ("stock", "SSE-B", json!(1))]
+    );
+    command(
+        &base,
+        "/v1/skus/SSE-A/orders/o1/deduct",
+        json!({"quantity": 2}),
+    )
+    .await?;
+    command(
+        &base,
+        "/v1/skus/SSE-B/orders/o1/deduct",
+        json!({"quantity": 1}),
+    )
+    .await?;
+    command(
+        &base,
+        "/v1/skus/SSE-C/restocks/r1",
+        json!({"mode": "SET", "quantity": 1}),
+    )
+    .await?;
+    let (live, last_id) = next_events(&mut stream, 2).await?;
+    let mut seen: Vec<_> = live
+        .iter()
+        .map(|(event, sku, data)| (event.clone(), sku.clone(), data["available"].clone()))
+        .collect();
+    seen.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        seen,
+        [
+            ("low_stock".to_owned(), "SSE-A".to_owned(), json!(1)),
+            ("sold_out".to_owned(), "SSE-B".to_owned(), json!(0)),
+        ]
+    );
+    let body = &live[0].2;
+    assert!(
+        body["position"]["offset"].is_i64() && body["occurred_at"].is_string(),
+        "{body}"
+    );
+    let metrics = text(&format!("{base}/metrics")).await?;
+    assert_eq!(
+        sample(&metrics, "stockledger_sse_streams", &[]),
+        1.0,
+        "{metrics}"
+    );
+    promtool_check(&metrics)?;
+    drop(stream);
+
+    // The client is away and the gateway restarts; events happen while no
+    // gateway runs and after the new one started.
+    drop(gateway);
+    let published = common::stockledger(&h)
+        .args(["deduct", "SSE-A", "o2", "1"])
+        .status()?;
+    assert!(published.success());
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    command(&base, "/v1/skus/SSE-B/orders/o1/rollback", json!({})).await?;
+    command(
+        &base,
+        "/v1/skus/SSE-C/orders/o1/deduct",
+        json!({"quantity": 1}),
+    )
+    .await?;
+    let following = format!("{base}/v1/events?sku=SSE-A&sku=SSE-B");
+    let mut stream = sse(&following, Some(&last_id)).await?;
+    // Exactly what happened in between, no snapshot, nothing twice; then
+    // live again.
+    let (missed, _) = next_events(&mut stream, 2).await?;
+    let mut seen: Vec<_> = missed
+        .iter()
+        .map(|(event, sku, _)| (event.as_str(), sku.as_str()))
+        .collect();
+    seen.sort_by(|a, b| a.1.cmp(b.1));
+    assert_eq!(seen, [("sold_out", "SSE-A"), ("back_in_stock", "SSE-B")]);
+    command(&base, "/v1/skus/SSE-A/orders/o2/rollback", json!({})).await?;
+    let (live, _) = next_events(&mut stream, 1).await?;
+    assert_eq!(
+        (
+            live[0].0.as_str(),
+            live[0].1.as_str(),
+            &live[0].2["available"]
+        ),
+        ("back_in_stock", "SSE-A", &json!(1))
+    );
+
+    // One SKU's stream; and what is refused, naming the field.
+    let mut one = sse(&format!("{base}/v1/skus/SSE-B/events"), None).await?;
+    let (opening, _) = next_events(&mut one, 1).await?;
+    assert_eq!(
+        (opening[0].0.as_str(), &opening[0].2["available"]),
+        ("stock", &json!(1))
+    );
+    for (path, last_event_id, field) in [
+        ("/v1/events", None, "sku"),
+        ("/v1/events?sku=A&colour=red", None, "colour"),
+        ("/v1/events?sku=", None, "sku"),
+        ("/v1/skus/SSE-A/events", Some("0:12,one:2"), "Last-Event-ID"),
+        ("/v1/skus/SSE-A/events", Some("0:-1"), "Last-Event-ID"),
+    ] {
+        let mut request = client().get(format!("{base}{path}"));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let (status, content_type, body) = answer(request.send().await?).await?;
+        assert_eq!(
+            (status, content_type.as_str(), &body["field"]),
+            (422, "application/problem+json", &json!(field)),
+            "{path} {last_event_id:?}: {body}"
+        );
+    }
+    let many: Vec<String> = (0..101).map(|i| format!("sku=S{i}")).collect();
+    let (status, _, body) = get(&format!("{base}/v1/events?{}", many.join("&"))).await?;
+    assert_eq!((status, &body["field"]), (422, &json!("sku")), "{body}");
+    Ok(())
+}
+
+/// Width and height of the PNG image `bytes`, if it is one.
+fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let header = bytes.get(..24)?;
+    if &header[..8] != b"\x89PNG\r\n\x1a\n" || &header[12..16] != b"IHDR" {
+        return None;
+    }
+    let number = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    Some((number(16), number(20)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow::Result<()> {
+    let chromium = std::env::var("STOCKLEDGER_CHROMIUM").map_err(|_| {
+        anyhow::anyhow!(
+            "STOCKLEDGER_CHROMIUM is not set: deploy/local/test.sh sets it (deploy/local/browser.sh installs Chromium)"
+        )
+    })?;
+    let h = Harness::new("http-page", 1).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let port = free_port()?;
+    let origin = format!("http://127.0.0.1:{port}");
+    let (_gateway, base) = serve(&h, &["--cors-origin", &origin])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let shots = screenshots_dir(&h)?;
+    let check = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/browser/run.sh");
+    let run = tokio::process::Command::new(check)
+        .args([
+            "--gateway",
+            &base,
+            "--sku",
+            "PAGE-1",
+            "--port",
+            &port.to_string(),
+        ])
+        .arg("--out")
+        .arg(&shots)
+        .env("STOCKLEDGER_CHROMIUM", &chromium)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    // The first run installs the driver from npm.
+    let output = tokio::time::timeout(Duration::from_secs(300), run).await??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "the page check failed: {stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout)?;
+    let steps = report["steps"].as_array().cloned().unwrap_or_default();
+    let shown: Vec<(String, String, String)> = steps
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
+            (text("step"), text("counter"), text("status"))
+        })
+        .collect();
+    let expected = [
+        ("opened", "3", "in stock"),
+        ("low", "1", "low stock"),
+        ("sold-out", "0", "sold out"),
+        ("back", "1", "in stock"),
+    ]
+    .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()));
+    assert_eq!(shown, expected, "{report}");
+    assert_eq!(
+        steps.last().map(|s| s["events"].clone()),
+        Some(json!(["low_stock", "sold_out", "back_in_stock"])),
+        "{report}"
+    );
+    let mut images = Vec::new();
+    for step in &steps {
+        let path = step["screenshot"].as_str().unwrap_or_default();
+        let bytes = std::fs::read(path)?;
+        assert_eq!(
+            png_size(&bytes),
+            Some((480, 420)),
+            "{path} is not the page's screenshot"
+        );
+        images.push(bytes);
+    }
+    assert_ne!(
+        images[1], images[2],
+        "the page looked the same low and sold out"
+    );
+    Ok(())
+}
+
+/// A directory of this test's own, kept for a look: under the tests' log
+/// directory when there is one, else the system's temporary directory.
+fn screenshots_dir(h: &Harness) -> anyhow::Result<std::path::PathBuf> {
+    let root = std::env::var_os("STOCKLEDGER_TEST_LOG_DIR")
+        .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let dir = root.join(format!("screenshots-{}", h.ns.id));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

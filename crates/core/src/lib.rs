@@ -40,5 +40,6 @@ pub use machine::{
     Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
 };
 pub use outcome::{
-    Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
+    Decision, EventDedupe, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind,
+    StockEvents,
 };

@@ -543,6 +543,44 @@ impl StockEvent {
     }
 }
 
+/// The consumers' rule for the stock events topic: within one partition,
+/// events come in the order of their causing records, so an event whose
+/// (offset, kind) is not after the last one kept from that partition is a
+/// late repeat (an applier that went on after losing its partitions) and
+/// is skipped.
+///
+/// ```
+/// use stockledger_core::{EventDedupe, LogPosition, StockEvent, StockEventKind};
+///
+/// let event = |offset, kind| StockEvent {
+///     kind, sku: "SKU-1".into(), location: None, available: 0, total: 5,
+///     position: LogPosition { topic: "stock.ledger".into(), partition: 0, offset },
+///     command_id: None, occurred_at: 0,
+/// };
+/// let mut dedupe = EventDedupe::default();
+/// assert!(dedupe.keep(&event(7, StockEventKind::SoldOut)));
+/// assert!(dedupe.keep(&event(9, StockEventKind::BackInStock)));
+/// assert!(!dedupe.keep(&event(7, StockEventKind::SoldOut)), "a late repeat");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct EventDedupe {
+    last: std::collections::HashMap<i32, (i64, StockEventKind)>,
+}
+
+impl EventDedupe {
+    /// Whether to keep `event`; a kept one becomes its partition's last.
+    pub fn keep(&mut self, event: &StockEvent) -> bool {
+        let key = (event.position.offset, event.kind);
+        match self.last.get(&event.position.partition) {
+            Some(last) if key <= *last => false,
+            _ => {
+                self.last.insert(event.position.partition, key);
+                true
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -173,6 +173,17 @@ fn in_sync(replication: i32) -> (String, String) {
     )
 }
 
+/// The stock events topic of command topic `topic` when none is named:
+/// `<topic>.events` (`stock.ledger.events`), beside its outcomes and dead
+/// letters, so a repartitioned log gets a topic of its own.
+///
+/// ```
+/// assert_eq!(stockledger_kafka::admin::default_events_topic("stock.ledger"), "stock.ledger.events");
+/// ```
+pub fn default_events_topic(topic: &str) -> String {
+    format!("{topic}.events")
+}
+
 /// The stock events topic of a command topic with `partitions`
 /// partitions: as many partitions (a command partition's events go to the
 /// partition of the same number, written by its one applier), kept 7 days

@@ -48,7 +48,7 @@ impl Namespace {
             outcomes_topic: format!("{id}.outcomes"),
             dlq_topic: format!("{id}.dlq"),
             // What an applier of `topic` writes stock events to unless told.
-            events_topic: format!("{id}.ledger.events"),
+            events_topic: stockledger_kafka::admin::default_events_topic(&format!("{id}.ledger")),
             prefix: format!("t:{id}"),
             applier_group: format!("{id}-applier"),
             archiver_group: format!("{id}-archiver"),
@@ -571,7 +571,7 @@ impl Harness {
         strict: bool,
     ) -> anyhow::Result<Option<String>> {
         let mut published = std::collections::BTreeSet::new();
-        let mut last = std::collections::BTreeMap::new();
+        let mut dedupe = stockledger_core::EventDedupe::default();
         for record in self.read(&self.ns.events_topic).await? {
             let event = stockledger_core::codec::decode_stock_event(
                 record.payload.as_deref().unwrap_or_default(),
@@ -582,17 +582,14 @@ impl Harness {
                 "event {event:?} on partition {} of the events topic",
                 record.partition
             );
-            let key = (at.offset, event.kind);
-            if last.get(&at.partition).is_some_and(|before| key <= *before) {
+            if !dedupe.keep(&event) {
                 anyhow::ensure!(
                     !strict,
-                    "{event:?} repeats or precedes an event already published on partition {}: {:?}",
-                    at.partition,
-                    last.get(&at.partition)
+                    "{event:?} repeats or precedes an event already published on partition {}",
+                    at.partition
                 );
                 continue;
             }
-            last.insert(at.partition, key);
             published.insert((at.partition, at.offset, event.kind));
         }
         let extra: Vec<_> = published.difference(expected).collect();

@@ -97,6 +97,6 @@ impl ApplierConfig {
     pub fn events_topic(&self) -> String {
         self.events_topic
             .clone()
-            .unwrap_or_else(|| format!("{}.events", self.topic))
+            .unwrap_or_else(|| stockledger_kafka::admin::default_events_topic(&self.topic))
     }
 }

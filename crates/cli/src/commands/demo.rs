@@ -306,7 +306,7 @@ struct Pipeline {
 impl Pipeline {
     /// Creates the run's topics and starts both services on them.
     async fn start(g: &Global, names: &Names, partitions: i32) -> anyhow::Result<Self> {
-        let events = format!("{}.events", names.topic);
+        let events = stockledger_kafka::admin::default_events_topic(&names.topic);
         let topics = LedgerTopics {
             commands: &names.topic,
             outcomes: &names.outcomes_topic,

@@ -95,6 +95,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = GatewayConfig::new(g.kafka(), g.redis_url.clone(), g.database_url.clone());
     config.prefix = g.prefix.clone();
     config.topic = g.topic.clone();
+    config.events_topic = Some(g.events_topic());
     config.max_wait = Duration::from_millis(args.max_wait_ms);
     config.body_timeout = Duration::from_millis(args.read_timeout_ms);
     config.sold_out_fast_path = args.sold_out_fast_path;

@@ -100,7 +100,7 @@ enum Need {
     /// Restock, transfers, limits, alerts, refunds; and any route not
     /// listed (closed by default).
     Operate,
-    /// One order's state (every role).
+    /// One order's state, a seat map, stock event streams (every role).
     ReadOrder,
     /// Stock, the archive, metrics.
     Read,
@@ -118,7 +118,11 @@ fn need(method: &Method, route: &str) -> Need {
         | ("POST", "/v1/baskets/{basket_id}/release") => Need::Produce,
         (
             "GET" | "HEAD",
-            "/v1/skus/{sku}/orders/{order_id}" | "/v1/baskets/{basket_id}" | "/v1/skus/{sku}/units",
+            "/v1/skus/{sku}/orders/{order_id}"
+            | "/v1/baskets/{basket_id}"
+            | "/v1/skus/{sku}/units"
+            | "/v1/skus/{sku}/events"
+            | "/v1/events",
         ) => Need::ReadOrder,
         (
             "GET" | "HEAD",
@@ -547,6 +551,8 @@ mod tests {
                 [false, true, false],
             ),
             (get("/v1/skus/{sku}/orders/{order_id}"), [true, true, true]),
+            (get("/v1/skus/{sku}/events"), [true, true, true]),
+            (get("/v1/events"), [true, true, true]),
             (get("/v1/skus/{sku}"), [false, true, true]),
             (get("/v1/history"), [false, true, true]),
             (get("/v1/report"), [false, true, true]),

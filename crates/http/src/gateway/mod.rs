@@ -16,6 +16,7 @@ pub mod auth;
 mod baskets;
 pub mod bodies;
 mod commands;
+pub mod events;
 pub mod problem;
 mod publish;
 mod reads;
@@ -80,6 +81,9 @@ pub struct GatewayConfig {
     pub database_url: String,
     pub prefix: String,
     pub topic: String,
+    /// The stock events topic the event streams follow (`None`: the
+    /// command topic's, `<topic>.events`).
+    pub events_topic: Option<String>,
     /// Longest `wait_ms` a request may ask for.
     pub max_wait: Duration,
     /// Time a client has to send a request body.
@@ -107,6 +111,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("database_url", &redact_url(&self.database_url))
             .field("prefix", &self.prefix)
             .field("topic", &self.topic)
+            .field("events_topic", &self.events_topic)
             .field("max_wait", &self.max_wait)
             .field("body_timeout", &self.body_timeout)
             .field("limits", &self.limits)
@@ -131,6 +136,7 @@ impl GatewayConfig {
             database_url: database_url.into(),
             prefix: "stockledger".into(),
             topic: "stock.ledger".into(),
+            events_topic: None,
             max_wait: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
             limits: Limits::default(),
@@ -174,6 +180,8 @@ pub(crate) struct Gateway {
     max_wait: Duration,
     /// Whether the brokers answered the last metadata request.
     broker_up: Arc<AtomicBool>,
+    /// The stock events' reader, for the event streams.
+    events: Arc<events::Hub>,
 }
 
 /// The OpenAPI document of the gateway.
@@ -200,12 +208,15 @@ pub(crate) struct Gateway {
         reads::units,
         reads::order,
         reads::history,
+        events::sku_events,
+        events::events,
         analysts::as_of,
         analysts::report,
         analysts::report_by_location,
         observe::healthz,
         observe::readyz_doc
     ),
+    components(schemas(events::StockEventBody, events::StockSnapshot)),
     modifiers(&Doors),
     tags(
         (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
@@ -363,6 +374,14 @@ pub async fn run(
     info!(config = ?config, "starting the gateway");
     let recorder = Recorder::install().map_err(GatewayError::Metrics)?;
     describe_metrics();
+    events::describe_metrics();
+    // Event streams end when the gateway begins to stop, so that they do
+    // not hold its shutdown for the whole grace.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    };
     let mut kafka = config.kafka.clone();
     if kafka.property("message.timeout.ms").is_none() {
         kafka.properties.push((
@@ -419,6 +438,11 @@ pub async fn run(
         .redis(redis.clone())
         // History only: commands go on without the archive.
         .postgres(archive.clone(), false);
+    let events_topic = config
+        .events_topic
+        .clone()
+        .unwrap_or_else(|| stockledger_kafka::admin::default_events_topic(&config.topic));
+    let events = events::Hub::start(config.kafka.clone(), events_topic, stop);
     let gateway = Arc::new(Gateway {
         producer,
         reader,
@@ -428,6 +452,7 @@ pub async fn run(
         topic: config.topic.clone(),
         max_wait: config.max_wait,
         broker_up,
+        events,
     });
     let mut observed = observe::routes(recorder, probes);
     if let Some(keys) = &config.api_keys {
@@ -482,6 +507,8 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         .route("/v1/skus/{sku}/orders/{order_id}", get(reads::order))
         .route("/v1/skus/{sku}/as-of", get(analysts::as_of))
         .route("/v1/history", get(reads::history))
+        .route("/v1/skus/{sku}/events", get(events::sku_events))
+        .route("/v1/events", get(events::events))
         .route("/v1/report", get(analysts::report))
         .route("/v1/report/locations", get(analysts::report_by_location))
         .route("/openapi.json", get(openapi));

@@ -1,0 +1,724 @@
+//! Stock events as Server-Sent Events: `GET /v1/skus/{sku}/events` and
+//! `GET /v1/events?sku=A&sku=B`.
+//!
+//! One reader per gateway (the `Hub`) follows every partition of the
+//! stock events topic from where it stood when the gateway started and
+//! hands each event, once the consumers' rule ([`EventDedupe`]) keeps it,
+//! to every open stream; a stream sends those of its SKUs.
+//!
+//! A stream's event id is where it has read the events topic up to: the
+//! next offset of each partition, `0:1841,1:977,2:1203`. A browser's
+//! `EventSource` sends the last one back as `Last-Event-ID` when it
+//! reconnects; the stream then reads the topic from there to where the hub
+//! stands, with a reader of its own, before it follows the hub again, so
+//! nothing published in between is lost or sent twice. A stream opened
+//! without one starts with a `stock` event per SKU, read from Redis after
+//! the stream joined the hub, and sends no event the snapshot already
+//! reflects (those whose record's offset is not after the SKU's last
+//! applied one).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use futures::StreamExt;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+use stockledger_core::{codec, EventDedupe, Sku, StockEvent};
+use stockledger_kafka::topic::{watermarks_of, LogError};
+use stockledger_kafka::KafkaConfig;
+use stockledger_projection::Projection;
+use tokio::sync::{broadcast, mpsc, watch};
+use tracing::{debug, info, warn};
+use utoipa::ToSchema;
+
+use super::bodies::LocationBody;
+use super::problem::{path_problem, redis_problem, Problem};
+use super::{Answer, Shared};
+
+/// Gauge: the event streams open now.
+pub const STREAMS_GAUGE: &str = "stockledger_sse_streams";
+/// Counter: stock events sent on streams, by `kind`.
+pub const SENT_METRIC: &str = "stockledger_sse_events_sent_total";
+/// The most SKUs one stream follows.
+pub const MAX_SKUS: usize = 100;
+/// What the stream tells `EventSource` to wait before reconnecting.
+const RETRY: Duration = Duration::from_secs(1);
+/// A comment this often keeps proxies and the gateway's idle timeout from
+/// closing a quiet stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events the hub holds for a stream that reads slowly; one that falls
+/// further behind is closed, and resumes from the log when it reconnects.
+const BACKLOG: usize = 4096;
+/// Longest a reconnecting stream reads the log to catch up with the hub.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
+/// How often the hub looks again for an events topic that does not exist.
+const TOPIC_RETRY: Duration = Duration::from_secs(2);
+
+/// One event of the events topic, where it lies there.
+#[derive(Debug)]
+struct Read {
+    partition: i32,
+    offset: i64,
+    event: StockEvent,
+}
+
+/// Where a stream has read the events topic up to: the next offset of
+/// each partition. Its text is the stream's event id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Positions(BTreeMap<i32, i64>);
+
+impl Positions {
+    /// The most partitions an id may name.
+    const MAX_PARTITIONS: usize = 4096;
+
+    /// Parses an event id, `partition:next_offset` joined by commas.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut positions = BTreeMap::new();
+        for (i, entry) in text.split(',').filter(|e| !e.is_empty()).enumerate() {
+            if i >= Self::MAX_PARTITIONS {
+                return Err(format!(
+                    "names more than {} partitions",
+                    Self::MAX_PARTITIONS
+                ));
+            }
+            let parsed = entry
+                .split_once(':')
+                .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)));
+            match parsed {
+                Some((p, o)) if p >= 0 && o >= 0 => {
+                    positions.insert(p, o);
+                }
+                _ => {
+                    return Err(format!(
+                        "{entry:?} is not partition:offset (two whole numbers, 0 or more)"
+                    ))
+                }
+            }
+        }
+        Ok(Self(positions))
+    }
+
+    fn next(&self, partition: i32) -> i64 {
+        self.0.get(&partition).copied().unwrap_or(0)
+    }
+
+    fn id(&self) -> String {
+        let mut id = String::new();
+        for (p, o) in &self.0 {
+            if !id.is_empty() {
+                id.push(',');
+            }
+            id.push_str(&format!("{p}:{o}"));
+        }
+        id
+    }
+}
+
+/// The gateway's one reader of the events topic.
+pub(crate) struct Hub {
+    kafka: KafkaConfig,
+    topic: String,
+    state: Mutex<HubState>,
+    stop: watch::Receiver<bool>,
+}
+
+struct HubState {
+    /// The next offset the hub will read, per partition (empty until the
+    /// topic exists).
+    at: Positions,
+    sender: broadcast::Sender<Arc<Read>>,
+}
+
+impl Hub {
+    /// Starts following `topic` from its end (from its start if it does
+    /// not exist yet: it is then new); it stops when `stop` turns true.
+    pub(crate) fn start(
+        kafka: KafkaConfig,
+        topic: String,
+        stop: watch::Receiver<bool>,
+    ) -> Arc<Hub> {
+        let (sender, _) = broadcast::channel(BACKLOG);
+        let hub = Arc::new(Hub {
+            kafka,
+            topic,
+            state: Mutex::new(HubState {
+                at: Positions::default(),
+                sender,
+            }),
+            stop,
+        });
+        tokio::spawn(hub.clone().follow());
+        hub
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Joins the hub: every event it hands on from now, and where it
+    /// stands (what came before is the log's).
+    fn join(&self) -> (broadcast::Receiver<Arc<Read>>, Positions) {
+        let state = self.state();
+        (state.sender.subscribe(), state.at.clone())
+    }
+
+    async fn follow(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        let mut missing = false;
+        let marks = loop {
+            match watermarks_of(&self.kafka, &self.topic).await {
+                Ok(marks) => break marks,
+                Err(LogError::NoSuchTopic(_)) => {
+                    if !missing {
+                        info!(topic = %self.topic, "no stock events topic yet; streams wait for it");
+                    }
+                    missing = true;
+                }
+                Err(error) => {
+                    warn!(topic = %self.topic, error = %error, "cannot read the stock events topic; retrying")
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TOPIC_RETRY) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+        };
+        let start: Positions = Positions(
+            marks
+                .iter()
+                .map(|(&p, &(low, high))| (p, if missing { low } else { high }))
+                .collect(),
+        );
+        let consumer = match reader(&self.kafka, &self.topic, &start, &marks) {
+            Ok(consumer) => consumer,
+            Err(error) => {
+                warn!(topic = %self.topic, error = %error, "cannot follow the stock events topic; no events are streamed");
+                return;
+            }
+        };
+        self.state().at = start.clone();
+        info!(topic = %self.topic, at = %start.id(), "following the stock events topic");
+        let mut dedupe = EventDedupe::default();
+        loop {
+            let message = tokio::select! {
+                message = consumer.recv() => message,
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            };
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    warn!(topic = %self.topic, error = %error, "reading the stock events topic");
+                    continue;
+                }
+            };
+            let (partition, offset) = (message.partition(), message.offset());
+            let Some(event) = decode(&self.topic, partition, offset, message.payload()) else {
+                self.state().at.0.insert(partition, offset + 1);
+                continue;
+            };
+            if offset < start.next(partition) {
+                // The record before the start: what the rule compares with.
+                dedupe.keep(&event);
+                continue;
+            }
+            let keep = dedupe.keep(&event);
+            let state = &mut *self.state();
+            state.at.0.insert(partition, offset + 1);
+            if keep {
+                // None listening is not an error.
+                let _ = state.sender.send(Arc::new(Read {
+                    partition,
+                    offset,
+                    event,
+                }));
+            }
+        }
+    }
+}
+
+/// A consumer of `topic` assigned to read each partition from the record
+/// before `from` (what the consumers' rule compares the first with), or
+/// from the partition's start.
+fn reader(
+    kafka: &KafkaConfig,
+    topic: &str,
+    from: &Positions,
+    marks: &BTreeMap<i32, (i64, i64)>,
+) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
+    let consumer: StreamConsumer = kafka
+        .client_config(&[
+            ("group.id", "stockledger-gateway-events"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "earliest"),
+        ])
+        .create()?;
+    let mut assignment = TopicPartitionList::new();
+    for (&p, &(low, _)) in marks {
+        let at = (from.next(p) - 1).max(low);
+        assignment.add_partition_offset(topic, p, Offset::Offset(at))?;
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}
+
+fn decode(topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) -> Option<StockEvent> {
+    match codec::decode_stock_event(payload.unwrap_or_default()) {
+        Ok(event) => Some(event),
+        Err(error) => {
+            warn!(topic, partition, offset, error = %error, "a record of the stock events topic is not a StockEvent; skipped");
+            None
+        }
+    }
+}
+
+/// A stock event as a stream sends it (the SSE `data`; the SSE `event` is
+/// its `kind`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StockEventBody {
+    /// `sold_out`, `back_in_stock` or `low_stock`.
+    pub kind: String,
+    pub sku: String,
+    /// The location the causing command named or acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The SKU's stock after the causing record.
+    pub available: i64,
+    pub total: i64,
+    /// The causing command record.
+    pub position: super::bodies::Position,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_id: Option<String>,
+    /// RFC 3339, UTC, milliseconds: when the causing command occurred.
+    pub occurred_at: String,
+}
+
+impl From<&StockEvent> for StockEventBody {
+    fn from(e: &StockEvent) -> Self {
+        Self {
+            kind: e.kind.as_str().to_ascii_lowercase(),
+            sku: e.sku.clone(),
+            location: e.location.clone(),
+            available: e.available,
+            total: e.total,
+            position: super::bodies::Position {
+                topic: e.position.topic.clone(),
+                partition: e.position.partition,
+                offset: e.position.offset,
+            },
+            command_id: e.command_id.clone(),
+            occurred_at: rfc3339_ms(e.occurred_at),
+        }
+    }
+}
+
+fn rfc3339_ms(ms: i64) -> String {
+    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|at| at.format(FORMAT).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// A SKU's stock when a stream opens (the SSE event `stock`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StockSnapshot {
+    pub sku: String,
+    /// False for a SKU the ledger has no state for (never restocked); its
+    /// levels are then 0.
+    pub known: bool,
+    pub available: i64,
+    pub total: i64,
+    /// The stock at each location, when the SKU keeps stock by location.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<LocationBody>,
+    /// The offset of the last record applied to the SKU: the stream sends
+    /// only events of later records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_offset: Option<i64>,
+}
+
+/// Stock events of `sku` as Server-Sent Events.
+#[utoipa::path(get, path = "/v1/skus/{sku}/events", tag = "reads",
+    params(
+        ("sku" = String, Path, description = "The SKU"),
+        ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received (an EventSource sends it when it reconnects): the stream resumes after it")),
+    responses(
+        (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
+        (status = 422, description = "The SKU or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn sku_events(
+    State(gateway): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Answer {
+    let Path(sku) = path.map_err(path_problem)?;
+    let sku = Sku::new(sku)?;
+    open(&gateway, vec![sku], &headers).await
+}
+
+/// Stock events of several SKUs as one stream of Server-Sent Events.
+#[utoipa::path(get, path = "/v1/events", tag = "reads",
+    params(
+        ("sku" = Vec<String>, Query, description = "A SKU to follow; repeat it for each (1 to 100)", explode = true),
+        ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received: the stream resumes after it")),
+    responses(
+        (status = 200, description = "As /v1/skus/{sku}/events, for every SKU named: a `stock` event each, then their events in the order of each partition", content_type = "text/event-stream", body = String),
+        (status = 422, description = "No SKU, more than 100, a SKU refused, another query parameter, or Last-Event-ID refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
+pub(crate) async fn events(
+    State(gateway): Shared,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Answer {
+    let mut skus = Vec::new();
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if name != "sku" {
+            return Err(Problem::invalid(
+                name.to_string(),
+                format!("unknown query parameter {name:?}; this route takes sku (repeated)"),
+            ));
+        }
+        if skus.len() == MAX_SKUS {
+            return Err(Problem::invalid(
+                "sku",
+                format!("a stream follows at most {MAX_SKUS} SKUs"),
+            ));
+        }
+        skus.push(Sku::new(value.into_owned())?);
+    }
+    if skus.is_empty() {
+        return Err(Problem::invalid(
+            "sku",
+            "name at least one SKU: /v1/events?sku=A&sku=B",
+        ));
+    }
+    open(&gateway, skus, &headers).await
+}
+
+/// What a stream sends before it follows the hub.
+enum Opening {
+    /// Read the log from these positions to the hub's.
+    Resume(Positions),
+    /// The SKUs' stock, and the offset below which their events are in it.
+    Snapshot(Vec<StockSnapshot>),
+}
+
+async fn open(gateway: &super::Gateway, skus: Vec<Sku>, headers: &HeaderMap) -> Answer {
+    let resume = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().map_err(|_| {
+                Problem::invalid("Last-Event-ID", "is not text; send back an event's id")
+            })?;
+            Some(
+                Positions::parse(text)
+                    .map_err(|e| Problem::invalid("Last-Event-ID", format!("{text:?} {e}")))?,
+            )
+        }
+    };
+    let hub = gateway.events.clone();
+    let (receiver, at) = hub.join();
+    let opening = match resume {
+        Some(from) if !from.0.is_empty() => Opening::Resume(from),
+        _ => Opening::Snapshot(snapshot(&gateway.projection, &skus).await?),
+    };
+    let (sender, events) = mpsc::channel::<Event>(64);
+    let skus: HashSet<String> = skus.into_iter().map(|s| s.as_str().to_owned()).collect();
+    tokio::spawn(stream(hub, skus, opening, receiver, at, sender));
+    let body = futures::stream::unfold(events, |mut events| async move {
+        events
+            .recv()
+            .await
+            .map(|e| (Ok::<_, Infallible>(e), events))
+    });
+    let mut response = Sse::new(body)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    // Proxies that buffer answers (nginx) pass this one on as it comes.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+async fn snapshot(projection: &Projection, skus: &[Sku]) -> Result<Vec<StockSnapshot>, Problem> {
+    let mut snapshots = Vec::with_capacity(skus.len());
+    for sku in skus {
+        let stock = projection
+            .stock_by_location(sku.as_str())
+            .await
+            .map_err(|e| redis_problem(&e))?;
+        snapshots.push(match stock {
+            Some((s, locations)) => StockSnapshot {
+                sku: sku.to_string(),
+                known: true,
+                available: s.available,
+                total: s.total,
+                locations: locations.iter().map(LocationBody::from).collect(),
+                last_offset: Some(s.offset),
+            },
+            None => StockSnapshot {
+                sku: sku.to_string(),
+                known: false,
+                available: 0,
+                total: 0,
+                locations: Vec::new(),
+                last_offset: None,
+            },
+        });
+    }
+    Ok(snapshots)
+}
+
+/// One stream, from its opening to the client's going away (or the
+/// gateway's stopping, or its falling too far behind).
+async fn stream(
+    hub: Arc<Hub>,
+    skus: HashSet<String>,
+    opening: Opening,
+    mut receiver: broadcast::Receiver<Arc<Read>>,
+    hub_at: Positions,
+    sender: mpsc::Sender<Event>,
+) {
+    metrics::gauge!(STREAMS_GAUGE).increment(1.0);
+    let _open = OpenStream;
+    let mut out = Out {
+        skus,
+        floors: HashMap::new(),
+        next: hub_at.clone(),
+        dedupe: EventDedupe::default(),
+        sender,
+    };
+    let mut stop = hub.stop.clone();
+    let hello = Event::default()
+        .retry(RETRY)
+        .comment("stockledger stock events");
+    if out.sender.send(hello).await.is_err() {
+        return;
+    }
+    match opening {
+        Opening::Snapshot(snapshots) => {
+            for s in snapshots {
+                if let Some(offset) = s.last_offset {
+                    out.floors.insert(s.sku.clone(), offset);
+                }
+                let event = Event::default()
+                    .event("stock")
+                    .id(out.next.id())
+                    .json_data(&s)
+                    .unwrap_or_default();
+                if out.sender.send(event).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Opening::Resume(from) => {
+            let caught_up = tokio::select! {
+                caught_up = tokio::time::timeout(CATCH_UP_LIMIT, catch_up(&hub, &from, &hub_at, &mut out)) => caught_up,
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            };
+            match caught_up {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    warn!(error = %error, "a stream could not read the stock events topic to resume; closed");
+                    return;
+                }
+                Err(_) => {
+                    warn!(limit = ?CATCH_UP_LIMIT, "a stream did not catch up with the stock events topic in time; closed (it resumes when the client reconnects)");
+                    return;
+                }
+            }
+        }
+    }
+    loop {
+        let read = tokio::select! {
+            read = receiver.recv() => read,
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            _ = out.sender.closed() => return,
+        };
+        match read {
+            Ok(read) => {
+                if out.offer(&read).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                debug!(
+                    missed,
+                    "a stream fell behind the hub; closed, to resume from the log"
+                );
+                return;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Counts a stream as open while it lives.
+struct OpenStream;
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::gauge!(STREAMS_GAUGE).decrement(1.0);
+    }
+}
+
+/// What a stream sends, and where it stands.
+struct Out {
+    skus: HashSet<String>,
+    /// Per SKU, the last offset its snapshot reflects.
+    floors: HashMap<String, i64>,
+    next: Positions,
+    dedupe: EventDedupe,
+    sender: mpsc::Sender<Event>,
+}
+
+impl Out {
+    /// Sends `read` if it is new to the stream, kept by the rule, of one
+    /// of its SKUs and not in its snapshot; `Err` once the client is gone.
+    async fn offer(&mut self, read: &Read) -> Result<(), ()> {
+        if read.offset < self.next.next(read.partition) {
+            return Ok(());
+        }
+        self.next.0.insert(read.partition, read.offset + 1);
+        let event = &read.event;
+        if !self.dedupe.keep(event) || !self.skus.contains(&event.sku) {
+            return Ok(());
+        }
+        if self
+            .floors
+            .get(&event.sku)
+            .is_some_and(|floor| event.position.offset <= *floor)
+        {
+            return Ok(());
+        }
+        let body = StockEventBody::from(event);
+        let sse = Event::default()
+            .event(&body.kind)
+            .id(self.next.id())
+            .json_data(&body)
+            .unwrap_or_default();
+        self.sender.send(sse).await.map_err(|_| ())?;
+        metrics::counter!(SENT_METRIC, "kind" => body.kind).increment(1);
+        Ok(())
+    }
+}
+
+/// Reads the events topic from `from` up to `to` (where the hub stood when
+/// the stream joined it), offering each event to the stream.
+async fn catch_up(
+    hub: &Hub,
+    from: &Positions,
+    to: &Positions,
+    out: &mut Out,
+) -> Result<(), LogError> {
+    out.next = from.clone();
+    for (&p, &o) in &to.0 {
+        out.next.0.entry(p).or_insert(o);
+    }
+    let marks = watermarks_of(&hub.kafka, &hub.topic).await?;
+    let behind: BTreeMap<i32, (i64, i64)> = marks
+        .into_iter()
+        .filter(|(p, _)| out.next.next(*p) < to.next(*p))
+        .collect();
+    if behind.is_empty() {
+        return Ok(());
+    }
+    let consumer = reader(&hub.kafka, &hub.topic, &out.next, &behind)?;
+    let mut pending: HashSet<i32> = behind.keys().copied().collect();
+    let mut messages = consumer.stream();
+    while !pending.is_empty() {
+        let Some(message) = messages.next().await else {
+            break;
+        };
+        // Owned before anything is awaited: a message borrows the consumer.
+        let (partition, offset, event) = {
+            let message = message?;
+            let (partition, offset) = (message.partition(), message.offset());
+            if offset + 1 >= to.next(partition) {
+                pending.remove(&partition);
+            }
+            if offset >= to.next(partition) {
+                continue;
+            }
+            let event = decode(&hub.topic, partition, offset, message.payload());
+            (partition, offset, event)
+        };
+        let Some(event) = event else {
+            out.next.0.insert(partition, offset + 1);
+            continue;
+        };
+        if offset < out.next.next(partition) {
+            out.dedupe.keep(&event);
+            continue;
+        }
+        let read = Read {
+            partition,
+            offset,
+            event,
+        };
+        if out.offer(&read).await.is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Help texts and zeros of the streams' metrics.
+pub(crate) fn describe_metrics() {
+    metrics::describe_gauge!(
+        STREAMS_GAUGE,
+        "Stock event streams (Server-Sent Events) open now."
+    );
+    metrics::describe_counter!(SENT_METRIC, "Stock events sent on event streams, by kind.");
+    metrics::gauge!(STREAMS_GAUGE).set(0.0);
+    for kind in stockledger_core::StockEventKind::ALL {
+        metrics::counter!(SENT_METRIC, "kind" => kind.as_str().to_ascii_lowercase()).absolute(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_reads_back_as_the_positions_it_was_written_from() {
+        let positions = Positions(BTreeMap::from([(0, 1841), (1, 0), (7, 12)]));
+        assert_eq!(positions.id(), "0:1841,1:0,7:12");
+        assert_eq!(Positions::parse(&positions.id()), Ok(positions));
+        assert_eq!(Positions::parse(""), Ok(Positions::default()));
+    }
+
+    #[test]
+    fn an_event_id_that_is_not_partitions_and_offsets_is_refused_naming_the_entry() {
+        for bad in ["0", "a:1", "0:-1", "-1:0", "0:1,x", "0:1:2"] {
+            let error = Positions::parse(bad).expect_err(bad);
+            assert!(error.contains("partition:offset"), "{bad}: {error}");
+        }
+        let many = (0..5000)
+            .map(|p| format!("{p}:0"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(Positions::parse(&many).is_err());
+    }
+
+    #[test]
+    fn event_times_are_rfc3339_in_milliseconds() {
+        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+}
