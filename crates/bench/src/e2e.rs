@@ -10,7 +10,7 @@ use stockledger_cli::Global;
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
-use crate::{cpu, BenchArgs, Ledger, Measurement};
+use crate::{cpu, print_measurement, BenchArgs, Ledger, Measurement};
 
 /// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
 /// Redis.
@@ -72,6 +72,77 @@ pub(crate) async fn e2e(
     archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
     let ledger = Ledger { topic, archive };
     Ok((measurement, ledger))
+}
+
+/// The cost of publishing stock events: the same commands, each raising
+/// one ([`Pipeline::publish_flips`]: the worst case), through an applier
+/// that publishes none, then one that publishes them. Each run ends with
+/// its contract check: Redis equals the fold of the log and, with events,
+/// the events topic holds one event per record.
+pub(crate) async fn events_cost(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    skus: usize,
+    records: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let mut results: Vec<Measurement> = Vec::new();
+    for (scenario, stock_events) in [("events-off", false), ("events-on", true)] {
+        let pipeline =
+            Pipeline::start_with_events(g, args, run_id, scenario, skus, 1, true, stock_events)
+                .await?;
+        let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
+        let cpu = cpu::CpuTimes::now(&redis).await?;
+        let started = Instant::now();
+        pipeline.publish_flips(records, args.in_flight).await?;
+        pipeline.wait_applied(records).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu = cpu.per_record(&redis, records).await?;
+        let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
+        pipeline.stop().await?;
+        // The restocks (each brings its SKU back in stock) and the records.
+        let log_records = records + skus as u64;
+        let mut failures = Vec::new();
+        if let Some(failure) = projection_differs(g, &topic, &prefix, log_records).await? {
+            failures.push(failure);
+        }
+        let events_topic = stockledger_kafka::admin::default_events_topic(&topic);
+        let events = match stockledger_kafka::topic::record_count(&g.kafka(), &events_topic).await {
+            Ok(n) => n as u64,
+            Err(stockledger_kafka::topic::LogError::NoSuchTopic(_)) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let expected = if stock_events { log_records } else { 0 };
+        if events != expected {
+            failures.push(format!(
+                "the events topic holds {events} events, not {expected}"
+            ));
+        }
+        let cost = results
+            .first()
+            .map(|off| {
+                format!(
+                    "; throughput {:+.1} % against events-off",
+                    100.0 * ((records as f64 / seconds) / off.rate() - 1.0)
+                )
+            })
+            .unwrap_or_default();
+        let measurement = Measurement {
+            scenario,
+            records,
+            seconds,
+            setup: format!(
+                "{skus} SKUs of one unit, each record a stock event ({events} published), {} partitions, batches of {}; {cpu}; contract checked{cost}",
+                args.partitions, args.batch_size
+            ),
+            latency_ms: None,
+            peak_rss_mib: None,
+            failed: (!failures.is_empty()).then(|| failures.join("; ")),
+        };
+        print_measurement(&measurement);
+        results.push(measurement);
+    }
+    Ok(results)
 }
 
 /// Commands offered at a fixed rate; each one timed from the produce call

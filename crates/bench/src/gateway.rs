@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use hdrhistogram::Histogram;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -272,4 +273,184 @@ pub(crate) async fn throughput(
         peak_rss_mib: None,
         failed: None,
     })
+}
+
+/// SKUs the fan-out scenario's streams follow, a share each.
+const FANOUT_SKUS: usize = 10;
+
+/// Stock events fanned out to `streams` open event streams of the gateway
+/// (`GET /v1/skus/{sku}/events`, a tenth of them on each of 10 SKUs):
+/// `events` commands offered at `rate` per second, each selling out or
+/// bringing back a SKU of one unit; every delivery timed from the produce
+/// call to the event's arrival on the stream. Fails unless every stream
+/// gets each of its SKU's events exactly once.
+pub(crate) async fn sse_fanout(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    streams: usize,
+    events: u64,
+    rate: u64,
+) -> anyhow::Result<Measurement> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    let name = "sse-fanout";
+    let pipeline = Pipeline::start(g, args, run_id, name, FANOUT_SKUS, 1, true).await?;
+    let gateway = Gateway::start(g, &pipeline).await?;
+    let port = gateway.port;
+    // Every stream open and past its opening snapshot before the clock starts.
+    let per_sku = events / FANOUT_SKUS as u64;
+    let mut clients = Vec::with_capacity(streams);
+    let (opened, mut open) = tokio::sync::mpsc::channel::<()>(streams);
+    for j in 0..streams {
+        let sku = pipeline.sku(j as u64);
+        let opened = opened.clone();
+        clients.push(tokio::spawn(follow(port, sku, per_sku, opened)));
+    }
+    drop(opened);
+    for _ in 0..streams {
+        tokio::time::timeout(Duration::from_secs(60), open.recv())
+            .await
+            .context("the streams did not all open within 60 s")?
+            .context("a stream failed to open")?;
+    }
+    let sent: Arc<Mutex<HashMap<(i32, i64), Instant>>> = Arc::default();
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    let started = Instant::now();
+    // One after another: a SKU's rollback never overtakes its deduct.
+    for i in 0..per_sku * FANOUT_SKUS as u64 {
+        ticker.tick().await;
+        let (round, sku) = (i / FANOUT_SKUS as u64, pipeline.sku(i));
+        let order = format!("order-{}", round / 2);
+        let at = Instant::now();
+        let receipt = if round % 2 == 0 {
+            pipeline.producer.deduct(&sku, &order, 1).await?
+        } else {
+            pipeline.producer.rollback(&sku, &order, None).await?
+        };
+        let position = (receipt.position.partition, receipt.position.offset);
+        sent.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(position, at);
+    }
+    let mut latencies = Histogram::<u64>::new(3)?;
+    let mut failures = Vec::new();
+    let mut deliveries = 0u64;
+    for client in clients {
+        match client.await.context("stream task")? {
+            Ok(received) => {
+                let sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+                for (position, at) in received {
+                    match sent.get(&position) {
+                        Some(sent_at) => {
+                            latencies.record(at.duration_since(*sent_at).as_micros() as u64)?;
+                            deliveries += 1;
+                        }
+                        None => failures.push(format!("an event of no command sent: {position:?}")),
+                    }
+                }
+            }
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    gateway.stop().await?;
+    pipeline.stop().await?;
+    failures.dedup();
+    let ms = |q: f64| latencies.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (ms(0.50), ms(0.99), ms(0.999));
+    Ok(Measurement {
+        scenario: name,
+        records: deliveries,
+        seconds,
+        setup: format!(
+            "{streams} streams over {FANOUT_SKUS} SKUs, {} events offered at {rate}/s, each to {} streams: delivery p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms (produce call to arrival)",
+            per_sku * FANOUT_SKUS as u64,
+            streams / FANOUT_SKUS
+        ),
+        latency_ms: Some([p50, p99, p999]),
+        peak_rss_mib: None,
+        failed: (!failures.is_empty()).then(|| failures.into_iter().take(3).collect::<Vec<_>>().join("; ")),
+    })
+}
+
+/// One event stream of `sku` (HTTP/1.0, so the body is the bare stream):
+/// says when its opening snapshot came, then returns when each of the
+/// `expected` events arrived, by its causing record's position; fails on an
+/// event twice, or on fewer within a minute of the last.
+async fn follow(
+    port: u16,
+    sku: String,
+    expected: u64,
+    opened: tokio::sync::mpsc::Sender<()>,
+) -> anyhow::Result<Vec<((i32, i64), Instant)>> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!(
+        "GET /v1/skus/{sku}/events HTTP/1.0\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut buffer: Vec<u8> = Vec::with_capacity(8192);
+    let mut received = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut head_done = false;
+    let mut chunk = [0u8; 8192];
+    while (received.len() as u64) < expected {
+        let n = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut chunk))
+            .await
+            .with_context(|| {
+                format!(
+                    "{sku}: {} of {expected} events, then silence",
+                    received.len()
+                )
+            })??;
+        anyhow::ensure!(
+            n > 0,
+            "{sku}: the stream ended after {} events",
+            received.len()
+        );
+        let at = Instant::now();
+        buffer.extend_from_slice(&chunk[..n]);
+        if !head_done {
+            let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            anyhow::ensure!(
+                buffer.starts_with(b"HTTP/1.0 200") || buffer.starts_with(b"HTTP/1.1 200"),
+                "{sku}: {}",
+                String::from_utf8_lossy(&buffer[..end])
+            );
+            buffer.drain(..end + 4);
+            head_done = true;
+        }
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let message: Vec<u8> = buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&message);
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim_start().to_owned())
+            };
+            match field("event:").as_deref() {
+                Some("stock") => {
+                    let _ = opened.send(()).await;
+                }
+                Some(_) => {
+                    let data: Value = serde_json::from_str(&field("data:").unwrap_or_default())?;
+                    let position = (
+                        data["position"]["partition"].as_i64().unwrap_or(-1) as i32,
+                        data["position"]["offset"].as_i64().unwrap_or(-1),
+                    );
+                    anyhow::ensure!(
+                        seen.insert(position),
+                        "{sku}: the event of {position:?} twice"
+                    );
+                    received.push((position, at));
+                }
+                // A comment (the greeting, a keep-alive).
+                None => {}
+            }
+        }
+    }
+    Ok(received)
 }

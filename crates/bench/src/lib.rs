@@ -133,6 +133,13 @@ pub enum Scenario {
     GatewayMax,
     /// Baskets of three lines on uniform SKUs, held then confirmed.
     Basket,
+    /// Stock events fanned out to 1,000 open event streams (SSE) of the
+    /// gateway: delivery latency.
+    #[value(name = "sse-fanout")]
+    SseFanout,
+    /// Every record raising a stock event, through an applier publishing
+    /// none and then one publishing them: the cost of events.
+    Events,
     /// Reads of a show's seat map (300 named seats), concurrently.
     #[value(name = "seat-map")]
     SeatMap,
@@ -145,7 +152,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 15] = [
+    const ALL: [Scenario; 17] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -153,6 +160,8 @@ impl Scenario {
         Self::E2eHot,
         Self::Latency5k,
         Self::Latency20k,
+        Self::Events,
+        Self::SseFanout,
         Self::Gateway5k,
         Self::GatewayMax,
         Self::Basket,
@@ -178,6 +187,8 @@ impl Scenario {
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
             Self::Basket => "basket",
+            Self::Events => "events",
+            Self::SseFanout => "sse-fanout",
             Self::SeatMap => "seat-map",
             Self::Analyst => "analyst",
             Self::Scale => "scale",
@@ -317,6 +328,13 @@ impl Bench<'_> {
                     .max(1000);
                 // Printed as each step is measured: the scenario takes minutes.
                 return memory::scale(g, pool, args, run_id, counts.skus, records).await;
+            }
+            Scenario::SseFanout => {
+                let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };
+                gateway::sse_fanout(g, args, run_id, streams, events, 100).await?
+            }
+            Scenario::Events => {
+                return e2e::events_cost(g, args, run_id, counts.skus, counts.records).await;
             }
             Scenario::Analyst => {
                 let (rows, samples) = if args.quick {

@@ -98,6 +98,21 @@ impl Pipeline {
         per_sku: i64,
         in_process: bool,
     ) -> anyhow::Result<Self> {
+        Self::start_with_events(g, args, run_id, name, skus, per_sku, in_process, true).await
+    }
+
+    /// [`Pipeline::start`], its applier publishing stock events or not.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start_with_events(
+        g: &Global,
+        args: &BenchArgs,
+        run_id: &str,
+        name: &str,
+        skus: usize,
+        per_sku: i64,
+        in_process: bool,
+        stock_events: bool,
+    ) -> anyhow::Result<Self> {
         let topic = format!("{run_id}.{name}.ledger");
         let outcomes_topic = format!("{run_id}.{name}.outcomes");
         let dlq_topic = format!("{run_id}.{name}.dlq");
@@ -115,6 +130,7 @@ impl Pipeline {
         config.outcomes_topic = outcomes_topic.clone();
         config.dlq_topic = dlq_topic;
         config.events_topic = None; // the run's: `<topic>.events`
+        config.stock_events = stock_events;
         config.prefix = format!("{}:{run_id}:{name}", g.prefix);
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);
@@ -137,6 +153,10 @@ impl Pipeline {
                     ("STOCKLEDGER_APPLIER_GROUP", &config.group_id),
                     ("STOCKLEDGER_BATCH_SIZE", &config.batch_size.to_string()),
                     ("STOCKLEDGER_BATCH_WAIT_MS", &args.batch_wait_ms.to_string()),
+                    (
+                        "STOCKLEDGER_NO_STOCK_EVENTS",
+                        if stock_events { "false" } else { "true" },
+                    ),
                 ],
                 "apply",
             )?)
@@ -232,6 +252,31 @@ impl Pipeline {
                 }
             })
             .buffer_unordered(in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+
+    /// Sends `records` commands that each raise a stock event: over SKUs
+    /// holding one unit, a round of deducts of every SKU (each sells it
+    /// out), then a round of their rollbacks (each brings it back). A
+    /// rollback is sent once at least `skus` commands after its deduct
+    /// were, so with at most that many in flight its deduct is delivered.
+    pub(crate) async fn publish_flips(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
+        let skus = self.skus as u64;
+        stream::iter(0..records)
+            .map(|i| async move {
+                let (round, sku) = (i / skus, self.sku(i));
+                let order = format!("order-{}", round / 2);
+                if round % 2 == 0 {
+                    self.producer.deduct(&sku, &order, 1).await
+                } else {
+                    self.producer.rollback(&sku, &order, None).await
+                }
+            })
+            .buffer_unordered(in_flight.min(self.skus).max(1))
             .collect::<Vec<_>>()
             .await
             .into_iter()

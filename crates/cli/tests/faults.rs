@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use stockledger_client::producer::ProducerError;
 use stockledger_client::{KafkaConfig, LedgerProducer};
-use stockledger_core::{Alerts, CommandBody, Quantity, RestockMode, Sku};
+use stockledger_core::{Alerts, CommandBody, Quantity, RestockMode, Sku, StockEventKind};
 use stockledger_kafka::admin::topic_config;
 use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
@@ -886,5 +886,40 @@ async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bou
             .await?
             .success());
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_applier_told_to_publish_no_stock_events_decides_them_and_publishes_none(
+) -> anyhow::Result<()> {
+    let h = Harness::new("no-events", 1).await?;
+    h.producer
+        .restock("QUIET", "one", RestockMode::Set, 1)
+        .await?;
+    h.producer.deduct("QUIET", "o1", 1).await?;
+    let _applier = Running(spawn(&h, &["apply", "--no-stock-events"])?);
+    wait_until("both records applied", CATCH_UP, || async {
+        Ok((h.applied(&["QUIET"]).await? == 2).then_some(()))
+    })
+    .await?;
+    // Decided: the outcomes say what each record raised.
+    let outcomes = wait_until("both outcomes published", CATCH_UP, || async {
+        let records = h.read(&h.ns.outcomes_topic).await?;
+        Ok((records.len() == 2).then_some(records))
+    })
+    .await?;
+    let mut raised = Vec::new();
+    for record in &outcomes {
+        let outcome =
+            stockledger_core::codec::decode_outcome(record.payload.as_deref().unwrap_or_default())?;
+        raised.extend(outcome.decision.events.kinds());
+    }
+    raised.sort();
+    assert_eq!(
+        raised,
+        [StockEventKind::SoldOut, StockEventKind::BackInStock]
+    );
+    // Published: none (the harness made the topic, as `topics create` does).
+    assert_eq!(record_count(&h.kafka, &h.ns.events_topic).await?, 0);
     Ok(())
 }

@@ -15,6 +15,11 @@ pub struct ApplierConfig {
     /// `.events` ([`ApplierConfig::events_topic`]). Created at start when
     /// missing, with the command topic's partition count.
     pub events_topic: Option<String>,
+    /// Publish the stock events (on by default). Off, decisions still say
+    /// which events their records caused, but none is published and the
+    /// events topic is neither created nor read; events of records applied
+    /// meanwhile are never published.
+    pub stock_events: bool,
     pub group_id: String,
     /// `group.instance.id` (static membership): a restarted applier with
     /// the same id takes its partitions back at once. `None`: a dynamic
@@ -47,6 +52,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("outcomes_topic", &self.outcomes_topic)
             .field("dlq_topic", &self.dlq_topic)
             .field("events_topic", &self.events_topic())
+            .field("stock_events", &self.stock_events)
             .field("group_id", &self.group_id)
             .field("instance_id", &self.instance_id)
             .field("allow_finite_retention", &self.allow_finite_retention)
@@ -72,6 +78,7 @@ impl ApplierConfig {
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
             events_topic: None,
+            stock_events: true,
             group_id: DEFAULT_GROUP.into(),
             instance_id: Some(default_instance_id()),
             allow_finite_retention: false,

@@ -258,7 +258,9 @@ impl Applier {
             .guarded()
             .announcing(config.topic.clone());
         check_marker(&config, &projection, partitions).await?;
-        prepare_events_topic(&config, partitions).await?;
+        if config.stock_events {
+            prepare_events_topic(&config, partitions).await?;
+        }
         // Joined last: a start refused above never enters the group, and
         // dropping a consumer that never joined cannot block in a
         // rebalance callback while it leaves (seen with librdkafka when the

@@ -174,7 +174,10 @@ impl Applier {
                 outcome_of(item, decision)
             })
             .collect();
-        self.mark_events(&batch, &outcomes).await?;
+        if self.config.stock_events {
+            // Off, no partition is marked, so no event is published.
+            self.mark_events(&batch, &outcomes).await?;
+        }
         // Encode everything first so the delivery futures can borrow it.
         let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
         // Records per result, counted once per batch rather than once per

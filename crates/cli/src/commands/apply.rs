@@ -36,6 +36,11 @@ pub struct Args {
     /// Seconds between progress logs (throughput, lag).
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
     pub stats_interval_s: u64,
+    /// Publish no stock events (decisions still name them): for a ledger
+    /// nobody follows them on. Events of records applied meanwhile are
+    /// never published, not even once this is lifted.
+    #[arg(long, env = "STOCKLEDGER_NO_STOCK_EVENTS")]
+    pub no_stock_events: bool,
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }
@@ -48,6 +53,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
+    config.stock_events = !args.no_stock_events;
     let _endpoint = observe::start(&args.metrics, || {
         Probes::new()
             .kafka(&config.kafka, &config.topic)
