@@ -565,22 +565,33 @@ fn whole_intervals(
     Ok((since_ms, until_ms))
 }
 
-/// Per-SKU (or one SKU's) totals per interval of `every_secs` seconds,
-/// aligned on the Unix epoch, for records with `since <= occurred_at < until`
-/// once the range is widened to whole intervals (so the first and last are
-/// whole too, and whole hours are summed from `ledger_hourly`); refused
-/// (`max_rows`) when there would be more than `max_rows` rows.
-pub async fn report(
-    pool: &PgPool,
-    topic: &str,
-    every_secs: i64,
-    since_ms: i64,
-    until_ms: i64,
-    sku: Option<&str>,
-    max_rows: i64,
-) -> Result<Vec<ReportRow>, QueryError> {
-    let (since_ms, until_ms) = whole_intervals(every_secs, since_ms, until_ms)?;
-    let max_rows = max_rows.clamp(1, i64::MAX - 1);
+/// What a report covers: command topic `topic`'s records with
+/// `since_ms <= occurred_at < until_ms` (of `sku` only, when given), in
+/// intervals of `every_secs` seconds aligned on the Unix epoch, the range
+/// widened to whole intervals; at most `max_rows` rows.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportRange<'a> {
+    pub topic: &'a str,
+    pub every_secs: i64,
+    pub since_ms: i64,
+    pub until_ms: i64,
+    pub sku: Option<&'a str>,
+    pub max_rows: i64,
+}
+
+impl ReportRange<'_> {
+    /// The range widened to whole intervals, and the row bound kept sane.
+    fn checked(&self) -> Result<(i64, i64, i64), QueryError> {
+        let (since_ms, until_ms) = whole_intervals(self.every_secs, self.since_ms, self.until_ms)?;
+        Ok((since_ms, until_ms, self.max_rows.clamp(1, i64::MAX - 1)))
+    }
+}
+
+/// Per-SKU (or one SKU's) totals per interval of `range` (the first and
+/// last whole too, and whole hours summed from `ledger_hourly`); refused
+/// (`max_rows`) when there would be more rows than it allows.
+pub async fn report(pool: &PgPool, range: &ReportRange<'_>) -> Result<Vec<ReportRow>, QueryError> {
+    let (since_ms, until_ms, max_rows) = range.checked()?;
     let rows: Vec<ReportRow> = sqlx::query_as(concat!(
         "SELECT sku, ",
         rfc3339!("bucket"),
@@ -593,11 +604,11 @@ pub async fn report(
              timestamptz 'epoch' + interval '1 millisecond' * $4, $5)
          LIMIT $6"
     ))
-    .bind(topic)
-    .bind(every_secs as f64)
+    .bind(range.topic)
+    .bind(range.every_secs as f64)
     .bind(since_ms)
     .bind(until_ms)
-    .bind(sku)
+    .bind(range.sku)
     .bind(max_rows + 1)
     .fetch_all(pool)
     .await?;
@@ -631,22 +642,14 @@ pub struct LocationReportRow {
 }
 
 /// Per SKU and location (or one SKU's locations), totals per interval of
-/// `every_secs` seconds aligned on the Unix epoch, for records with
-/// `since <= occurred_at < until` widened to whole intervals, as
-/// [`report`] does; only records of SKUs that keep stock by location
-/// count. Refused (`max_rows`) when there would be more than `max_rows`
-/// rows.
+/// `range`, as [`report`] does; only records of SKUs that keep stock by
+/// location count. Refused (`max_rows`) when there would be more rows than
+/// it allows.
 pub async fn report_by_location(
     pool: &PgPool,
-    topic: &str,
-    every_secs: i64,
-    since_ms: i64,
-    until_ms: i64,
-    sku: Option<&str>,
-    max_rows: i64,
+    range: &ReportRange<'_>,
 ) -> Result<Vec<LocationReportRow>, QueryError> {
-    let (since_ms, until_ms) = whole_intervals(every_secs, since_ms, until_ms)?;
-    let max_rows = max_rows.clamp(1, i64::MAX - 1);
+    let (since_ms, until_ms, max_rows) = range.checked()?;
     // Each row counts at its location; a transfer counts again, incoming,
     // at its destination.
     let rows: Vec<LocationReportRow> = sqlx::query_as(concat!(
@@ -688,11 +691,11 @@ pub async fn report_by_location(
              transferred_in, rejected_insufficient
          FROM totals ORDER BY sku, location, totals.bucket LIMIT $6"
     ))
-    .bind(topic)
-    .bind(every_secs as f64)
+    .bind(range.topic)
+    .bind(range.every_secs as f64)
     .bind(since_ms)
     .bind(until_ms)
-    .bind(sku)
+    .bind(range.sku)
     .bind(max_rows + 1)
     .fetch_all(pool)
     .await?;

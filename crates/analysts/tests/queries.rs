@@ -377,7 +377,7 @@ async fn a_report_totals_each_sku_per_interval(pool: PgPool) -> anyhow::Result<(
         ],
     )
     .await?;
-    let rows = query::report(&pool, "t", 60, T0, T0 + 2 * minute, None, 100).await?;
+    let rows = query::report(&pool, &range("t", 60, T0, T0 + 2 * minute, None, 100)).await?;
     let keys: Vec<(&str, &str)> = rows.iter().map(|r| (&*r.sku, &*r.bucket)).collect();
     assert_eq!(
         keys,
@@ -418,15 +418,19 @@ async fn a_report_totals_each_sku_per_interval(pool: PgPool) -> anyhow::Result<(
         (Some(2), None)
     );
     // One SKU, one interval covering both minutes.
-    let a_only = query::report(&pool, "t", 3600, T0, T0 + 2 * minute, Some("A"), 100).await?;
+    let a_only = query::report(
+        &pool,
+        &range("t", 3600, T0, T0 + 2 * minute, Some("A"), 100),
+    )
+    .await?;
     assert_eq!(a_only.len(), 1);
     assert_eq!((a_only[0].records, a_only[0].net_taken), (7, 1));
     assert!(matches!(
-        query::report(&pool, "t", 0, T0, T0 + 1, None, 100).await,
+        query::report(&pool, &range("t", 0, T0, T0 + 1, None, 100)).await,
         Err(QueryError::Invalid { field: "every", .. })
     ));
     assert!(matches!(
-        query::report(&pool, "t", 60, T0, T0 + 2 * minute, None, 2).await,
+        query::report(&pool, &range("t", 60, T0, T0 + 2 * minute, None, 2)).await,
         Err(QueryError::Invalid {
             field: "max_rows",
             ..
@@ -565,8 +569,8 @@ async fn hourly_totals_count_each_row_once_and_match_the_rows_themselves(
     .await?;
     // Whole hours come from ledger_hourly; 30-minute intervals from the rows.
     let (since, until) = (T0, T0 + 8 * hour);
-    let hourly = query::report(&pool, "t", 3600, since, until, None, 1000).await?;
-    let halves = query::report(&pool, "t", 1800, since, until, None, 1000).await?;
+    let hourly = query::report(&pool, &range("t", 3600, since, until, None, 1000)).await?;
+    let halves = query::report(&pool, &range("t", 1800, since, until, None, 1000)).await?;
     assert_eq!(hourly.iter().map(|r| r.records).sum::<i64>(), 60);
     for h in &hourly {
         let parts: Vec<_> = halves
@@ -582,4 +586,23 @@ async fn hourly_totals_count_each_row_once_and_match_the_rows_themselves(
         assert_eq!(lowest, h.lowest_available, "{h:?}");
     }
     Ok(())
+}
+
+/// The range of a report on topic `topic`.
+fn range<'a>(
+    topic: &'a str,
+    every_secs: i64,
+    since_ms: i64,
+    until_ms: i64,
+    sku: Option<&'a str>,
+    max_rows: i64,
+) -> query::ReportRange<'a> {
+    query::ReportRange {
+        topic,
+        every_secs,
+        since_ms,
+        until_ms,
+        sku,
+        max_rows,
+    }
 }

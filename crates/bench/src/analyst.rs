@@ -218,7 +218,15 @@ impl Query {
             Self::ReportSkuDay | Self::ReportAllDay => {
                 let sku = matches!(self, Self::ReportSkuDay).then_some(pick.sku.as_str());
                 let day = pick.day();
-                query::report(pool, TOPIC, 3600, day, day + DAY_MS, sku, i64::MAX).await?;
+                let range = query::ReportRange {
+                    topic: TOPIC,
+                    every_secs: 3600,
+                    since_ms: day,
+                    until_ms: day + DAY_MS,
+                    sku,
+                    max_rows: i64::MAX,
+                };
+                query::report(pool, &range).await?;
             }
             Self::SellOutsSku => {
                 sqlx::query(

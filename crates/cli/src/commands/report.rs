@@ -55,20 +55,26 @@ const LOCATION_COLUMNS: [&str; 10] = [
     "rejected_insufficient",
 ];
 
+impl Args {
+    /// What the report covers, every row of it.
+    fn range<'a>(&'a self, topic: &'a str) -> query::ReportRange<'a> {
+        query::ReportRange {
+            topic,
+            every_secs: self.every / 1000,
+            since_ms: self.since,
+            until_ms: self.until,
+            sku: self.sku.as_ref().map(Sku::as_str),
+            max_rows: i64::MAX,
+        }
+    }
+}
+
 /// The report per SKU and location.
 async fn by_location(g: &Global, args: &Args) -> anyhow::Result<Vec<Vec<Value>>> {
     let pool = connect_analyst(g, 1).await?;
-    let rows = query::report_by_location(
-        &pool,
-        &g.topic,
-        args.every / 1000,
-        args.since,
-        args.until,
-        args.sku.as_ref().map(Sku::as_str),
-        i64::MAX,
-    )
-    .await
-    .map_err(query_error)?;
+    let rows = query::report_by_location(&pool, &args.range(&g.topic))
+        .await
+        .map_err(query_error)?;
     Ok(rows
         .into_iter()
         .map(|r| {
@@ -120,17 +126,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let pool = connect_analyst(g, 1).await?;
-    let rows = query::report(
-        &pool,
-        &g.topic,
-        args.every / 1000,
-        args.since,
-        args.until,
-        args.sku.as_ref().map(Sku::as_str),
-        i64::MAX,
-    )
-    .await
-    .map_err(query_error)?;
+    let rows = query::report(&pool, &args.range(&g.topic))
+        .await
+        .map_err(query_error)?;
     let rows: Vec<Vec<Value>> = rows
         .into_iter()
         .map(|r| {

@@ -240,17 +240,17 @@ pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportPa
         until,
         sku,
     } = ReportAsked::of(params)?;
-    let rows = query::report(
-        &gateway.archive,
-        &gateway.topic,
-        every_ms / 1000,
-        since,
-        until,
-        sku.as_ref().map(Sku::as_str),
-        MAX_REPORT_ROWS,
-    )
-    .await
-    .map_err(archive_problem)?;
+    let range = query::ReportRange {
+        topic: &gateway.topic,
+        every_secs: every_ms / 1000,
+        since_ms: since,
+        until_ms: until,
+        sku: sku.as_ref().map(Sku::as_str),
+        max_rows: MAX_REPORT_ROWS,
+    };
+    let rows = query::report(&gateway.archive, &range)
+        .await
+        .map_err(archive_problem)?;
     let rows = rows
         .into_iter()
         .map(|r| ReportRowBody {
@@ -325,17 +325,17 @@ pub(crate) async fn report_by_location(
         until,
         sku,
     } = ReportAsked::of(params)?;
-    let rows = query::report_by_location(
-        &gateway.archive,
-        &gateway.topic,
-        every_ms / 1000,
-        since,
-        until,
-        sku.as_ref().map(Sku::as_str),
-        MAX_REPORT_ROWS,
-    )
-    .await
-    .map_err(archive_problem)?;
+    let range = query::ReportRange {
+        topic: &gateway.topic,
+        every_secs: every_ms / 1000,
+        since_ms: since,
+        until_ms: until,
+        sku: sku.as_ref().map(Sku::as_str),
+        max_rows: MAX_REPORT_ROWS,
+    };
+    let rows = query::report_by_location(&gateway.archive, &range)
+        .await
+        .map_err(archive_problem)?;
     let rows = rows
         .into_iter()
         .map(|r| LocationReportRowBody {
