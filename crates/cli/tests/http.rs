@@ -1618,7 +1618,7 @@ async fn stock_events_stream_to_sse_clients_and_resume_from_last_event_id_across
         .args(["deduct", "SSE-A", "o2", "1"])
         .status()?;
     assert!(published.success());
-    let (_gateway, base) = serve(&h, &[])?;
+    let (mut gateway, base) = serve(&h, &[])?;
     until_ready(&format!("{base}/readyz")).await?;
     command(&base, "/v1/skus/SSE-B/orders/o1/rollback", json!({})).await?;
     command(
@@ -1677,6 +1677,19 @@ async fn stock_events_stream_to_sse_clients_and_resume_from_last_event_id_across
     let many: Vec<String> = (0..101).map(|i| format!("sku=S{i}")).collect();
     let (status, _, body) = get(&format!("{base}/v1/events?{}", many.join("&"))).await?;
     assert_eq!((status, &body["field"]), (422, &json!("sku")), "{body}");
+
+    // A stopping gateway ends its streams rather than holding its
+    // shutdown open until the grace runs out.
+    common::terminate(&gateway.0)?;
+    let end = tokio::time::timeout(CATCH_UP, futures::StreamExt::next(&mut one)).await?;
+    assert!(end.is_none(), "{end:?}");
+    let exited = gateway.0.wait()?;
+    assert!(exited.success(), "{exited:?}");
+    let log = std::fs::read_to_string(common::log_path(&h, &["serve"]))?;
+    assert!(
+        !log.contains("still open at the end of the shutdown grace"),
+        "{log}"
+    );
     Ok(())
 }
 
