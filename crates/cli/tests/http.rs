@@ -1557,7 +1557,9 @@ async fn stock_events_stream_to_sse_clients_and_resume_from_last_event_id_across
     // A fresh stream opens with each SKU's stock, then its events.
     let following = format!("{base}/v1/events?sku=SSE-A&sku=SSE-B");
     let mut stream = sse(&following, None).await?;
-    let (opening, _) = next_events(&mut stream, 2).await?;
+    let (opening, opening_id) = next_events(&mut stream, 2).await?;
+    // Without an id: reconnecting after them alone opens afresh.
+    assert_eq!(opening_id, "");
     let levels: Vec<_> = opening
         .iter()
         .map(|(event, sku, data)| (event.as_str(), sku.as_str(), data["available"].clone()))

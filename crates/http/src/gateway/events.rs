@@ -517,9 +517,11 @@ async fn stream(
                 if let Some(offset) = s.last_offset {
                     out.floors.insert(s.sku.clone(), offset);
                 }
+                // No id: a client that got no event since reconnects
+                // afresh, with a new snapshot, rather than resuming from
+                // positions its snapshot's floors no longer guard.
                 let event = Event::default()
                     .event("stock")
-                    .id(out.next.id())
                     .json_data(&s)
                     .unwrap_or_default();
                 if out.sender.send(event).await.is_err() {
