@@ -7,14 +7,7 @@
 # comes from the npm registry and downloads no browser.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${STOCKLEDGER_HOME:-$HOME/.stockledger}/example-browser
-stamp=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)
-if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
-  mkdir -p "$out"
-  cp "$here/package.json" "$here/package-lock.json" "$out/"
-  npm ci --prefix "$out" --silent --no-audit --no-fund >&2
-  echo "$stamp" >"$out/.stamp"
-fi
+out=$("$here/../npm-install.sh" "$here" browser)
 # Run beside its node_modules: an ES module finds packages from where it lies.
 cp "$here/check.mjs" "$out/"
 exec node "$out/check.mjs" --page-dir "$here" "$@"

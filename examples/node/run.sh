@@ -5,14 +5,7 @@
 # Needs Node.js 20.19.4 or newer; the packages come from the npm registry.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${STOCKLEDGER_HOME:-$HOME/.stockledger}/example-node
-stamp=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)
-if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
-  mkdir -p "$out"
-  cp "$here/package.json" "$here/package-lock.json" "$out/"
-  npm ci --prefix "$out" --silent --no-audit --no-fund >&2
-  echo "$stamp" >"$out/.stamp"
-fi
+out=$("$here/../npm-install.sh" "$here" node)
 # Run beside its node_modules: an ES module finds packages from where it lies.
 cp "$here/order-service.mjs" "$out/"
 exec node "$out/order-service.mjs" --schemas "$here/../../schemas/history" "$@"

@@ -325,8 +325,7 @@ where
         latencies.record(duration_us(one.elapsed()))?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let ms = |q: f64| latencies.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999) = (ms(0.50), ms(0.99), ms(0.999));
+    let [p50, p99, p999] = crate::percentiles_ms(&latencies);
     Ok(Measurement {
         scenario,
         records: samples,

@@ -90,8 +90,8 @@ pub(crate) async fn basket(
     pipeline.stop().await?;
     let log_records = baskets * LINES * 2 + skus as u64;
     let failed = projection_differs(g, &topic, &prefix, log_records).await?;
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999) = (ms(&holds, 0.50), ms(&holds, 0.99), ms(&holds, 0.999));
+    let [p50, p99, p999] = crate::percentiles_ms(&holds);
+    let ms = crate::quantile_ms;
     Ok(Measurement {
         scenario: name,
         records: baskets,

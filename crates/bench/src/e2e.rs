@@ -182,13 +182,8 @@ pub(crate) async fn latency(
     }
     let seconds = started.elapsed().as_secs_f64();
     pipeline.stop().await?;
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999) = (
-        ms(&latencies, 0.50),
-        ms(&latencies, 0.99),
-        ms(&latencies, 0.999),
-    );
-    let ack_p50 = ms(&acks, 0.50);
+    let [p50, p99, p999] = crate::percentiles_ms(&latencies);
+    let ack_p50 = crate::quantile_ms(&acks, 0.50);
     Ok(Measurement {
         scenario,
         records,

@@ -358,8 +358,7 @@ pub(crate) async fn sse_fanout(
     gateway.stop().await?;
     pipeline.stop().await?;
     failures.dedup();
-    let ms = |q: f64| latencies.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999) = (ms(0.50), ms(0.99), ms(0.999));
+    let [p50, p99, p999] = crate::percentiles_ms(&latencies);
     Ok(Measurement {
         scenario: name,
         records: deliveries,

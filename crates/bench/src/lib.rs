@@ -218,6 +218,16 @@ impl Measurement {
     }
 }
 
+/// The `q` quantile of `h` (microseconds) in milliseconds.
+pub(crate) fn quantile_ms(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+/// p50, p99 and p999 of `h` (microseconds) in milliseconds.
+pub(crate) fn percentiles_ms(h: &hdrhistogram::Histogram<u64>) -> [f64; 3] {
+    [0.50, 0.99, 0.999].map(|q| quantile_ms(h, q))
+}
+
 /// Counts per scenario.
 struct Counts {
     /// Records of the e2e scenarios and of the baselines, the same count so

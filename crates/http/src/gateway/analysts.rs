@@ -192,6 +192,18 @@ impl ReportAsked {
             sku: params.sku.map(Sku::new).transpose()?,
         })
     }
+
+    /// What the report covers on command topic `topic`.
+    fn range<'a>(&'a self, topic: &'a str) -> query::ReportRange<'a> {
+        query::ReportRange {
+            topic,
+            every_secs: self.every_ms / 1000,
+            since_ms: self.since,
+            until_ms: self.until,
+            sku: self.sku.as_ref().map(Sku::as_str),
+            max_rows: MAX_REPORT_ROWS,
+        }
+    }
 }
 
 /// Per-SKU totals per interval, `sku` then interval.
@@ -234,21 +246,8 @@ pub struct ReportRowBody {
         (status = 422, description = "A parameter is refused, or the report would exceed 100,000 rows", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The archive is unreachable", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportParams>) -> Answer {
-    let ReportAsked {
-        every_ms,
-        since,
-        until,
-        sku,
-    } = ReportAsked::of(params)?;
-    let range = query::ReportRange {
-        topic: &gateway.topic,
-        every_secs: every_ms / 1000,
-        since_ms: since,
-        until_ms: until,
-        sku: sku.as_ref().map(Sku::as_str),
-        max_rows: MAX_REPORT_ROWS,
-    };
-    let rows = query::report(&gateway.archive, &range)
+    let asked = ReportAsked::of(params)?;
+    let rows = query::report(&gateway.archive, &asked.range(&gateway.topic))
         .await
         .map_err(archive_problem)?;
     let rows = rows
@@ -319,21 +318,8 @@ pub(crate) async fn report_by_location(
     State(gateway): Shared,
     Query(params): Query<ReportParams>,
 ) -> Answer {
-    let ReportAsked {
-        every_ms,
-        since,
-        until,
-        sku,
-    } = ReportAsked::of(params)?;
-    let range = query::ReportRange {
-        topic: &gateway.topic,
-        every_secs: every_ms / 1000,
-        since_ms: since,
-        until_ms: until,
-        sku: sku.as_ref().map(Sku::as_str),
-        max_rows: MAX_REPORT_ROWS,
-    };
-    let rows = query::report_by_location(&gateway.archive, &range)
+    let asked = ReportAsked::of(params)?;
+    let rows = query::report_by_location(&gateway.archive, &asked.range(&gateway.topic))
         .await
         .map_err(archive_problem)?;
     let rows = rows
