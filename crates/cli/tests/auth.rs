@@ -202,6 +202,9 @@ async fn each_key_may_what_its_role_allows_and_nothing_refused_is_published() ->
     );
     let methods = header(&allowed, "access-control-allow-methods").unwrap_or_default();
     assert!(methods.contains("POST"), "{methods}");
+    // A fetch-based event-stream client resuming sends Last-Event-ID.
+    let headers = header(&allowed, "access-control-allow-headers").unwrap_or_default();
+    assert!(headers.contains("last-event-id"), "{headers}");
     let elsewhere = preflight("https://evil.example.net").await?;
     assert_eq!(header(&elsewhere, "access-control-allow-origin"), None);
 

@@ -550,7 +550,13 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
                     .collect::<Vec<_>>(),
             )
             .allow_methods([Method::GET, Method::POST, Method::PUT])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            // Last-Event-ID: for clients that resume an event stream with
+            // fetch (EventSource itself needs no preflight for it).
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("last-event-id"),
+            ])
             .expose_headers([header::RETRY_AFTER, header::WWW_AUTHENTICATE])
             .max_age(Duration::from_secs(600)),
     )
