@@ -11,7 +11,7 @@ stamp=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1
 if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
   mkdir -p "$out"
   cp "$here/package.json" "$here/package-lock.json" "$out/"
-  npm ci --prefix "$out" --silent --no-audit --no-fund >&2
+  npm ci --prefix "$out" --loglevel=error --no-audit --no-fund >&2
   echo "$stamp" >"$out/.stamp"
 fi
 echo "$out"

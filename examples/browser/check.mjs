@@ -6,8 +6,10 @@
 //
 // The page is served from http://127.0.0.1:PORT, which the gateway must
 // allow (`serve --cors-origin http://127.0.0.1:PORT`). The SKU should be
-// new: it is restocked to 3 with a low-stock threshold of 2. Prints one JSON
-// line: what the page showed at each step and the screenshots taken.
+// new: it is restocked to 5 with a low-stock threshold of 2, then sold one
+// unit at a time (the counter follows each sale; 1 left is low stock, 0 is
+// sold out) and one sale rolled back. Prints one JSON line: what the page
+// showed at each step and the screenshots taken.
 import { createServer } from "node:http";
 import { readFile, mkdir } from "node:fs/promises";
 import { join, dirname } from "node:path";
@@ -66,7 +68,7 @@ try {
   const page = await browser.newPage();
   await page.setViewport({ width: 480, height: 420 });
   page.on("console", (m) => console.error(`page: ${m.text()}`));
-  await command("POST", `/v1/skus/${sku}/restocks/first`, { mode: "SET", quantity: 3 });
+  await command("POST", `/v1/skus/${sku}/restocks/first`, { mode: "SET", quantity: 5 });
   await command("PUT", `/v1/skus/${sku}/alerts`, { low_stock_below: 2 });
   const url = `http://127.0.0.1:${port}/stock.html?gateway=${encodeURIComponent(gateway)}&sku=${encodeURIComponent(sku)}`;
   await page.goto(url, { waitUntil: "domcontentloaded" });
@@ -88,12 +90,17 @@ try {
     steps.push({ step: name, ...shown, screenshot });
   };
 
-  await expect("opened", 3, "in_stock");
-  await command("POST", `/v1/skus/${sku}/orders/o1/deduct`, { quantity: 2 });
+  await expect("opened", 5, "in_stock");
+  // No stock event: the counter follows the level.
+  await command("POST", `/v1/skus/${sku}/orders/o1/deduct`, { quantity: 1 });
+  await expect("sold-one", 4, "in_stock");
+  await command("POST", `/v1/skus/${sku}/orders/o2/deduct`, { quantity: 2 });
+  await expect("sold-three", 2, "in_stock");
+  await command("POST", `/v1/skus/${sku}/orders/o3/deduct`, { quantity: 1 });
   await expect("low", 1, "low_stock");
-  await command("POST", `/v1/skus/${sku}/orders/o2/deduct`, { quantity: 1 });
+  await command("POST", `/v1/skus/${sku}/orders/o4/deduct`, { quantity: 1 });
   await expect("sold-out", 0, "sold_out");
-  await command("POST", `/v1/skus/${sku}/orders/o2/rollback`, {});
+  await command("POST", `/v1/skus/${sku}/orders/o4/rollback`, {});
   await expect("back", 1, "in_stock");
   console.log(JSON.stringify({ steps }));
 } finally {

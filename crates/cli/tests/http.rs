@@ -1658,7 +1658,39 @@ async fn stock_events_stream_to_sse_clients_and_resume_from_last_event_id_across
         (opening[0].0.as_str(), &opening[0].2["available"]),
         ("stock", &json!(1))
     );
+    // With levels, every change of stock, not only the events.
+    command(
+        &base,
+        "/v1/skus/SSE-L/restocks/r1",
+        json!({"mode": "SET", "quantity": 5}),
+    )
+    .await?;
+    let mut levels = sse(&format!("{base}/v1/skus/SSE-L/events?levels=true"), None).await?;
+    let (opening, _) = next_events(&mut levels, 1).await?;
+    assert_eq!(
+        (opening[0].0.as_str(), &opening[0].2["available"]),
+        ("stock", &json!(5))
+    );
+    command(
+        &base,
+        "/v1/skus/SSE-L/orders/o1/deduct",
+        json!({"quantity": 1}),
+    )
+    .await?;
+    let (level, _) = next_events(&mut levels, 1).await?;
+    assert_eq!(
+        (
+            level[0].0.as_str(),
+            &level[0].2["available"],
+            &level[0].2["total"]
+        ),
+        ("level", &json!(4), &json!(5))
+    );
+    drop(levels);
     for (path, last_event_id, field) in [
+        ("/v1/skus/SSE-L/events?levels=maybe", None, "levels"),
+        ("/v1/skus/SSE-L/events?colour=red", None, "colour"),
+        ("/v1/events?sku=A&levels=1", None, "levels"),
         ("/v1/events", None, "sku"),
         ("/v1/events?sku=A&colour=red", None, "colour"),
         ("/v1/events?sku=", None, "sku"),
@@ -1740,7 +1772,12 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
     // The first run installs the driver from npm.
     let output = tokio::time::timeout(Duration::from_secs(300), run).await??;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    anyhow::ensure!(output.status.success(), "the page check failed: {stderr}");
+    anyhow::ensure!(
+        output.status.success(),
+        "the page check failed ({}): {stderr}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
     let report: Value = serde_json::from_slice(&output.stdout)?;
     let steps = report["steps"].as_array().cloned().unwrap_or_default();
     let shown: Vec<(String, String, String)> = steps
@@ -1751,7 +1788,9 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
         })
         .collect();
     let expected = [
-        ("opened", "3", "in stock"),
+        ("opened", "5", "in stock"),
+        ("sold-one", "4", "in stock"),
+        ("sold-three", "2", "in stock"),
         ("low", "1", "low stock"),
         ("sold-out", "0", "sold out"),
         ("back", "1", "in stock"),
@@ -1776,6 +1815,10 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
     }
     assert_ne!(
         images[1], images[2],
+        "the page looked the same before and after a sale"
+    );
+    assert_ne!(
+        images[3], images[4],
         "the page looked the same low and sold out"
     );
     Ok(())

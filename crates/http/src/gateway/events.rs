@@ -16,6 +16,11 @@
 //! the stream joined the hub, and sends no event the snapshot already
 //! reflects (those whose record's offset is not after the SKU's last
 //! applied one).
+//!
+//! With `levels=true` a stream also gets a `level` event at each change of
+//! its SKUs' stock: the hub reads the SKUs some stream wants levels of from
+//! Redis every [`LEVEL_EVERY`] and hands on what changed; a stream sends a
+//! level only if it is newer than what it sent of that SKU.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
@@ -62,6 +67,8 @@ const BACKLOG: usize = 4096;
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
 /// How often the hub looks again for an events topic that does not exist.
 const TOPIC_RETRY: Duration = Duration::from_secs(2);
+/// How often the SKUs whose levels a stream asked for are read from Redis.
+pub const LEVEL_EVERY: Duration = Duration::from_millis(200);
 
 /// One event of the events topic, where it lies there.
 #[derive(Debug)]
@@ -129,6 +136,50 @@ pub(crate) struct Hub {
     topic: String,
     state: Mutex<HubState>,
     stop: watch::Receiver<bool>,
+    levels: Levels,
+}
+
+/// The stock levels of the SKUs streams asked levels of, read from the
+/// projection every [`LEVEL_EVERY`] while a stream wants them; each change
+/// is handed to every stream.
+struct Levels {
+    projection: Projection,
+    watched: Mutex<HashMap<String, Watched>>,
+    sender: broadcast::Sender<Arc<StockSnapshot>>,
+}
+
+/// How many streams want a SKU's levels, and what was read of it last
+/// (available, total, last offset).
+#[derive(Default)]
+struct Watched {
+    streams: usize,
+    last: Option<(i64, i64, i64)>,
+}
+
+/// A stream's interest in its SKUs' levels, given up when it ends.
+struct LevelInterest {
+    hub: Arc<Hub>,
+    skus: Vec<String>,
+}
+
+impl Drop for LevelInterest {
+    fn drop(&mut self) {
+        let mut watched = self.hub.levels.watched();
+        for sku in &self.skus {
+            if let Some(w) = watched.get_mut(sku) {
+                w.streams -= 1;
+                if w.streams == 0 {
+                    watched.remove(sku);
+                }
+            }
+        }
+    }
+}
+
+impl Levels {
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
+        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 struct HubState {
@@ -144,9 +195,11 @@ impl Hub {
     pub(crate) fn start(
         kafka: KafkaConfig,
         topic: String,
+        projection: Projection,
         stop: watch::Receiver<bool>,
     ) -> Arc<Hub> {
         let (sender, _) = broadcast::channel(BACKLOG);
+        let (levels, _) = broadcast::channel(BACKLOG);
         let hub = Arc::new(Hub {
             kafka,
             topic,
@@ -155,9 +208,77 @@ impl Hub {
                 sender,
             }),
             stop,
+            levels: Levels {
+                projection,
+                watched: Mutex::new(HashMap::new()),
+                sender: levels,
+            },
         });
         tokio::spawn(hub.clone().follow());
+        tokio::spawn(hub.clone().read_levels());
         hub
+    }
+
+    /// Registers a stream's interest in `skus`' levels: the changes from
+    /// now on, and a guard that ends the interest.
+    fn watch_levels(
+        self: &Arc<Self>,
+        skus: &HashSet<String>,
+    ) -> (broadcast::Receiver<Arc<StockSnapshot>>, LevelInterest) {
+        let receiver = self.levels.sender.subscribe();
+        let mut watched = self.levels.watched();
+        for sku in skus {
+            watched.entry(sku.clone()).or_default().streams += 1;
+        }
+        let interest = LevelInterest {
+            hub: self.clone(),
+            skus: skus.iter().cloned().collect(),
+        };
+        (receiver, interest)
+    }
+
+    /// Reads the watched SKUs' stock every [`LEVEL_EVERY`] and hands on
+    /// each change.
+    async fn read_levels(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        let mut every = tokio::time::interval(LEVEL_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            let skus: Vec<String> = self.levels.watched().keys().cloned().collect();
+            for sku in skus {
+                let stock = match self.levels.projection.stock_by_location(&sku).await {
+                    Ok(Some(stock)) => stock,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        debug!(sku, error = %error, "cannot read a watched SKU's level");
+                        continue;
+                    }
+                };
+                let (s, locations) = stock;
+                let now = (s.available, s.total, s.offset);
+                let mut watched = self.levels.watched();
+                let Some(w) = watched.get_mut(&sku) else {
+                    continue;
+                };
+                if w.last == Some(now) {
+                    continue;
+                }
+                w.last = Some(now);
+                drop(watched);
+                let _ = self.levels.sender.send(Arc::new(StockSnapshot {
+                    sku,
+                    known: true,
+                    available: s.available,
+                    total: s.total,
+                    locations: locations.iter().map(LocationBody::from).collect(),
+                    last_offset: Some(s.offset),
+                }));
+            }
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, HubState> {
@@ -353,42 +474,68 @@ pub struct StockSnapshot {
 #[utoipa::path(get, path = "/v1/skus/{sku}/events", tag = "reads",
     params(
         ("sku" = String, Path, description = "The SKU"),
+        ("levels" = Option<bool>, Query, description = "Also send a `level` event (data: StockSnapshot) when the SKU's stock changes, read from the projection every 200 ms: a live counter. Default false"),
         ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received (an EventSource sends it when it reconnects): the stream resumes after it")),
     responses(
         (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
-        (status = 422, description = "The SKU or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The SKU, `levels`, another query parameter or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn sku_events(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
-    open(&gateway, vec![sku], &headers).await
+    let mut levels = false;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "levels" => levels = levels_param(&value)?,
+            _ => return Err(unknown_param(&name, "levels")),
+        }
+    }
+    open(&gateway, vec![sku], levels, &headers).await
+}
+
+/// `levels=true` or `levels=false`.
+fn levels_param(value: &str) -> Result<bool, Problem> {
+    value
+        .parse()
+        .map_err(|_| Problem::invalid("levels", format!("{value:?} is not true or false")))
+}
+
+fn unknown_param(name: &str, takes: &str) -> Problem {
+    Problem::invalid(
+        name,
+        format!("unknown query parameter {name:?}; this route takes {takes}"),
+    )
 }
 
 /// Stock events of several SKUs as one stream of Server-Sent Events.
 #[utoipa::path(get, path = "/v1/events", tag = "reads",
     params(
         ("sku" = Vec<String>, Query, description = "A SKU to follow; repeat it for each (1 to 100)", explode = true),
+        ("levels" = Option<bool>, Query, description = "Also send a `level` event when a SKU's stock changes (see /v1/skus/{sku}/events). Default false"),
         ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received: the stream resumes after it")),
     responses(
         (status = 200, description = "As /v1/skus/{sku}/events, for every SKU named: a `stock` event each, then their events in the order of each partition", content_type = "text/event-stream", body = String),
-        (status = 422, description = "No SKU, more than 100, a SKU refused, another query parameter, or Last-Event-ID refused", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "No SKU, more than 100, a SKU refused, `levels` refused, another query parameter, or Last-Event-ID refused", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn events(
     State(gateway): Shared,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Answer {
-    let mut skus = Vec::new();
+    let (mut skus, mut levels) = (Vec::new(), false);
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-        if name != "sku" {
-            return Err(Problem::invalid(
-                name.to_string(),
-                format!("unknown query parameter {name:?}; this route takes sku (repeated)"),
-            ));
+        match name.as_ref() {
+            "sku" => {}
+            "levels" => {
+                levels = levels_param(&value)?;
+                continue;
+            }
+            _ => return Err(unknown_param(&name, "sku (repeated) and levels")),
         }
         if skus.len() == MAX_SKUS {
             return Err(Problem::invalid(
@@ -404,7 +551,7 @@ pub(crate) async fn events(
             "name at least one SKU: /v1/events?sku=A&sku=B",
         ));
     }
-    open(&gateway, skus, &headers).await
+    open(&gateway, skus, levels, &headers).await
 }
 
 /// What a stream sends before it follows the hub.
@@ -415,7 +562,12 @@ enum Opening {
     Snapshot(Vec<StockSnapshot>),
 }
 
-async fn open(gateway: &super::Gateway, skus: Vec<Sku>, headers: &HeaderMap) -> Answer {
+async fn open(
+    gateway: &super::Gateway,
+    skus: Vec<Sku>,
+    levels: bool,
+    headers: &HeaderMap,
+) -> Answer {
     let resume = match headers.get("last-event-id") {
         None => None,
         Some(value) => {
@@ -430,13 +582,14 @@ async fn open(gateway: &super::Gateway, skus: Vec<Sku>, headers: &HeaderMap) -> 
     };
     let hub = gateway.events.clone();
     let (receiver, at) = hub.join();
+    let skus_set: HashSet<String> = skus.iter().map(|s| s.as_str().to_owned()).collect();
+    let levels = levels.then(|| hub.watch_levels(&skus_set));
     let opening = match resume {
         Some(from) if !from.0.is_empty() => Opening::Resume(from),
         _ => Opening::Snapshot(snapshot(&gateway.projection, &skus).await?),
     };
     let (sender, events) = mpsc::channel::<Event>(64);
-    let skus: HashSet<String> = skus.into_iter().map(|s| s.as_str().to_owned()).collect();
-    tokio::spawn(stream(hub, skus, opening, receiver, at, sender));
+    tokio::spawn(stream(hub, skus_set, opening, receiver, levels, at, sender));
     let body = futures::stream::unfold(events, |mut events| async move {
         events
             .recv()
@@ -492,14 +645,20 @@ async fn stream(
     skus: HashSet<String>,
     opening: Opening,
     mut receiver: broadcast::Receiver<Arc<Read>>,
+    levels: Option<(broadcast::Receiver<Arc<StockSnapshot>>, LevelInterest)>,
     hub_at: Positions,
     sender: mpsc::Sender<Event>,
 ) {
+    let (mut levels, _interest) = match levels {
+        Some((receiver, interest)) => (Some(receiver), Some(interest)),
+        None => (None, None),
+    };
     metrics::gauge!(STREAMS_GAUGE).increment(1.0);
     let _open = OpenStream;
     let mut out = Out {
         skus,
         floors: HashMap::new(),
+        shown: HashMap::new(),
         next: hub_at.clone(),
         dedupe: EventDedupe::default(),
         sender,
@@ -516,6 +675,7 @@ async fn stream(
             for s in snapshots {
                 if let Some(offset) = s.last_offset {
                     out.floors.insert(s.sku.clone(), offset);
+                    out.shown.insert(s.sku.clone(), offset);
                 }
                 // No id: a client that got no event since reconnects
                 // afresh, with a new snapshot, rather than resuming from
@@ -548,10 +708,28 @@ async fn stream(
         }
     }
     loop {
+        let level = async {
+            match &mut levels {
+                Some(levels) => levels.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         let read = tokio::select! {
-            read = receiver.recv() => read,
+            read = receiver.recv() => Ok(read),
+            level = level => Err(level),
             _ = stop.wait_for(|stopped| *stopped) => return,
             _ = out.sender.closed() => return,
+        };
+        let read = match read {
+            Ok(read) => read,
+            // A level missed is made good by the next one read.
+            Err(Ok(level)) => {
+                if out.level(&level).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Err(Err(_)) => continue,
         };
         match read {
             Ok(read) => {
@@ -585,6 +763,9 @@ struct Out {
     skus: HashSet<String>,
     /// Per SKU, the last offset its snapshot reflects.
     floors: HashMap<String, i64>,
+    /// Per SKU, the offset of the newest stock sent (a snapshot, a level
+    /// or an event): an older level is not sent.
+    shown: HashMap<String, i64>,
     next: Positions,
     dedupe: EventDedupe,
     sender: mpsc::Sender<Event>,
@@ -609,6 +790,8 @@ impl Out {
         {
             return Ok(());
         }
+        let shown = self.shown.entry(event.sku.clone()).or_insert(-1);
+        *shown = (*shown).max(event.position.offset);
         let body = StockEventBody::from(event);
         let sse = Event::default()
             .event(&body.kind)
@@ -618,6 +801,27 @@ impl Out {
         self.sender.send(sse).await.map_err(|_| ())?;
         metrics::counter!(SENT_METRIC, "kind" => body.kind).increment(1);
         Ok(())
+    }
+}
+
+impl Out {
+    /// Sends `level` if it is of one of the stream's SKUs and newer than
+    /// what the stream sent of it; `Err` once the client is gone.
+    async fn level(&mut self, level: &StockSnapshot) -> Result<(), ()> {
+        if !self.skus.contains(&level.sku) {
+            return Ok(());
+        }
+        let offset = level.last_offset.unwrap_or(-1);
+        let shown = self.shown.entry(level.sku.clone()).or_insert(-1);
+        if offset <= *shown {
+            return Ok(());
+        }
+        *shown = offset;
+        let sse = Event::default()
+            .event("level")
+            .json_data(level)
+            .unwrap_or_default();
+        self.sender.send(sse).await.map_err(|_| ())
     }
 }
 

@@ -442,7 +442,12 @@ pub async fn run(
         .events_topic
         .clone()
         .unwrap_or_else(|| stockledger_kafka::admin::default_events_topic(&config.topic));
-    let events = events::Hub::start(config.kafka.clone(), events_topic, stop);
+    let events = events::Hub::start(
+        config.kafka.clone(),
+        events_topic,
+        Projection::new(redis.clone(), config.prefix.clone()),
+        stop,
+    );
     let gateway = Arc::new(Gateway {
         producer,
         reader,
