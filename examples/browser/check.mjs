@@ -73,12 +73,18 @@ try {
   const url = `http://127.0.0.1:${port}/stock.html?gateway=${encodeURIComponent(gateway)}&sku=${encodeURIComponent(sku)}`;
   await page.goto(url, { waitUntil: "domcontentloaded" });
 
-  const expect = async (name, available, status) => {
+  // Waits for the counter, the badge and the number of events listed: a
+  // level can show a change before the event of the same record arrives.
+  const expect = async (name, available, status, events) => {
     await page.waitForFunction(
-      (a, s) => document.body.dataset.available === a && document.body.dataset.status === s,
+      (a, s, n) =>
+        document.body.dataset.available === a &&
+        document.body.dataset.status === s &&
+        document.querySelectorAll("#events li").length === n,
       { timeout: WAIT_MS },
       String(available),
       status,
+      events,
     );
     const shown = await page.evaluate(() => ({
       counter: document.getElementById("counter").textContent,
@@ -90,18 +96,18 @@ try {
     steps.push({ step: name, ...shown, screenshot });
   };
 
-  await expect("opened", 5, "in_stock");
+  await expect("opened", 5, "in_stock", 0);
   // No stock event: the counter follows the level.
   await command("POST", `/v1/skus/${sku}/orders/o1/deduct`, { quantity: 1 });
-  await expect("sold-one", 4, "in_stock");
+  await expect("sold-one", 4, "in_stock", 0);
   await command("POST", `/v1/skus/${sku}/orders/o2/deduct`, { quantity: 2 });
-  await expect("sold-three", 2, "in_stock");
+  await expect("sold-three", 2, "in_stock", 0);
   await command("POST", `/v1/skus/${sku}/orders/o3/deduct`, { quantity: 1 });
-  await expect("low", 1, "low_stock");
+  await expect("low", 1, "low_stock", 1);
   await command("POST", `/v1/skus/${sku}/orders/o4/deduct`, { quantity: 1 });
-  await expect("sold-out", 0, "sold_out");
+  await expect("sold-out", 0, "sold_out", 2);
   await command("POST", `/v1/skus/${sku}/orders/o4/rollback`, {});
-  await expect("back", 1, "in_stock");
+  await expect("back", 1, "in_stock", 3);
   console.log(JSON.stringify({ steps }));
 } finally {
   await browser.close();

@@ -37,10 +37,10 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
-use stockledger_core::{codec, EventDedupe, Sku, StockEvent};
+use stockledger_core::{codec, EventDedupe, LocationStock, Sku, StockEvent};
 use stockledger_kafka::topic::{watermarks_of, LogError};
 use stockledger_kafka::KafkaConfig;
-use stockledger_projection::Projection;
+use stockledger_projection::{Projection, Stock};
 use tokio::sync::{broadcast, mpsc, watch};
 use tracing::{debug, info, warn};
 use utoipa::ToSchema;
@@ -250,18 +250,21 @@ impl Hub {
             }
             let skus: Vec<String> = self.levels.watched().keys().cloned().collect();
             for sku in skus {
-                let stock = match self.levels.projection.stock_by_location(&sku).await {
-                    Ok(Some(stock)) => stock,
+                let level = match self.levels.projection.stock_by_location(&sku).await {
+                    Ok(Some(stock)) => StockSnapshot::of(sku, Some(stock)),
                     Ok(None) => continue,
                     Err(error) => {
                         debug!(sku, error = %error, "cannot read a watched SKU's level");
                         continue;
                     }
                 };
-                let (s, locations) = stock;
-                let now = (s.available, s.total, s.offset);
+                let now = (
+                    level.available,
+                    level.total,
+                    level.last_offset.unwrap_or(-1),
+                );
                 let mut watched = self.levels.watched();
-                let Some(w) = watched.get_mut(&sku) else {
+                let Some(w) = watched.get_mut(&level.sku) else {
                     continue;
                 };
                 if w.last == Some(now) {
@@ -269,14 +272,7 @@ impl Hub {
                 }
                 w.last = Some(now);
                 drop(watched);
-                let _ = self.levels.sender.send(Arc::new(StockSnapshot {
-                    sku,
-                    known: true,
-                    available: s.available,
-                    total: s.total,
-                    locations: locations.iter().map(LocationBody::from).collect(),
-                    last_offset: Some(s.offset),
-                }));
+                let _ = self.levels.sender.send(Arc::new(level));
             }
         }
     }
@@ -616,26 +612,33 @@ async fn snapshot(projection: &Projection, skus: &[Sku]) -> Result<Vec<StockSnap
             .stock_by_location(sku.as_str())
             .await
             .map_err(|e| redis_problem(&e))?;
-        snapshots.push(match stock {
-            Some((s, locations)) => StockSnapshot {
-                sku: sku.to_string(),
+        snapshots.push(StockSnapshot::of(sku.to_string(), stock));
+    }
+    Ok(snapshots)
+}
+
+impl StockSnapshot {
+    /// `sku`'s stock as the projection read it (`None`: no state).
+    fn of(sku: String, stock: Option<(Stock, Vec<LocationStock>)>) -> Self {
+        match stock {
+            Some((s, locations)) => Self {
+                sku,
                 known: true,
                 available: s.available,
                 total: s.total,
                 locations: locations.iter().map(LocationBody::from).collect(),
                 last_offset: Some(s.offset),
             },
-            None => StockSnapshot {
-                sku: sku.to_string(),
+            None => Self {
+                sku,
                 known: false,
                 available: 0,
                 total: 0,
                 locations: Vec::new(),
                 last_offset: None,
             },
-        });
+        }
     }
-    Ok(snapshots)
 }
 
 /// One stream, from its opening to the client's going away (or the
