@@ -45,6 +45,7 @@ use stockledger_core::report::Chain;
 
 use futures::channel::oneshot::Canceled;
 use futures::future::{join_all, JoinAll};
+use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
@@ -404,7 +405,7 @@ impl Applier {
                 return Ok(true);
             }
         }
-        let records = self.fill_batch(first).await;
+        let records = self.fill_batch(first, applying).await;
         let batch = self.decode(records).await?;
         // Redis takes the next batch once it has answered for this one.
         let decided = match applying.take() {
@@ -533,19 +534,34 @@ impl Applier {
         }
     }
 
-    async fn fill_batch(&self, first: OwnedMessage) -> Vec<OwnedMessage> {
+    /// Takes `first` and the records after it into a batch: those already
+    /// received, and those arriving within the batch wait while Redis is
+    /// still applying the batch before (`previous`). With Redis idle the
+    /// batch goes at once: waiting would only delay its decisions.
+    async fn fill_batch(
+        &self,
+        first: OwnedMessage,
+        previous: &Option<Applying>,
+    ) -> Vec<OwnedMessage> {
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + self.config.batch_wait;
-        // Once the deadline has passed, records already received are still
-        // taken: `timeout_at` polls the receive before its deadline.
+        let redis_busy = || previous.as_ref().is_some_and(|p| !p.task.is_finished());
         while batch.len() < self.config.batch_size {
-            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
-                Ok(Ok(m)) => batch.push(m.detach()),
-                Ok(Err(e)) => {
+            // Records already received are taken whatever the wait.
+            let received = match self.consumer.recv().now_or_never() {
+                Some(received) => received,
+                None if !redis_busy() => break,
+                None => match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                    Ok(received) => received,
+                    Err(_) => break,
+                },
+            };
+            match received {
+                Ok(m) => batch.push(m.detach()),
+                Err(e) => {
                     warn!(error = %Chain(&e), "consumer error while filling a batch");
                     break;
                 }
-                Err(_) => break,
             }
         }
         batch

@@ -29,8 +29,9 @@ pub struct Args {
     /// Most records applied in one batch.
     #[arg(long, env = "STOCKLEDGER_BATCH_SIZE", default_value_t = 10_000)]
     pub batch_size: usize,
-    /// Milliseconds a batch waits to fill after its first record (records
-    /// already received are taken in any case).
+    /// Most milliseconds a batch waits to fill after its first record, and
+    /// only while Redis is applying the batch before (records already
+    /// received are taken in any case).
     #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 1)]
     pub batch_wait_ms: u64,
     /// Seconds between progress logs (throughput, lag).
