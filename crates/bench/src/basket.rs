@@ -35,7 +35,7 @@ pub(crate) async fn basket(
     let per_sku = (2 * (baskets * LINES / skus as u64) + 10) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
     let settler = Settler {
-        producer: pipeline.producer.clone(),
+        producer: pipeline.waiting_producer()?,
         reader: OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?,
         wait: Duration::from_secs(60),
     };

@@ -44,6 +44,99 @@ impl CpuTimes {
     }
 }
 
+/// CPU seconds so far of every service a pipeline runs on, each read
+/// where it is kept: `INFO cpu` for Redis, `/proc/<pid>/stat` for the
+/// rest (the broker's process id from the local stack's state directory,
+/// PostgreSQL's as every process named `postgres`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ServiceCpu {
+    pub(crate) appliers: f64,
+    pub(crate) archiver: f64,
+    pub(crate) redis: f64,
+    pub(crate) postgres: f64,
+    /// `None` where the broker's process is not known (not the local stack).
+    pub(crate) broker: Option<f64>,
+    /// The bench process: the order services' producers.
+    pub(crate) producers: f64,
+}
+
+impl ServiceCpu {
+    pub(crate) async fn now(
+        redis: &RedisConn,
+        appliers: &[u32],
+        archiver: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let times = CpuTimes::now(redis).await?;
+        Ok(Self {
+            appliers: appliers.iter().filter_map(|&p| pid_cpu(p)).sum(),
+            archiver: archiver.and_then(pid_cpu).unwrap_or(0.0),
+            redis: times.redis,
+            postgres: named_cpu("postgres"),
+            broker: broker_pid().and_then(pid_cpu),
+            producers: times.bench,
+        })
+    }
+
+    /// What each service spent from `self` to `later`, in CPU seconds per
+    /// million of `records`.
+    pub(crate) fn per_million(&self, later: &Self, records: u64) -> Self {
+        let per = |a: f64, b: f64| (b - a) * 1e6 / records.max(1) as f64;
+        Self {
+            appliers: per(self.appliers, later.appliers),
+            archiver: per(self.archiver, later.archiver),
+            redis: per(self.redis, later.redis),
+            postgres: per(self.postgres, later.postgres),
+            broker: self.broker.zip(later.broker).map(|(a, b)| per(a, b)),
+            producers: per(self.producers, later.producers),
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "appliers {:.1}, archiver {:.1}, Redis {:.1}, PostgreSQL {:.1}, broker {}, producers {:.1}",
+            self.appliers,
+            self.archiver,
+            self.redis,
+            self.postgres,
+            self.broker.map_or("unknown".to_owned(), |b| format!("{b:.1}")),
+            self.producers
+        )
+    }
+}
+
+/// User + system CPU seconds of process `pid`.
+pub(crate) fn pid_cpu(pid: u32) -> Option<f64> {
+    stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// User + system CPU seconds of every running process whose command name
+/// is `name`.
+fn named_cpu(name: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+            let command = stat.split_once('(')?.1.rsplit_once(')')?.0;
+            (command == name).then(|| stat_cpu(&stat))?
+        })
+        .sum()
+}
+
+/// The broker's process id as the local stack records it
+/// (`$STOCKLEDGER_HOME/broker.pid`, by default `~/.stockledger`).
+fn broker_pid() -> Option<u32> {
+    std::fs::read_to_string(crate::stack_home()?.join("broker.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// `used_cpu_user` + `used_cpu_sys` of an `INFO cpu` reply (the server's
 /// main thread and its others; not its children).
 fn redis_cpu(info: &str) -> f64 {

@@ -3,14 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use hdrhistogram::Histogram;
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
-use crate::{cpu, print_measurement, BenchArgs, Ledger, Measurement};
+use crate::{cpu, print_measurement, timeline, BenchArgs, Ledger, Measurement};
 
 /// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
 /// Redis.
@@ -145,8 +143,11 @@ pub(crate) async fn events_cost(
     Ok(results)
 }
 
-/// Commands offered at a fixed rate; each one timed from the produce call
-/// until its decision is visible to the order service (`OutcomeReader`).
+/// Commands offered open loop at a fixed rate, after a second of the same
+/// rate that is not counted (the broker's and clients' warm-up); each one
+/// timed from when it was due until its decision is visible to the order
+/// service (`OutcomeReader`). Draws `<out>/<scenario>.svg`, the run over
+/// time.
 pub(crate) async fn latency(
     g: &Global,
     args: &BenchArgs,
@@ -155,41 +156,58 @@ pub(crate) async fn latency(
     rate: u64,
     records: u64,
 ) -> anyhow::Result<Measurement> {
-    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, records as i64, true).await?;
+    let warm_up = rate;
+    let per_sku = (warm_up + records) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, per_sku, true).await?;
     let reader =
         stockledger_client::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
-    let mut timings = tokio::task::JoinSet::new();
-    let started = Instant::now();
-    for i in 0..records {
-        ticker.tick().await;
-        let (producer, reader, sku) = (pipeline.producer.clone(), reader.clone(), pipeline.sku(i));
-        timings.spawn(async move {
-            let sent = Instant::now();
+    let producer = pipeline.waiting_producer()?;
+    let offer = |i: u64| {
+        let (producer, reader, sku) = (producer.clone(), reader.clone(), pipeline.sku(i));
+        async move {
             let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
-            let acknowledged = sent.elapsed();
+            let acknowledged = tokio::time::Instant::now();
             reader.wait(&receipt, Duration::from_secs(60)).await?;
-            anyhow::Ok((acknowledged, sent.elapsed()))
-        });
-    }
-    // Microseconds, 3 significant figures: far finer than the spread.
-    let mut acks = Histogram::<u64>::new(3)?;
-    let mut latencies = Histogram::<u64>::new(3)?;
-    while let Some(timing) = timings.join_next().await {
-        let (ack, total) = timing.context("latency task")??;
-        acks.record(ack.as_micros() as u64)?;
-        latencies.record(total.as_micros() as u64)?;
-    }
-    let seconds = started.elapsed().as_secs_f64();
+            anyhow::Ok(Some(acknowledged))
+        }
+    };
+    timeline::open_loop(rate, 0, warm_up, offer).await?;
+    let run = timeline::open_loop(rate, warm_up, records, offer).await?;
     pipeline.stop().await?;
-    let [p50, p99, p999] = crate::percentiles_ms(&latencies);
-    let ack_p50 = crate::quantile_ms(&acks, 0.50);
+    latency_measurement(args, scenario, rate, &run, "the library")
+}
+
+/// A latency scenario's figure from its run, with its plot drawn.
+pub(crate) fn latency_measurement(
+    args: &BenchArgs,
+    scenario: &'static str,
+    rate: u64,
+    run: &timeline::Run,
+    through: &str,
+) -> anyhow::Result<Measurement> {
+    let [p50, p99, p999] = crate::percentiles_ms(&run.totals()?);
+    let acks = run.acks()?;
+    let ack = if acks.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; broker ack p50 {:.1} ms, p99 {:.1} ms",
+            crate::quantile_ms(&acks, 0.50),
+            crate::quantile_ms(&acks, 0.99)
+        )
+    };
+    std::fs::create_dir_all(&args.out)?;
+    timeline::plot(
+        &args.out.join(format!("{scenario}.svg")),
+        &format!("{scenario}: {rate}/s offered through {through}, p50 {p50:.1} p99 {p99:.1} p999 {p999:.1} ms"),
+        run,
+    )?;
     Ok(Measurement {
         scenario,
-        records,
-        seconds,
+        records: run.samples.len() as u64,
+        seconds: run.seconds,
         setup: format!(
-            "offered {rate}/s over 100 SKUs: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms (broker ack p50 {ack_p50:.1} ms)"
+            "offered {rate}/s open loop over 100 SKUs, timed from each one's due time: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms{ack}"
         ),
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,

@@ -4,18 +4,21 @@
 //! pipeline.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 use stockledger_cli::Global;
 
 use crate::pipeline::Pipeline;
 use crate::process::Component;
-use crate::{BenchArgs, Measurement};
+use crate::{timeline, BenchArgs, Measurement};
 
 /// SKUs the gateway scenarios spread their orders over (`SKU-00000` …).
 const SKUS: usize = 100;
@@ -26,10 +29,8 @@ fn oha() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("STOCKLEDGER_OHA") {
         return Ok(PathBuf::from(path));
     }
-    let home = std::env::var_os("STOCKLEDGER_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".stockledger")));
-    if let Some(installed) = home.map(|h| h.join("oha/bin/oha")).filter(|p| p.exists()) {
+    let installed = crate::stack_home().map(|h| h.join("oha/bin/oha"));
+    if let Some(installed) = installed.filter(|p| p.exists()) {
         return Ok(installed);
     }
     std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
@@ -132,7 +133,6 @@ struct Report {
     /// Milliseconds.
     p50: f64,
     p99: f64,
-    p999: f64,
     /// Responses by status, e.g. `{"200": 19990, "202": 10}`.
     statuses: String,
     /// Responses with the expected status.
@@ -154,15 +154,16 @@ impl Report {
             seconds: v["summary"]["total"].as_f64().unwrap_or(f64::NAN),
             p50: ms("p50"),
             p99: ms("p99"),
-            p999: ms("p99.9"),
             statuses: statuses.to_string(),
             ok: count("200") + count("202"),
         })
     }
 }
 
-/// Deducts offered at `rate` per second, each waiting for its decision
-/// (`?wait_ms=`): the HTTP counterpart of the library's latency scenario.
+/// Deducts offered open loop at `rate` per second through the gateway, each
+/// waiting for its decision (`?wait_ms=`), after a second of the same rate
+/// that is not counted: the HTTP counterpart of the library's latency
+/// scenario, timed the same way.
 pub(crate) async fn fixed_rate(
     g: &Global,
     args: &BenchArgs,
@@ -171,37 +172,112 @@ pub(crate) async fn fixed_rate(
     rate: u64,
     records: u64,
 ) -> anyhow::Result<Measurement> {
-    let pipeline = Pipeline::start(g, args, run_id, scenario, SKUS, records as i64, true).await?;
+    let warm_up = rate;
+    let per_sku = (warm_up + records) as i64;
+    let pipeline = Pipeline::start(g, args, run_id, scenario, SKUS, per_sku, true).await?;
     let gateway = Gateway::start(g, &pipeline).await?;
-    let report = gateway
-        .load(
-            &[
-                "-q".into(),
-                rate.to_string(),
-                "-n".into(),
-                records.to_string(),
-                "-c".into(),
-                "200".into(),
-            ],
-            r"\?wait_ms=10000",
-        )
-        .await;
+    let run = async {
+        let connections = Arc::new(Connections::open(gateway.port, 200).await?);
+        let offer = |i: u64| {
+            let connections = connections.clone();
+            async move {
+                let path = format!(
+                    "/v1/skus/SKU-{:05}/orders/o{i:012}/deduct?wait_ms=10000",
+                    i % SKUS as u64
+                );
+                connections.post(&path, r#"{"quantity":1}"#, 200).await?;
+                anyhow::Ok(None)
+            }
+        };
+        timeline::open_loop(rate, 0, warm_up, offer).await?;
+        timeline::open_loop(rate, warm_up, records, offer).await
+    }
+    .await;
     gateway.stop().await?;
     pipeline.stop().await?;
-    let report = report?;
-    Ok(Measurement {
+    crate::e2e::latency_measurement(
+        args,
         scenario,
-        records: report.ok,
-        seconds: report.seconds,
-        setup: format!(
-            "oha offering {rate}/s over {SKUS} SKUs, 200 connections, each waiting for its \
-             decision: p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms; statuses {}",
-            report.p50, report.p99, report.p999, report.statuses
-        ),
-        latency_ms: Some([report.p50, report.p99, report.p999]),
-        peak_rss_mib: None,
-        failed: None,
-    })
+        rate,
+        &run?,
+        "the gateway (200 keep-alive connections)",
+    )
+}
+
+/// Keep-alive HTTP/1.1 connections to the gateway, each lent to one request
+/// at a time. Written here rather than driven through oha because the
+/// latency plot needs every request's own time from its due time.
+struct Connections {
+    free: Semaphore,
+    idle: Mutex<Vec<BufReader<TcpStream>>>,
+    port: u16,
+}
+
+impl Connections {
+    async fn open(port: u16, count: usize) -> anyhow::Result<Self> {
+        let mut idle = Vec::with_capacity(count);
+        for _ in 0..count {
+            let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+            stream.set_nodelay(true)?;
+            idle.push(BufReader::new(stream));
+        }
+        Ok(Self {
+            free: Semaphore::new(count),
+            idle: Mutex::new(idle),
+            port,
+        })
+    }
+
+    /// POSTs `body` (JSON) to `path` on an idle connection and reads the
+    /// answer; an error unless its status is `expected`.
+    async fn post(&self, path: &str, body: &str, expected: u16) -> anyhow::Result<()> {
+        let _permit = self.free.acquire().await?;
+        let mut conn = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .context("a permit without an idle connection")?;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        conn.get_mut().write_all(request.as_bytes()).await?;
+        let mut line = String::new();
+        conn.read_line(&mut line).await?;
+        let status: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("no HTTP status line: {line:?}"))?;
+        let mut length = 0;
+        loop {
+            line.clear();
+            conn.read_line(&mut line).await?;
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse()?;
+                }
+            }
+        }
+        let mut answer = vec![0; length];
+        conn.read_exact(&mut answer).await?;
+        anyhow::ensure!(
+            status == expected,
+            "POST {path}: {status} {}",
+            String::from_utf8_lossy(&answer)
+        );
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+        Ok(())
+    }
 }
 
 /// Connections the throughput scenario's HTTP clients keep open, and the
@@ -232,6 +308,7 @@ pub(crate) async fn throughput(
     // with the library's backlog.
     pipeline.wait_applied(2 * records).await?;
     let gateway = Gateway::start(g, &pipeline).await?;
+    let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
     let report = gateway
         .load(
             &[
@@ -243,10 +320,18 @@ pub(crate) async fn throughput(
             "",
         )
         .await;
+    let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
     gateway.stop().await?;
     pipeline.stop().await?;
     let report = report?;
     let rate = report.ok as f64 / report.seconds;
+    let gateway_cpu = match cpu_before.zip(cpu_after) {
+        Some((before, after)) => format!(
+            "; the gateway's CPU {:.1} s per million requests",
+            (after - before) * 1e6 / report.requests.max(1) as f64
+        ),
+        None => String::new(),
+    };
     anyhow::ensure!(
         report.requests == records,
         "oha sent {} of {records}",
@@ -259,7 +344,7 @@ pub(crate) async fn throughput(
         setup: format!(
             "oha, {CLIENTS} connections, no wait (202 once in the log): {rate:.0}/s = {:.2}× \
              the library's {:.0}/s with {CLIENTS} in flight, {:.2}× its {:.0}/s with {} in \
-             flight (same topic, same run); p50 {:.1} ms, p99 {:.1} ms; statuses {}",
+             flight (same topic, same run); p50 {:.1} ms, p99 {:.1} ms; statuses {}{gateway_cpu}",
             rate / library[0],
             library[0],
             rate / library[1],
@@ -293,7 +378,6 @@ pub(crate) async fn sse_fanout(
     rate: u64,
 ) -> anyhow::Result<Measurement> {
     use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
 
     let name = "sse-fanout";
     let pipeline = Pipeline::start(g, args, run_id, name, FANOUT_SKUS, 1, true).await?;
@@ -317,6 +401,7 @@ pub(crate) async fn sse_fanout(
     }
     let sent: Arc<Mutex<HashMap<(i32, i64), Instant>>> = Arc::default();
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    let producer = pipeline.waiting_producer()?;
     let started = Instant::now();
     // One after another: a SKU's rollback never overtakes its deduct.
     for i in 0..per_sku * FANOUT_SKUS as u64 {
@@ -325,9 +410,9 @@ pub(crate) async fn sse_fanout(
         let order = format!("order-{}", round / 2);
         let at = Instant::now();
         let receipt = if round % 2 == 0 {
-            pipeline.producer.deduct(&sku, &order, 1).await?
+            producer.deduct(&sku, &order, 1).await?
         } else {
-            pipeline.producer.rollback(&sku, &order, None).await?
+            producer.rollback(&sku, &order, None).await?
         };
         let position = (receipt.position.partition, receipt.position.offset);
         sent.lock()

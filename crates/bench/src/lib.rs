@@ -24,6 +24,11 @@
 //!   p999 next to `latency-5k`'s.
 //! - `gateway-max`: as many deducts as the gateway takes, without waiting,
 //!   next to the producer library's rate on the same topic.
+//! - `scale-out`: the e2e-uniform commands applied by 1, 2 and 4
+//!   `stockledger apply` processes in one group and archived by a
+//!   `stockledger archive` process; the rate and each service's CPU
+//!   seconds per million records (appliers, archiver, Redis, PostgreSQL,
+//!   the broker, the producers).
 //! - `scale` (on demand, not in the default set): a long log (10M records)
 //!   applied and archived by processes in three steps, each one's peak RSS
 //!   read after each step (the last one ends with the contract check), then
@@ -54,7 +59,9 @@ mod memory;
 mod pipeline;
 mod process;
 mod report;
+mod scaleout;
 mod seatmap;
+mod timeline;
 
 /// One command in this many of the e2e scenarios is a rollback.
 const ROLLBACK_EVERY: u64 = 10;
@@ -145,6 +152,10 @@ pub enum Scenario {
     SeatMap,
     /// The archive's queries on a large archive (its own database).
     Analyst,
+    /// The e2e-uniform log applied by 1, 2 and 4 applier processes in one
+    /// group and archived by an archiver process: the rate and each
+    /// service's CPU seconds per million records.
+    ScaleOut,
     /// A long log (`--scale-records`, 10M by default): the applier's and
     /// archiver's peak RSS and the replay rate at a tenth, half and all of
     /// it. Run on demand only: not part of the default set.
@@ -152,7 +163,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 17] = [
+    const ALL: [Scenario; 18] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -169,6 +180,7 @@ impl Scenario {
         Self::Replay,
         Self::Archive,
         Self::Memory,
+        Self::ScaleOut,
         Self::Analyst,
     ];
 
@@ -191,6 +203,7 @@ impl Scenario {
             Self::SseFanout => "sse-fanout",
             Self::SeatMap => "seat-map",
             Self::Analyst => "analyst",
+            Self::ScaleOut => "scale-out",
             Self::Scale => "scale",
         }
     }
@@ -216,6 +229,15 @@ impl Measurement {
     fn rate(&self) -> f64 {
         self.records as f64 / self.seconds.max(1e-9)
     }
+}
+
+/// The local stack's state directory, where `deploy/local` keeps the
+/// broker's process id and the tools it installs: `$STOCKLEDGER_HOME`, by
+/// default `~/.stockledger`.
+pub(crate) fn stack_home() -> Option<PathBuf> {
+    std::env::var_os("STOCKLEDGER_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".stockledger")))
 }
 
 /// The `q` quantile of `h` (microseconds) in milliseconds.
@@ -338,6 +360,10 @@ impl Bench<'_> {
                     .max(1000);
                 // Printed as each step is measured: the scenario takes minutes.
                 return memory::scale(g, pool, args, run_id, counts.skus, records).await;
+            }
+            Scenario::ScaleOut => {
+                return scaleout::scale_out(g, pool, args, run_id, counts.skus, counts.records)
+                    .await;
             }
             Scenario::SseFanout => {
                 let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };

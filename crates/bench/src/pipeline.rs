@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::stream::{self, StreamExt};
 use stockledger_cli::{applier_config, Global};
+use stockledger_client::producer::Tuning;
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
@@ -45,6 +46,12 @@ pub(crate) async fn with_processes(
         "archive",
     )?;
     Ok((pipeline, archiver, group))
+}
+
+/// A `stockledger apply` process with `env`.
+fn start_applier(g: &Global, env: &[(&'static str, String)]) -> anyhow::Result<Component> {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Component::start(g, &env, "apply")
 }
 
 /// The peak resident set, in MiB, of the applier and archiver processes.
@@ -86,6 +93,10 @@ pub(crate) struct Pipeline {
     pub(crate) producer: LedgerProducer,
     pub(crate) restocks: i64,
     pub(crate) applier: Applier,
+    /// The settings of an applier process, for more of them in its group.
+    applier_env: Vec<(&'static str, String)>,
+    /// Appliers added to the group by [`Pipeline::add_applier`].
+    more_appliers: Vec<Component>,
 }
 
 impl Pipeline {
@@ -136,6 +147,16 @@ impl Pipeline {
         config.batch_size = args.batch_size.max(1);
         config.batch_wait = Duration::from_millis(args.batch_wait_ms);
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
+        let applier_env = vec![
+            ("STOCKLEDGER_TOPIC", config.topic.clone()),
+            ("STOCKLEDGER_OUTCOMES_TOPIC", config.outcomes_topic.clone()),
+            ("STOCKLEDGER_DLQ_TOPIC", config.dlq_topic.clone()),
+            ("STOCKLEDGER_PREFIX", config.prefix.clone()),
+            ("STOCKLEDGER_APPLIER_GROUP", config.group_id.clone()),
+            ("STOCKLEDGER_BATCH_SIZE", config.batch_size.to_string()),
+            ("STOCKLEDGER_BATCH_WAIT_MS", args.batch_wait_ms.to_string()),
+            ("STOCKLEDGER_NO_STOCK_EVENTS", (!stock_events).to_string()),
+        ];
         let applier = if in_process {
             let (stop, stopped) = oneshot::channel::<()>();
             let task = tokio::spawn(stockledger_applier::run(config, async {
@@ -143,25 +164,11 @@ impl Pipeline {
             }));
             Applier::Task { stop, task }
         } else {
-            Applier::Process(Component::start(
-                g,
-                &[
-                    ("STOCKLEDGER_TOPIC", &config.topic),
-                    ("STOCKLEDGER_OUTCOMES_TOPIC", &config.outcomes_topic),
-                    ("STOCKLEDGER_DLQ_TOPIC", &config.dlq_topic),
-                    ("STOCKLEDGER_PREFIX", &config.prefix),
-                    ("STOCKLEDGER_APPLIER_GROUP", &config.group_id),
-                    ("STOCKLEDGER_BATCH_SIZE", &config.batch_size.to_string()),
-                    ("STOCKLEDGER_BATCH_WAIT_MS", &args.batch_wait_ms.to_string()),
-                    (
-                        "STOCKLEDGER_NO_STOCK_EVENTS",
-                        if stock_events { "false" } else { "true" },
-                    ),
-                ],
-                "apply",
-            )?)
+            Applier::Process(start_applier(g, &applier_env)?)
         };
-        let producer = LedgerProducer::new(&kafka, topic.clone())?;
+        // The scenarios that time a caller's wait make producers of their
+        // own; these publish as much as they can.
+        let producer = LedgerProducer::tuned(&kafka, topic.clone(), Tuning::Throughput)?;
         let pipeline = Self {
             kafka,
             topic,
@@ -172,6 +179,8 @@ impl Pipeline {
             producer,
             restocks: skus as i64,
             applier,
+            applier_env,
+            more_appliers: Vec::new(),
         };
         stream::iter(0..skus as u64)
             .map(|i| {
@@ -189,6 +198,36 @@ impl Pipeline {
             .collect::<Result<Vec<_>, _>>()?;
         pipeline.wait_applied(0).await?;
         Ok(pipeline)
+    }
+
+    /// A producer tuned as an order service's, for scenarios timing callers
+    /// that wait on each command (the pipeline's own publishes in bulk).
+    pub(crate) fn waiting_producer(&self) -> anyhow::Result<LedgerProducer> {
+        Ok(LedgerProducer::new(&self.kafka, self.topic.clone())?)
+    }
+
+    /// One more `stockledger apply` process in the applier's group (the
+    /// pipeline's own applier must be a process too).
+    pub(crate) fn add_applier(&mut self, g: &Global) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            matches!(self.applier, Applier::Process(_)),
+            "appliers are added beside an applier process"
+        );
+        self.more_appliers
+            .push(start_applier(g, &self.applier_env)?);
+        Ok(())
+    }
+
+    /// The process ids of the applier processes.
+    pub(crate) fn applier_pids(&self) -> Vec<u32> {
+        let first = match &self.applier {
+            Applier::Process(p) => p.pid(),
+            Applier::Task { .. } => None,
+        };
+        first
+            .into_iter()
+            .chain(self.more_appliers.iter().filter_map(Component::pid))
+            .collect()
     }
 
     /// The SKU of the `i`-th command.
@@ -209,6 +248,9 @@ impl Pipeline {
                 return Ok(());
             }
             if let Applier::Process(p) = &self.applier {
+                p.check_running()?;
+            }
+            for p in &self.more_appliers {
                 p.check_running()?;
             }
             anyhow::ensure!(
@@ -285,6 +327,9 @@ impl Pipeline {
     }
 
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        for process in self.more_appliers {
+            process.stop().await?;
+        }
         match self.applier {
             Applier::Task { stop, task } => {
                 let _ = stop.send(());

@@ -76,6 +76,11 @@ impl Component {
         }
     }
 
+    /// The process's id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child().id()
+    }
+
     /// The process's peak resident set so far, in MiB (Linux `VmHWM`).
     /// Read from /proc by hand: one field does not justify a /proc crate.
     pub(crate) fn peak_rss_mib(&self) -> Option<f64> {
