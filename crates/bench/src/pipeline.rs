@@ -206,15 +206,20 @@ impl Pipeline {
         Ok(LedgerProducer::new(&self.kafka, self.topic.clone())?)
     }
 
-    /// One more `stockledger apply` process in the applier's group (the
-    /// pipeline's own applier must be a process too).
+    /// One more `stockledger apply` process in the applier's group, under a
+    /// static member id of its own (the pipeline's own applier must be a
+    /// process too).
     pub(crate) fn add_applier(&mut self, g: &Global) -> anyhow::Result<()> {
         anyhow::ensure!(
             matches!(self.applier, Applier::Process(_)),
             "appliers are added beside an applier process"
         );
-        self.more_appliers
-            .push(start_applier(g, &self.applier_env)?);
+        // Members of one group on one host need distinct static ids (the
+        // default is the host's name, which the first applier has).
+        let mut env = self.applier_env.clone();
+        let id = format!("{}-{}", self.group, self.more_appliers.len() + 1);
+        env.push(("STOCKLEDGER_INSTANCE_ID", id));
+        self.more_appliers.push(start_applier(g, &env)?);
         Ok(())
     }
 

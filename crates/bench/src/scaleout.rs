@@ -64,7 +64,7 @@ pub(crate) async fn scale_out(
             records,
             seconds: applied,
             setup: format!(
-                "{appliers} applier processes sharing {} partitions, {skus} SKUs; archived too after {archived:.2} s ({:.0} rows/s); CPU seconds per million records: {cpu}",
+                "{appliers} × `stockledger apply` sharing {} partitions, {skus} SKUs; archived too after {archived:.2} s ({:.0} rows/s); CPU seconds per million records: {cpu}",
                 args.partitions,
                 log as f64 / archived
             ),
