@@ -10,9 +10,9 @@
 //!   equals the reference fold of the log, and archiving the outcomes
 //!   leaves one row per log record; a scenario that fails it reports FAIL,
 //!   not a figure, and the run exits non-zero.
-//! - `latency-5k` / `latency-20k`: commands offered at a fixed rate, each
-//!   timed from the produce call until its decision is visible to the order
-//!   service; p50, p99 and p999.
+//! - `latency-5k` / `latency-20k`: commands offered open loop at a fixed
+//!   rate, each timed from when it was due until its decision is visible
+//!   to the order service; p50, p99, p999 and a plot over time.
 //! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
 //! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL (the
 //!   contract check's archiving, timed).
@@ -20,8 +20,8 @@
 //!   applied and archived by `stockledger apply` and `stockledger archive`
 //!   processes, with each one's peak resident set (Linux `VmHWM`).
 //! - `gateway-5k`: deducts through the HTTP gateway (`stockledger serve`)
-//!   offered at 5,000/s by oha, each waiting for its decision; p50, p99 and
-//!   p999 next to `latency-5k`'s.
+//!   offered the same way at 5,000/s over keep-alive connections, each
+//!   waiting for its decision.
 //! - `gateway-max`: as many deducts as the gateway takes, without waiting,
 //!   next to the producer library's rate on the same topic.
 //! - `scale-out`: the e2e-uniform commands applied by 1, 2 and 4
@@ -68,7 +68,8 @@ const ROLLBACK_EVERY: u64 = 10;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Directory to write results.json, results.md and results.svg into.
+    /// Directory to write results.json, results.md and results.svg into (and
+    /// each latency scenario's plot over time, `<scenario>.svg`).
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
     /// Small counts (for CI: the figures are printed, never asserted).
