@@ -23,7 +23,7 @@ impl CpuTimes {
             .unwrap_or_default();
         Ok(Self {
             redis: redis_cpu(&info),
-            bench: own_cpu().unwrap_or(0.0),
+            bench: pid_cpu(std::process::id()).unwrap_or(0.0),
         })
     }
 
@@ -148,20 +148,29 @@ fn redis_cpu(info: &str) -> f64 {
         .sum()
 }
 
-/// User + system CPU seconds of this process, from `/proc/self/stat`.
-fn own_cpu() -> Option<f64> {
-    stat_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
+/// User + system CPU seconds of this process's children that have ended
+/// and been waited for (`cutime` + `cstime` of `/proc/self/stat`): around
+/// one child's run, while no other ends, that child's CPU.
+pub(crate) fn ended_children_cpu() -> Option<f64> {
+    stat_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?, 13)
 }
 
 /// User + system CPU seconds of a `/proc/<pid>/stat` line.
 fn stat_cpu(stat: &str) -> Option<f64> {
+    // utime and stime are fields 14 and 15 of the line.
+    stat_seconds(stat, 11)
+}
+
+/// The sum, in seconds, of the two tick counts at `first` and after it,
+/// counting the fields that follow the command name from 0 (field 3 of
+/// the line is 0 here).
+fn stat_seconds(stat: &str, first: usize) -> Option<f64> {
     // Fields after the command name (which may hold spaces and parentheses)
     // follow its last ')'.
     let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / TICKS_PER_SECOND)
+    let mut fields = rest.split_whitespace().skip(first);
+    let mut ticks = || fields.next()?.parse::<f64>().ok();
+    Some((ticks()? + ticks()?) / TICKS_PER_SECOND)
 }
 
 #[cfg(test)]
@@ -176,17 +185,19 @@ mod tests {
 
     #[test]
     fn a_stat_line_gives_user_plus_system_time_past_a_command_name_with_parentheses() {
-        let stat = "4242 (bench (x) 1) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 9 0";
+        let stat = "4242 (bench (x) 1) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 40 10 20 0 9 0";
         assert_eq!(stat_cpu(stat), Some(3.25));
+        assert_eq!(stat_seconds(stat, 13), Some(0.5), "the children's times");
         assert_eq!(stat_cpu("4242 (bench) S 1"), None);
     }
 
     #[test]
     fn this_process_is_seen_spending_cpu_while_it_works() {
-        let before = own_cpu().expect("a Linux /proc");
+        let own = || pid_cpu(std::process::id()).expect("a Linux /proc");
+        let before = own();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut spin = 0u64;
-        while own_cpu().expect("a Linux /proc") <= before {
+        while own() <= before {
             assert!(
                 std::time::Instant::now() < deadline,
                 "10 s of work and no CPU time counted"
@@ -195,5 +206,18 @@ mod tests {
                 spin = std::hint::black_box(spin.wrapping_mul(31).wrapping_add(i));
             }
         }
+    }
+
+    #[test]
+    fn a_child_that_worked_and_ended_is_counted() {
+        let before = ended_children_cpu().expect("a Linux /proc");
+        // A shell counting until it has used a tick of CPU or more.
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let after = ended_children_cpu().expect("a Linux /proc");
+        assert!(after > before, "{before} s then {after} s");
     }
 }

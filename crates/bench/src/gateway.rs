@@ -229,15 +229,43 @@ impl Connections {
     }
 
     /// POSTs `body` (JSON) to `path` on an idle connection and reads the
-    /// answer; an error unless its status is `expected`.
+    /// answer; an error unless its status is `expected`. A connection that
+    /// failed is dropped, and its permit with it.
     async fn post(&self, path: &str, body: &str, expected: u16) -> anyhow::Result<()> {
-        let _permit = self.free.acquire().await?;
+        let permit = self.free.acquire().await?;
         let mut conn = self
             .idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .context("a permit without an idle connection")?;
+        let (status, answer) = match self.exchange(&mut conn, path, body).await {
+            Ok(answered) => answered,
+            Err(e) => {
+                permit.forget();
+                return Err(e);
+            }
+        };
+        // Answered in full, whatever the status: the connection is reusable.
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+        anyhow::ensure!(
+            status == expected,
+            "POST {path}: {status} {}",
+            String::from_utf8_lossy(&answer)
+        );
+        Ok(())
+    }
+
+    /// One request on `conn` and its answer: the status and the body.
+    async fn exchange(
+        &self,
+        conn: &mut BufReader<TcpStream>,
+        path: &str,
+        body: &str,
+    ) -> anyhow::Result<(u16, Vec<u8>)> {
         let request = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.port,
@@ -267,16 +295,7 @@ impl Connections {
         }
         let mut answer = vec![0; length];
         conn.read_exact(&mut answer).await?;
-        anyhow::ensure!(
-            status == expected,
-            "POST {path}: {status} {}",
-            String::from_utf8_lossy(&answer)
-        );
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(conn);
-        Ok(())
+        Ok((status, answer))
     }
 }
 
@@ -288,7 +307,9 @@ const CLIENTS: usize = 256;
 /// As many deducts as the gateway takes (answered `202` once in the log),
 /// after the producer library publishes the same number on the same
 /// pipeline, with as many commands in flight as the gateway has clients
-/// and with the e2e scenarios' `--in-flight`: the rates side by side.
+/// (tuned as the gateway's producer is) and with the e2e scenarios'
+/// `--in-flight` (as a bulk loader): the rates side by side, with the CPU
+/// the gateway and oha each spent a request.
 pub(crate) async fn throughput(
     g: &Global,
     args: &BenchArgs,
@@ -298,17 +319,25 @@ pub(crate) async fn throughput(
 ) -> anyhow::Result<Measurement> {
     let pipeline =
         Pipeline::start(g, args, run_id, scenario, SKUS, 3 * records as i64, true).await?;
+    // At the gateway's concurrency the library is tuned as the gateway's
+    // producer is (for latency); at the e2e scenarios' as a bulk loader.
+    let like_the_gateway = pipeline.waiting_producer()?;
     let mut library = Vec::new();
-    for in_flight in [CLIENTS, args.in_flight] {
+    for (producer, in_flight) in [
+        (&like_the_gateway, CLIENTS),
+        (&pipeline.producer, args.in_flight),
+    ] {
         let started = Instant::now();
-        pipeline.publish(records, in_flight).await?;
+        pipeline.publish_by(producer, 0..records, in_flight).await?;
         library.push(records as f64 / started.elapsed().as_secs_f64());
     }
+    drop(like_the_gateway);
     // The applier catches up first, so the gateway does not share the CPU
     // with the library's backlog.
     pipeline.wait_applied(2 * records).await?;
     let gateway = Gateway::start(g, &pipeline).await?;
     let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+    let oha_before = crate::cpu::ended_children_cpu();
     let report = gateway
         .load(
             &[
@@ -321,17 +350,23 @@ pub(crate) async fn throughput(
         )
         .await;
     let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+    let oha_after = crate::cpu::ended_children_cpu();
     gateway.stop().await?;
     pipeline.stop().await?;
     let report = report?;
     let rate = report.ok as f64 / report.seconds;
-    let gateway_cpu = match cpu_before.zip(cpu_after) {
-        Some((before, after)) => format!(
-            "; the gateway's CPU {:.1} s per million requests",
-            (after - before) * 1e6 / report.requests.max(1) as f64
-        ),
-        None => String::new(),
+    let per_million = |before: Option<f64>, after: Option<f64>| {
+        before
+            .zip(after)
+            .map(|(b, a)| format!("{:.1}", (a - b) * 1e6 / report.requests.max(1) as f64))
+            .unwrap_or_else(|| "unknown".into())
     };
+    // oha is the only child that ends meanwhile.
+    let cpu = format!(
+        "; CPU s per million requests: the gateway {}, oha {}",
+        per_million(cpu_before, cpu_after),
+        per_million(oha_before, oha_after)
+    );
     anyhow::ensure!(
         report.requests == records,
         "oha sent {} of {records}",
@@ -344,7 +379,7 @@ pub(crate) async fn throughput(
         setup: format!(
             "oha, {CLIENTS} connections, no wait (202 once in the log): {rate:.0}/s = {:.2}× \
              the library's {:.0}/s with {CLIENTS} in flight, {:.2}× its {:.0}/s with {} in \
-             flight (same topic, same run); p50 {:.1} ms, p99 {:.1} ms; statuses {}{gateway_cpu}",
+             flight (same topic, same run); p50 {:.1} ms, p99 {:.1} ms; statuses {}{cpu}",
             rate / library[0],
             library[0],
             rate / library[1],
