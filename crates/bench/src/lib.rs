@@ -302,17 +302,30 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
         run_id: &run_id,
         uniform: None,
     };
+    warn_of_leftovers(g).await?;
     let mut results: Vec<Measurement> = Vec::new();
+    let mut stopped = None;
     for scenario in selected {
-        results.extend(bench.measure(scenario).await?);
+        match bench.measure(scenario).await {
+            Ok(measured) => results.extend(measured),
+            Err(e) => {
+                stopped = Some(e.context(format!("scenario {}", scenario.name())));
+                break;
+            }
+        }
     }
     print!("{}", memory_growth(&results));
     write_results(&args.out, &run_id, args.quick, &results)?;
+    // Also after a scenario failed: what a run leaves in Redis slows the
+    // next one down.
     if !args.keep {
         let (keys, rows) = clean_up(g, &bench.pool, &run_id).await?;
         println!(
             "removed the run's topics, {keys} Redis keys and {rows} archived rows (--keep keeps them)"
         );
+    }
+    if let Some(e) = stopped {
+        return Err(e);
     }
     println!("results in {}", args.out.display());
     let failed: Vec<&str> = results
@@ -466,6 +479,22 @@ fn print_measurement(m: &Measurement) {
         m.rate(),
         m.setup
     );
+}
+
+/// Says how many keys earlier bench runs left in Redis (a run stopped
+/// before it cleaned up, or run with `--keep`): a Redis holding hundreds of
+/// thousands of them took twice the CPU a record to replay.
+async fn warn_of_leftovers(g: &Global) -> anyhow::Result<()> {
+    let conn = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
+    let pattern = format!("{}:bench-*", g.prefix);
+    let left = conn.scan_all(&pattern).await?.len();
+    if left > 0 {
+        println!(
+            "note: Redis holds {left} keys of earlier bench runs ({pattern}); they slow Redis down, \
+             so remove them before measuring (redis-cli --scan --pattern '{pattern}' lists them)"
+        );
+    }
+    Ok(())
 }
 
 /// Removes what the run wrote: Redis projections under `<prefix>:<run>:…`,

@@ -7,8 +7,8 @@ use std::time::Instant;
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
 
-use crate::contract::{contract_differs, wait_archived};
-use crate::pipeline::{peak_rss, with_processes, Pipeline};
+use crate::contract::contract_differs;
+use crate::pipeline::{peak_rss, publish_and_wait, with_processes, Pipeline};
 use crate::process::Component;
 use crate::{print_measurement, BenchArgs, Measurement};
 
@@ -161,16 +161,7 @@ async fn take(
     skus: usize,
     args: &BenchArgs,
 ) -> anyhow::Result<[f64; 2]> {
-    let end = range.end;
-    pipeline.publish_range(range, args.in_flight).await?;
-    pipeline.wait_applied(end).await?;
-    wait_archived(
-        pool,
-        archiver_group,
-        &pipeline.outcomes_topic,
-        end + skus as u64,
-        || archiver.check_running(),
-    )
-    .await?;
+    let archiving = (archiver, archiver_group);
+    publish_and_wait(pool, pipeline, archiving, range, skus, args.in_flight).await?;
     peak_rss(pipeline, archiver)
 }

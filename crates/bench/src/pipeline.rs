@@ -15,6 +15,7 @@ use stockledger_kafka::topic::committed_offsets;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::contract::wait_archived;
 use crate::process::Component;
 use crate::{BenchArgs, ROLLBACK_EVERY};
 
@@ -46,6 +47,41 @@ pub(crate) async fn with_processes(
         "archive",
     )?;
     Ok((pipeline, archiver, group))
+}
+
+/// How long after [`publish_and_wait`] began the applier and the archiver
+/// had each taken every command.
+pub(crate) struct Taken {
+    pub(crate) applied: Duration,
+    pub(crate) archived: Duration,
+}
+
+/// Sends the commands numbered `range`, `in_flight` at once, and waits
+/// until the applier has taken every command up to its end and `archiver`
+/// (of `archiver_group`) every outcome up to it, the restocks of the
+/// `skus` SKUs included.
+pub(crate) async fn publish_and_wait(
+    pool: &sqlx::PgPool,
+    pipeline: &Pipeline,
+    (archiver, archiver_group): (&Component, &str),
+    range: std::ops::Range<u64>,
+    skus: usize,
+    in_flight: usize,
+) -> anyhow::Result<Taken> {
+    let started = Instant::now();
+    let end = range.end;
+    pipeline.publish_range(range, in_flight).await?;
+    pipeline.wait_applied(end).await?;
+    let applied = started.elapsed();
+    let log = end + skus as u64;
+    wait_archived(pool, archiver_group, &pipeline.outcomes_topic, log, || {
+        archiver.check_running()
+    })
+    .await?;
+    Ok(Taken {
+        applied,
+        archived: started.elapsed(),
+    })
 }
 
 /// A `stockledger apply` process with `env`.
@@ -283,17 +319,28 @@ impl Pipeline {
         range: std::ops::Range<u64>,
         in_flight: usize,
     ) -> anyhow::Result<()> {
+        self.publish_by(&self.producer, range, in_flight).await
+    }
+
+    /// [`Pipeline::publish_range`] through `producer` (one tuned for
+    /// another use than the bulk loading the pipeline's own is).
+    pub(crate) async fn publish_by(
+        &self,
+        producer: &LedgerProducer,
+        range: std::ops::Range<u64>,
+        in_flight: usize,
+    ) -> anyhow::Result<()> {
         let lag = (in_flight as u64).min(range.end / 2) / ROLLBACK_EVERY * ROLLBACK_EVERY
             + ROLLBACK_EVERY;
         stream::iter(range)
             .map(|i| async move {
                 if i % ROLLBACK_EVERY == 0 && i >= lag {
                     let order = i - lag + 1;
-                    self.producer
+                    producer
                         .rollback(&self.sku(order), &format!("order-{order}"), None)
                         .await
                 } else {
-                    self.producer
+                    producer
                         .deduct(&self.sku(i), &format!("order-{i}"), 1)
                         .await
                 }

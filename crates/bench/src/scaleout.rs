@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use stockledger_cli::Global;
 
-use crate::contract::{contract_differs, wait_archived};
+use crate::contract::contract_differs;
 use crate::cpu::ServiceCpu;
-use crate::pipeline::{with_processes, Pipeline};
+use crate::pipeline::{publish_and_wait, with_processes, Pipeline};
 use crate::{print_measurement, BenchArgs, Measurement};
 
-/// Applier processes of each step.
-const STEPS: [usize; 3] = [1, 2, 4];
+/// Applier processes of each step, and its scenario's name.
+const STEPS: [(usize, &str); 3] = [(1, "scale-out-1"), (2, "scale-out-2"), (4, "scale-out-4")];
 
 /// `records` commands over `skus` SKUs through each step's appliers and
 /// one archiver, each step on topics of its own; a figure per step, or
@@ -30,12 +30,7 @@ pub(crate) async fn scale_out(
 ) -> anyhow::Result<Vec<Measurement>> {
     let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let mut results = Vec::new();
-    for appliers in STEPS {
-        let scenario = match appliers {
-            1 => "scale-out-1",
-            2 => "scale-out-2",
-            _ => "scale-out-4",
-        };
+    for (appliers, scenario) in STEPS {
         let (mut pipeline, archiver, archiver_group) =
             with_processes(g, args, run_id, scenario, skus, records).await?;
         for _ in 1..appliers {
@@ -44,16 +39,11 @@ pub(crate) async fn scale_out(
         wait_for_members(&pipeline, appliers).await?;
         let pids = pipeline.applier_pids();
         let before = ServiceCpu::now(&redis, &pids, archiver.pid()).await?;
-        let started = Instant::now();
-        pipeline.publish(records, args.in_flight).await?;
-        pipeline.wait_applied(records).await?;
-        let applied = started.elapsed().as_secs_f64();
+        let archiving = (&archiver, archiver_group.as_str());
+        let taken =
+            publish_and_wait(pool, &pipeline, archiving, 0..records, skus, args.in_flight).await?;
+        let (applied, archived) = (taken.applied.as_secs_f64(), taken.archived.as_secs_f64());
         let log = records + skus as u64;
-        wait_archived(pool, &archiver_group, &pipeline.outcomes_topic, log, || {
-            archiver.check_running()
-        })
-        .await?;
-        let archived = started.elapsed().as_secs_f64();
         let cpu = before.per_million(
             &ServiceCpu::now(&redis, &pids, archiver.pid()).await?,
             records,
