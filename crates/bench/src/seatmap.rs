@@ -32,7 +32,7 @@ pub(crate) async fn seat_map(
     clients: usize,
 ) -> anyhow::Result<Measurement> {
     let name = "seat-map";
-    let prefix = format!("{}:bench-{run_id}-{name}", g.prefix);
+    let prefix = format!("{}:{run_id}:{name}", g.prefix);
     let sku = "SHOW-1";
     let projection = Projection::connect(&g.redis_url, prefix.clone()).await?;
     projection.mark("bench", 1).await?;
