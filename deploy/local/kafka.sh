@@ -12,7 +12,8 @@
 #       127.0.0.1:CONTROLLER_PORT (its controller), its log in DIR/data.
 #       DIR/data is formatted on first use with the cluster id kept in
 #       DIR/cluster.id; a log directory that belongs to another cluster is
-#       refused, never deleted. KAFKA_HEAP_OPTS sets the heap (default 1 GiB).
+#       refused, never deleted. KAFKA_HEAP_OPTS sets the heap (default 1 GiB),
+#       KAFKA_JVM_PERFORMANCE_OPTS the collector (default Kafka's G1 settings).
 #       With SASL_PORT, clients may also log in there (SASL_PLAINTEXT, PLAIN
 #       or SCRAM-SHA-512) as user `stockledger`, whose password is made once
 #       into DIR/sasl-password (readable by its owner only).
@@ -194,10 +195,11 @@ run() { # dir port controller_port [sasl_port]
       >"$dir/format.log" 2>&1 ||
       { cat "$dir/format.log" >&2; fail "formatting $dir/data failed"; }
   fi
-  # The JVM settings of Kafka's own bin/kafka-run-class.sh.
+  # The JVM settings of Kafka's own bin/kafka-run-class.sh, overridden the
+  # same way (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS).
   # shellcheck disable=SC2086
-  exec java ${KAFKA_HEAP_OPTS:--Xmx1G -Xms1G} -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+  exec java ${KAFKA_HEAP_OPTS:--Xmx1G -Xms1G} \
+    ${KAFKA_JVM_PERFORMANCE_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent} \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$dir/log4j2.properties" \
     -cp "$LIBS/*" kafka.Kafka "$dir/server.properties"
 }
