@@ -5,7 +5,7 @@ use std::future::pending;
 use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_client::LedgerProducer;
 use stockledger_core::RestockMode;
-use stockledger_kafka::topic::record_count;
+use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{traffic, wait_until, Harness};
@@ -365,6 +365,15 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
     let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 20).await?;
     wait_until("every record applied", CATCH_UP, || async {
         Ok((h.applied(&SKUS).await? == records).then_some(()))
+    })
+    .await?;
+    // The group's progress is what tells a lost state from a new
+    // projection; the applier commits it asynchronously after the outcomes
+    // are delivered, so it is awaited (a group without progress would
+    // rightly fold the whole log onto the empty Redis).
+    wait_until("the group to commit every record", CATCH_UP, || async {
+        let committed = committed_offsets(&h.kafka, &h.ns.applier_group, &h.ns.topic).await?;
+        Ok((committed.values().sum::<i64>() == records as i64).then_some(()))
     })
     .await?;
     let redis = h.projection.connection();
