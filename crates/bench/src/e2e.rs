@@ -5,10 +5,13 @@ use std::time::{Duration, Instant};
 
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
+use stockledger_client::decisions::DecisionWatcher;
+use stockledger_client::outcome::OutcomeError;
+use stockledger_client::{OutcomeReader, Receipt};
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
-use crate::{cpu, print_measurement, timeline, BenchArgs, Ledger, Measurement};
+use crate::{cpu, print_measurement, timeline, BenchArgs, DecisionsVia, Ledger, Measurement};
 
 /// Deducts and rollbacks over `skus` SKUs through Kafka, the applier and
 /// Redis.
@@ -159,22 +162,48 @@ pub(crate) async fn latency(
     let warm_up = rate;
     let per_sku = (warm_up + records) as i64;
     let pipeline = Pipeline::start(g, args, run_id, scenario, 100, per_sku, true).await?;
-    let reader =
-        stockledger_client::OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?;
+    let decisions = match args.decisions {
+        DecisionsVia::Redis => {
+            Decisions::Redis(OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?)
+        }
+        DecisionsVia::Outcomes => Decisions::Outcomes(
+            DecisionWatcher::start(&pipeline.kafka, &pipeline.outcomes_topic).await?,
+        ),
+    };
     let producer = pipeline.waiting_producer()?;
     let offer = |i: u64| {
-        let (producer, reader, sku) = (producer.clone(), reader.clone(), pipeline.sku(i));
+        let (producer, decisions, sku) = (producer.clone(), decisions.clone(), pipeline.sku(i));
         async move {
             let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
             let acknowledged = tokio::time::Instant::now();
-            reader.wait(&receipt, Duration::from_secs(60)).await?;
+            decisions.wait(&receipt, Duration::from_secs(60)).await?;
             anyhow::Ok(Some(acknowledged))
         }
     };
     timeline::open_loop(rate, 0, warm_up, offer).await?;
     let run = timeline::open_loop(rate, warm_up, records, offer).await?;
     pipeline.stop().await?;
-    latency_measurement(args, scenario, rate, &run, "the library")
+    let through = match args.decisions {
+        DecisionsVia::Redis => "the library",
+        DecisionsVia::Outcomes => "the library, decisions from the outcomes topic",
+    };
+    latency_measurement(args, scenario, rate, &run, through)
+}
+
+/// Where the latency scenario's callers learn their decisions.
+#[derive(Clone)]
+enum Decisions {
+    Redis(OutcomeReader),
+    Outcomes(DecisionWatcher),
+}
+
+impl Decisions {
+    async fn wait(&self, receipt: &Receipt, timeout: Duration) -> Result<(), OutcomeError> {
+        match self {
+            Self::Redis(reader) => reader.wait(receipt, timeout).await.map(drop),
+            Self::Outcomes(watcher) => watcher.wait(receipt, timeout).await.map(drop),
+        }
+    }
 }
 
 /// A latency scenario's figure from its run, with its plot drawn.

@@ -120,6 +120,19 @@ pub struct BenchArgs {
     /// with --quick].
     #[arg(long)]
     pub scale_records: Option<u64>,
+    /// How the library's latency scenarios await each decision: read from
+    /// Redis when the applier announces its batch (`OutcomeReader`), or
+    /// from the outcomes topic by one consumer the callers share
+    /// (`DecisionWatcher`).
+    #[arg(long, value_enum, default_value_t = DecisionsVia::Redis)]
+    pub decisions: DecisionsVia,
+}
+
+/// Where a waiting caller learns its decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DecisionsVia {
+    Redis,
+    Outcomes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
