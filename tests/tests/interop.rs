@@ -340,3 +340,61 @@ async fn the_rust_ledger_built_with_its_checks_refuses_before_sending() -> anyho
     applier.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_ledger_told_to_read_decisions_from_redis_needs_no_outcomes_topic(
+) -> anyhow::Result<()> {
+    use stockledger_client::{
+        AdjustmentId, BuildError, Ledger, OrderId, Quantity, RestockMode, ResultCode, Sku,
+    };
+
+    let h = Harness::new("ledger-redis-decisions", 2).await?;
+    let applier = h.start_applier();
+    // An outcomes topic that does not exist: a ledger reading it would not
+    // build (`decisions cannot be read`), so every decision below comes
+    // from Redis.
+    let ledger = Ledger::builder()
+        .kafka(h.kafka.clone())
+        .topic(h.ns.topic.clone())
+        .outcomes_topic(format!("{}.nowhere", h.ns.topic))
+        .decision_timeout(CATCH_UP)
+        .decisions_from_redis(h.redis_url.clone(), h.ns.prefix.clone())
+        .build()
+        .await?;
+    let sku = Sku::new("LR-1")?;
+    let stocked = ledger
+        .restock(&sku, &AdjustmentId::new("a")?, RestockMode::Set, 1)
+        .await?;
+    assert_eq!(ledger.decision(&stocked).await?.result, ResultCode::Applied);
+    let one = Quantity::new(1)?;
+    let bought = ledger
+        .deduct(&sku, &OrderId::new("o-1")?, one, None)
+        .await?;
+    let decision = ledger.decision(&bought).await?;
+    assert_eq!(
+        (decision.result, decision.available),
+        (ResultCode::Applied, 0)
+    );
+    let late = ledger
+        .deduct(&sku, &OrderId::new("o-2")?, one, None)
+        .await?;
+    assert_eq!(
+        ledger.decision(&late).await?.result,
+        ResultCode::RejectedInsufficient
+    );
+    applier.stop().await?;
+
+    // A Redis URL that is none: refused at build, saying what was asked.
+    let refused = Ledger::builder()
+        .kafka(h.kafka.clone())
+        .decisions_from_redis("http://127.0.0.1:6379", h.ns.prefix.clone())
+        .build()
+        .await;
+    match refused {
+        Err(e @ BuildError::DecisionsFromRedis(_)) => {
+            assert!(e.to_string().contains("Redis"), "{e}");
+        }
+        other => panic!("expected DecisionsFromRedis, got {other:?}"),
+    }
+    Ok(())
+}

@@ -5,9 +5,8 @@ use std::time::{Duration, Instant};
 
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
-use stockledger_client::decisions::DecisionWatcher;
-use stockledger_client::outcome::OutcomeError;
-use stockledger_client::{OutcomeReader, Receipt};
+use stockledger_client::decisions::{DecisionSource, DecisionWatcher};
+use stockledger_client::OutcomeReader;
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
@@ -163,10 +162,10 @@ pub(crate) async fn latency(
     let per_sku = (warm_up + records) as i64;
     let pipeline = Pipeline::start(g, args, run_id, scenario, 100, per_sku, true).await?;
     let decisions = match args.decisions {
-        DecisionsVia::Redis => {
-            Decisions::Redis(OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?)
-        }
-        DecisionsVia::Outcomes => Decisions::Outcomes(
+        DecisionsVia::Redis => DecisionSource::Redis(
+            OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?,
+        ),
+        DecisionsVia::Outcomes => DecisionSource::Outcomes(
             DecisionWatcher::start(&pipeline.kafka, &pipeline.outcomes_topic).await?,
         ),
     };
@@ -188,22 +187,6 @@ pub(crate) async fn latency(
         DecisionsVia::Outcomes => "the library, decisions from the outcomes topic",
     };
     latency_measurement(args, scenario, rate, &run, through)
-}
-
-/// Where the latency scenario's callers learn their decisions.
-#[derive(Clone)]
-enum Decisions {
-    Redis(OutcomeReader),
-    Outcomes(DecisionWatcher),
-}
-
-impl Decisions {
-    async fn wait(&self, receipt: &Receipt, timeout: Duration) -> Result<(), OutcomeError> {
-        match self {
-            Self::Redis(reader) => reader.wait(receipt, timeout).await.map(drop),
-            Self::Outcomes(watcher) => watcher.wait(receipt, timeout).await.map(drop),
-        }
-    }
 }
 
 /// A latency scenario's figure from its run, with its plot drawn.
