@@ -266,37 +266,50 @@ impl Connections {
         path: &str,
         body: &str,
     ) -> anyhow::Result<(u16, Vec<u8>)> {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.port,
-            body.len()
-        );
+        let mut request = String::new();
+        post_request(&mut request, self.port, path, body);
         conn.get_mut().write_all(request.as_bytes()).await?;
-        let mut line = String::new();
+        read_answer(conn).await
+    }
+}
+
+/// Appends to `out` an HTTP/1.1 POST of `body` (JSON) to `path`.
+fn post_request(out: &mut String, port: u16, path: &str, body: &str) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// The next answer on `conn`: its status and its body (by
+/// `Content-Length`, which the gateway always sends).
+async fn read_answer(conn: &mut BufReader<TcpStream>) -> anyhow::Result<(u16, Vec<u8>)> {
+    let mut line = String::new();
+    conn.read_line(&mut line).await?;
+    let status: u16 = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no HTTP status line: {line:?}"))?;
+    let mut length = 0;
+    loop {
+        line.clear();
         conn.read_line(&mut line).await?;
-        let status: u16 = line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .with_context(|| format!("no HTTP status line: {line:?}"))?;
-        let mut length = 0;
-        loop {
-            line.clear();
-            conn.read_line(&mut line).await?;
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse()?;
-                }
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse()?;
             }
         }
-        let mut answer = vec![0; length];
-        conn.read_exact(&mut answer).await?;
-        Ok((status, answer))
     }
+    let mut answer = vec![0; length];
+    conn.read_exact(&mut answer).await?;
+    Ok((status, answer))
 }
 
 /// Connections the throughput scenario's HTTP clients keep open, and the
@@ -393,6 +406,128 @@ pub(crate) async fn throughput(
         peak_rss_mib: None,
         failed: None,
     })
+}
+
+/// Each step of the pipelining scenario: the requests a connection writes
+/// before reading their answers, and the step's name.
+const DEPTHS: [(usize, &str); 3] = [
+    (1, "gateway-pipelined-1"),
+    (4, "gateway-pipelined-4"),
+    (16, "gateway-pipelined-16"),
+];
+
+/// HTTP/1.1 pipelining as a lever: the deducts of gateway-max (answered
+/// `202` once in the log), [`CLIENTS`] in flight in every step, sent by
+/// this bench's own client (so the client costs the same in each step)
+/// over `CLIENTS / depth` keep-alive connections, each writing `depth`
+/// requests at once and then reading their answers. The rate and the
+/// gateway's CPU a request of each step.
+pub(crate) async fn pipelined(
+    g: &Global,
+    args: &BenchArgs,
+    run_id: &str,
+    records: u64,
+) -> anyhow::Result<Vec<Measurement>> {
+    let sent = records * DEPTHS.len() as u64;
+    let pipeline = Pipeline::start(
+        g,
+        args,
+        run_id,
+        "gateway-pipelined",
+        SKUS,
+        sent as i64,
+        true,
+    )
+    .await?;
+    let gateway = Gateway::start(g, &pipeline).await?;
+    let mut results = Vec::new();
+    let mut from = 0;
+    for (depth, scenario) in DEPTHS {
+        let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+        let started = Instant::now();
+        let sent = pipelined_load(gateway.port, CLIENTS / depth, depth, from..from + records).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+        from += records;
+        if let Err(e) = sent {
+            gateway.stop().await?;
+            pipeline.stop().await?;
+            return Err(e.context(scenario));
+        }
+        let cpu = match cpu_before.zip(cpu_after) {
+            Some((before, after)) => format!("{:.1}", (after - before) * 1e6 / records as f64),
+            None => "unknown".into(),
+        };
+        let m = Measurement {
+            scenario,
+            records,
+            seconds,
+            setup: format!(
+                "{} connections × {depth} pipelined requests, no wait (202 once in the log), this bench's client; the gateway's CPU {cpu} s per million requests",
+                CLIENTS / depth
+            ),
+            latency_ms: None,
+            peak_rss_mib: None,
+            failed: None,
+        };
+        crate::print_measurement(&m);
+        results.push(m);
+    }
+    gateway.stop().await?;
+    pipeline.stop().await?;
+    Ok(results)
+}
+
+/// Deducts numbered `range` sent over `connections` keep-alive connections,
+/// each writing the next `depth` requests in one go and then reading their
+/// answers, until none are left; an error at the first answer that is not
+/// `202`.
+async fn pipelined_load(
+    port: u16,
+    connections: usize,
+    depth: usize,
+    range: std::ops::Range<u64>,
+) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let next = Arc::new(AtomicU64::new(range.start));
+    let end = range.end;
+    let tasks: Vec<_> = (0..connections.max(1))
+        .map(|_| {
+            let next = next.clone();
+            tokio::spawn(async move {
+                let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+                stream.set_nodelay(true)?;
+                let mut conn = BufReader::new(stream);
+                let mut requests = String::new();
+                loop {
+                    let first = next.fetch_add(depth as u64, Ordering::Relaxed);
+                    if first >= end {
+                        return anyhow::Ok(());
+                    }
+                    let last = (first + depth as u64).min(end);
+                    requests.clear();
+                    for i in first..last {
+                        let path =
+                            format!("/v1/skus/SKU-{:05}/orders/o{i:012}/deduct", i % SKUS as u64);
+                        post_request(&mut requests, port, &path, r#"{"quantity":1}"#);
+                    }
+                    conn.get_mut().write_all(requests.as_bytes()).await?;
+                    for _ in first..last {
+                        let (status, answer) = read_answer(&mut conn).await?;
+                        anyhow::ensure!(
+                            status == 202,
+                            "a pipelined deduct: {status} {}",
+                            String::from_utf8_lossy(&answer)
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
 }
 
 /// SKUs the fan-out scenario's streams follow, a share each.

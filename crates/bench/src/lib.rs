@@ -24,6 +24,9 @@
 //!   waiting for its decision.
 //! - `gateway-max`: as many deducts as the gateway takes, without waiting,
 //!   next to the producer library's rate on the same topic.
+//! - `gateway-pipelined`: the same deducts 1, 4 and 16 to a keep-alive
+//!   connection at a time (HTTP/1.1 pipelining), 256 in flight in each
+//!   step, by the bench's own client; the rate and the gateway's CPU.
 //! - `scale-out`: the e2e-uniform commands applied by 1, 2 and 4
 //!   `stockledger apply` processes in one group and archived by a
 //!   `stockledger archive` process; the rate and each service's CPU
@@ -152,6 +155,9 @@ pub enum Scenario {
     #[value(name = "gateway-5k")]
     Gateway5k,
     GatewayMax,
+    /// HTTP/1.1 pipelining: gateway-max's deducts 1, 4 and 16 to a
+    /// connection at a time, 256 in flight each, by the bench's own client.
+    GatewayPipelined,
     /// Baskets of three lines on uniform SKUs, held then confirmed.
     Basket,
     /// Stock events fanned out to 1,000 open event streams (SSE) of the
@@ -177,7 +183,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 18] = [
+    const ALL: [Scenario; 19] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
@@ -189,6 +195,7 @@ impl Scenario {
         Self::SseFanout,
         Self::Gateway5k,
         Self::GatewayMax,
+        Self::GatewayPipelined,
         Self::Basket,
         Self::SeatMap,
         Self::Replay,
@@ -212,6 +219,7 @@ impl Scenario {
             Self::Memory => "memory",
             Self::Gateway5k => "gateway-5k",
             Self::GatewayMax => "gateway-max",
+            Self::GatewayPipelined => "gateway-pipelined",
             Self::Basket => "basket",
             Self::Events => "events",
             Self::SseFanout => "sse-fanout",
@@ -391,6 +399,9 @@ impl Bench<'_> {
             Scenario::ScaleOut => {
                 return scaleout::scale_out(g, pool, args, run_id, counts.skus, counts.records)
                     .await;
+            }
+            Scenario::GatewayPipelined => {
+                return gateway::pipelined(g, args, run_id, counts.records).await;
             }
             Scenario::SseFanout => {
                 let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };
