@@ -428,7 +428,10 @@ pub(crate) async fn pipelined(
     run_id: &str,
     records: u64,
 ) -> anyhow::Result<Vec<Measurement>> {
-    let sent = records * DEPTHS.len() as u64;
+    // Each connection's first request is not timed: the gateway's first
+    // produce (metadata, connections) belongs to no step.
+    let warm_up = CLIENTS as u64;
+    let sent = warm_up + records * DEPTHS.len() as u64;
     let pipeline = Pipeline::start(
         g,
         args,
@@ -440,42 +443,46 @@ pub(crate) async fn pipelined(
     )
     .await?;
     let gateway = Gateway::start(g, &pipeline).await?;
-    let mut results = Vec::new();
-    let mut from = 0;
-    for (depth, scenario) in DEPTHS {
-        let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
-        let started = Instant::now();
-        let sent = pipelined_load(gateway.port, CLIENTS / depth, depth, from..from + records).await;
-        let seconds = started.elapsed().as_secs_f64();
-        let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
-        from += records;
-        if let Err(e) = sent {
-            gateway.stop().await?;
-            pipeline.stop().await?;
-            return Err(e.context(scenario));
+    let steps = async {
+        pipelined_load(gateway.port, CLIENTS, 1, 0..warm_up)
+            .await
+            .context("warming up")?;
+        let mut results = Vec::new();
+        let mut from = warm_up;
+        for (depth, scenario) in DEPTHS {
+            let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+            let started = Instant::now();
+            pipelined_load(gateway.port, CLIENTS / depth, depth, from..from + records)
+                .await
+                .context(scenario)?;
+            let seconds = started.elapsed().as_secs_f64();
+            let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
+            from += records;
+            let cpu = match cpu_before.zip(cpu_after) {
+                Some((before, after)) => format!("{:.1}", (after - before) * 1e6 / records as f64),
+                None => "unknown".into(),
+            };
+            let m = Measurement {
+                scenario,
+                records,
+                seconds,
+                setup: format!(
+                    "{} connections × {depth} pipelined requests, no wait (202 once in the log), this bench's client; the gateway's CPU {cpu} s per million requests",
+                    CLIENTS / depth
+                ),
+                latency_ms: None,
+                peak_rss_mib: None,
+                failed: None,
+            };
+            crate::print_measurement(&m);
+            results.push(m);
         }
-        let cpu = match cpu_before.zip(cpu_after) {
-            Some((before, after)) => format!("{:.1}", (after - before) * 1e6 / records as f64),
-            None => "unknown".into(),
-        };
-        let m = Measurement {
-            scenario,
-            records,
-            seconds,
-            setup: format!(
-                "{} connections × {depth} pipelined requests, no wait (202 once in the log), this bench's client; the gateway's CPU {cpu} s per million requests",
-                CLIENTS / depth
-            ),
-            latency_ms: None,
-            peak_rss_mib: None,
-            failed: None,
-        };
-        crate::print_measurement(&m);
-        results.push(m);
+        anyhow::Ok(results)
     }
+    .await;
     gateway.stop().await?;
     pipeline.stop().await?;
-    Ok(results)
+    steps
 }
 
 /// Deducts numbered `range` sent over `connections` keep-alive connections,
