@@ -116,8 +116,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .redis_url(&config.redis_url)
     })
     .await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = stockledger_http::server::listen(args.listen)
         .with_context(|| format!("listening on {}", args.listen))?;
     // Printed for scripts and tests that ask for port 0.
     let scheme = if config.tls.is_some() {
