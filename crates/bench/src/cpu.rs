@@ -80,7 +80,7 @@ impl ServiceCpu {
     /// What each service spent from `self` to `later`, in CPU seconds per
     /// million of `records`.
     pub(crate) fn per_million(&self, later: &Self, records: u64) -> Self {
-        let per = |a: f64, b: f64| (b - a) * 1e6 / records.max(1) as f64;
+        let per = |a: f64, b: f64| per_million(a, b, records);
         Self {
             appliers: per(self.appliers, later.appliers),
             archiver: per(self.archiver, later.archiver),
@@ -104,6 +104,21 @@ impl std::fmt::Display for ServiceCpu {
             self.broker.map_or("unknown".to_owned(), |b| format!("{b:.1}")),
             self.producers
         )
+    }
+}
+
+/// CPU seconds per million of `count` things done between two readings of
+/// CPU seconds.
+fn per_million(before: f64, after: f64, count: u64) -> f64 {
+    (after - before) * 1e6 / count.max(1) as f64
+}
+
+/// [`per_million`] of two readings either of which may be missing, with
+/// one decimal, or "unknown".
+pub(crate) fn shown_per_million(before: Option<f64>, after: Option<f64>, count: u64) -> String {
+    match before.zip(after) {
+        Some((before, after)) => format!("{:.1}", per_million(before, after, count)),
+        None => "unknown".into(),
     }
 }
 

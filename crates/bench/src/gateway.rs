@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 
 use stockledger_cli::Global;
 
+use crate::cpu::shown_per_million;
 use crate::pipeline::Pipeline;
 use crate::process::Component;
 use crate::{timeline, BenchArgs, Measurement};
@@ -181,10 +182,7 @@ pub(crate) async fn fixed_rate(
         let offer = |i: u64| {
             let connections = connections.clone();
             async move {
-                let path = format!(
-                    "/v1/skus/SKU-{:05}/orders/o{i:012}/deduct?wait_ms=10000",
-                    i % SKUS as u64
-                );
+                let path = format!("{}?wait_ms=10000", deduct_path(i));
                 connections.post(&path, r#"{"quantity":1}"#, 200).await?;
                 anyhow::Ok(None)
             }
@@ -271,6 +269,12 @@ impl Connections {
         conn.get_mut().write_all(request.as_bytes()).await?;
         read_answer(conn).await
     }
+}
+
+/// The path of deduct number `i` of the gateway scenarios: its own order,
+/// on one of the [`SKUS`] SKUs in turn.
+fn deduct_path(i: u64) -> String {
+    format!("/v1/skus/SKU-{:05}/orders/o{i:012}/deduct", i % SKUS as u64)
 }
 
 /// Appends to `out` an HTTP/1.1 POST of `body` (JSON) to `path`.
@@ -368,17 +372,11 @@ pub(crate) async fn throughput(
     pipeline.stop().await?;
     let report = report?;
     let rate = report.ok as f64 / report.seconds;
-    let per_million = |before: Option<f64>, after: Option<f64>| {
-        before
-            .zip(after)
-            .map(|(b, a)| format!("{:.1}", (a - b) * 1e6 / report.requests.max(1) as f64))
-            .unwrap_or_else(|| "unknown".into())
-    };
     // oha is the only child that ends meanwhile.
     let cpu = format!(
         "; CPU s per million requests: the gateway {}, oha {}",
-        per_million(cpu_before, cpu_after),
-        per_million(oha_before, oha_after)
+        shown_per_million(cpu_before, cpu_after, report.requests),
+        shown_per_million(oha_before, oha_after, report.requests)
     );
     anyhow::ensure!(
         report.requests == records,
@@ -458,10 +456,7 @@ pub(crate) async fn pipelined(
             let seconds = started.elapsed().as_secs_f64();
             let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
             from += records;
-            let cpu = match cpu_before.zip(cpu_after) {
-                Some((before, after)) => format!("{:.1}", (after - before) * 1e6 / records as f64),
-                None => "unknown".into(),
-            };
+            let cpu = shown_per_million(cpu_before, cpu_after, records);
             let m = Measurement {
                 scenario,
                 records,
@@ -514,9 +509,7 @@ async fn pipelined_load(
                     let last = (first + depth as u64).min(end);
                     requests.clear();
                     for i in first..last {
-                        let path =
-                            format!("/v1/skus/SKU-{:05}/orders/o{i:012}/deduct", i % SKUS as u64);
-                        post_request(&mut requests, port, &path, r#"{"quantity":1}"#);
+                        post_request(&mut requests, port, &deduct_path(i), r#"{"quantity":1}"#);
                     }
                     conn.get_mut().write_all(requests.as_bytes()).await?;
                     for _ in first..last {
