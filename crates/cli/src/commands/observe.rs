@@ -38,9 +38,8 @@ pub async fn start(
         return Ok(Endpoint(None));
     };
     let recorder = Recorder::install().map_err(anyhow::Error::msg)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--metrics-addr {addr}"))?;
+    let listener =
+        stockledger_http::server::listen(addr).with_context(|| format!("--metrics-addr {addr}"))?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
     let probes = probes();
     let task = tokio::spawn(stockledger_http::observe::serve(
