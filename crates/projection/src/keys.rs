@@ -31,12 +31,18 @@ pub struct SkuKeys {
     pub decisions: String,
 }
 
+/// The hash of `sku`'s orders ([`SkuKeys::orders`]), alone: for a read
+/// that needs no other key of the SKU.
+pub fn orders_key(prefix: &str, sku: &str) -> String {
+    format!("{prefix}:{{{sku}}}:orders")
+}
+
 impl SkuKeys {
     pub fn new(prefix: &str, sku: &str) -> Self {
         let key = |suffix: &str| format!("{prefix}:{{{sku}}}:{suffix}");
         Self {
             stock: key("stock"),
-            orders: key("orders"),
+            orders: orders_key(prefix, sku),
             adjustments: key("adjustments"),
             decisions: key("decisions"),
         }

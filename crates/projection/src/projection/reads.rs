@@ -223,19 +223,14 @@ impl Projection {
         sku: &str,
         order_id: &str,
     ) -> Result<Option<OrderEntry>, ProjectionError> {
-        let keys = SkuKeys::new(&self.prefix, sku);
+        let key = keys::orders_key(&self.prefix, sku);
         let stored: Option<String> = redis::cmd("HGET")
-            .arg(&keys.orders)
+            .arg(&key)
             .arg(order_id)
             .query_async(&mut self.redis.clone())
             .await?;
         stored
-            .map(|s| {
-                decode_order(&s).ok_or(ProjectionError::Corrupt {
-                    key: keys.orders,
-                    value: s,
-                })
-            })
+            .map(|value| decode_order(&value).ok_or(ProjectionError::Corrupt { key, value }))
             .transpose()
     }
 
