@@ -15,8 +15,9 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use stockledger_cli::Global;
+use stockledger_redis::RedisConn;
 
-use crate::cpu::shown_per_million;
+use crate::cpu::{shown_per_million, ServiceCpu};
 use crate::pipeline::Pipeline;
 use crate::process::Component;
 use crate::{timeline, BenchArgs, Measurement};
@@ -99,32 +100,52 @@ impl Gateway {
             "http://127.0.0.1:{}/v1/skus/SKU-000[0-9]{{2}}/orders/o[a-z0-9]{{24}}/deduct{query}",
             self.port
         );
-        let output = tokio::process::Command::new(oha()?)
-            .args(["--no-tui", "--output-format", "json", "--rand-regex-url"])
-            .args([
-                "-m",
-                "POST",
-                "-T",
-                "application/json",
-                "-d",
-                r#"{"quantity":1}"#,
-            ])
-            .args(options)
-            .arg(url)
-            .output()
-            .await
-            .context("running oha")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "oha failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Report::parse(&output.stdout)
+        let deducts = [
+            "--rand-regex-url",
+            "-m",
+            "POST",
+            "-T",
+            "application/json",
+            "-d",
+            r#"{"quantity":1}"#,
+        ];
+        run_oha(
+            deducts
+                .iter()
+                .map(|a| a.to_string())
+                .chain(options.iter().cloned()),
+            url,
+        )
+        .await
+    }
+
+    /// Runs oha with `options` against `/healthz`, which publishes nothing
+    /// and asks no other service: what the HTTP exchange alone costs.
+    async fn floor(&self, options: &[String]) -> anyhow::Result<Report> {
+        let url = format!("http://127.0.0.1:{}/healthz", self.port);
+        run_oha(options.iter().cloned(), url).await
     }
 
     async fn stop(self) -> anyhow::Result<()> {
         self.process.stop().await
     }
+}
+
+/// Runs oha with `args` against `url`; its JSON report.
+async fn run_oha(args: impl Iterator<Item = String>, url: String) -> anyhow::Result<Report> {
+    let output = tokio::process::Command::new(oha()?)
+        .args(["--no-tui", "--output-format", "json"])
+        .args(args)
+        .arg(url)
+        .output()
+        .await
+        .context("running oha")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "oha failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Report::parse(&output.stdout)
 }
 
 /// What one oha run measured.
@@ -352,31 +373,32 @@ pub(crate) async fn throughput(
     // The applier catches up first, so the gateway does not share the CPU
     // with the library's backlog.
     pipeline.wait_applied(2 * records).await?;
+    let redis = RedisConn::connect(&g.redis_url).await?;
     let gateway = Gateway::start(g, &pipeline).await?;
-    let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
-    let oha_before = crate::cpu::ended_children_cpu();
-    let report = gateway
-        .load(
-            &[
-                "-n".into(),
-                records.to_string(),
-                "-c".into(),
-                CLIENTS.to_string(),
-            ],
-            "",
-        )
-        .await;
-    let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
-    let oha_after = crate::cpu::ended_children_cpu();
+    let options = [
+        "-n".into(),
+        records.to_string(),
+        "-c".into(),
+        CLIENTS.to_string(),
+    ];
+    let spent = Spent::now(&gateway, &redis).await?;
+    let report = gateway.load(&options, "").await;
+    let deducts_spent = Spent::now(&gateway, &redis).await?;
+    let floor = gateway.floor(&options).await;
+    let floor_spent = Spent::now(&gateway, &redis).await?;
     gateway.stop().await?;
     pipeline.stop().await?;
-    let report = report?;
+    let (report, floor) = (report?, floor?);
     let rate = report.ok as f64 / report.seconds;
-    // oha is the only child that ends meanwhile.
     let cpu = format!(
-        "; CPU s per million requests: the gateway {}, oha {}",
-        shown_per_million(cpu_before, cpu_after, report.requests),
-        shown_per_million(oha_before, oha_after, report.requests)
+        "; CPU s per million requests: {}; /healthz on the same gateway (the HTTP exchange \
+         alone: nothing published, no Redis) {:.0}/s, p50 {:.1} ms, CPU s per million: the \
+         gateway {}, oha {}",
+        spent.per_million(&deducts_spent, report.requests),
+        floor.ok as f64 / floor.seconds,
+        floor.p50,
+        shown_per_million(deducts_spent.gateway, floor_spent.gateway, floor.requests),
+        shown_per_million(deducts_spent.oha, floor_spent.oha, floor.requests),
     );
     anyhow::ensure!(
         report.requests == records,
@@ -404,6 +426,41 @@ pub(crate) async fn throughput(
         peak_rss_mib: None,
         failed: None,
     })
+}
+
+/// CPU seconds so far of the gateway, of oha (the only child of the bench
+/// process that ends meanwhile) and of the services behind the gateway.
+struct Spent {
+    gateway: Option<f64>,
+    oha: Option<f64>,
+    services: ServiceCpu,
+}
+
+impl Spent {
+    async fn now(gateway: &Gateway, redis: &RedisConn) -> anyhow::Result<Self> {
+        Ok(Self {
+            gateway: gateway.process.pid().and_then(crate::cpu::pid_cpu),
+            oha: crate::cpu::ended_children_cpu(),
+            services: ServiceCpu::now(redis, &[], None).await?,
+        })
+    }
+
+    /// What each process spent from `self` to `later` per million of
+    /// `requests`, named.
+    fn per_million(&self, later: &Self, requests: u64) -> String {
+        let services = self.services.per_million(&later.services, requests);
+        let broker = services
+            .broker
+            .map_or_else(|| "unknown".into(), |b| format!("{b:.1}"));
+        format!(
+            "the gateway {}, oha {}, the applier (the bench process) {:.1}, Redis {:.1}, \
+             the broker {broker}",
+            shown_per_million(self.gateway, later.gateway, requests),
+            shown_per_million(self.oha, later.oha, requests),
+            services.producers,
+            services.redis,
+        )
+    }
 }
 
 /// Each step of the pipelining scenario: the requests a connection writes

@@ -23,7 +23,9 @@
 //!   offered the same way at 5,000/s over keep-alive connections, each
 //!   waiting for its decision.
 //! - `gateway-max`: as many deducts as the gateway takes, without waiting,
-//!   next to the producer library's rate on the same topic.
+//!   next to the producer library's rate on the same topic, with the CPU
+//!   each process spent a request; then as many `/healthz` requests to
+//!   the same gateway, the HTTP exchange alone.
 //! - `gateway-pipelined`: the same deducts 1, 4 and 16 to a keep-alive
 //!   connection at a time (HTTP/1.1 pipelining), 256 in flight in each
 //!   step, by the bench's own client; the rate and the gateway's CPU.
