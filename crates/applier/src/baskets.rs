@@ -26,6 +26,7 @@
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
@@ -141,9 +142,9 @@ pub fn refund_command(
 /// Settles the baskets due at `now` (see the module): returns how many
 /// refunds were handed to the producer. Deliveries are not awaited: a
 /// basket stays open until its lines show the refunds.
-pub async fn settle_due(
+pub async fn settle_due<C: ClientContext + 'static>(
     projection: &Projection,
-    producer: &FutureProducer,
+    producer: &FutureProducer<C>,
     topic: &str,
     now: i64,
 ) -> Result<usize, ProjectionError> {
@@ -192,8 +193,8 @@ pub async fn settle_due(
 
 /// Hands the refund of `basket`'s line on `sku` to the producer; whether
 /// it took it.
-fn send_refund(
-    producer: &FutureProducer,
+fn send_refund<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
     topic: &str,
     sku: &str,
     basket: &str,

@@ -13,6 +13,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stockledger_core::report::Chain;
 
+use rdkafka::client::ClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use stockledger_core::codec;
 use stockledger_core::{Command, CommandBody, CommandId, Expire, OrderId, Sku};
@@ -63,9 +64,9 @@ pub fn expire_command(
 /// Appends an expire for every due hold of `partitions` of `topic`;
 /// returns how many were handed to the producer. Deliveries are not
 /// awaited: a lost one is retried after [`RETRY_MS`].
-pub async fn expire_due(
+pub async fn expire_due<C: ClientContext + 'static>(
     projection: &Projection,
-    producer: &FutureProducer,
+    producer: &FutureProducer<C>,
     topic: &str,
     partitions: &[i32],
 ) -> Result<usize, ProjectionError> {

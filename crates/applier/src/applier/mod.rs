@@ -46,6 +46,8 @@ use stockledger_core::report::Chain;
 use futures::channel::oneshot::Canceled;
 use futures::future::{join_all, JoinAll};
 use futures::FutureExt;
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
@@ -183,13 +185,36 @@ pub fn describe_metrics() {
     }
 }
 
+/// The applier's producer's client context: rdkafka's own logging, but
+/// for the warning librdkafka gives at every start that
+/// `enable.gapless.guarantee`, which the applier sets on purpose, is
+/// experimental: that one is logged at debug, so that a warning at start
+/// still means something.
+pub(crate) struct ProducerContext;
+
+impl ClientContext for ProducerContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if is_gapless_notice(facility, message) {
+            tracing::debug!(target: "librdkafka", "librdkafka: {facility} {message}");
+        } else {
+            DefaultClientContext.log(level, facility, message);
+        }
+    }
+}
+
+/// Whether librdkafka's log line is its notice that
+/// `enable.gapless.guarantee` is experimental.
+fn is_gapless_notice(facility: &str, message: &str) -> bool {
+    facility == "CONFWARN" && message.contains("enable.gapless.guarantee is experimental")
+}
+
 struct Applier {
     config: ApplierConfig,
     /// The command topic's partition count, which decides each SKU's home
     /// partition; a record from a partition beyond it stops the applier.
     partitions: i32,
     consumer: StreamConsumer<LagContext>,
-    producer: FutureProducer,
+    producer: FutureProducer<ProducerContext>,
     projection: Projection,
     lag: Arc<AtomicI64>,
     stop: watch::Receiver<bool>,
@@ -246,10 +271,10 @@ impl Applier {
         // told apart from those already published by their position alone,
         // so a partition of them must never have a hole.
         producer_settings.push(("enable.gapless.guarantee", "true"));
-        let producer: FutureProducer = config
+        let producer: FutureProducer<ProducerContext> = config
             .kafka
             .client_config(&producer_settings)
-            .create()
+            .create_with_context(ProducerContext)
             .map_err(|source| ApplierError::Client {
                 what: "producer",
                 source,
@@ -590,5 +615,28 @@ impl Applier {
             );
         }
         *last = (Instant::now(), self.stats.records);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_notice_of_the_gapless_setting_is_quietened() {
+        // As librdkafka 2.x words it when the producer is created.
+        let notice = "[thrd:app]: Configuration property enable.gapless.guarantee is \
+                      experimental: When set to `true`, any error that could result in a gap \
+                      in the produced message series when a batch of messages fails, will \
+                      raise a fatal error (ERR__GAPLESS_GUARANTEE) and stop the producer.";
+        assert!(is_gapless_notice("CONFWARN", notice));
+        assert!(!is_gapless_notice(
+            "CONFWARN",
+            "[thrd:app]: Configuration property queue.buffering.max.ms is deprecated"
+        ));
+        assert!(!is_gapless_notice(
+            "FAIL",
+            "enable.gapless.guarantee is experimental"
+        ));
     }
 }
