@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// mimalloc rather than glibc's malloc: the apply path allocates and frees
 /// many small buffers per record, where glibc's arenas were the top of the
@@ -25,7 +25,13 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // KAFKA_PROPERTIES and the services' passwords, as `stockledger` takes them.
+    if let Err(e) = stockledger_cli::prepare_global(&mut cli.global, &matches) {
+        eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
+        return ExitCode::from(2);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()

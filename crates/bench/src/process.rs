@@ -46,6 +46,11 @@ impl Component {
         if !properties.is_empty() {
             command.env("KAFKA_PROPERTIES", properties.join(";"));
         }
+        // The settings above carry the passwords the bench read already;
+        // the child would add them a second time.
+        for var in stockledger_cli::secrets::PASSWORD_VARIABLES {
+            command.env_remove(var).env_remove(format!("{var}_FILE"));
+        }
         let child = command
             .arg(subcommand)
             .env("KAFKA_BROKERS", &g.brokers)

@@ -79,18 +79,18 @@ pub struct Global {
     pub brokers: String,
 
     /// librdkafka property passed through as is, e.g. -X security.protocol=SASL_SSL.
-    /// Repeatable; in the environment, separate them with ';'. Given both
-    /// ways, -X adds to KAFKA_PROPERTIES and wins where they overlap. Secret ones
-    /// (sasl.password, ssl.key.password, …) are refused here: set
-    /// KAFKA_SASL_PASSWORD or KAFKA_SSL_KEY_PASSWORD (or …_FILE), or put
-    /// them in KAFKA_PROPERTIES.
+    /// Repeatable. In the environment, KAFKA_PROPERTIES holds them separated
+    /// by ';' (blank ones skipped); -X adds to it and wins where they
+    /// overlap. Secret ones (sasl.password, ssl.key.password, …) are refused
+    /// here: set KAFKA_SASL_PASSWORD or KAFKA_SSL_KEY_PASSWORD (or …_FILE),
+    /// or put them in KAFKA_PROPERTIES.
+    // Not clap's `env`: it would refuse a blank KAFKA_PROPERTIES, let -X
+    // replace the whole variable, and mix its secrets with those of -X
+    // (see `prepare_global`).
     #[arg(
         short = 'X',
         global = true,
         value_name = "KEY=VALUE",
-        env = "KAFKA_PROPERTIES",
-        value_delimiter = ';',
-        hide_env_values = true,
         value_parser = parse_property
     )]
     pub kafka_properties: Vec<(String, String)>,
@@ -337,18 +337,29 @@ pub enum Command {
     Demo(commands::demo::DemoArgs),
 }
 
-/// Finishes what parsing leaves to do, before anything connects: -X
-/// properties are added to those of `KAFKA_PROPERTIES` (clap would let
-/// them replace the whole variable, silently dropping e.g. its SASL
-/// settings), then [`secrets::apply`].
+/// Finishes what parsing leaves to do, before anything connects: see
+/// [`prepare_global`].
 pub fn prepare(cli: &mut Cli, matches: &clap::ArgMatches) -> anyhow::Result<()> {
-    if matches.value_source("kafka_properties") == Some(clap::parser::ValueSource::CommandLine) {
-        let from_env = std::env::var("KAFKA_PROPERTIES").unwrap_or_default();
-        let mut merged = env_properties(&from_env)?;
-        merged.append(&mut cli.global.kafka_properties);
-        cli.global.kafka_properties = merged;
-    }
-    secrets::apply(&mut cli.global, matches)
+    prepare_global(&mut cli.global, matches)
+}
+
+/// Finishes the connection settings parsed into `g` (from `matches`): a
+/// secret given by -X is refused, the properties of `KAFKA_PROPERTIES`
+/// come first and those of -X after them (so -X wins where they overlap),
+/// then [`secrets::apply`] adds the passwords of the environment.
+pub fn prepare_global(g: &mut Global, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    secrets::refuse_command_line(g, matches)?;
+    let from_env = match std::env::var("KAFKA_PROPERTIES") {
+        Ok(value) => value,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("KAFKA_PROPERTIES is not valid UTF-8")
+        }
+    };
+    let mut merged = env_properties(&from_env)?;
+    merged.append(&mut g.kafka_properties);
+    g.kafka_properties = merged;
+    secrets::apply(g)
 }
 
 /// The properties in a `KAFKA_PROPERTIES` value (`key=value;…`).

@@ -24,6 +24,14 @@ use url::Url;
 
 use crate::Global;
 
+/// The variables a password is read from, each with its `_FILE` twin.
+pub const PASSWORD_VARIABLES: [&str; 4] = [
+    "KAFKA_SASL_PASSWORD",
+    "KAFKA_SSL_KEY_PASSWORD",
+    "REDIS_PASSWORD",
+    "DATABASE_PASSWORD",
+];
+
 /// librdkafka properties whose values are secrets, with the variable that
 /// carries each one (if it has its own).
 const SECRET_PROPERTIES: [(&str, Option<&str>); 6] = [
@@ -35,10 +43,9 @@ const SECRET_PROPERTIES: [(&str, Option<&str>); 6] = [
     ("sasl.oauthbearer.config", None),
 ];
 
-/// Checks that no secret came from the command line, then adds the secrets
-/// found in the environment to `g`.
-pub fn apply(g: &mut Global, matches: &ArgMatches) -> anyhow::Result<()> {
-    refuse_command_line(g, matches)?;
+/// Adds the secrets found in the environment to `g`, once
+/// [`refuse_command_line`] has passed.
+pub fn apply(g: &mut Global) -> anyhow::Result<()> {
     apply_from(g, &|name| std::env::var_os(name))
 }
 
@@ -46,7 +53,10 @@ fn from_command_line(matches: &ArgMatches, id: &str) -> bool {
     matches.value_source(id) == Some(ValueSource::CommandLine)
 }
 
-fn refuse_command_line(g: &Global, matches: &ArgMatches) -> anyhow::Result<()> {
+/// Refuses a secret given on the command line: a secret property after
+/// -X (`g` holding only the command line's properties yet), a URL with a
+/// password after `--redis-url` or `--database-url`.
+pub fn refuse_command_line(g: &Global, matches: &ArgMatches) -> anyhow::Result<()> {
     if from_command_line(matches, "kafka_properties") {
         for (key, _) in &g.kafka_properties {
             if let Some((_, var)) = SECRET_PROPERTIES.iter().find(|(p, _)| p == key) {

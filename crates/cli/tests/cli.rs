@@ -693,6 +693,53 @@ async fn each_exit_code_says_what_happened() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_properties_from_the_environment_and_minus_x_add_up() -> anyhow::Result<()> {
+    let h = Harness::new("kafka-properties", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    let restock = |properties: &str, extra: &[&str]| {
+        let mut args = extra.to_vec();
+        args.extend(["restock", "P-1", "--add", "1", "--wait", "30"]);
+        exit_of(
+            common::stockledger(&h).env("KAFKA_PROPERTIES", properties),
+            &args,
+        )
+    };
+    // Blank, or with a ';' too many, as env files and shell defaults write
+    // it: no property there.
+    for properties in ["", " ", "linger.ms=2;", ";linger.ms=2;;"] {
+        let (code, said) = restock(properties, &["-X", "message.timeout.ms=20000"])?;
+        assert_eq!(code, 0, "KAFKA_PROPERTIES={properties:?}: {said}");
+    }
+    // A secret in KAFKA_PROPERTIES is where it belongs, -X beside it or
+    // not (a plaintext broker leaves it unused).
+    let (code, said) = restock("sasl.password=hunter2", &["-X", "linger.ms=2"])?;
+    assert_eq!(code, 0, "{said}");
+    assert!(!said.contains("hunter2"), "{said}");
+    // One that is not key=value is named where it came from.
+    let (code, said) = restock("linger.ms", &[])?;
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("KAFKA_PROPERTIES") && said.contains("linger.ms"),
+        "{said}"
+    );
+    let (code, said) = restock("", &["-X", "linger.ms"])?;
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("-X"), "{said}");
+    // Still a secret after -X is refused, whatever the environment holds.
+    let (code, said) = restock("linger.ms=2", &["-X", "sasl.password=hunter2"])?;
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("-X sasl.password") && !said.contains("hunter2"),
+        "{said}"
+    );
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_is_drawn_on_a_terminal_and_nothing_is_said_in_a_pipe() -> anyhow::Result<()> {
     let h = Harness::new("progress", 1).await?;
     for i in 0..3 {
