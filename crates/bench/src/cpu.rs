@@ -101,7 +101,7 @@ impl std::fmt::Display for ServiceCpu {
             self.archiver,
             self.redis,
             self.postgres,
-            self.broker.map_or("unknown".to_owned(), |b| format!("{b:.1}")),
+            shown(self.broker),
             self.producers
         )
     }
@@ -113,13 +113,19 @@ fn per_million(before: f64, after: f64, count: u64) -> f64 {
     (after - before) * 1e6 / count.max(1) as f64
 }
 
-/// [`per_million`] of two readings either of which may be missing, with
-/// one decimal, or "unknown".
+/// [`per_million`] of two readings either of which may be missing,
+/// [`shown`].
 pub(crate) fn shown_per_million(before: Option<f64>, after: Option<f64>, count: u64) -> String {
-    match before.zip(after) {
-        Some((before, after)) => format!("{:.1}", per_million(before, after, count)),
-        None => "unknown".into(),
-    }
+    shown(
+        before
+            .zip(after)
+            .map(|(before, after)| per_million(before, after, count)),
+    )
+}
+
+/// CPU seconds with one decimal, or "unknown" where they could not be read.
+pub(crate) fn shown(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "unknown".into(), |s| format!("{s:.1}"))
 }
 
 /// User + system CPU seconds of process `pid`.

@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use stockledger_cli::Global;
 use stockledger_redis::RedisConn;
 
-use crate::cpu::{shown_per_million, ServiceCpu};
+use crate::cpu::{shown, shown_per_million, ServiceCpu};
 use crate::pipeline::Pipeline;
 use crate::process::Component;
 use crate::{timeline, BenchArgs, Measurement};
@@ -449,16 +449,14 @@ impl Spent {
     /// `requests`, named.
     fn per_million(&self, later: &Self, requests: u64) -> String {
         let services = self.services.per_million(&later.services, requests);
-        let broker = services
-            .broker
-            .map_or_else(|| "unknown".into(), |b| format!("{b:.1}"));
         format!(
             "the gateway {}, oha {}, the applier (the bench process) {:.1}, Redis {:.1}, \
-             the broker {broker}",
+             the broker {}",
             shown_per_million(self.gateway, later.gateway, requests),
             shown_per_million(self.oha, later.oha, requests),
             services.producers,
             services.redis,
+            shown(services.broker),
         )
     }
 }

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     // KAFKA_PROPERTIES and the services' passwords, as `stockledger` takes them.
     if let Err(e) = stockledger_cli::prepare_global(&mut cli.global, &matches) {
         eprintln!("error: {}", stockledger_core::report::Chain(e.as_ref()));
-        return ExitCode::from(2);
+        return stockledger_cli::exit::Exit::Usage.into();
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
