@@ -28,6 +28,7 @@ use crate::schema::Released;
 
 mod datum;
 mod frame;
+mod strict;
 mod value;
 
 pub use frame::{
@@ -82,8 +83,28 @@ pub enum DecodeError {
     UnknownSchema(u64),
     #[error("malformed Avro datum for writer schema {writer}: {message}")]
     Malformed { writer: String, message: String },
+    /// The payload stops inside its datum. apache-avro alone would read a
+    /// missing union index at the end as null; Avro Java refuses.
+    #[error(
+        "the payload ends before the Avro datum of writer schema {writer} does: {at} needs at \
+         least {needed} more byte(s)"
+    )]
+    Truncated {
+        writer: String,
+        at: String,
+        needed: usize,
+    },
     #[error("{trailing} trailing bytes after the Avro datum of writer schema {writer}")]
     TrailingBytes { writer: String, trailing: usize },
+    /// The bytes read as a value, but are not the one encoding every Avro
+    /// writer gives it (a varint with redundant bytes, an array in several
+    /// blocks): refused, so an accepted datum always re-encodes to itself.
+    #[error("not the canonical Avro encoding of writer schema {writer}: {at}: {what}")]
+    NotCanonical {
+        writer: String,
+        at: String,
+        what: String,
+    },
     /// The field's problem is this error's own message, not a cause of it:
     /// "invalid sku: …" says it once.
     #[error("invalid {0}")]
@@ -959,19 +980,60 @@ mod tests {
                 trailing: 1
             })
         );
-        // Cut inside the order id (apache-avro reads a union index at the
-        // very end of the input as branch 0, and an empty array's count
-        // as 0, so the trailing nulls and units are not a test of
-        // truncation).
+        // Cut inside the order id.
         bytes.truncate(bytes.len() - 6);
         assert!(matches!(
             decode_command(&bytes),
-            Err(DecodeError::Malformed { writer, .. }) if writer == current_command()
+            Err(DecodeError::Truncated { writer, .. }) if writer == current_command()
         ));
         assert_eq!(
             decode_command(&vec![0; MAX_PAYLOAD_LEN + 1]),
             Err(DecodeError::TooLarge(MAX_PAYLOAD_LEN + 1))
         );
+    }
+
+    #[test]
+    fn a_deduct_one_byte_short_is_refused_not_read_as_no_location() {
+        // The last byte of a deduct is its `location` union index; apache-avro
+        // alone reads its absence as null, and the record took stock.
+        let whole = encode_command(&command(bodies().remove(0))).unwrap();
+        let short = &whole[..whole.len() - 1];
+        assert_eq!(
+            decode_command(short),
+            Err(DecodeError::Truncated {
+                writer: current_command(),
+                at: "body.Deduct.location".into(),
+                needed: 1
+            })
+        );
+        assert_eq!(
+            decode_command(short).unwrap_err().to_string(),
+            format!(
+                "the payload ends before the Avro datum of writer schema {} does: \
+                 body.Deduct.location needs at least 1 more byte(s)",
+                current_command()
+            )
+        );
+    }
+
+    #[test]
+    fn no_proper_prefix_of_any_record_decodes() {
+        for body in bodies() {
+            let whole = encode_command(&command(body)).unwrap();
+            for end in 0..whole.len() {
+                assert!(decode_command(&whole[..end]).is_err(), "{end} of {whole:?}");
+            }
+        }
+        let at = LogPosition {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+        };
+        let outcome = Outcome::invalid(at, "SKU-1", "garbage".into(), 7);
+        let whole = encode_outcome(&outcome).unwrap();
+        for end in 0..whole.len() {
+            assert!(decode_outcome(&whole[..end]).is_err(), "{end} of {whole:?}");
+        }
     }
 
     /// The name of the version commands are written with.

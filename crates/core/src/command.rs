@@ -654,7 +654,8 @@ pub struct Rollback {
 }
 
 impl Rollback {
-    /// A rollback of `order_id`, its reason at most [`MAX_REASON_LEN`] bytes.
+    /// A rollback of `order_id`, its reason at most [`MAX_REASON_LEN`] bytes
+    /// of text without control characters (see [`crate::ids::check_text`]).
     ///
     /// ```
     /// use stockledger_core::{OrderId, Rollback};
@@ -673,6 +674,7 @@ impl Rollback {
                     ),
                 ));
             }
+            crate::ids::check_text("reason", reason)?;
         }
         Ok(Self { order_id, reason })
     }

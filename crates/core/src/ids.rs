@@ -244,6 +244,29 @@ impl ValidationError {
     }
 }
 
+/// Checks a free-text field: no control character, NUL included.
+///
+/// Text is archived in PostgreSQL, which cannot store NUL, and printed by
+/// `history` and `dlq show` on terminals, where ESC or CR would rewrite the
+/// screen; one line of printable text is all a reason needs.
+///
+/// ```
+/// use stockledger_core::ids::check_text;
+///
+/// assert!(check_text("reason", "payment failed: card déclinée").is_ok());
+/// let refused = check_text("reason", "a\u{0}b").unwrap_err();
+/// assert_eq!(refused.to_string(), "reason: must not contain control characters (found '\\0')");
+/// ```
+pub fn check_text(field: &'static str, value: &str) -> Result<(), ValidationError> {
+    match value.chars().find(|c| c.is_control()) {
+        Some(c) => Err(ValidationError::new(
+            field,
+            format!("must not contain control characters (found {c:?})"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks the rules shared by every identifier: not empty, at most
 /// [`MAX_ID_LEN`] bytes, no control characters (a newline in a SKU would
 /// corrupt logs, keys and CSV exports), no `{` or `}` (they delimit the Redis
@@ -269,12 +292,7 @@ pub fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError>
             ),
         ));
     }
-    if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return Err(ValidationError::new(
-            field,
-            format!("must not contain control characters (found {c:?})"),
-        ));
-    }
+    check_text(field, value)?;
     if let Some(c) = value.chars().find(|c| matches!(c, '{' | '}')) {
         return Err(ValidationError::new(
             field,

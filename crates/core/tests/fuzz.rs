@@ -68,7 +68,7 @@ proptest! {
                 let again = codec::encode_command(&command).unwrap();
                 prop_assert_eq!(codec::decode_command(&again).unwrap(), command);
             }
-            Err(DecodeError::Malformed { .. } | DecodeError::TrailingBytes { .. } | DecodeError::Invalid(_)) => {}
+            Err(DecodeError::Malformed { .. } | DecodeError::Truncated { .. } | DecodeError::TrailingBytes { .. } | DecodeError::NotCanonical { .. } | DecodeError::Invalid(_)) => {}
             Err(other) => prop_assert!(false, "unexpected error {other:?}"),
         }
     }

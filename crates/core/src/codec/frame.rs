@@ -11,6 +11,7 @@ use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::{GenericSingleObjectReader, Schema};
 
+use super::strict::{Flaw, Strict};
 use super::{DecodeError, EncodeError, MAX_PAYLOAD_LEN};
 use crate::schema::{self, Released, Subject};
 
@@ -37,6 +38,8 @@ pub(super) struct KnownWriter {
     resolve: bool,
     /// The writer schema, for the names of its union branches.
     schema: &'static Schema,
+    /// The strict walk over a datum of this writer schema.
+    strict: Strict,
 }
 
 /// Every released version of one subject: the current one to write, all of
@@ -69,6 +72,7 @@ impl Framed {
                         label: format!("{}.v{}", subject.as_str(), released.version),
                         resolve: released.version != current.version,
                         schema: &released.schema,
+                        strict: Strict::new(&released.schema),
                     },
                 );
             }
@@ -123,6 +127,11 @@ impl Framed {
             writer: writer.label.clone(),
             message: e.to_string(),
         };
+        let datum = payload.get(10..).unwrap_or_default();
+        writer
+            .strict
+            .check(writer.schema, datum)
+            .map_err(|flaw| strict_error(&writer.label, flaw))?;
         let mut cursor = Cursor::new(payload);
         let value = writer.reader.read_value(&mut cursor).map_err(malformed)?;
         let trailing = payload.len() - cursor.position() as usize;
@@ -159,6 +168,19 @@ impl Framed {
             return Ok(resolved);
         }
         Ok(value)
+    }
+}
+
+fn strict_error(writer: &str, flaw: Flaw) -> DecodeError {
+    let writer = writer.to_owned();
+    match flaw {
+        Flaw::Short { at, needed } => DecodeError::Truncated { writer, at, needed },
+        Flaw::Trailing(trailing) => DecodeError::TrailingBytes { writer, trailing },
+        Flaw::NonCanonical { at, what } => DecodeError::NotCanonical { writer, at, what },
+        Flaw::Malformed { at, what } => DecodeError::Malformed {
+            writer,
+            message: format!("{at}: {what}"),
+        },
     }
 }
 
