@@ -743,6 +743,17 @@ fn stock_events(value: Value) -> Result<StockEvents, DecodeError> {
             other => Err(malformed("events", &other)),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A set, written in the order of its kinds: anything else would be read
+    // as another array than the one written.
+    if kinds
+        .windows(2)
+        .any(|pair| pair[0] as u32 >= pair[1] as u32)
+    {
+        return Err(DecodeError::Invalid(ValidationError::new(
+            "events",
+            "must name each kind once, in the order of StockEventKind's symbols",
+        )));
+    }
     Ok(StockEvents::of(kinds))
 }
 
