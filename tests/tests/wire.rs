@@ -401,3 +401,78 @@ async fn a_producers_traceparent_reaches_the_outcome_and_the_archive_row_and_a_b
     archiver.stop().await?;
     Ok(())
 }
+
+/// Two records that once got in: a deduct one byte short (its `location`
+/// union index missing), which took a unit of stock, and a rollback whose
+/// reason holds a NUL, which PostgreSQL cannot store, so the archive
+/// stopped at it for good. Both are now dead-lettered, nothing applied;
+/// and an outcome with a NUL, as an older release could have written it,
+/// is archived escaped while the archive goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_one_byte_short_or_with_a_nul_is_dead_lettered_and_the_archive_goes_on(
+) -> anyhow::Result<()> {
+    let h = Harness::new("strict-wire", 1).await?;
+    let applier = h.start_applier();
+    let archiver = h.start_archiver();
+    h.producer
+        .restock("SKU-T", "a", RestockMode::Set, 5)
+        .await?;
+    let whole = codec::encode_command(&deduct("SKU-T", "o2", 1))?;
+    let short = &whole[..whole.len() - 1];
+    let nul = codec::encode_command(&Command {
+        body: CommandBody::Rollback(stockledger_core::Rollback {
+            order_id: OrderId::new("o-nul")?,
+            reason: Some("a\0b".into()),
+        }),
+        ..deduct("SKU-T", "o-nul", 1)
+    })?;
+    h.send_raw("SKU-T", short).await?;
+    h.send_raw("SKU-T", &nul).await?;
+    let after = h.producer.deduct("SKU-T", "after", 1).await?;
+    h.wait_for_archive(4).await?;
+
+    let writer = format!("Command.v{}", schema::current(Subject::Command).version);
+    let got: Vec<String> = reasons(&h.read(&h.ns.dlq_topic).await?)
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect();
+    assert_eq!(
+        got,
+        [
+            format!(
+                "the payload ends before the Avro datum of writer schema {writer} does: \
+                 body.Deduct.location needs at least 1 more byte(s)"
+            ),
+            "invalid reason: must not contain control characters (found '\\0')".to_owned(),
+        ]
+    );
+    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let decided = reader.wait(&after, CATCH_UP).await?;
+    // Only the last deduct took stock.
+    assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 4));
+    let results: Vec<String> = results_by_position(&h, "SKU-T")
+        .await?
+        .into_values()
+        .collect();
+    assert_eq!(results, ["APPLIED", "INVALID", "INVALID", "APPLIED"]);
+    h.assert_contract().await?;
+
+    // An outcome with a NUL in its text, straight on the outcomes topic.
+    let at = stockledger_core::LogPosition {
+        topic: h.ns.topic.clone(),
+        partition: 0,
+        offset: 1_000_000,
+    };
+    let mut poisoned = stockledger_core::Outcome::invalid(at, "SKU-P", "x".into(), 7);
+    poisoned.rollback_reason = Some("a\0b".into());
+    h.send_raw_outcome("SKU-P", &codec::encode_outcome(&poisoned)?)
+        .await?;
+    h.producer.deduct("SKU-T", "later", 1).await?;
+    h.wait_for_archive(6).await?;
+    let rows = query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku("SKU-P".into()), 10).await?;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].rollback_reason.as_deref(), Some("a\u{2400}b"));
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}

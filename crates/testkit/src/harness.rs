@@ -419,8 +419,27 @@ impl Harness {
         payload: &[u8],
         headers: &[(&str, &[u8])],
     ) -> anyhow::Result<(i32, i64)> {
+        self.append(&self.ns.topic, partition, key, payload, headers)
+            .await
+    }
+
+    /// Appends raw bytes to the outcomes topic, as a producer that is not
+    /// the applier (an older release, say) could have written them.
+    pub async fn send_raw_outcome(&self, key: &str, payload: &[u8]) -> anyhow::Result<(i32, i64)> {
+        self.append(&self.ns.outcomes_topic, None, key, payload, &[])
+            .await
+    }
+
+    async fn append(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &str,
+        payload: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> anyhow::Result<(i32, i64)> {
         let producer: FutureProducer = self.kafka.client_config(&CONTRACT_SETTINGS).create()?;
-        let mut record = FutureRecord::to(&self.ns.topic).key(key).payload(payload);
+        let mut record = FutureRecord::to(topic).key(key).payload(payload);
         if let Some(partition) = partition {
             record = record.partition(partition);
         }

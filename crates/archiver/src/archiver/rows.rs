@@ -82,36 +82,52 @@ pub(super) struct Columns {
     pub(super) events: Vec<Option<String>>,
 }
 
+/// PostgreSQL's text cannot hold NUL; it stands in the archive as `␀`
+/// (U+2400, the symbol for null). Commands with a NUL in their text are
+/// refused since the strict reading, but outcomes an older release wrote
+/// may hold one, and one such row must not stop the archive.
+pub(super) fn storable(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{2400}")
+    } else {
+        text
+    }
+}
+
+fn storable_opt(text: Option<String>) -> Option<String> {
+    text.map(storable)
+}
+
 impl Columns {
     fn push(&mut self, o: Outcome, traceparent: Option<String>) {
         self.traceparent.push(traceparent);
-        self.topic.push(o.position.topic);
+        self.topic.push(storable(o.position.topic));
         self.partition.push(o.position.partition);
         self.offset.push(o.position.offset);
-        self.sku.push(o.sku);
+        self.sku.push(storable(o.sku));
         self.command.push(o.kind.map(|k| k.as_str().to_owned()));
-        self.command_id.push(o.command_id);
-        self.order_id.push(o.order_id);
-        self.adjustment_id.push(o.adjustment_id);
+        self.command_id.push(storable_opt(o.command_id));
+        self.order_id.push(storable_opt(o.order_id));
+        self.adjustment_id.push(storable_opt(o.adjustment_id));
         self.quantity.push(o.quantity);
         self.result.push(o.decision.result.as_str().to_owned());
         self.delta.push(o.decision.delta);
         self.available_after.push(o.decision.available);
         self.total_after.push(o.decision.total);
-        self.reason.push(o.decision.reason);
-        self.location.push(o.decision.location);
-        self.to_location.push(o.to_location);
+        self.reason.push(storable_opt(o.decision.reason));
+        self.location.push(storable_opt(o.decision.location));
+        self.to_location.push(storable_opt(o.to_location));
         let events: Vec<&str> = o.decision.events.kinds().map(|k| k.as_str()).collect();
         self.events
             .push((!events.is_empty()).then(|| events.join("\n")));
         self.occurred_at_ms.push(o.occurred_at);
         self.restock_mode.push(o.restock_mode.map(|m| m.as_str()));
-        self.rollback_reason.push(o.rollback_reason);
-        self.user_id.push(o.user_id);
+        self.rollback_reason.push(storable_opt(o.rollback_reason));
+        self.user_id.push(storable_opt(o.user_id));
         self.expires_at_ms.push(o.expires_at);
-        self.basket_id.push(o.basket_id);
+        self.basket_id.push(storable_opt(o.basket_id));
         self.units
-            .push((!o.units.is_empty()).then(|| o.units.join("\n")));
+            .push((!o.units.is_empty()).then(|| storable(o.units.join("\n"))));
     }
 }
 
