@@ -581,7 +581,7 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
             .join(",")
     );
     let long_unit = format!(r#"{{"units": ["{}"]}}"#, "u".repeat(129));
-    let cases: [Case; 49] = [
+    let cases: [Case; 55] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
@@ -602,6 +602,12 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("a restock mode", RESTOCK, JSON, Some(r#"{"mode": "MULTIPLY", "quantity": 1}"#.into()), 422, Some("mode")),
         ("a restock of zero", RESTOCK, JSON, Some(r#"{"mode": "ADD", "quantity": 0}"#.into()), 422, Some("quantity")),
         ("a rollback reason too long", "/v1/skus/SKU/orders/o1/rollback", JSON, Some(long_reason), 422, Some("reason")),
+        ("a NUL in a rollback reason", "/v1/skus/SKU/orders/o1/rollback", JSON, Some(r#"{"reason": "a\u0000b"}"#.into()), 422, Some("reason")),
+        ("an escape in a release reason", "/v1/baskets/nobody/release", JSON, Some(r#"{"reason": "\u001b[2J"}"#.into()), 422, Some("reason")),
+        ("an array for a body", "/v1/baskets/b1/hold", JSON, Some(r#"[2, null, "alice", 600000, null, null]"#.into()), 422, Some("body")),
+        ("an array for a rollback", "/v1/skus/SKU/orders/o1/rollback", JSON, Some("[null]".into()), 422, Some("body")),
+        ("a number for a body", DEDUCT, JSON, Some("1".into()), 422, Some("body")),
+        ("a key twice", DEDUCT, JSON, Some(r#"{"quantity": 1, "quantity": 2}"#.into()), 422, Some("quantity")),
         ("a hold of zero", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 0}"#.into()), 422, Some("hold_ms")),
         ("a hold over 7 days", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 604800001}"#.into()), 422, Some("hold_ms")),
         ("a hold and a deadline", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 5, "expires_at": 9}"#.into()), 422, Some("hold_ms")),

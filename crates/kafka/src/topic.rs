@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{KafkaConfig, FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
@@ -314,6 +315,11 @@ fn read_topic_blocking(
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 pending.remove(&p);
             }
+            // A connection to a broker that went away, reported while
+            // librdkafka reconnects on its own: the deadline bounds it.
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+            ))) => {}
             Some(Err(e)) => return Err(e.into()),
             Some(Ok(message)) => records.push(LogRecord::of(&message)),
         }

@@ -96,6 +96,17 @@ pub struct Body<T>(pub T);
 
 impl<T: DeserializeOwned> Body<T> {
     fn parse(bytes: &[u8]) -> Result<T, Problem> {
+        // serde reads a struct from an array by position too; every body
+        // is an object, and the docs promise nothing else gets in.
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first.is_some_and(|&b| b != b'{')
+            && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+        {
+            return Err(Problem::invalid(
+                "body".to_owned(),
+                "the body must be a JSON object".to_owned(),
+            ));
+        }
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
         let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
             let path = e.path().to_string();
@@ -139,7 +150,9 @@ impl<T: DeserializeOwned> Body<T> {
 /// The name in serde's "unknown field `x`, expected …" message: the field
 /// at fault is the unknown one, not its parent.
 fn unknown_field(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("unknown field `")?;
+    let rest = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("duplicate field `"))?;
     Some(rest[..rest.find('`')?].to_owned())
 }
 
