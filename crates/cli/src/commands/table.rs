@@ -68,10 +68,40 @@ pub fn print(format: Format, columns: &[&str], rows: &[Vec<Value>]) {
     }
 }
 
+/// A value as a cell or a line shows it, never with a control character
+/// raw: text from the log or the archive (a reason, a dead letter's key)
+/// may hold ESC or CR, which a terminal would obey.
 pub fn text(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => printable(s),
         other => other.to_string(),
+    }
+}
+
+/// `s` with each control character written as its Rust escape (`\u{1b}`,
+/// `\r`, `\u{0}`).
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    s.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_other_text_is_kept() {
+        let shown = text(&Value::from("paid\u{1b}[2J\rrefund\0 déclinée 日本"));
+        assert_eq!(shown, "paid\\u{1b}[2J\\rrefund\\u{0} déclinée 日本");
+        assert!(!shown.chars().any(char::is_control));
+        assert_eq!(text(&Value::from("plain")), "plain");
     }
 }
