@@ -157,7 +157,13 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     let held4 = basket::hold(&s, &b4).await?;
     assert_eq!(held4.status, BasketStatus::Held);
     assert_eq!((available(&h, a).await?, available(&h, c).await?), (0, 0));
-    let released = basket::release(&s, &id("b4")?, &skus(&held4), Some("changed mind")).await?;
+    let released = basket::release(
+        &s,
+        &id("b4")?,
+        &skus(&held4),
+        Some(&stockledger_core::Reason::new("changed mind")?),
+    )
+    .await?;
     assert_eq!(released.status, BasketStatus::Released, "{released:?}");
     assert_eq!((available(&h, a).await?, available(&h, c).await?), (3, 3));
 

@@ -249,7 +249,8 @@ pub async fn buy_baskets(
                         _ => sent.failed += 1,
                     },
                     70..85 => {
-                        basket::release(settler, &id, &skus, Some("changed their mind")).await?;
+                        let why = stockledger_core::Reason::new("changed their mind")?;
+                        basket::release(settler, &id, &skus, Some(&why)).await?;
                         sent.released += 1;
                     }
                     _ => sent.abandoned += 1,

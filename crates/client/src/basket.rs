@@ -32,7 +32,7 @@ use std::time::Duration;
 use stockledger_core::ids::MAX_QUANTITY;
 use stockledger_core::{
     BasketId, CommandBody, Confirm, Decision, Deduct, OrderEntry, OrderId, OrderStatus, Quantity,
-    Refund, ResultCode, Rollback, Sku, UserId,
+    Reason, Refund, ResultCode, Rollback, Sku, UserId,
 };
 
 use stockledger_projection::{Projection, ProjectionError};
@@ -583,10 +583,12 @@ pub async fn hold<D: Decide + Sync>(
         Some((sku, d)) => format!("basket {id} refused: line {sku} was {}", d.result),
         None => format!("basket {id}: a line was not decided in time"),
     };
+    let reason = Reason::new(why.clone())
+        .unwrap_or_else(|_| unreachable!("ids and a result code are short text without controls"));
     let to_release: Vec<(Sku, CommandBody)> = decided
         .iter()
         .filter(|(_, d)| d.as_ref().is_none_or(took))
-        .map(|(sku, _)| (sku.clone(), rollback(id, &why)))
+        .map(|(sku, _)| (sku.clone(), rollback(id, &reason)))
         .collect();
     let released = settle_all(ledger, id, to_release).await;
     let mut lines = Vec::with_capacity(decided.len());
@@ -623,18 +625,11 @@ fn clone_unsettled(e: &Unsettled) -> Unsettled {
     }
 }
 
-fn rollback(basket_id: &BasketId, why: &str) -> CommandBody {
-    let reason = why
-        .chars()
-        .take(stockledger_core::command::MAX_REASON_LEN)
-        .collect();
-    match Rollback::new(order_of(basket_id), Some(reason)) {
-        Ok(r) => CommandBody::Rollback(r),
-        Err(_) => CommandBody::Rollback(
-            Rollback::new(order_of(basket_id), None)
-                .unwrap_or_else(|_| unreachable!("a rollback without a reason is always valid")),
-        ),
-    }
+fn rollback(basket_id: &BasketId, why: &Reason) -> CommandBody {
+    CommandBody::Rollback(Rollback {
+        order_id: order_of(basket_id),
+        reason: Some(why.as_str().to_owned()),
+    })
 }
 
 /// A line's state after a rollback decided `r`.
@@ -740,9 +735,13 @@ pub async fn release<D: Decide + Sync>(
     ledger: &D,
     basket_id: &BasketId,
     skus: &[Sku],
-    reason: Option<&str>,
+    reason: Option<&Reason>,
 ) -> Result<BasketAnswer, Unsettled> {
-    let why = reason.map_or_else(|| format!("basket {basket_id} released"), str::to_owned);
+    let why = match reason {
+        Some(reason) => reason.clone(),
+        None => Reason::new(format!("basket {basket_id} released"))
+            .unwrap_or_else(|_| unreachable!("a basket id is short text without controls")),
+    };
     let bodies = skus
         .iter()
         .map(|sku| (sku.clone(), rollback(basket_id, &why)))

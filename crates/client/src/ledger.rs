@@ -755,7 +755,7 @@ impl Ledger {
         &self,
         basket_id: &BasketId,
         skus: &[Sku],
-        reason: Option<&str>,
+        reason: Option<&stockledger_core::Reason>,
     ) -> Result<crate::basket::BasketAnswer, crate::basket::Unsettled> {
         crate::basket::release(self, basket_id, skus, reason).await
     }

@@ -45,8 +45,8 @@ pub use stockledger_core::ids::{
     UserId,
 };
 pub use stockledger_core::{
-    Alerts, CommandBody, Confirm, Deduct, Expire, Limit, LocationStock, Refund, Restock, Rollback,
-    StockEventKind, StockEvents, Transfer, Unit,
+    Alerts, CommandBody, Confirm, Deduct, Expire, Limit, LocationStock, Reason, Refund, Restock,
+    Rollback, StockEventKind, StockEvents, Transfer, Unit,
 };
 pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode, ValidationError};
 pub use stockledger_kafka::KafkaConfig;

@@ -653,9 +653,43 @@ pub struct Rollback {
     pub reason: Option<String>,
 }
 
+/// Why stock is given back: at most [`MAX_REASON_LEN`] bytes of text
+/// without control characters (see [`crate::ids::check_text`]), the rule
+/// a rollback's `reason` keeps.
+///
+/// ```
+/// use stockledger_core::Reason;
+///
+/// assert_eq!(Reason::new("changed their mind")?.as_str(), "changed their mind");
+/// assert_eq!(Reason::new("a\u{0}b").unwrap_err().field, "reason");
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason(String);
+
+impl Reason {
+    pub fn new(text: impl Into<String>) -> Result<Self, ValidationError> {
+        let text = text.into();
+        if text.len() > MAX_REASON_LEN {
+            return Err(ValidationError::new(
+                "reason",
+                format!(
+                    "is {} bytes long; at most {MAX_REASON_LEN} are allowed",
+                    text.len()
+                ),
+            ));
+        }
+        crate::ids::check_text("reason", &text)?;
+        Ok(Self(text))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 impl Rollback {
-    /// A rollback of `order_id`, its reason at most [`MAX_REASON_LEN`] bytes
-    /// of text without control characters (see [`crate::ids::check_text`]).
+    /// A rollback of `order_id`, its reason a valid [`Reason`].
     ///
     /// ```
     /// use stockledger_core::{OrderId, Rollback};
@@ -664,18 +698,7 @@ impl Rollback {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn new(order_id: OrderId, reason: Option<String>) -> Result<Self, ValidationError> {
-        if let Some(reason) = &reason {
-            if reason.len() > MAX_REASON_LEN {
-                return Err(ValidationError::new(
-                    "reason",
-                    format!(
-                        "is {} bytes long; at most {MAX_REASON_LEN} are allowed",
-                        reason.len()
-                    ),
-                ));
-            }
-            crate::ids::check_text("reason", reason)?;
-        }
+        let reason = reason.map(Reason::new).transpose()?.map(|r| r.0);
         Ok(Self { order_id, reason })
     }
 }

@@ -29,8 +29,8 @@ pub mod schema;
 pub mod trace;
 
 pub use command::{
-    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
-    RestockMode, Rollback, Transfer,
+    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Reason, Refund,
+    Restock, RestockMode, Rollback, Transfer,
 };
 pub use ids::{
     AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,

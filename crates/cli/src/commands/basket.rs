@@ -155,9 +155,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             }
         },
         Action::Release { basket_id, reason } => {
-            if let Some(r) = &reason {
-                stockledger_core::Rollback::new(basket::order_of(&basket_id), Some(r.clone()))?;
-            }
+            let reason = reason.map(stockledger_core::Reason::new).transpose()?;
             match known(basket_id.clone()).await? {
                 None => Ok(None),
                 Some(known)
@@ -170,7 +168,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 }
                 Some(known) => {
                     let skus: Vec<Sku> = known.lines.iter().map(|l| l.sku.clone()).collect();
-                    basket::release(&settler().await?, &basket_id, &skus, reason.as_deref())
+                    basket::release(&settler().await?, &basket_id, &skus, reason.as_ref())
                         .await
                         .map(|a| Some((a.filled_from(&known), false)))
                 }

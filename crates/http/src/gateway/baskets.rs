@@ -20,7 +20,7 @@ use stockledger_client::basket::{
 };
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
-use stockledger_core::{BasketId, CommandBody, Decision, Rollback, Sku, UserId};
+use stockledger_core::{BasketId, CommandBody, Decision, Reason, Sku, UserId};
 
 use super::bodies::{BasketHoldRequest, BasketLineBody, BasketResponse, RollbackRequest};
 use super::problem::{path_problem, redis_problem, Body, Problem};
@@ -238,9 +238,7 @@ pub(crate) async fn release(
 ) -> Answer {
     let id = basket_path(path)?;
     let body: RollbackRequest = Body::optional(request, &()).await?;
-    // Checked as each line's rollback will be.
-    Rollback::new(basket::order_of(&id), body.reason.clone())?;
-    let reason = body.reason;
+    let reason = body.reason.map(Reason::new).transpose()?;
     let known = gateway.known_basket(&id).await?;
     match known.status {
         BasketStatus::Confirmed => {
@@ -256,7 +254,7 @@ pub(crate) async fn release(
     }
     gateway.brokers_up()?;
     let skus: Vec<Sku> = known.lines.iter().map(|l| l.sku.clone()).collect();
-    let released = basket::release(gateway.as_ref(), &id, &skus, reason.as_deref())
+    let released = basket::release(gateway.as_ref(), &id, &skus, reason.as_ref())
         .await
         .map_err(unsettled_problem)?;
     Ok(answer(&released.filled_from(&known), false))
