@@ -356,6 +356,19 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
     for service in ["kafka", "redis", "postgres"] {
         assert_eq!(report[service]["reachable"], true, "{report:#}");
     }
+    // A lag within bounds that does not shrink: the applier is stalled,
+    // and the report says which partition and for how long.
+    let (code, report) = status(&h, &["--max-wait-ms", "0"])?;
+    assert_eq!(code, Some(3), "{report:#}");
+    assert_eq!(report["state"], "stalled");
+    let problems = report["problems"].as_array().expect("problems").clone();
+    assert!(
+        problems.iter().any(|p| p
+            .as_str()
+            .is_some_and(|p| p.starts_with("applier stalled: partition "))),
+        "{report:#}"
+    );
+    assert!(total(&report, "applier_waiting_ms") > 0, "{report:#}");
 
     let applier = h.start_applier();
     let archiver = h.start_archiver();
@@ -369,6 +382,7 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
     )
     .await?;
     assert_eq!(report["state"], "healthy");
+    assert_eq!(report["problems"], serde_json::json!([]));
     let home = report["commands"]
         .as_array()
         .into_iter()

@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
 use stockledger_core::report::Chain;
-use stockledger_kafka::topic::{committed_offsets, watermarks_of, LogError};
+use stockledger_kafka::topic::{committed_offsets, read_at, watermarks_of, LogError};
 use stockledger_projection::Projection;
 
 use super::ApplierGroup;
@@ -30,7 +30,9 @@ const ASK_WITHIN: Duration = Duration::from_secs(15);
   stockledger status --format json --max-lag 10000 || alert \"ledger exit $?\"
 
 Exit codes: 0 healthy, 3 lagging (a partition beyond --max-lag, or a hold
-overdue beyond --max-hold-overdue-ms), 69 a service unreachable, 4 a
+overdue beyond --max-hold-overdue-ms) or stalled (the oldest record the
+applier or the archiver has not taken waiting beyond --max-wait-ms: it is
+not advancing, and its log says why), 69 a service unreachable, 4 a
 ledger topic missing; the rest as `stockledger --help` lists them.")]
 pub struct Args {
     #[command(flatten)]
@@ -51,6 +53,12 @@ pub struct Args {
     /// counts as behind (it looks every few seconds).
     #[arg(long, default_value_t = 30_000)]
     pub max_hold_overdue_ms: i64,
+    /// Milliseconds the oldest record the applier has not applied, or the
+    /// archiver not archived, may have waited in the log before that
+    /// service counts as stalled: a small lag that never shrinks is a
+    /// service that stopped advancing.
+    #[arg(long, default_value_t = 60_000)]
+    pub max_wait_ms: i64,
     /// A table for people, or one JSON document for scripts.
     #[arg(long, value_enum, default_value = "table")]
     pub format: StatusFormat,
@@ -79,6 +87,8 @@ struct CommandPartition {
     /// The applier group's committed offset (the next record it reads).
     applier_committed: Option<i64>,
     applier_lag: i64,
+    /// How long the oldest record not applied has been in the log.
+    applier_waiting_ms: Option<i64>,
     /// The furthest offset folded into the projection (its marker).
     projection_applied: Option<i64>,
     /// Holds the expirer's index keeps for this partition.
@@ -94,11 +104,15 @@ struct OutcomesPartition {
     log_end: i64,
     archiver_committed: Option<i64>,
     archiver_lag: i64,
+    /// How long the oldest outcome not archived has been in the log.
+    archiver_waiting_ms: Option<i64>,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     state: &'static str,
+    /// What is wrong, a sentence each; empty when healthy.
+    problems: Vec<String>,
     topic: String,
     prefix: String,
     kafka: Reach,
@@ -133,6 +147,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         tokio::join!(kafka_then_redis, postgres);
     let mut report = Report {
         state: "healthy",
+        problems: Vec::new(),
         topic: g.topic.clone(),
         prefix: g.prefix.clone(),
         kafka,
@@ -192,6 +207,7 @@ async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> Kafka
                         log_end: p.log_end,
                         applier_committed: p.committed,
                         applier_lag: p.lag,
+                        applier_waiting_ms: p.waiting_ms,
                         projection_applied: None,
                         holds: None,
                         hold_overdue_ms: None,
@@ -209,6 +225,7 @@ async fn read_kafka(g: &Global, args: &Args, missing: &mut Vec<String>) -> Kafka
                         log_end: p.log_end,
                         archiver_committed: p.committed,
                         archiver_lag: p.lag,
+                        archiver_waiting_ms: p.waiting_ms,
                     })
                     .collect(),
             );
@@ -230,6 +247,8 @@ struct Progress {
     committed: Option<i64>,
     /// Records from the committed offset (or the first kept) to the end.
     lag: i64,
+    /// How long the first of those records has been in the log.
+    waiting_ms: Option<i64>,
 }
 
 /// Where `group` stands on each partition of `topic`, or `None` (and the
@@ -244,19 +263,27 @@ async fn progress(
         return Ok(None);
     };
     let committed = committed_offsets(kafka, group, topic).await?;
-    Ok(Some(
-        ends.into_iter()
-            .map(|(partition, (first, end))| {
-                let committed = committed.get(&partition).copied();
-                Progress {
-                    partition,
-                    log_end: end,
-                    committed,
-                    lag: end - committed.unwrap_or(first),
-                }
-            })
-            .collect(),
-    ))
+    let now = stockledger_analysts::query::now_ms();
+    let mut all = Vec::with_capacity(ends.len());
+    for (partition, (first, end)) in ends {
+        let committed = committed.get(&partition).copied();
+        let next = committed.unwrap_or(first).max(first);
+        let waiting_ms = match next < end {
+            true => read_at(kafka, topic, partition, next, ASK_WITHIN)
+                .await?
+                .and_then(|r| r.timestamp)
+                .map(|t| (now - t).max(0)),
+            false => None,
+        };
+        all.push(Progress {
+            partition,
+            log_end: end,
+            committed,
+            lag: end - next,
+            waiting_ms,
+        });
+    }
+    Ok(Some(all))
 }
 
 /// The first offset kept and the log end of each partition of `topic`, or
@@ -306,20 +333,55 @@ fn judge(report: &mut Report, args: &Args) -> ExitCode {
         report.state = "topics missing";
         return Exit::NotFound.into();
     }
-    let behind = report.commands.iter().any(|c| c.applier_lag > args.max_lag)
-        || report
-            .commands
-            .iter()
-            .any(|c| c.hold_overdue_ms.unwrap_or(0) > args.max_hold_overdue_ms)
-        || report
-            .outcomes
-            .iter()
-            .any(|o| o.archiver_lag > args.max_lag);
-    if behind {
-        report.state = "lagging";
-        return Exit::Check.into();
+    let mut stalled = Vec::new();
+    let mut behind = Vec::new();
+    for c in &report.commands {
+        let p = c.partition;
+        if let Some(waited) = c.applier_waiting_ms.filter(|&w| w > args.max_wait_ms) {
+            stalled.push(format!(
+                "applier stalled: partition {p}'s oldest record not applied has waited {waited} ms \
+                 (more than --max-wait-ms {}); the applier's log says why",
+                args.max_wait_ms
+            ));
+        }
+        if c.applier_lag > args.max_lag {
+            behind.push(format!(
+                "applier lagging: partition {p} is {} records behind (more than --max-lag {})",
+                c.applier_lag, args.max_lag
+            ));
+        }
+        if let Some(late) = c.hold_overdue_ms.filter(|&l| l > args.max_hold_overdue_ms) {
+            behind.push(format!(
+                "expirer lagging: partition {p} has a hold {late} ms past its deadline (more than \
+                 --max-hold-overdue-ms {})",
+                args.max_hold_overdue_ms
+            ));
+        }
     }
-    ExitCode::SUCCESS
+    for o in &report.outcomes {
+        let p = o.partition;
+        if let Some(waited) = o.archiver_waiting_ms.filter(|&w| w > args.max_wait_ms) {
+            stalled.push(format!(
+                "archiver stalled: outcomes partition {p}'s oldest outcome not archived has waited \
+                 {waited} ms (more than --max-wait-ms {}); the archiver's log says why",
+                args.max_wait_ms
+            ));
+        }
+        if o.archiver_lag > args.max_lag {
+            behind.push(format!(
+                "archiver lagging: outcomes partition {p} is {} records behind (more than \
+                 --max-lag {})",
+                o.archiver_lag, args.max_lag
+            ));
+        }
+    }
+    report.state = match (stalled.is_empty(), behind.is_empty()) {
+        (true, true) => return ExitCode::SUCCESS,
+        (false, _) => "stalled",
+        (true, false) => "lagging",
+    };
+    report.problems = stalled.into_iter().chain(behind).collect();
+    Exit::Check.into()
 }
 
 fn print_table(report: &Report) {
@@ -327,6 +389,9 @@ fn print_table(report: &Report) {
         "stockledger status: {} (topic {}, Redis prefix {})",
         report.state, report.topic, report.prefix
     );
+    for problem in &report.problems {
+        println!("  {problem}");
+    }
     for (name, reach) in [
         ("kafka", &report.kafka),
         ("redis", &report.redis),
@@ -347,6 +412,7 @@ fn print_table(report: &Report) {
                 c.log_end.into(),
                 cell(c.applier_committed).into(),
                 c.applier_lag.into(),
+                cell(c.applier_waiting_ms).into(),
                 cell(c.projection_applied).into(),
                 c.holds.map_or("-".to_owned(), |n| n.to_string()).into(),
                 cell(c.hold_overdue_ms).into(),
@@ -361,6 +427,7 @@ fn print_table(report: &Report) {
             "log end",
             "applier at",
             "lag",
+            "waiting ms",
             "folded to",
             "holds",
             "overdue ms",
@@ -376,13 +443,20 @@ fn print_table(report: &Report) {
                 o.log_end.into(),
                 cell(o.archiver_committed).into(),
                 o.archiver_lag.into(),
+                cell(o.archiver_waiting_ms).into(),
             ]
         })
         .collect();
     println!();
     super::table::print(
         super::table::Format::Table,
-        &["outcomes partition", "log end", "archiver at", "lag"],
+        &[
+            "outcomes partition",
+            "log end",
+            "archiver at",
+            "lag",
+            "waiting ms",
+        ],
         &rows,
     );
     println!();
