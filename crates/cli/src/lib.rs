@@ -285,7 +285,7 @@ pub enum Command {
     Order(order::Args),
     /// Show archived decisions of a SKU or an order, a page at a time (time range, results, newest first).
     #[command(
-        after_help = "Examples:\n  stockledger history --sku SKU-1 --since -1d\n  stockledger history --order order-17 --format json"
+        after_help = "Examples:\n  stockledger history --sku SKU-1 --since -1d\n  stockledger history --order order-17 --format json\n  stockledger history --order order-17 --sku SKU-1\n  stockledger history --sku SHOW-1 --unit A12"
     )]
     History(history::Args),
     /// Per-SKU (or per-location) totals per interval from the archive: taken, returned, refused, lowest stock, sold out.

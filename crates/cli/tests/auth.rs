@@ -337,6 +337,11 @@ async fn bad_keys_input_is_refused_in_one_line_naming_the_flag_or_field() -> any
             "missing.toml",
         ),
     ];
+    // Listening beyond loopback without keys is a wrong flag: exit 2.
+    let out = stockledger(&h)
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()?;
+    assert_eq!(out.status.code(), Some(2));
     for (args, expected) in cases {
         let out = stockledger(&h).args(args).output()?;
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -14,7 +14,14 @@ use super::{check_range, parse_order_id, parse_result, parse_sku, parse_time, qu
 use crate::{connect_analyst, Global};
 
 #[derive(Debug, ClapArgs)]
-#[command(group(clap::ArgGroup::new("of").required(true).args(["sku", "order", "basket", "unit"])))]
+// One of them at least; --sku narrows --order and names --unit's SKU, and
+// the conflicts below keep the rest apart.
+#[command(group(
+    clap::ArgGroup::new("of")
+        .required(true)
+        .multiple(true)
+        .args(["sku", "order", "basket", "unit"])
+))]
 pub struct Args {
     /// History of this SKU (or, with --order, the order's entries for this SKU only).
     #[arg(long, value_parser = parse_sku)]

@@ -12,6 +12,7 @@ use stockledger_http::{GatewayConfig, Limits, Probes, Tls};
 use tracing::{info, warn};
 
 use super::observe::{self, MetricsArgs};
+use crate::exit::{fail, Exit};
 use crate::{shutdown_signal, Global};
 
 #[derive(Debug, ClapArgs)]
@@ -74,12 +75,15 @@ pub struct Args {
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if args.api_keys.is_none() && !args.listen.ip().is_loopback() {
-        anyhow::bail!(
-            "--listen {}: without --api-keys the gateway lets anyone restock, refund and \
-             lift limits, so it listens on loopback only; make keys with `stockledger keys \
-             new` and pass --api-keys FILE, or listen on 127.0.0.1",
-            args.listen
-        );
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "--listen {}: without --api-keys the gateway lets anyone restock, refund and \
+                 lift limits, so it listens on loopback only; make keys with `stockledger keys \
+                 new` and pass --api-keys FILE, or listen on 127.0.0.1",
+                args.listen
+            ),
+        ));
     }
     let api_keys = match &args.api_keys {
         Some(path) => {
