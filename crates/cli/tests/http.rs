@@ -581,7 +581,7 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
             .join(",")
     );
     let long_unit = format!(r#"{{"units": ["{}"]}}"#, "u".repeat(129));
-    let cases: [Case; 55] = [
+    let cases: [Case; 60] = [
         ("malformed JSON", DEDUCT, JSON, Some(r#"{"quantity": "#.into()), 400, None),
         ("a wrong type", DEDUCT, JSON, Some(r#"{"quantity": "two"}"#.into()), 422, Some("quantity")),
         ("an unknown field", DEDUCT, JSON, Some(r#"{"quantity": 1, "colour": "red"}"#.into()), 422, Some("colour")),
@@ -608,6 +608,11 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         ("an array for a rollback", "/v1/skus/SKU/orders/o1/rollback", JSON, Some("[null]".into()), 422, Some("body")),
         ("a number for a body", DEDUCT, JSON, Some("1".into()), 422, Some("body")),
         ("a key twice", DEDUCT, JSON, Some(r#"{"quantity": 1, "quantity": 2}"#.into()), 422, Some("quantity")),
+        ("a wait on a basket, which takes none", "/v1/baskets/b1/hold?wait_ms=99999999", JSON, Some(r#"{"hold_ms": 60000, "lines": [{"sku": "A", "quantity": 1}]}"#.into()), 422, Some("wait_ms")),
+        ("a query parameter twice", "/v1/skus/SKU/orders/o1/deduct?wait_ms=10&wait_ms=20", JSON, Some(r#"{"quantity": 1}"#.into()), 422, Some("wait_ms")),
+        ("a query parameter on a stock read", "/v1/skus/SKU?full=1", "", None, 422, Some("full")),
+        ("a query parameter on an order read", "/v1/skus/SKU/orders/o1?x=1", "", None, 422, Some("x")),
+        ("a history parameter twice", "/v1/history?sku=A&sku=B", "", None, 422, Some("sku")),
         ("a hold of zero", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 0}"#.into()), 422, Some("hold_ms")),
         ("a hold over 7 days", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 604800001}"#.into()), 422, Some("hold_ms")),
         ("a hold and a deadline", DEDUCT, JSON, Some(r#"{"quantity": 1, "hold_ms": 5, "expires_at": 9}"#.into()), 422, Some("hold_ms")),

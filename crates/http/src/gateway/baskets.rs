@@ -23,7 +23,7 @@ use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::{BasketId, CommandBody, Decision, Reason, Sku, UserId};
 
 use super::bodies::{BasketHoldRequest, BasketLineBody, BasketResponse, RollbackRequest};
-use super::problem::{path_problem, redis_problem, Body, Problem};
+use super::problem::{path_problem, redis_problem, Body, NoParams, Problem, Query};
 use super::{Answer, Gateway, Shared};
 
 /// The longest one line's decision is awaited before it is awaited again
@@ -155,6 +155,7 @@ fn same_lines(known: &BasketAnswer, asked: &BasketHold) -> Result<(), Problem> {
 pub(crate) async fn hold(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
     Body(request): Body<BasketHoldRequest>,
 ) -> Answer {
     let id = basket_path(path)?;
@@ -205,6 +206,7 @@ pub(crate) async fn hold(
 pub(crate) async fn confirm(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
 ) -> Answer {
     let id = basket_path(path)?;
     let known = gateway.known_basket(&id).await?;
@@ -234,6 +236,7 @@ pub(crate) async fn confirm(
 pub(crate) async fn release(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
     request: Request,
 ) -> Answer {
     let id = basket_path(path)?;
@@ -270,6 +273,7 @@ pub(crate) async fn release(
 pub(crate) async fn show(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
 ) -> Answer {
     let id = basket_path(path)?;
     let known = gateway.known_basket(&id).await?;

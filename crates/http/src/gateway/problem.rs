@@ -239,6 +239,13 @@ where
     }
 }
 
+/// The query of a route that takes no parameter: any is refused with 422
+/// naming it, so that a misspelt or misplaced one (`?wait_ms=` on a basket)
+/// is not silently ignored.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
 /// Query parameters of type `T`; a bad one is refused with 422 naming it.
 #[derive(Debug)]
 pub struct Query<T>(pub T);

@@ -11,7 +11,7 @@ use stockledger_core::{BasketId, OrderId, ResultCode, Sku, UnitId};
 
 use super::bodies::*;
 use super::commands::sku_and_order;
-use super::problem::{archive_problem, path_problem, redis_problem, Problem, Query};
+use super::problem::{archive_problem, path_problem, redis_problem, NoParams, Problem, Query};
 use super::{Answer, Shared};
 
 /// The stock of `sku`, from the Redis projection.
@@ -24,6 +24,7 @@ use super::{Answer, Shared};
 pub(crate) async fn stock(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
@@ -66,6 +67,7 @@ pub(crate) async fn stock(
 pub(crate) async fn units(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
+    _: Query<NoParams>,
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
@@ -98,6 +100,7 @@ pub(crate) async fn units(
 pub(crate) async fn order(
     State(gateway): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
+    _: Query<NoParams>,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
     match gateway.known_order(&sku, &order_id).await? {
