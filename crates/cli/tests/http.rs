@@ -551,6 +551,56 @@ async fn the_gateway_checks_out_reservations_and_refuses_a_sold_out_sku_without_
     Ok(())
 }
 
+/// Two deducts of one order id with different bodies, raced: whichever
+/// is decided second is a 409 naming the quantity, never `repeat`, and
+/// the order the ledger holds is the one answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_different_requests_raced_on_one_order_are_a_decision_and_a_409_never_a_repeat(
+) -> anyhow::Result<()> {
+    let h = Harness::new("http-race", 1).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let sku = format!("{base}/v1/skus/SKU-R");
+    let (status, _, body) = post(
+        &format!("{sku}/restocks/r1?wait_ms=30000"),
+        json!({"mode": "SET", "quantity": 1_000_000}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{body}");
+    for i in 0..100 {
+        let url = format!("{sku}/orders/race-{i}/deduct?wait_ms=30000");
+        let (one, seven) = tokio::join!(
+            post(&url, json!({"quantity": 1})),
+            post(&url, json!({"quantity": 7}))
+        );
+        let answers = [(1, one?), (7, seven?)];
+        let mut statuses: Vec<u16> = answers.iter().map(|(_, (s, _, _))| *s).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "race {i}: {answers:?}");
+        let (won, (_, _, decided)) = answers.iter().find(|(_, (s, _, _))| *s == 200).unwrap();
+        let (_, (_, _, refused)) = answers.iter().find(|(_, (s, _, _))| *s == 409).unwrap();
+        assert_eq!(decided["repeat"], false, "race {i}: {decided}");
+        assert_eq!(
+            decided["decision"]["result"], "APPLIED",
+            "race {i}: {decided}"
+        );
+        assert_eq!(refused["field"], "quantity", "race {i}: {refused}");
+        let (status, _, order) = get(&format!("{sku}/orders/race-{i}")).await?;
+        assert_eq!(
+            (status, &order["quantity"]),
+            (200, &json!(won)),
+            "race {i}: {order}"
+        );
+    }
+    // The race was run, not only the check before publishing: some losers
+    // reached the log and were decided DUPLICATE first.
+    let logged = h.read(&h.ns.topic).await?.len() - 1;
+    eprintln!("{} of 100 losers reached the log", logged - 100);
+    assert!(logged > 100, "no request raced its twin into the log");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() -> anyhow::Result<()>
 {

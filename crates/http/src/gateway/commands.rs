@@ -4,9 +4,9 @@
 //!
 //! Commands name their idempotency key in the path (the order id, the
 //! restock's adjustment id, or the transfer's id): a request the ledger already holds is answered
-//! `200` with `"repeat": true` and publishes nothing; one that races its
-//! twin into the log is decided `DUPLICATE` by the applier and said to be a
-//! repeat too.
+//! `200` with `"repeat": true` and publishes nothing; a deduct that races
+//! its twin into the log is decided `DUPLICATE` by the applier and compared
+//! then: a repeat if identical, 409 if not.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
@@ -24,6 +24,7 @@ use tracing::warn;
 
 use super::bodies::*;
 use super::problem::{path_problem, Body, Problem, Query};
+use super::publish::SameOrder;
 use super::{Answer, Shared};
 
 pub(super) fn sku_and_order(
@@ -63,6 +64,19 @@ pub(crate) async fn deduct(
     let user_id = request.user_id.map(UserId::new).transpose()?;
     let expires_at = hold_deadline(request.hold_ms, request.expires_at)?;
     let wait = gateway.wait(&wait)?;
+    let hold_field = if request.hold_ms.is_some() {
+        "hold_ms"
+    } else {
+        "expires_at"
+    };
+    let asked = AskedDeduct {
+        quantity: deduct.quantity,
+        units: deduct.units.clone(),
+        location: deduct.location.clone(),
+        user_id: user_id.clone(),
+        expires_at,
+        hold_field,
+    };
     if let Some(entry) = gateway.held_order(&sku, &order_id).await {
         let deducted = matches!(
             entry.status,
@@ -73,18 +87,6 @@ pub(crate) async fn deduct(
                 | OrderStatus::Expired
         );
         if deducted {
-            let asked = AskedDeduct {
-                quantity: deduct.quantity,
-                units: &deduct.units,
-                location: deduct.location.as_ref(),
-                user_id: user_id.as_ref(),
-                expires_at,
-                hold_field: if request.hold_ms.is_some() {
-                    "hold_ms"
-                } else {
-                    "expires_at"
-                },
-            };
             asked.same_as(&entry, &sku, &order_id)?;
             return Ok(repeat(&sku, Some(OrderBody::new(&sku, &order_id, &entry))));
         }
@@ -94,8 +96,19 @@ pub(crate) async fn deduct(
         expires_at,
         ..deduct
     });
+    // Raced into the log by another request for this order, it is decided
+    // DUPLICATE: compared again then, with what the first one left.
+    let (held_sku, held_order) = (sku.clone(), order_id.clone());
+    let same: SameOrder = Box::new(move |entry| asked.same_as(entry, &held_sku, &held_order));
     gateway
-        .command(sku, Some(order_id), body, wait, trace.traceparent)
+        .command_checked(
+            sku,
+            Some(order_id),
+            body,
+            wait,
+            trace.traceparent,
+            Some(same),
+        )
         .await
 }
 
@@ -128,19 +141,21 @@ pub(super) fn hold_deadline(
     }
 }
 
-/// What a deduct asks for, to compare with the order the ledger holds.
-struct AskedDeduct<'a> {
+/// What a deduct asks for, to compare with the order the ledger holds:
+/// before publishing, and again once decided if it raced another request
+/// for the same order into the log.
+struct AskedDeduct {
     quantity: Quantity,
-    units: &'a [UnitId],
+    units: Vec<UnitId>,
     /// The location asked for, if any (the ledger chooses when none is).
-    location: Option<&'a LocationId>,
-    user_id: Option<&'a UserId>,
+    location: Option<LocationId>,
+    user_id: Option<UserId>,
     expires_at: Option<i64>,
     /// The field that asked for a hold (`hold_ms` or `expires_at`).
     hold_field: &'static str,
 }
 
-impl AskedDeduct<'_> {
+impl AskedDeduct {
     /// Refuses (409, naming the first field that differs) a deduct of an
     /// order the ledger holds unless it is an identical repeat. A hold's
     /// deadline is compared as "a hold or not": `hold_ms` gives a new one
@@ -157,12 +172,13 @@ impl AskedDeduct<'_> {
             .then(|| ("units", format!("units {:?}", entry.units))),
             (self
                 .location
+                .as_ref()
                 .is_some_and(|l| entry.location.as_deref() != Some(l.as_str())))
             .then(|| {
                 let at = entry.location.as_deref().unwrap_or("no location");
                 ("location", format!("location {at}"))
             }),
-            (entry.user.as_deref() != self.user_id.map(UserId::as_str)).then(|| {
+            (entry.user.as_deref() != self.user_id.as_ref().map(UserId::as_str)).then(|| {
                 let user = entry
                     .user
                     .as_deref()

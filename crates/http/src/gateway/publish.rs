@@ -20,6 +20,9 @@ use super::bodies::*;
 use super::problem::{redis_problem, Problem};
 use super::{Answer, Gateway};
 
+/// Compares a request with the order the ledger holds under its id.
+pub(super) type SameOrder = Box<dyn FnOnce(&OrderEntry) -> Result<(), Problem> + Send>;
+
 /// How long a repeated restock waits to read its first record back. A
 /// fresh reader takes about 0.1 s on a local Apache Kafka, but the API
 /// fuzzer once got a 503 here (cause not kept) from a broker busy with
@@ -155,6 +158,23 @@ impl Gateway {
         wait: Option<Duration>,
         traceparent: Option<String>,
     ) -> Answer {
+        self.command_checked(sku, order_id, body, wait, traceparent, None)
+            .await
+    }
+
+    /// [`Self::command`], and when the applier decides it `DUPLICATE` (it
+    /// raced another request for the same order into the log), `same`
+    /// compares it with the order the ledger holds: only an identical
+    /// request is answered as a repeat, another gets its 409.
+    pub(super) async fn command_checked(
+        &self,
+        sku: Sku,
+        order_id: Option<OrderId>,
+        body: CommandBody,
+        wait: Option<Duration>,
+        traceparent: Option<String>,
+        same: Option<SameOrder>,
+    ) -> Answer {
         let kind = body.kind().as_str();
         if !self.broker_up.load(Ordering::Relaxed) {
             metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => "brokers_down")
@@ -206,7 +226,19 @@ impl Gateway {
                 if decision.result == ResultCode::Duplicate {
                     response.repeat = true;
                     if let Some(order_id) = &order_id {
-                        if let Ok(Some(entry)) = self.known_order(&sku, order_id).await {
+                        let entry = self.known_order(&sku, order_id).await;
+                        if let Some(same) = same {
+                            let Ok(Some(held)) = &entry else {
+                                return Err(Problem::new(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "decided as a repeat of an order the ledger holds, but the \
+                                     order could not be read to compare; asking again is safe",
+                                )
+                                .retry_after(1));
+                            };
+                            same(held)?;
+                        }
+                        if let Ok(Some(entry)) = entry {
                             response.order = Some(OrderBody::new(&sku, order_id, &entry));
                         }
                     }
