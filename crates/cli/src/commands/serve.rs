@@ -51,7 +51,11 @@ pub struct Args {
           value_delimiter = ',', value_parser = parse_origin)]
     pub cors_origins: Vec<String>,
     /// Longest wait_ms a request may ask for.
-    #[arg(long, env = "STOCKLEDGER_MAX_WAIT_MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        env = "STOCKLEDGER_MAX_WAIT_MS",
+        default_value_t = stockledger_http::gateway::DEFAULT_MAX_WAIT_MS
+    )]
     pub max_wait_ms: u64,
     /// Connections open at once; more clients wait until one closes.
     #[arg(long, env = "STOCKLEDGER_MAX_CONNECTIONS", default_value_t = 10_000)]

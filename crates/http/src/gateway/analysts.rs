@@ -29,9 +29,6 @@ pub const MAX_REPORT_ROWS: i64 = 100_000;
 pub struct AsOfParams {
     /// A log offset of the SKU's partition (a whole number), or a time: RFC
     /// 3339, `now`, or a time ago like `-15m`.
-    #[param(
-        pattern = r"^[0-9]+$|^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
-    )]
     pub at: String,
 }
 
@@ -154,14 +151,8 @@ pub struct ReportParams {
     pub every: Option<String>,
     /// Start of the range, inclusive (default `-1d`): RFC 3339, `now`, or a
     /// time ago.
-    #[param(
-        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
-    )]
     pub since: Option<String>,
     /// End of the range, exclusive (default `now`).
-    #[param(
-        pattern = r"^(now|-[1-9][0-9]*[smhdw]|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2}))$"
-    )]
     pub until: Option<String>,
     /// One SKU only.
     #[param(

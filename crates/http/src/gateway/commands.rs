@@ -36,7 +36,7 @@ pub(super) fn sku_and_order(
 
 /// Take `quantity` units of `sku` for `order_id`.
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/deduct", tag = "commands",
-    params(("sku" = String, Path, description = "The SKU (1-128 bytes, no control characters, no braces)"),
+    params(("sku" = String, Path, description = "The SKU"),
            ("order_id" = String, Path, description = "The order: the idempotency key"),
            WaitParams, TraceHeader),
     request_body = DeductRequest,
@@ -113,7 +113,7 @@ pub(crate) async fn deduct(
 }
 
 /// The deadline of the hold a deduct asks for: `hold_ms` from now (at
-/// most [`MAX_HOLD_MS`](stockledger_core::ids::MAX_HOLD_MS)), or
+/// least a second, at most [`MAX_HOLD_MS`](stockledger_core::ids::MAX_HOLD_MS)), or
 /// `expires_at`, never both; none for a plain deduct.
 pub(super) fn hold_deadline(
     hold_ms: Option<i64>,
@@ -123,9 +123,15 @@ pub(super) fn hold_deadline(
         (Some(_), Some(_)) => {
             Err(ValidationError::new("hold_ms", "give hold_ms or expires_at, not both").into())
         }
-        (Some(hold), None) if hold <= 0 => {
-            Err(ValidationError::new("hold_ms", format!("must be at least 1, got {hold}")).into())
-        }
+        (Some(hold), None) if hold < super::contract::MIN_HOLD_MS => Err(ValidationError::new(
+            "hold_ms",
+            format!(
+                "must be at least {} (a hold shorter than a second could end before it is \
+                 logged), got {hold}",
+                super::contract::MIN_HOLD_MS
+            ),
+        )
+        .into()),
         (Some(hold), None) if hold > stockledger_core::ids::MAX_HOLD_MS => {
             Err(ValidationError::new(
                 "hold_ms",

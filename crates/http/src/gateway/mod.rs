@@ -16,10 +16,14 @@ pub mod auth;
 mod baskets;
 pub mod bodies;
 mod commands;
+mod contract;
 pub mod events;
 pub mod problem;
 mod publish;
 mod reads;
+
+use contract::Rules;
+pub use contract::DEFAULT_MAX_WAIT_MS;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,7 +141,7 @@ impl GatewayConfig {
             prefix: "stockledger".into(),
             topic: "stock.ledger".into(),
             events_topic: None,
-            max_wait: Duration::from_secs(30),
+            max_wait: Duration::from_millis(DEFAULT_MAX_WAIT_MS),
             body_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             sold_out_fast_path: false,
@@ -217,7 +221,7 @@ pub(crate) struct Gateway {
         observe::readyz_doc
     ),
     components(schemas(events::StockEventBody, events::StockSnapshot)),
-    modifiers(&Doors),
+    modifiers(&Doors, &Rules),
     tags(
         (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
         (name = "baskets", description = "Several SKUs held, confirmed or released together, all or none; each waits for every line's decision"),

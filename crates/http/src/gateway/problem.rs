@@ -96,6 +96,7 @@ pub struct Body<T>(pub T);
 
 impl<T: DeserializeOwned> Body<T> {
     fn parse(bytes: &[u8]) -> Result<T, Problem> {
+        let bytes = &integral_numbers(bytes)[..];
         // serde reads a struct from an array by position too; every body
         // is an object, and the docs promise nothing else gets in.
         let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -134,16 +135,71 @@ impl<T: DeserializeOwned> Body<T> {
         Ok(value)
     }
 
-    /// Reads an optional body: absent or empty gives `T::default()`.
+    /// Reads an optional body: absent, empty or `null` gives `T::default()`.
     pub async fn optional<S: Send + Sync>(req: Request, state: &S) -> Result<T, Problem>
     where
         T: Default,
     {
         let bytes = read_body(req, state).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        // No body, or JSON's null, is the request with every field left out.
+        if matches!(bytes.trim_ascii(), b"" | b"null") {
             return Ok(T::default());
         }
         Self::parse(&bytes)
+    }
+}
+
+/// `bytes` (JSON) with each number written with a fraction of zeros alone
+/// (`99.0`) written as the integer it is (`99`): JSON Schema calls it an
+/// integer, and clients that hold numbers as floats (Python's `json`, most
+/// JavaScript) send it so, where serde reads an `i64` only from digits.
+/// Text inside strings is left alone; so is anything else that is not an
+/// integer. Written here because serde_json has no such option.
+fn integral_numbers(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut in_string, mut escaped) = (0, false, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            (in_string, escaped) = match (escaped, b) {
+                (true, _) => (true, false),
+                (false, b'\\') => (true, true),
+                (false, b'"') => (false, false),
+                _ => (true, false),
+            };
+        } else if b == b'"' {
+            in_string = true;
+        } else if b.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            let zeros = bytes[i..]
+                .iter()
+                .skip(1)
+                .take_while(|&&z| z == b'0')
+                .count();
+            let after = i + 1 + zeros;
+            let ends = |at: usize| !matches!(bytes.get(at), Some(b'0'..=b'9' | b'e' | b'E' | b'.'));
+            if bytes.get(i) == Some(&b'.') && zeros > 0 && ends(after) {
+                let kept = out.get_or_insert_with(|| bytes[..start].to_vec());
+                kept.extend_from_slice(&bytes[start..i]);
+                i = after;
+                continue;
+            }
+            if let Some(kept) = &mut out {
+                kept.extend_from_slice(&bytes[start..i]);
+            }
+            continue;
+        }
+        if let Some(kept) = &mut out {
+            kept.push(b);
+        }
+        i += 1;
+    }
+    match out {
+        Some(kept) => std::borrow::Cow::Owned(kept),
+        None => std::borrow::Cow::Borrowed(bytes),
     }
 }
 
@@ -302,4 +358,42 @@ pub(super) fn redis_problem(e: &dyn std::error::Error) -> Problem {
         ),
     )
     .retry_after(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn integral(text: &str) -> String {
+        String::from_utf8(integral_numbers(text.as_bytes()).into_owned()).unwrap_or_default()
+    }
+
+    #[test]
+    fn numbers_with_a_fraction_of_zeros_read_as_integers_and_nothing_else_changes() {
+        assert_eq!(
+            integral(r#"{"per_user": 20590.0}"#),
+            r#"{"per_user": 20590}"#
+        );
+        assert_eq!(
+            integral(r#"[1.00,-2.0,3.5,4.0e1,0.0]"#),
+            r#"[1,-2,3.5,4.0e1,0]"#
+        );
+        assert_eq!(
+            integral(r#"{"reason": "1.0 \"2.0\"", "q": 7.0}"#),
+            r#"{"reason": "1.0 \"2.0\"", "q": 7}"#
+        );
+        let untouched = r#"{"quantity": 3, "user_id": "u.1"}"#;
+        assert!(matches!(
+            integral_numbers(untouched.as_bytes()),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        #[derive(Debug, serde::Deserialize, PartialEq)]
+        struct Limit {
+            per_user: i64,
+        }
+        let read: Limit =
+            Body::<Limit>::parse(br#"{"per_user": 99.0}"#).unwrap_or(Limit { per_user: 0 });
+        assert_eq!(read, Limit { per_user: 99 });
+        assert!(Body::<Limit>::parse(br#"{"per_user": 99.5}"#).is_err());
+    }
 }

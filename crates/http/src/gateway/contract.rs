@@ -1,0 +1,237 @@
+//! The rules the handlers enforce that utoipa's attributes cannot say,
+//! written into the OpenAPI document in one place, so that the document
+//! accepts nothing the gateway refuses: the ids in paths, the longest
+//! `wait_ms`, the fields of a deduct that exclude each other, the names of
+//! units. Schemathesis, in its positive mode, holds the two to that.
+
+use serde_json::json;
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::schema::{ArrayItems, Object, ObjectBuilder, Schema, Type};
+use utoipa::openapi::{OpenApi, RefOr};
+
+/// What `check_id` accepts, as a pattern: no control character, no brace,
+/// no surrounding white space. Its length (1 to 128 bytes of UTF-8) is
+/// given as 1 to 128 characters in the document, which cannot count bytes,
+/// and said in the description.
+pub(crate) const ID_PATTERN: &str =
+    r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$";
+
+/// The path parameters that are ids.
+const ID_PARAMETERS: [&str; 5] = [
+    "sku",
+    "order_id",
+    "basket_id",
+    "adjustment_id",
+    "transfer_id",
+];
+
+/// The shortest hold `hold_ms` may ask for: one shorter could end before
+/// its record is stamped and logged.
+pub(crate) const MIN_HOLD_MS: i64 = 1_000;
+
+/// An instant as the analysts' routes take it, as a pattern: `now`, a time
+/// ago (`-15m`; up to 99,999 units, so that it stays after the year 1), or
+/// RFC 3339 with a zone, its date a real one (29 February aside) from 1970
+/// on. The gateway takes more (any RFC 3339 instant from the year 1); the
+/// document says no more than it takes.
+const INSTANT_PATTERN: &str = concat!(
+    r"^(now|-[1-9][0-9]{0,4}[smhdw]|",
+    r"(19[7-9][0-9]|[2-9][0-9]{3})-",
+    r"((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))",
+    r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))$"
+);
+
+/// A report's interval, as a pattern: a whole number of one unit, at most
+/// about 30 years in any unit (the gateway takes up to 100).
+const EVERY_PATTERN: &str =
+    r"^([1-9][0-9]{0,8}s|[1-9][0-9]{0,6}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d|[1-9][0-9]{0,2}w)$";
+
+/// Free text (a reason), as a pattern: no control character (`check_text`).
+const TEXT_PATTERN: &str = r"^[^\x00-\x1f\x7f-\x9f]*$";
+
+/// The query parameters that are instants.
+const INSTANT_PARAMETERS: [&str; 2] = ["since", "until"];
+
+/// The longest `wait_ms` the gateway takes by default (`serve
+/// --max-wait-ms`).
+pub const DEFAULT_MAX_WAIT_MS: u64 = 30_000;
+
+/// One result name or several, comma-separated.
+fn results_pattern() -> String {
+    let names: Vec<&str> = stockledger_core::ResultCode::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let one = names.join("|");
+    format!("^({one})(,({one}))*$")
+}
+
+fn string_matching(pattern: &str) -> Schema {
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .build(),
+    )
+}
+
+fn id_schema() -> Schema {
+    Schema::Object(id_object())
+}
+
+fn id_object() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(128))
+        .pattern(Some(ID_PATTERN))
+        .build()
+}
+
+/// Adds the rules to `document`.
+pub(super) struct Rules;
+
+impl utoipa::Modify for Rules {
+    fn modify(&self, document: &mut OpenApi) {
+        for item in document.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.put];
+            for operation in operations.into_iter().flatten() {
+                parameters(operation);
+            }
+        }
+        let Some(components) = document.components.as_mut() else {
+            return;
+        };
+        for (name, schema) in components.schemas.iter_mut() {
+            let RefOr::T(Schema::Object(object)) = schema else {
+                continue;
+            };
+            for (field, property) in object.properties.iter_mut() {
+                match (field.as_str(), property) {
+                    ("units", property) => unit_names(property),
+                    ("reason", RefOr::T(Schema::Object(reason))) if name.ends_with("Request") => {
+                        reason.pattern = Some(TEXT_PATTERN.to_owned());
+                        // 1,024 bytes of UTF-8 hold 256 characters at worst.
+                        reason.max_length = Some(stockledger_core::command::MAX_REASON_LEN / 4);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(RefOr::T(Schema::Object(hold))) = object.properties.get_mut("hold_ms") {
+                hold.minimum = Some(MIN_HOLD_MS.into());
+                hold.maximum = Some(stockledger_core::ids::MAX_HOLD_MS.into());
+            }
+            match name.as_str() {
+                "DeductRequest" => deduct(object),
+                "BasketHoldRequest" => basket_hold(object),
+                "RestockRequest" => restock(object),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn parameters(operation: &mut Operation) {
+    for parameter in operation.parameters.iter_mut().flatten() {
+        let name = parameter.name.as_str();
+        if parameter.parameter_in == ParameterIn::Path && ID_PARAMETERS.contains(&name) {
+            parameter.schema = Some(RefOr::T(id_schema()));
+            let rule = "1 to 128 bytes of UTF-8, no control characters, no braces, no \
+                        surrounding white space";
+            parameter.description = Some(match parameter.description.take() {
+                Some(said) => format!("{said} ({rule})"),
+                None => rule.to_owned(),
+            });
+        }
+        if parameter.parameter_in == ParameterIn::Query && INSTANT_PARAMETERS.contains(&name) {
+            parameter.schema = Some(RefOr::T(string_matching(INSTANT_PATTERN)));
+        }
+        if parameter.parameter_in == ParameterIn::Query && name == "at" {
+            // A log offset (up to 18 digits, within an i64), or an instant.
+            let offset_or_instant = format!("^[0-9]{{1,18}}$|{INSTANT_PATTERN}");
+            parameter.schema = Some(RefOr::T(string_matching(&offset_or_instant)));
+        }
+        if parameter.parameter_in == ParameterIn::Query && name == "result" {
+            parameter.schema = Some(RefOr::T(string_matching(&results_pattern())));
+        }
+        if parameter.parameter_in == ParameterIn::Query && name == "every" {
+            parameter.schema = Some(RefOr::T(string_matching(EVERY_PATTERN)));
+        }
+        if parameter.parameter_in == ParameterIn::Query && name == "wait_ms" {
+            if let Some(RefOr::T(Schema::Object(wait))) = parameter.schema.as_mut() {
+                wait.maximum = Some(DEFAULT_MAX_WAIT_MS.into());
+            }
+        }
+    }
+}
+
+/// An array of unit names: each an id, none twice.
+fn unit_names(property: &mut RefOr<Schema>) {
+    if let RefOr::T(Schema::Array(array)) = property {
+        array.items = ArrayItems::RefOrSchema(Box::new(RefOr::T(id_schema())));
+        array.unique_items = true;
+    }
+}
+
+/// A basket is a hold: `hold_ms` or `expires_at`, not both.
+fn basket_hold(object: &mut Object) {
+    let extensions = object.extensions.get_or_insert_with(Default::default);
+    extensions.insert(
+        "anyOf".into(),
+        json!([
+            {"required": ["hold_ms"], "properties": {"hold_ms": {"type": "integer"}}},
+            {"required": ["expires_at"], "properties": {"expires_at": {"type": "integer"}}},
+        ]),
+    );
+    extensions.insert("not".into(), json!({"required": ["hold_ms", "expires_at"]}));
+}
+
+/// Counted stock is `mode` and `quantity` (`ADD` non-zero, `SET` at least
+/// 0); named units are `units` alone (the document asks for no `mode`,
+/// `quantity` or `location` beside them, which the gateway takes when they
+/// agree).
+fn restock(object: &mut Object) {
+    let extensions = object.extensions.get_or_insert_with(Default::default);
+    extensions.insert(
+        "anyOf".into(),
+        json!([
+            {"required": ["mode", "quantity"], "properties": {
+                "mode": {"const": "ADD"}, "quantity": {"type": "integer", "not": {"const": 0}}}},
+            {"required": ["mode", "quantity"], "properties": {
+                "mode": {"const": "SET"}, "quantity": {"type": "integer", "minimum": 0}}},
+            {"required": ["units"], "properties": {"units": {"type": "array"}}},
+        ]),
+    );
+    extensions.insert(
+        "not".into(),
+        json!({"anyOf": [
+            {"required": ["units", "quantity"]},
+            {"required": ["units", "location"]},
+            {"required": ["units", "mode"]},
+        ]}),
+    );
+}
+
+/// A deduct names a quantity or units; `units` goes without `quantity` (its
+/// number, if given at all) and without `location`; `hold_ms` without
+/// `expires_at`. The document cannot say "the quantity equals the number
+/// of units", so it asks for units alone: stricter than the gateway, never
+/// looser.
+fn deduct(object: &mut Object) {
+    let extensions = object.extensions.get_or_insert_with(Default::default);
+    extensions.insert(
+        "anyOf".into(),
+        json!([
+            {"required": ["quantity"], "properties": {"quantity": {"type": "integer"}}},
+            {"required": ["units"], "properties": {"units": {"type": "array"}}},
+        ]),
+    );
+    extensions.insert(
+        "not".into(),
+        json!({"anyOf": [
+            {"required": ["hold_ms", "expires_at"]},
+            {"required": ["units", "quantity"]},
+            {"required": ["units", "location"]},
+        ]}),
+    );
+}
