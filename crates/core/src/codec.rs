@@ -32,7 +32,8 @@ mod strict;
 mod value;
 
 pub use frame::{
-    command_fingerprint, command_schema, fingerprint_of, outcome_fingerprint, outcome_schema,
+    command_fingerprint, command_schema, datum_and_its_value_written_again, fingerprint_of,
+    outcome_fingerprint, outcome_schema,
 };
 use frame::{Header, SCHEMAS};
 use value::*;

@@ -16,6 +16,8 @@
 //! Needs Java 17 and Maven (the jars come from Maven Central once). The
 //! run prints its seed; `STOCKLEDGER_WIRE_SEED=…` replays it.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command as Process, Stdio};
@@ -25,25 +27,7 @@ use apache_avro::types::Value;
 use stockledger_core::codec::{self, DecodeError};
 use stockledger_core::schema::{current, versions, Released, Subject};
 
-/// xorshift64*, so that a run is replayed from its seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-}
+use common::{hex, Rng};
 
 fn named(schema: &Schema, into: &mut HashMap<String, Schema>) {
     match schema {
@@ -181,10 +165,6 @@ fn ours(subject: Subject, payload: &[u8]) -> Ours {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Java's verdict on each payload, in order.
 fn java(payloads: &[(Subject, Vec<u8>)]) -> Vec<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/run.sh");
@@ -212,18 +192,8 @@ fn java(payloads: &[(Subject, Vec<u8>)]) -> Vec<String> {
 
 #[test]
 fn the_decoders_accept_exactly_what_avro_java_reads_whole_and_read_the_same_values() {
-    let seed = std::env::var("STOCKLEDGER_WIRE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("strict wire: STOCKLEDGER_WIRE_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_env("STOCKLEDGER_WIRE_SEED");
+    let seed = rng.0;
     let mut payloads = Vec::new();
     for subject in [Subject::Command, Subject::Outcome, Subject::StockEvent] {
         for version in versions(subject) {

@@ -324,161 +324,28 @@ pub fn outcome_fingerprint() -> u64 {
     SCHEMAS.outcome.current.fingerprint
 }
 
-/// The decoder's fuzz target, on stable Rust: mutants of the bytes every
-/// released version really wrote (the fixtures of `tests/fixtures/`) go to
-/// every decoder, for `STOCKLEDGER_FUZZ_SECS` seconds (default 3) from the
-/// seed `STOCKLEDGER_FUZZ_SEED` (default: the clock, printed). No mutant may
-/// panic a decoder, and a datum accepted must be the bytes its value is
-/// written as again, the form of array blocks aside.
-#[cfg(test)]
-mod fuzz {
-    use std::time::{Duration, Instant};
-
-    use super::*;
-
-    /// Every payload the fixtures keep, by the subject that reads it.
-    fn seeds() -> Vec<(Subject, Vec<u8>)> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-        let mut files = vec![format!("{dir}/foreign-records.json")];
-        for entry in std::fs::read_dir(format!("{dir}/releases")).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "json") {
-                files.push(path.display().to_string());
-            }
-        }
-        let mut seeds = Vec::new();
-        for file in files {
-            let json: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-            let lists = json.get("bytes").unwrap_or(&json);
-            for (key, subject) in [
-                ("commands", Subject::Command),
-                ("outcomes", Subject::Outcome),
-                ("events", Subject::StockEvent),
-            ] {
-                for hex in lists[key].as_array().into_iter().flatten() {
-                    let hex = hex.as_str().unwrap();
-                    let bytes = (0..hex.len())
-                        .step_by(2)
-                        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                        .collect();
-                    seeds.push((subject, bytes));
-                }
-            }
-        }
-        assert!(seeds.len() > 50, "the fixtures hold the seeds");
-        seeds
-    }
-
-    /// xorshift64*: the run is replayed from its printed seed alone.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n.max(1) as u64) as usize
-        }
-    }
-
-    fn mutate(rng: &mut Rng, payload: &mut Vec<u8>) {
-        for _ in 0..=rng.below(3) {
-            let at = 10 + rng.below(payload.len().saturating_sub(10) + 1);
-            match rng.below(7) {
-                0 => payload.truncate(at),
-                1 => payload.push(rng.next() as u8),
-                2 if at < payload.len() => payload[at] ^= 1 << rng.below(8),
-                3 if at < payload.len() => payload[at] = rng.next() as u8,
-                4 if at < payload.len() => {
-                    payload.remove(at);
-                }
-                5 => payload.insert(at.min(payload.len()), rng.next() as u8),
-                // A small varint where a length or an index was.
-                _ if at < payload.len() => payload[at] = [0, 1, 2, 0x7F, 0x80][rng.below(5)],
-                _ => {}
-            }
-        }
-    }
-
-    fn framed(subject: Subject) -> &'static Framed {
-        match subject {
-            Subject::Command => &SCHEMAS.command,
-            Subject::Outcome => &SCHEMAS.outcome,
-            Subject::StockEvent => &SCHEMAS.event,
-        }
-    }
-
-    /// If `payload` is accepted, it is its value written again.
-    fn check(subject: Subject, payload: &[u8]) {
-        let _ = crate::codec::decode_command(payload);
-        let _ = crate::codec::decode_outcome(payload);
-        let _ = crate::codec::decode_stock_event(payload);
-        let framed = framed(subject);
-        if framed.decode(payload).is_err() {
-            return;
-        }
-        let fingerprint = fingerprint_of(payload).unwrap();
-        let writer = &framed.known[&fingerprint];
-        let value = writer.reader.read_value(&mut Cursor::new(payload)).unwrap();
-        let again = GenericDatumWriter::builder(writer.schema)
-            .build()
-            .and_then(|w| w.write_value_to_vec(value))
-            .unwrap();
-        let datum = writer.strict.positive_blocks(writer.schema, &payload[10..]);
-        assert_eq!(
-            datum,
-            again,
-            "{} accepted {} but writes its value as {}",
-            writer.label,
-            hex(payload),
-            hex(&again)
-        );
-    }
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    #[test]
-    fn no_mutant_panics_a_decoder_or_is_accepted_unless_it_is_its_value_written_again() {
-        let seed = std::env::var("STOCKLEDGER_FUZZ_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        let secs = std::env::var("STOCKLEDGER_FUZZ_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(3);
-        eprintln!("decoder fuzz: STOCKLEDGER_FUZZ_SEED={seed} for {secs} s");
-        let seeds = seeds();
-        for (subject, payload) in &seeds {
-            check(*subject, payload);
-        }
-        let mut rng = Rng(seed);
-        let until = Instant::now() + Duration::from_secs(secs);
-        let (mut cases, mut accepted) = (0u64, 0u64);
-        while Instant::now() < until {
-            for _ in 0..256 {
-                let (subject, seed_payload) = &seeds[rng.below(seeds.len())];
-                let mut payload = seed_payload.clone();
-                mutate(&mut rng, &mut payload);
-                check(*subject, &payload);
-                cases += 1;
-                accepted += u64::from(framed(*subject).decode(&payload).is_ok());
-            }
-        }
-        eprintln!("decoder fuzz: {cases} mutants, {accepted} accepted");
-        assert!(cases > 10_000, "the run tried {cases} mutants");
-    }
+/// What the decoder's fuzz target (`tests/fuzz.rs`) compares: if the
+/// reader of `subject` accepts `payload`, its datum (array blocks written
+/// with positive counts, as apache-avro's `Value` writer writes them) and
+/// its value as that writer writes it again; `None` if it is refused. An
+/// accepted datum must be its value written again.
+#[doc(hidden)]
+pub fn datum_and_its_value_written_again(
+    subject: Subject,
+    payload: &[u8],
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let framed = match subject {
+        Subject::Command => &SCHEMAS.command,
+        Subject::Outcome => &SCHEMAS.outcome,
+        Subject::StockEvent => &SCHEMAS.event,
+    };
+    framed.decode(payload).ok()?;
+    let writer = framed.known.get(&fingerprint_of(payload)?)?;
+    let value = writer.reader.read_value(&mut Cursor::new(payload)).ok()?;
+    let again = GenericDatumWriter::builder(writer.schema)
+        .build()
+        .and_then(|w| w.write_value_to_vec(value))
+        .ok()?;
+    let datum = writer.strict.positive_blocks(writer.schema, &payload[10..]);
+    Some((datum, again))
 }
