@@ -562,8 +562,24 @@ async fn two_different_requests_raced_on_one_order_are_a_decision_and_a_409_neve
     let (_gateway, base) = serve(&h, &[])?;
     until_ready(&format!("{base}/readyz")).await?;
     let sku = format!("{base}/v1/skus/SKU-R");
-    let (status, _, body) = post(
-        &format!("{sku}/restocks/r1?wait_ms=30000"),
+    // A 503 published nothing: asked again once the gateway is ready, as a
+    // client told Retry-After would.
+    let readyz = format!("{base}/readyz");
+    let send = |url: String, body: Value| {
+        let readyz = readyz.clone();
+        async move {
+            for _ in 0..10 {
+                let answer = post(&url, body.clone()).await?;
+                if answer.0 != 503 {
+                    return Ok(answer);
+                }
+                until_ready(&readyz).await?;
+            }
+            anyhow::bail!("{url}: 503 ten times")
+        }
+    };
+    let (status, _, body) = send(
+        format!("{sku}/restocks/r1?wait_ms=30000"),
         json!({"mode": "SET", "quantity": 1_000_000}),
     )
     .await?;
@@ -571,8 +587,8 @@ async fn two_different_requests_raced_on_one_order_are_a_decision_and_a_409_neve
     for i in 0..100 {
         let url = format!("{sku}/orders/race-{i}/deduct?wait_ms=30000");
         let (one, seven) = tokio::join!(
-            post(&url, json!({"quantity": 1})),
-            post(&url, json!({"quantity": 7}))
+            send(url.clone(), json!({"quantity": 1})),
+            send(url.clone(), json!({"quantity": 7}))
         );
         let answers = [(1, one?), (7, seven?)];
         let mut statuses: Vec<u16> = answers.iter().map(|(_, (s, _, _))| *s).collect();

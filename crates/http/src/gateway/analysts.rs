@@ -155,11 +155,6 @@ pub struct ReportParams {
     /// End of the range, exclusive (default `now`).
     pub until: Option<String>,
     /// One SKU only.
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub sku: Option<String>,
 }
 

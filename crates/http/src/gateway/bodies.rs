@@ -62,11 +62,6 @@ pub struct DeductRequest {
     #[schema(min_items = 1, max_items = 50)]
     pub units: Option<Vec<String>>,
     /// The buyer, counted against the SKU's per-user limit.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub user_id: Option<String>,
     /// Make it a reservation held this many milliseconds (1 s to 7 days):
     /// `confirm` sells it, `rollback` releases it, past the deadline it
@@ -89,11 +84,6 @@ pub struct DeductRequest {
 #[serde(deny_unknown_fields)]
 pub struct BasketLineRequest {
     /// The SKU (each at most once per basket).
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub sku: String,
     /// Units to hold, 1 to 1,000,000,000.
     #[schema(minimum = 1, maximum = 1_000_000_000)]
@@ -105,11 +95,6 @@ pub struct BasketLineRequest {
 #[serde(deny_unknown_fields)]
 pub struct BasketHoldRequest {
     /// The buyer, counted against each SKU's per-user limit.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub user_id: Option<String>,
     /// How long every line is held, in milliseconds (at most 7 days).
     /// Required unless `expires_at` is given.
@@ -475,35 +460,15 @@ impl Serialize for SeatMap {
 #[into_params(parameter_in = Query)]
 pub struct HistoryParams {
     /// History of this SKU (with `order_id`: that order's entries on it).
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub sku: Option<String>,
     /// History of this order, on every SKU.
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub order_id: Option<String>,
     /// History of this basket (not with `sku` or `order_id`): its lines'
     /// holds and what befell them, by SKU.
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub basket_id: Option<String>,
     /// With `sku`: history of this named unit of the SKU (the restock that
     /// added it, the deducts that asked for it, and what befell the orders
     /// that took it), in log order.
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$"
-    )]
     pub unit: Option<String>,
     /// Only records that occurred at or after this: RFC 3339
     /// (`2026-11-23T10:00:00Z`), `now`, or a time ago (`-15m`, `-2h`, `-7d`).

@@ -4,7 +4,7 @@
 //! `wait_ms`, the fields of a deduct that exclude each other, the names of
 //! units. Schemathesis, in its positive mode, holds the two to that.
 
-use serde_json::json;
+use serde_json::{json, Value};
 use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::schema::{ArrayItems, Object, ObjectBuilder, Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
@@ -13,7 +13,7 @@ use utoipa::openapi::{OpenApi, RefOr};
 /// no surrounding white space. Its length (1 to 128 bytes of UTF-8) is
 /// given as 1 to 128 characters in the document, which cannot count bytes,
 /// and said in the description.
-pub(crate) const ID_PATTERN: &str =
+const ID_PATTERN: &str =
     r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$";
 
 /// The path parameters that are ids.
@@ -23,6 +23,16 @@ const ID_PARAMETERS: [&str; 5] = [
     "basket_id",
     "adjustment_id",
     "transfer_id",
+];
+
+/// The query parameters that are ids (history's and reports').
+const ID_QUERY_PARAMETERS: [&str; 4] = ["sku", "order_id", "basket_id", "unit"];
+
+/// The request bodies, and which of their fields are ids.
+const ID_FIELDS: [(&str, &str); 3] = [
+    ("DeductRequest", "user_id"),
+    ("BasketHoldRequest", "user_id"),
+    ("BasketLineRequest", "sku"),
 ];
 
 /// The shortest hold `hold_ms` may ask for: one shorter could end before
@@ -76,16 +86,16 @@ fn string_matching(pattern: &str) -> Schema {
 }
 
 fn id_schema() -> Schema {
-    Schema::Object(id_object())
+    let mut id = ObjectBuilder::new().schema_type(Type::String).build();
+    as_id(&mut id);
+    Schema::Object(id)
 }
 
-fn id_object() -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .min_length(Some(1))
-        .max_length(Some(128))
-        .pattern(Some(ID_PATTERN))
-        .build()
+/// `string` (nullable or not) holds an id.
+fn as_id(string: &mut Object) {
+    string.min_length = Some(1);
+    string.max_length = Some(stockledger_core::ids::MAX_ID_LEN);
+    string.pattern = Some(ID_PATTERN.to_owned());
 }
 
 /// Adds the rules to `document`.
@@ -107,7 +117,9 @@ impl utoipa::Modify for Rules {
                 continue;
             };
             for (field, property) in object.properties.iter_mut() {
+                let is_id = ID_FIELDS.contains(&(name.as_str(), field.as_str()));
                 match (field.as_str(), property) {
+                    (_, RefOr::T(Schema::Object(id))) if is_id => as_id(id),
                     ("units", property) => unit_names(property),
                     ("reason", RefOr::T(Schema::Object(reason))) if name.ends_with("Request") => {
                         reason.pattern = Some(TEXT_PATTERN.to_owned());
@@ -143,6 +155,11 @@ fn parameters(operation: &mut Operation) {
                 None => rule.to_owned(),
             });
         }
+        if parameter.parameter_in == ParameterIn::Query && ID_QUERY_PARAMETERS.contains(&name) {
+            if let Some(RefOr::T(Schema::Object(id))) = parameter.schema.as_mut() {
+                as_id(id);
+            }
+        }
         if parameter.parameter_in == ParameterIn::Query && INSTANT_PARAMETERS.contains(&name) {
             parameter.schema = Some(RefOr::T(string_matching(INSTANT_PATTERN)));
         }
@@ -175,15 +192,14 @@ fn unit_names(property: &mut RefOr<Schema>) {
 
 /// A basket is a hold: `hold_ms` or `expires_at`, not both.
 fn basket_hold(object: &mut Object) {
-    let extensions = object.extensions.get_or_insert_with(Default::default);
-    extensions.insert(
-        "anyOf".into(),
+    one_of_these_and_none_of_those(
+        object,
         json!([
             {"required": ["hold_ms"], "properties": {"hold_ms": {"type": "integer"}}},
             {"required": ["expires_at"], "properties": {"expires_at": {"type": "integer"}}},
         ]),
+        &[&["hold_ms", "expires_at"]],
     );
-    extensions.insert("not".into(), json!({"required": ["hold_ms", "expires_at"]}));
 }
 
 /// Counted stock is `mode` and `quantity` (`ADD` non-zero, `SET` at least
@@ -191,9 +207,8 @@ fn basket_hold(object: &mut Object) {
 /// `quantity` or `location` beside them, which the gateway takes when they
 /// agree).
 fn restock(object: &mut Object) {
-    let extensions = object.extensions.get_or_insert_with(Default::default);
-    extensions.insert(
-        "anyOf".into(),
+    one_of_these_and_none_of_those(
+        object,
         json!([
             {"required": ["mode", "quantity"], "properties": {
                 "mode": {"const": "ADD"}, "quantity": {"type": "integer", "not": {"const": 0}}}},
@@ -201,14 +216,11 @@ fn restock(object: &mut Object) {
                 "mode": {"const": "SET"}, "quantity": {"type": "integer", "minimum": 0}}},
             {"required": ["units"], "properties": {"units": {"type": "array"}}},
         ]),
-    );
-    extensions.insert(
-        "not".into(),
-        json!({"anyOf": [
-            {"required": ["units", "quantity"]},
-            {"required": ["units", "location"]},
-            {"required": ["units", "mode"]},
-        ]}),
+        &[
+            &["units", "quantity"],
+            &["units", "location"],
+            &["units", "mode"],
+        ],
     );
 }
 
@@ -218,20 +230,41 @@ fn restock(object: &mut Object) {
 /// of units", so it asks for units alone: stricter than the gateway, never
 /// looser.
 fn deduct(object: &mut Object) {
-    let extensions = object.extensions.get_or_insert_with(Default::default);
-    extensions.insert(
-        "anyOf".into(),
+    one_of_these_and_none_of_those(
+        object,
         json!([
             {"required": ["quantity"], "properties": {"quantity": {"type": "integer"}}},
             {"required": ["units"], "properties": {"units": {"type": "array"}}},
         ]),
+        &[
+            &["hold_ms", "expires_at"],
+            &["units", "quantity"],
+            &["units", "location"],
+        ],
     );
-    extensions.insert(
-        "not".into(),
-        json!({"anyOf": [
-            {"required": ["hold_ms", "expires_at"]},
-            {"required": ["units", "quantity"]},
-            {"required": ["units", "location"]},
-        ]}),
-    );
+}
+
+/// `object` must match one of `these` and have none of the sets of fields
+/// `never_together` all present, said under one key (`allOf`): utoipa
+/// keeps such keywords in a hash map, and the document's text must be the
+/// same on every run.
+fn one_of_these_and_none_of_those(object: &mut Object, these: Value, never_together: &[&[&str]]) {
+    let together: Vec<Value> = never_together
+        .iter()
+        .map(|fields| {
+            let any: serde_json::Map<String, Value> = fields
+                .iter()
+                .map(|f| ((*f).to_owned(), json!({})))
+                .collect();
+            json!({"required": fields, "properties": any})
+        })
+        .collect();
+    let none = match &together[..] {
+        [one] => one.clone(),
+        _ => json!({"anyOf": together}),
+    };
+    object
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert("allOf".into(), json!([{"anyOf": these}, {"not": none}]));
 }
