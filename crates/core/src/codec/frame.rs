@@ -132,15 +132,11 @@ impl Framed {
             .strict
             .check(writer.schema, datum)
             .map_err(|flaw| strict_error(&writer.label, flaw))?;
-        let mut cursor = Cursor::new(payload);
-        let value = writer.reader.read_value(&mut cursor).map_err(malformed)?;
-        let trailing = payload.len() - cursor.position() as usize;
-        if trailing != 0 {
-            return Err(DecodeError::TrailingBytes {
-                writer: writer.label.clone(),
-                trailing,
-            });
-        }
+        // The walk above refused bytes after the datum, and a datum cut short.
+        let value = writer
+            .reader
+            .read_value(&mut Cursor::new(payload))
+            .map_err(malformed)?;
         if writer.resolve {
             // apache-avro resolves a union by the first reader branch the
             // value fits, not by name as the specification says: a v2

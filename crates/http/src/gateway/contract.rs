@@ -145,40 +145,39 @@ impl utoipa::Modify for Rules {
 
 fn parameters(operation: &mut Operation) {
     for parameter in operation.parameters.iter_mut().flatten() {
-        let name = parameter.name.as_str();
-        if parameter.parameter_in == ParameterIn::Path && ID_PARAMETERS.contains(&name) {
-            parameter.schema = Some(RefOr::T(id_schema()));
-            let rule = "1 to 128 bytes of UTF-8, no control characters, no braces, no \
-                        surrounding white space";
-            parameter.description = Some(match parameter.description.take() {
-                Some(said) => format!("{said} ({rule})"),
-                None => rule.to_owned(),
-            });
-        }
-        if parameter.parameter_in == ParameterIn::Query && ID_QUERY_PARAMETERS.contains(&name) {
-            if let Some(RefOr::T(Schema::Object(id))) = parameter.schema.as_mut() {
-                as_id(id);
+        let schema = match (&parameter.parameter_in, parameter.name.as_str()) {
+            (ParameterIn::Path, name) if ID_PARAMETERS.contains(&name) => {
+                let rule = "1 to 128 bytes of UTF-8, no control characters, no braces, no \
+                            surrounding white space";
+                parameter.description = Some(match parameter.description.take() {
+                    Some(said) => format!("{said} ({rule})"),
+                    None => rule.to_owned(),
+                });
+                id_schema()
             }
-        }
-        if parameter.parameter_in == ParameterIn::Query && INSTANT_PARAMETERS.contains(&name) {
-            parameter.schema = Some(RefOr::T(string_matching(INSTANT_PATTERN)));
-        }
-        if parameter.parameter_in == ParameterIn::Query && name == "at" {
+            (ParameterIn::Query, name) if INSTANT_PARAMETERS.contains(&name) => {
+                string_matching(INSTANT_PATTERN)
+            }
             // A log offset (up to 18 digits, within an i64), or an instant.
-            let offset_or_instant = format!("^[0-9]{{1,18}}$|{INSTANT_PATTERN}");
-            parameter.schema = Some(RefOr::T(string_matching(&offset_or_instant)));
-        }
-        if parameter.parameter_in == ParameterIn::Query && name == "result" {
-            parameter.schema = Some(RefOr::T(string_matching(&results_pattern())));
-        }
-        if parameter.parameter_in == ParameterIn::Query && name == "every" {
-            parameter.schema = Some(RefOr::T(string_matching(EVERY_PATTERN)));
-        }
-        if parameter.parameter_in == ParameterIn::Query && name == "wait_ms" {
-            if let Some(RefOr::T(Schema::Object(wait))) = parameter.schema.as_mut() {
-                wait.maximum = Some(DEFAULT_MAX_WAIT_MS.into());
+            (ParameterIn::Query, "at") => {
+                string_matching(&format!("^[0-9]{{1,18}}$|{INSTANT_PATTERN}"))
             }
-        }
+            (ParameterIn::Query, "result") => string_matching(&results_pattern()),
+            (ParameterIn::Query, "every") => string_matching(EVERY_PATTERN),
+            // The rest keep the type they have, narrowed.
+            (ParameterIn::Query, name) => {
+                if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
+                    if ID_QUERY_PARAMETERS.contains(&name) {
+                        as_id(object);
+                    } else if name == "wait_ms" {
+                        object.maximum = Some(DEFAULT_MAX_WAIT_MS.into());
+                    }
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        parameter.schema = Some(RefOr::T(schema));
     }
 }
 
