@@ -86,6 +86,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         adjustments: _,
         decisions: _,
         units,
+        named,
         locations,
         low_stock_below,
     } = expected;
@@ -122,6 +123,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         ),
         ("users", format!("{users:?}"), format!("{:?}", actual.users)),
         ("units", format!("{units:?}"), format!("{:?}", actual.units)),
+        ("named", named.to_string(), actual.named.to_string()),
         (
             "locations",
             format!("{locations:?}"),
@@ -206,6 +208,7 @@ mod tests {
             adjustments: [("a1".to_owned(), 0)].into(),
             decisions: [(1, decision)].into(),
             units: [("A1".to_owned(), stockledger_core::Unit::Available)].into(),
+            named: true,
             locations: vec![stockledger_core::LocationStock {
                 name: "berlin".into(),
                 available: 3,

@@ -4,7 +4,7 @@
 //! The applier never compares a deadline with its own clock. Instead, a few
 //! times a second, it looks up in Redis the holds of its partitions whose
 //! deadline is before now and appends an `Expire` for each, stamped now, to
-//! the hold's own partition. The apply script then decides it against that
+//! the hold's own partition. The applier then decides it against that
 //! record's timestamp like any other record, so the expiry is in the log:
 //! a replay decides it identically, on any day, and a confirm that reached
 //! the log first still wins. A hold whose expire did not end it (lost, or

@@ -27,8 +27,9 @@ pub const MAX_ID_LEN: usize = 128;
 /// ```
 pub const MAX_QUANTITY: i64 = 1_000_000_000;
 
-/// Largest stock level (and restock amount). Chosen well below 2^53 so the
-/// Lua scripts, whose numbers are doubles, compute every value exactly.
+/// Largest stock level (and restock amount). Chosen well below 2^53, so
+/// any reader whose numbers are doubles (JavaScript, Lua, a JSON parser)
+/// holds every value exactly.
 ///
 /// ```
 /// use stockledger_core::ids::MAX_STOCK;
@@ -53,8 +54,8 @@ pub const MAX_STOCK: i64 = 1_000_000_000_000_000;
 pub const MAX_HOLD_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Latest instant a deadline may name (9999-12-31T23:59:59.999Z), in
-/// milliseconds since the Unix epoch: well below 2^53, so the Lua scripts
-/// compare and print every deadline and record time exactly.
+/// milliseconds since the Unix epoch: well below 2^53, so a reader whose
+/// numbers are doubles holds every deadline and record time exactly.
 ///
 /// ```
 /// use stockledger_core::command::check_expires_at;

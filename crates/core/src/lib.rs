@@ -8,8 +8,8 @@
 //!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`, `Alerts`).
 //! - [`outcome`]: log positions, the decision taken for one record, and the
 //!   outcome message archived for it.
-//! - [`machine`]: the reference state machine. The applier's Lua scripts
-//!   must decide exactly what [`machine::SkuState::apply`] decides.
+//! - [`machine`]: the state machine. The applier and replay decide every
+//!   record with [`machine::SkuState::apply`].
 //! - [`partition`]: which partition a SKU's commands belong on (the
 //!   Java clients' murmur2 partitioner).
 //! - [`schema`]: the released schema versions (`schemas/history/`) and

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 //! Stock by location in the reference machine: where deducts take from,
 //! where orders give back to, what a transfer moves, and what is refused.
-//! The differential tests hold `apply.lua` to the same rules.
+//! The differential tests hold the applier's Redis to the same rules.
 
 use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Decision, Deduct, Expire, LocationId, OrderId, Placement,

@@ -4,7 +4,7 @@
 //! orders and adjustments, plus where a replay must start in each partition:
 //! the applier group's committed offsets when the snapshot began. Every
 //! record before those offsets was applied, so every SKU it touched is in
-//! the snapshot; from there the apply script skips, per SKU, what the
+//! the snapshot; from there the fold skips, per SKU, what the
 //! snapshot already holds.
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,7 +1,6 @@
 //! How a SKU's state is written into its Redis hashes: field names and the
-//! compact forms of an order's state and of a decision. The apply script
-//! (`lua/apply.lua`) writes the same forms; nothing else reads or writes
-//! them.
+//! compact forms of an order's state and of a decision. Nothing else reads
+//! or writes them.
 
 use stockledger_core::{
     Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, StockEvents, Unit, UnitState,
@@ -20,13 +19,13 @@ pub const RESERVED: &str = "reserved";
 /// Units one user may hold and buy (absent: no limit).
 pub const LIMIT: &str = "limit";
 /// `1` when the SKU sells named units (`0` or absent: counted stock), so
-/// the apply script knows without reading the orders hash.
+/// the applier knows without reading the orders hash.
 pub const NAMED: &str = "named";
 /// `1` when the SKU keeps stock by location (`0` or absent: in one
-/// implicit place), so the apply script knows without reading the orders
+/// implicit place), so the applier knows without reading the orders
 /// hash.
 pub const LOCATED: &str = "located";
-/// The low-stock threshold, when set: read by the apply script with the
+/// The low-stock threshold, when set: read by the applier with the
 /// rest of the stock hash. [`ALERTS_FIELD`] holds it too.
 pub const LOW: &str = "low";
 
@@ -140,7 +139,7 @@ pub fn decode_unit(s: &str) -> Option<(usize, Unit)> {
 }
 
 /// `RESULT|delta|available|total|reason`: the form stored per offset and
-/// returned by the apply script (reason may be empty and is last, so it may
+/// read back for a redelivery (reason may be empty and is last, so it may
 /// itself contain `|`), then a tab and the location when the decision
 /// names one (no reason or location holds a control character), then,
 /// when the record caused stock events, a tab and their letters (the

@@ -1,39 +1,54 @@
 //! The one fold path: how a batch of log records reaches Redis.
 //!
-//! [`Projection::prepare`] takes a batch once: it groups the commands into
-//! per-SKU runs, builds the apply script's calls, notes which holds each
-//! command may take or end and how far each partition was read, and owns
-//! all of it, so the result can be applied from another task.
-//! [`Projection::apply`] then sends the calls, keeps the index of live
-//! holds, records the offsets in the marker and, for a live applier,
-//! announces them to waiting order services. The applier and replay both
-//! fold this way; nothing else sends the apply script.
+//! [`Projection::prepare`] takes a batch once: it groups the commands by
+//! SKU, notes which holds each command may take or end and how far each
+//! partition was read, and owns all of it, so the result can be applied
+//! from another task. [`Projection::apply`] then reads from Redis the part
+//! of each SKU's state the batch's records need (`lua/load.lua`), decides
+//! every record with the core's machine
+//! ([`stockledger_core::SkuState::apply`], the one place a rule is
+//! written), and writes what changed in one fenced call (`lua/write.lua`):
+//! a SKU's changes are written only if its stock hash still holds the
+//! offset they were decided on, and the marker only once every SKU is
+//! written. A SKU whose state another writer moved since it was read (a
+//! member that has not yet noticed it lost the partition, a restore, a
+//! swap) gets nothing written; it is read and decided again on what Redis
+//! holds now, where the records the other writer applied are redeliveries
+//! answered with their stored decisions. Then the fold keeps the index of
+//! live holds and, for a live applier, announces the offsets to waiting
+//! order services. The applier
+//! and replay both fold this way; nothing else writes a SKU's decisions.
 
-use std::collections::BTreeMap;
-use std::ops::Range;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use redis::{ErrorKind, Script, ServerErrorKind};
 use stockledger_core::command::record_time;
-use stockledger_core::ids::{MAX_HOLD_MS, MAX_STOCK};
-use stockledger_core::{Command, CommandBody, Decision, ResultCode, UnitId};
+use stockledger_core::partition::home_partition;
+use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
-use crate::batch::{in_record_order, Batch, Run};
-use crate::encoding::decode_decision;
-use crate::keys::{self, SkuKeys};
-use crate::projection::{Projection, ProjectionError};
+use crate::keys;
+use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
+use crate::stage::{Record, SkuStage, SkuWrite, Wanted};
 
-/// Records one call of the apply script takes on a single Redis, at most
-/// (a run is never split): enough that setting the script up is a small
-/// share of its work, few enough that Redis answers others in between.
-const CALL_RECORDS: usize = 1000;
+/// The script that reads the fields a batch needs; see the file.
+static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/load.lua")));
 
-/// Runs one call of the apply script takes on a single Redis, at most.
-const CALL_RUNS: usize = 500;
+/// The fenced write of a batch's changes; see the file.
+pub(crate) static WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/write.lua")));
 
-/// The script that applies records; see the file for its contract.
-pub(crate) static APPLY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/apply.lua")));
+/// SKUs one call of the load or write script takes on a single Redis, at
+/// most: enough that a call's setup is a small share of its work, few
+/// enough that Redis answers others in between.
+const CALL_SKUS: usize = 1000;
+
+/// How many times a batch's SKUs are decided again on what Redis holds,
+/// when another writer moved their state under them, before the apply
+/// fails (as a transient error: the applier tries again later). Two
+/// writers race only while a partition changes hands, and the one behind
+/// soon finds nothing left to write.
+const FENCED_ATTEMPTS: usize = 16;
 
 /// One record of a batch, as read from the log.
 #[derive(Debug, Clone, Copy)]
@@ -51,14 +66,11 @@ pub struct Entry<'a> {
 /// A batch ready to apply, owning all it needs.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    /// The apply script's calls.
-    calls: Vec<redis::Cmd>,
-    /// The runs each call takes, as ranges of `runs`.
-    ranges: Vec<Range<usize>>,
-    /// Each run's SKU (for errors) and record count.
-    runs: Vec<(String, usize)>,
-    /// For each command, in the order given, its (run, index in run).
-    slots: Vec<(usize, usize)>,
+    /// The commands, in the order given.
+    records: Vec<Record>,
+    /// Each SKU's name, home partition and records (indexes into
+    /// `records`, in log order), in the order first met.
+    skus: Vec<(String, i32, Vec<usize>)>,
     /// For each command, in the order given, the hold it may take or end.
     holds: Vec<Option<HoldChange>>,
     /// The last offset read from each partition.
@@ -68,9 +80,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// How many script runs (SKU and partition pairs) the batch makes.
+    /// How many SKUs the batch's commands are for.
     pub fn runs(&self) -> usize {
-        self.runs.len()
+        self.skus.len()
     }
 
     /// The last offset read from each partition, valid record or not:
@@ -125,50 +137,53 @@ impl HoldChange {
 impl Projection {
     /// Prepares `entries`, records of a command topic with `partitions`
     /// partitions in delivery order, to be applied by
-    /// [`Projection::apply`]. On a single Redis a call takes many runs
-    /// (one script call set up for hundreds of records); on a cluster each
-    /// run is a call of its own, as a script's keys must share a slot.
+    /// [`Projection::apply`].
     pub fn prepare<'a>(
         &self,
         entries: impl IntoIterator<Item = Entry<'a>>,
         partitions: i32,
     ) -> Prepared {
         let mut last: BTreeMap<i32, i64> = BTreeMap::new();
-        let mut commands = Vec::new();
+        let mut records = Vec::new();
         for entry in entries {
             let read = last.entry(entry.partition).or_insert(entry.offset);
             *read = (*read).max(entry.offset);
             if let Some(command) = entry.command {
-                commands.push((entry.partition, entry.offset, entry.timestamp, command));
+                records.push(Record {
+                    partition: entry.partition,
+                    offset: entry.offset,
+                    time: record_time(entry.timestamp),
+                    command: command.clone(),
+                });
             }
         }
-        let holds = commands
+        let holds = records
             .iter()
-            .map(|&(partition, _, _, command)| HoldChange::of(partition, command))
+            .map(|r| HoldChange::of(r.partition, &r.command))
             .collect();
         let mut baskets: BTreeMap<String, BasketLines> = BTreeMap::new();
-        for &(partition, offset, _, command) in &commands {
-            if let Some(basket) = command.body.basket_id() {
-                let deadline = command.body.expires_at().unwrap_or_default();
+        for r in &records {
+            if let Some(basket) = r.command.body.basket_id() {
+                let deadline = r.command.body.expires_at().unwrap_or_default();
                 let (last, lines) = baskets.entry(basket.as_str().to_owned()).or_default();
                 *last = (*last).max(deadline);
-                lines.insert(command.sku.as_str().to_owned(), (partition, offset));
+                lines.insert(r.command.sku.as_str().to_owned(), (r.partition, r.offset));
             }
         }
-        let batch = Batch::group(commands, partitions);
-        let ranges = call_ranges(&batch.runs, self.redis.is_cluster());
+        let mut skus: Vec<(String, i32, Vec<usize>)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, r) in records.iter().enumerate() {
+            let sku = r.command.sku.as_str();
+            let s = *index.entry(sku).or_insert_with(|| {
+                let home = home_partition(sku.as_bytes(), partitions);
+                skus.push((sku.to_owned(), home, Vec::new()));
+                skus.len() - 1
+            });
+            skus[s].2.push(i);
+        }
         Prepared {
-            calls: ranges
-                .iter()
-                .map(|call| self.script_call(&batch.runs[call.clone()]))
-                .collect(),
-            ranges,
-            runs: batch
-                .runs
-                .iter()
-                .map(|run| (run.sku.to_owned(), run.records.len()))
-                .collect(),
-            slots: batch.slots,
+            records,
+            skus,
             holds,
             marks: last.into_iter().collect(),
             baskets,
@@ -182,8 +197,7 @@ impl Projection {
     /// indexed first ([`keys::basket_key`], and the basket among the open
     /// ones, [`keys::open_baskets_key`]), so a line whose decision can be
     /// read is in its basket's index. Safe to repeat: records already
-    /// applied are answered from the stored decisions, and the rest writes
-    /// the same again.
+    /// applied are answered from the stored decisions and change nothing.
     pub async fn apply(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
         if !batch.baskets.is_empty() {
             let mut index = Vec::with_capacity(batch.baskets.len() + 1);
@@ -202,11 +216,10 @@ impl Projection {
             index.push(open);
             let _: Vec<redis::Value> = self.redis.query_each(index).await?;
         }
-        let per_run = self.execute(batch).await?;
-        let decisions = in_record_order(&batch.slots, &per_run);
+        self.check_marked().await?;
+        let decisions = self.decide_and_write(batch).await?;
         let mut writes = hold_writes(&self.prefix, batch, &decisions);
         if !batch.marks.is_empty() {
-            writes.push(self.record_applied_cmd(&batch.marks));
             if let Some(topic) = &self.announce_on {
                 writes.push(
                     redis::cmd("PUBLISH")
@@ -222,92 +235,219 @@ impl Projection {
         Ok(decisions)
     }
 
-    /// Sends the batch's calls in one pipelined round trip (in flight
-    /// together on a cluster); each run's decisions in record order.
-    async fn execute(&self, batch: &Prepared) -> Result<Vec<Vec<Decision>>, ProjectionError> {
-        if batch.calls.is_empty() {
-            return Ok(Vec::new());
+    /// For a guarded projection, fails when the marker is gone (Redis
+    /// restarted empty or was flushed). A flush between this and the write
+    /// is not caught here; reconcile would show it.
+    async fn check_marked(&self) -> Result<(), ProjectionError> {
+        if !self.guarded {
+            return Ok(());
         }
-        let mut conn = self.redis.clone();
-        if self.guarded {
-            // A round trip of its own: a pipeline would run the scripts even
-            // when the marker is gone. (A flush in the instant between the
-            // two is not caught here; reconcile would show it.)
-            let marked: bool = redis::cmd("EXISTS")
-                .arg(self.marker_key())
-                .query_async(&mut conn)
-                .await?;
-            if !marked {
-                return Err(ProjectionError::StateLost {
-                    prefix: self.prefix.clone(),
-                    key: self.marker_key(),
-                });
-            }
+        let marked: bool = redis::cmd("EXISTS")
+            .arg(self.marker_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        if marked {
+            Ok(())
+        } else {
+            Err(ProjectionError::StateLost {
+                prefix: self.prefix.clone(),
+                key: self.marker_key(),
+            })
         }
-        let replies: Vec<Vec<String>> = match self.redis.query_each(batch.calls.clone()).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // A restarted or flushed Redis (or a cluster node) forgot the
-                // script: load it (on every node) and run the idempotent
-                // calls again.
-                APPLY.prepare_invoke().load_async(&mut conn).await?;
-                self.redis.query_each(batch.calls.clone()).await?
-            }
-            other => other?,
-        };
-        let mut decisions = Vec::with_capacity(batch.runs.len());
-        for (call, reply) in batch.ranges.iter().zip(replies) {
-            let runs = &batch.runs[call.clone()];
-            let expected: usize = runs.iter().map(|(_, records)| records).sum();
-            if reply.len() != expected {
-                return Err(ProjectionError::ShortReply {
-                    sku: runs[0].0.clone(),
-                    expected,
-                    got: reply.len(),
-                });
-            }
-            let mut reply = reply.into_iter();
-            for (sku, records) in runs {
-                let decided = reply
-                    .by_ref()
-                    .take(*records)
-                    .map(|s| {
-                        decode_decision(&s).ok_or_else(|| ProjectionError::Corrupt {
-                            key: SkuKeys::new(&self.prefix, sku).decisions,
-                            value: s,
-                        })
-                    })
-                    .collect::<Result<Vec<Decision>, _>>()?;
-                decisions.push(decided);
-            }
-        }
-        Ok(decisions)
     }
 
-    /// One call of the apply script for `runs` (see the script for the
-    /// arguments), written straight into the command: no per-record
-    /// allocation.
-    fn script_call(&self, runs: &[Run<'_>]) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(APPLY.get_hash()).arg(4 * runs.len());
-        for run in runs {
-            let keys = SkuKeys::new(&self.prefix, run.sku);
-            cmd.arg(keys.stock)
-                .arg(keys.orders)
-                .arg(keys.adjustments)
-                .arg(keys.decisions);
+    /// Reads, decides and writes the batch's SKUs, deciding again those
+    /// whose state moved under the decisions; records the marks with the
+    /// last write.
+    async fn decide_and_write(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
+        let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
+        let mut pending: Vec<usize> = (0..batch.skus.len()).collect();
+        for attempt in 1.. {
+            let mut stages: Vec<SkuStage> = pending
+                .iter()
+                .map(|&s| {
+                    let (sku, home, records) = &batch.skus[s];
+                    let mut stage = SkuStage::new(&self.prefix, sku, *home);
+                    stage.records.clone_from(records);
+                    stage
+                })
+                .collect();
+            let first: Vec<Wanted> = stages.iter().map(|s| s.wanted(&batch.records)).collect();
+            self.read(&mut stages, first).await?;
+            let next: Vec<Wanted> = stages
+                .iter()
+                .map(|s| s.wanted_next(&batch.records))
+                .collect();
+            if next.iter().any(|w| !w.is_empty()) {
+                self.read(&mut stages, next).await?;
+            }
+            let mut writes = Vec::new();
+            for (k, mut stage) in stages.into_iter().enumerate() {
+                stage.decide(&batch.records, &mut decided);
+                if let Some(write) = stage.write() {
+                    writes.push((pending[k], write));
+                }
+            }
+            let moved = self.write(batch, &writes).await?;
+            if moved.is_empty() {
+                break;
+            }
+            if attempt >= FENCED_ATTEMPTS {
+                return Err(ProjectionError::Moved {
+                    sku: batch.skus[moved[0]].0.clone(),
+                });
+            }
+            self.moved
+                .fetch_add(moved.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            pending = moved;
         }
-        cmd.arg(MAX_STOCK).arg(MAX_HOLD_MS);
-        for run in runs {
-            cmd.arg(run.at.partition)
-                .arg(run.at.home)
-                .arg(run.records.len());
-            for &(offset, timestamp, body) in &run.records {
-                cmd.arg(offset);
-                script_args(&mut cmd, record_time(timestamp), body);
+        Ok(decided.into_iter().flatten().collect())
+    }
+
+    /// Reads each stage's `wanted` fields into it: on a single Redis in a
+    /// few calls of many SKUs, on a cluster one call per SKU (a script's
+    /// keys must share a slot, and a SKU's keys share its hash tag).
+    async fn read(
+        &self,
+        stages: &mut [SkuStage],
+        wanted: Vec<Wanted>,
+    ) -> Result<(), ProjectionError> {
+        let per_call = if self.redis.is_cluster() {
+            1
+        } else {
+            CALL_SKUS
+        };
+        let calls = (0..stages.len())
+            .step_by(per_call)
+            .map(|from| {
+                let to = (from + per_call).min(stages.len());
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(LOAD.get_hash()).arg(4 * (to - from));
+                for stage in &stages[from..to] {
+                    for key in stage.keys.as_array() {
+                        cmd.arg(key);
+                    }
+                }
+                for want in &wanted[from..to] {
+                    cmd.arg(want.stock.len()).arg(&want.stock);
+                    for fields in [&want.orders, &want.adjustments, &want.decisions] {
+                        cmd.arg(fields.len()).arg(fields);
+                    }
+                }
+                cmd
+            })
+            .collect();
+        let replies: Vec<Vec<Vec<Option<String>>>> = self.run(&LOAD, calls).await?;
+        let mut values = replies.into_iter().flatten();
+        for (stage, want) in stages.iter_mut().zip(&wanted) {
+            let mut four = || values.next().unwrap_or_default();
+            let read = [four(), four(), four(), four()];
+            stage.load(want, read)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `writes` (by SKU number in the batch) fenced, with the
+    /// batch's marks; returns the SKUs to decide again (nothing of theirs
+    /// written). On a single Redis it is one atomic call, the marker
+    /// recorded in it once every SKU is written; on a cluster one call per
+    /// SKU, then the marker's.
+    async fn write(
+        &self,
+        batch: &Prepared,
+        writes: &[(usize, SkuWrite)],
+    ) -> Result<Vec<usize>, ProjectionError> {
+        if self.redis.is_cluster() {
+            let calls = writes
+                .iter()
+                .map(|(s, write)| write_call(&[(&batch.skus[*s].0, write)], &self.prefix, None))
+                .collect();
+            let replies: Vec<Vec<i64>> = self.run(&WRITE, calls).await?;
+            let moved: Vec<usize> = (writes.iter().zip(replies))
+                .filter(|(_, moved)| !moved.is_empty())
+                .map(|((s, _), _)| *s)
+                .collect();
+            if moved.is_empty() {
+                self.record_applied(&batch.marks).await?;
+            }
+            return Ok(moved);
+        }
+        if writes.is_empty() {
+            self.record_applied(&batch.marks).await?;
+            return Ok(Vec::new());
+        }
+        let marker = (!batch.marks.is_empty()).then(|| (self.marker_key(), &batch.marks[..]));
+        let pairs: Vec<(&str, &SkuWrite)> = (writes.iter())
+            .map(|(s, w)| (batch.skus[*s].0.as_str(), w))
+            .collect();
+        let call = write_call(&pairs, &self.prefix, marker);
+        let replies: Vec<Vec<usize>> = self.run(&WRITE, vec![call]).await?;
+        Ok(replies
+            .into_iter()
+            .flatten()
+            .filter_map(|k| writes.get(k.checked_sub(1)?).map(|(s, _)| *s))
+            .collect())
+    }
+
+    /// Runs `calls` of `script`, loading it (on every node) first when
+    /// Redis forgot it (a restart, a flush, a new cluster node) and trying
+    /// again: a call refused for want of its script ran nothing.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        calls: Vec<redis::Cmd>,
+    ) -> Result<Vec<T>, ProjectionError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.redis.query_each(calls.clone()).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut self.redis.clone())
+                    .await?;
+                Ok(self.redis.query_each(calls).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+/// One call of the write script for the `(sku, write)` pairs and, when
+/// given, the marker key and the marks to record in it.
+pub(crate) fn write_call(
+    writes: &[(&str, &SkuWrite)],
+    prefix: &str,
+    marker: Option<(String, &[(i32, i64)])>,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(WRITE.get_hash())
+        .arg(4 * writes.len() + usize::from(marker.is_some()));
+    for (sku, _) in writes {
+        for key in keys::SkuKeys::new(prefix, sku).as_array() {
+            cmd.arg(key);
+        }
+    }
+    if let Some((key, _)) = &marker {
+        cmd.arg(key);
+    }
+    cmd.arg(if marker.is_some() { "1" } else { "0" });
+    for (_, write) in writes {
+        cmd.arg(write.fence.as_deref().unwrap_or(""));
+        for hash in &write.hashes {
+            cmd.arg(hash.deletes.len()).arg(&hash.deletes);
+            cmd.arg(hash.sets.len());
+            for (field, value) in &hash.sets {
+                cmd.arg(field).arg(value);
             }
         }
-        cmd
     }
+    if let Some((_, marks)) = marker {
+        for &(partition, offset) in marks {
+            cmd.arg(format!("{APPLIED_FIELD}{partition}")).arg(offset);
+        }
+    }
+    cmd
 }
 
 /// The writes that keep the [`keys::holds_key`] index of live reservations
@@ -334,156 +474,4 @@ fn hold_writes(prefix: &str, batch: &Prepared, decisions: &[Decision]) -> Vec<re
             }
         })
         .collect()
-}
-
-/// The runs of each apply script call, as ranges of `runs`: on a single
-/// Redis, consecutive runs until a call holds [`CALL_RECORDS`] records (or
-/// [`CALL_RUNS`] runs); on a cluster, one run per call.
-fn call_ranges(runs: &[Run<'_>], cluster: bool) -> Vec<Range<usize>> {
-    if cluster {
-        return (0..runs.len()).map(|r| r..r + 1).collect();
-    }
-    let mut calls = Vec::new();
-    let (mut start, mut records) = (0, 0);
-    for (r, run) in runs.iter().enumerate() {
-        records += run.records.len();
-        if records >= CALL_RECORDS || r + 1 - start >= CALL_RUNS {
-            calls.push(start..r + 1);
-            (start, records) = (r + 1, 0);
-        }
-    }
-    if start < runs.len() {
-        calls.push(start..runs.len());
-    }
-    calls
-}
-
-/// Writes a record's kind and what that kind needs (after its offset; see
-/// the apply script), `time` being its record timestamp.
-fn script_args(cmd: &mut redis::Cmd, time: i64, body: &CommandBody) {
-    match body {
-        CommandBody::Deduct(d) if !d.units.is_empty() => {
-            cmd.arg("N")
-                .arg(time)
-                .arg(d.order_id.as_str())
-                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
-            match d.expires_at {
-                Some(t) => cmd.arg(t),
-                None => cmd.arg(""),
-            };
-            cmd.arg(unit_lines(&d.units));
-        }
-        CommandBody::Restock(r) if !r.named().is_empty() => {
-            cmd.arg("T")
-                .arg(r.adjustment_id.as_str())
-                .arg(unit_lines(r.named()));
-        }
-        CommandBody::Deduct(d) if d.location.is_some() => {
-            cmd.arg("P")
-                .arg(time)
-                .arg(d.order_id.as_str())
-                .arg(d.quantity.get())
-                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
-            match d.expires_at {
-                Some(t) => cmd.arg(t),
-                None => cmd.arg(""),
-            };
-            cmd.arg(d.location.as_ref().map_or("", |l| l.as_str()));
-        }
-        CommandBody::Deduct(d) if d.user_id.is_none() && d.expires_at.is_none() => {
-            cmd.arg("D").arg(d.order_id.as_str()).arg(d.quantity.get());
-        }
-        CommandBody::Deduct(d) => {
-            cmd.arg("E")
-                .arg(time)
-                .arg(d.order_id.as_str())
-                .arg(d.quantity.get())
-                .arg(d.user_id.as_ref().map_or("", |u| u.as_str()));
-            match d.expires_at {
-                Some(t) => cmd.arg(t),
-                None => cmd.arg(""),
-            };
-        }
-        CommandBody::Rollback(r) => {
-            cmd.arg("R").arg(r.order_id.as_str());
-        }
-        CommandBody::Restock(r) if r.location().is_some() => {
-            cmd.arg("Q")
-                .arg(r.adjustment_id.as_str())
-                .arg(r.quantity())
-                .arg(r.mode().as_str())
-                .arg(r.location().map_or("", |l| l.as_str()));
-        }
-        CommandBody::Restock(r) => {
-            cmd.arg("S")
-                .arg(r.adjustment_id.as_str())
-                .arg(r.quantity())
-                .arg(r.mode().as_str());
-        }
-        CommandBody::Confirm(c) => {
-            cmd.arg("F").arg(time).arg(c.order_id.as_str());
-        }
-        CommandBody::Refund(r) => {
-            cmd.arg("U")
-                .arg(r.order_id.as_str())
-                .arg(r.quantity.map_or(0, |q| q.get()));
-        }
-        CommandBody::Expire(e) => {
-            cmd.arg("X").arg(time).arg(e.order_id.as_str());
-        }
-        CommandBody::Limit(l) => {
-            cmd.arg("L").arg(l.per_user.map_or(0, |q| q.get()));
-        }
-        CommandBody::Alerts(a) => {
-            cmd.arg("A").arg(a.low_stock_below.map_or(0, |q| q.get()));
-        }
-        CommandBody::Transfer(t) => {
-            cmd.arg("M")
-                .arg(t.transfer_id.as_str())
-                .arg(t.from().as_str())
-                .arg(t.to().as_str())
-                .arg(t.quantity().get());
-        }
-    }
-}
-
-/// Unit names as the apply script takes them: one per line.
-fn unit_lines(units: &[UnitId]) -> String {
-    let names: Vec<&str> = units.iter().map(UnitId::as_str).collect();
-    names.join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use stockledger_core::{CommandBody, Deduct, OrderId, Placement, Quantity};
-
-    use super::*;
-
-    #[test]
-    fn calls_take_whole_runs_up_to_the_record_bound_and_one_run_each_on_a_cluster() {
-        let body = CommandBody::Deduct(Deduct::new(
-            OrderId::new("o").unwrap(),
-            Quantity::new(1).unwrap(),
-        ));
-        let run = |records: usize| Run {
-            sku: "S",
-            at: Placement {
-                partition: 0,
-                home: 0,
-            },
-            records: vec![(0, 0, &body); records],
-        };
-        // 600 + 600 passes the bound: the second run closes the first call,
-        // whole; 10 and 990 make the next; 5 is left for a last one.
-        let runs = [run(600), run(600), run(10), run(990), run(5)];
-        assert_eq!(call_ranges(&runs, false), [0..2, 2..4, 4..5]);
-        assert_eq!(call_ranges(&runs, true), [0..1, 1..2, 2..3, 3..4, 4..5]);
-        // Many one-record runs: at most CALL_RUNS of them per call.
-        let small: Vec<Run> = (0..CALL_RUNS + 1).map(|_| run(1)).collect();
-        assert_eq!(
-            call_ranges(&small, false),
-            [0..CALL_RUNS, CALL_RUNS..CALL_RUNS + 1]
-        );
-        assert!(call_ranges(&[], false).is_empty());
-    }
 }

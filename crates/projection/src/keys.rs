@@ -23,7 +23,7 @@ pub struct SkuKeys {
     /// Hash: order id -> [`stockledger_core::OrderEntry`] compact form;
     /// and, in fields starting with `{` (no order id has one), each user's
     /// counted units and, for a SKU of named units, each unit's place and
-    /// state, their list and the seat map (see `lua/apply.lua`).
+    /// state, their list and the seat map (see [`crate::encoding`]).
     pub orders: String,
     /// Hash: applied restock adjustment id -> offset that applied it.
     pub adjustments: String,
@@ -48,7 +48,7 @@ impl SkuKeys {
         }
     }
 
-    /// In the order the apply script takes them as `KEYS`.
+    /// In the order the load and write scripts take them as `KEYS`.
     pub fn as_array(&self) -> [&str; 4] {
         [
             &self.stock,

@@ -9,17 +9,21 @@
 //! - [`encoding`]: the fields of the stock hash and the compact forms of an
 //!   order's entry and of a decision.
 //! - [`fold`]: the one fold path, [`Projection::prepare`] then
-//!   [`Projection::apply`], which the applier and replay both take.
-//! - `batch` (private to [`fold`]): a batch of records grouped into runs,
-//!   one script call each.
+//!   [`Projection::apply`], which the applier and replay both take: read
+//!   what a batch needs, decide with the core's machine, write what changed
+//!   in one fenced call.
+//! - `stage` (private to [`fold`]): one SKU's share of a batch: the part of
+//!   its state the records read, the decisions, the fields they changed.
 //! - [`Projection`]: one prefix in one Redis or Redis Cluster, with the Lua
-//!   scripts in `lua/` (apply, swap, compact).
+//!   scripts in `lua/`. None of them decides anything: `load` reads a
+//!   batch's fields, `write` writes its changes fenced, `swap` swaps a
+//!   rebuilt SKU in, `compact` prunes history, `units` reads a seat map.
 
-mod batch;
 pub mod encoding;
 pub mod fold;
 pub mod keys;
 mod projection;
+mod stage;
 
 pub use fold::{Entry, Prepared};
 pub use projection::{BasketLine, Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

@@ -4,23 +4,58 @@ use std::collections::BTreeMap;
 
 use stockledger_redis::RedisConn;
 
-/// Every key under `prefix:` with its `DUMP` serialization, keyed by the key
-/// name without the prefix, so two prefixes can be compared byte for byte.
+/// Every key under `prefix:` with its bytes, keyed by the key name without
+/// the prefix, so two prefixes can be compared byte for byte: a key in one
+/// of Redis's compact encodings (a listpack, whose bytes follow the order
+/// its fields were first written in) as `DUMP` gives it; a larger hash or
+/// sorted set, which Redis keeps as a hash table whose bytes follow its
+/// own rehashing (every read moves it on), as its contents in order.
 pub async fn dump_prefix(
     conn: &RedisConn,
     prefix: &str,
 ) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
     let keys = keys(conn, prefix).await?;
+    let encodings: Vec<String> = conn
+        .query_each(
+            keys.iter()
+                .map(|key| redis::cmd("OBJECT").arg("ENCODING").arg(key).clone())
+                .collect(),
+        )
+        .await?;
     let dumps: Vec<redis::Cmd> = keys
         .iter()
-        .map(|key| redis::cmd("DUMP").arg(key).clone())
+        .zip(&encodings)
+        .map(|(key, encoding)| match encoding.as_str() {
+            "hashtable" => redis::Cmd::hgetall(key),
+            "skiplist" => redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .clone(),
+            _ => redis::cmd("DUMP").arg(key).clone(),
+        })
         .collect();
-    let dumps: Vec<Vec<u8>> = conn.query_each(dumps).await?;
-    Ok(keys
-        .iter()
-        .map(|key| key.strip_prefix(prefix).unwrap_or(key).to_owned())
-        .zip(dumps)
-        .collect())
+    let values: Vec<redis::Value> = conn.query_each(dumps).await?;
+    let bytes = |encoding: &str, value: redis::Value| -> anyhow::Result<Vec<u8>> {
+        Ok(match encoding {
+            "hashtable" => {
+                let fields: BTreeMap<Vec<u8>, Vec<u8>> = redis::from_redis_value(value)?;
+                format!("hashtable {fields:?}").into_bytes()
+            }
+            "skiplist" => {
+                let members: Vec<Vec<u8>> = redis::from_redis_value(value)?;
+                format!("skiplist {members:?}").into_bytes()
+            }
+            _ => redis::from_redis_value(value)?,
+        })
+    };
+    let mut out = BTreeMap::new();
+    for ((key, encoding), value) in keys.iter().zip(&encodings).zip(values) {
+        let name = key.strip_prefix(prefix).unwrap_or(key).to_owned();
+        out.insert(name, bytes(encoding, value)?);
+    }
+    Ok(out)
 }
 
 /// Every hash under `prefix:` with its fields (and every sorted set, with

@@ -12,7 +12,7 @@
 //! the batch before that may still wait for its deliveries. Redis applies
 //! the batches one after another, in log order, and the producer keeps
 //! each partition's outcomes in order. A
-//! crash anywhere in between redelivers the uncommitted batches; the script
+//! crash anywhere in between redelivers the uncommitted batches; the fold
 //! recognises applied offsets and answers with the stored decisions, so the
 //! outcomes published again are identical.
 //!

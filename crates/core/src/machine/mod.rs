@@ -1,8 +1,9 @@
-//! The reference state machine: the one definition of what each command does.
+//! The state machine: the one definition of what each command does.
 //!
-//! The applier's Lua script (`crates/projection/lua/apply.lua`) implements the
-//! same rules inside Redis; every reason string below appears there too, and
-//! the differential tests hold the two to the same outcomes and state.
+//! The applier and replay decide every record with it
+//! (`crates/projection/src/stage.rs` loads the part of a SKU's state a
+//! batch reads from Redis, and writes back what changed); no rule is
+//! written anywhere else.
 //!
 //! Per SKU the machine keeps available, reserved and total stock (total −
 //! available − reserved is what is sold), the per-user limit and each
@@ -351,8 +352,13 @@ pub struct SkuState {
     pub decisions: BTreeMap<i64, Decision>,
     /// The SKU's named units and where each stands (empty for a SKU of
     /// counted stock: a SKU is one or the other). `total` counts them and
-    /// `available` the free ones.
+    /// `available` the free ones. A state may hold only the units its
+    /// records name (the applier's, loaded for one batch): the rules look
+    /// up units by name and ask [`SkuState::named`] whether there are any.
     pub units: BTreeMap<String, Unit>,
+    /// Whether the SKU sells named units: true from its first named
+    /// restock on, whether or not [`SkuState::units`] holds them all.
+    pub named: bool,
     /// The SKU's stock per location, in the order the locations were first
     /// stocked, which is the order a deduct naming no location tries them
     /// in (empty for a SKU without locations: its stock is in one
@@ -554,8 +560,8 @@ impl SkuState {
     }
 }
 
-/// Every SKU's state: the fold of a whole log, by the reference rules the
-/// applier's Lua script must agree with.
+/// Every SKU's state: the fold of a whole log in memory, by the same rules
+/// the applier applies (the reference the tests hold Redis to).
 ///
 /// ```
 /// use stockledger_core::partition::home_partition;

@@ -1,5 +1,5 @@
-//! What each command does to a SKU's state: the rules the apply script
-//! (`crates/projection/lua/apply.lua`) implements inside Redis too, one
+//! What each command does to a SKU's state: the ledger's rules, written
+//! here only, one
 //! function per command kind.
 
 use super::*;
@@ -30,13 +30,13 @@ impl SkuState {
             }
         }
         let named = !d.units.is_empty();
-        if !named && !self.units.is_empty() {
+        if !named && self.named {
             return self.refuse(
                 ResultCode::RejectedInsufficient,
                 "the sku sells named units; name the units to take",
             );
         }
-        if named && self.units.is_empty() && self.total > 0 {
+        if named && !self.named && self.total > 0 {
             return self.refuse(
                 ResultCode::RejectedInsufficient,
                 "the sku sells counted stock, not named units",
@@ -319,7 +319,7 @@ impl SkuState {
             );
         }
         let named = r.named();
-        if named.is_empty() && !self.units.is_empty() {
+        if named.is_empty() && self.named {
             return self.decide(
                 ResultCode::RejectedRestock,
                 0,
@@ -330,7 +330,7 @@ impl SkuState {
             return self.decide(ResultCode::RejectedRestock, 0, Some(reason));
         }
         if !named.is_empty() {
-            if self.units.is_empty() && self.total > 0 {
+            if !self.named && self.total > 0 {
                 let reason = format!(
                     "the sku holds {} counted units; named units cannot be added to it",
                     self.total
@@ -383,6 +383,7 @@ impl SkuState {
         for unit in named {
             self.units.insert(unit.as_str().to_owned(), Unit::Available);
         }
+        self.named |= !named.is_empty();
         self.decide(ResultCode::Applied, delta, None)
     }
 

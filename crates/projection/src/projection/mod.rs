@@ -1,6 +1,8 @@
 //! One prefix of the projection: every read and write of a SKU's state.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::LazyLock;
 
 use redis::{ErrorKind, Script, ServerErrorKind};
@@ -26,12 +28,12 @@ pub use transfer::SkuExport;
 pub enum ProjectionError {
     #[error("a Redis command failed")]
     Redis(#[from] redis::RedisError),
-    #[error("the apply script returned {got} decisions for the {expected} records of sku {sku}")]
-    ShortReply {
-        sku: String,
-        expected: usize,
-        got: usize,
-    },
+    /// Another writer kept changing the SKU's state between the read and
+    /// the fenced write of a batch, so its decisions were taken again and
+    /// again, and nothing was written. Trying again later decides on what
+    /// Redis holds then.
+    #[error("the state of sku {sku} moved under every attempt to write a batch's decisions")]
+    Moved { sku: String },
     #[error("unreadable value in Redis key {key}: {value:?}")]
     Corrupt { key: String, value: String },
     /// The marker written when the projection was created is gone: Redis
@@ -46,6 +48,7 @@ impl ProjectionError {
     /// a cluster in the middle of a failover).
     pub fn is_transient(&self) -> bool {
         match self {
+            Self::Moved { .. } => true,
             Self::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
@@ -92,10 +95,7 @@ pub struct Marker {
 }
 
 /// The marker's field holding the furthest offset applied from a partition.
-const APPLIED_FIELD: &str = "applied:";
-
-/// The script that records how far each partition is folded; see the file.
-const MARKS: &str = include_str!("../../lua/marks.lua");
+pub(crate) const APPLIED_FIELD: &str = "applied:";
 
 /// One prefix of the projection in one Redis or Redis Cluster.
 #[derive(Clone)]
@@ -108,6 +108,9 @@ pub struct Projection {
     /// [`keys::applied_channel`] (the live applier's, for waiting order
     /// services).
     pub(crate) announce_on: Option<String>,
+    /// SKUs whose write this projection's folds had refused by the fence
+    /// and decided again (shared by its clones).
+    pub(crate) moved: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Projection {
@@ -134,6 +137,7 @@ impl Projection {
             prefix: prefix.into(),
             guarded: false,
             announce_on: None,
+            moved: Arc::default(),
         }
     }
 
@@ -216,6 +220,14 @@ impl Projection {
         Ok(())
     }
 
+    /// How many times a SKU's write was refused by the fence since this
+    /// projection was made (its clones count together): another writer had
+    /// moved the SKU's state since the batch read it, so it was decided
+    /// again. Two members race so only while a partition changes hands.
+    pub fn moved_skus(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -231,25 +243,9 @@ impl Projection {
         if marks.is_empty() {
             return Ok(());
         }
-        let _: i64 = self
-            .record_applied_cmd(marks)
-            .query_async(&mut self.redis.clone())
-            .await?;
+        let call = crate::fold::write_call(&[], &self.prefix, Some((self.marker_key(), marks)));
+        let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, vec![call]).await?;
         Ok(())
-    }
-
-    /// The call that records `marks` in the marker, never lowering one
-    /// (`lua/marks.lua`). Sent as `EVAL`: it runs once a batch, so sending
-    /// its few lines costs nothing, and no Redis can have forgotten it.
-    pub(crate) fn record_applied_cmd(&self, marks: &[(i32, i64)]) -> redis::Cmd {
-        let mut record = redis::cmd("EVAL");
-        record.arg(MARKS).arg(1).arg(self.marker_key());
-        for &(partition, offset) in marks {
-            record
-                .arg(format!("{APPLIED_FIELD}{partition}"))
-                .arg(offset);
-        }
-        record
     }
 
     /// Removes the marker (a rebuilt prefix that was swapped in whole).

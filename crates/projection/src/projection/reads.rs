@@ -104,6 +104,7 @@ impl Projection {
                 .all(|(i, name)| places.get(&i).map(String::as_str) == Some(*name))
             && seatmap.as_deref().unwrap_or("") == letters
             && named != state.units.is_empty();
+        state.named = named;
         if !agree {
             return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
         }

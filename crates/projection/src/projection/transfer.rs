@@ -51,12 +51,12 @@ impl Projection {
     }
 
     /// Writes exported states under this prefix (a restore from a
-    /// snapshot), laid out as the apply script lays them out.
+    /// snapshot), laid out as the applier lays them out.
     pub async fn restore(&self, states: &[SkuExport]) -> Result<(), ProjectionError> {
         let mut writes: Vec<redis::Cmd> = Vec::new();
         for state in states {
             let k = SkuKeys::new(&self.prefix, &state.sku);
-            // The field order of the apply script, so a restored hash is
+            // The applier's field order, so a restored hash is
             // laid out as a replayed one.
             let mut stock = vec![
                 (AVAILABLE, state.stock.available),
@@ -67,7 +67,7 @@ impl Projection {
                 stock.push((PARTITION, i64::from(partition)));
             }
             stock.push((OFFSET, state.stock.offset));
-            // The flag the apply script reads; the units themselves are in
+            // The flag the applier reads; the units themselves are in
             // the orders hash, restored as it was.
             stock.push((NAMED, i64::from(state.orders.contains_key(UNITS_FIELD))));
             stock.push((
@@ -77,7 +77,7 @@ impl Projection {
             if let Some(limit) = state.stock.limit {
                 stock.push((LIMIT, limit));
             }
-            // The threshold the apply script reads, from the copy the
+            // The threshold the applier reads, from the copy the
             // orders hash keeps.
             if let Some(low) = (state.orders.get(ALERTS_FIELD)).and_then(|v| v.parse().ok()) {
                 stock.push((LOW, low));

@@ -1,0 +1,582 @@
+//! One SKU of a batch on its way through the applier: the part of its
+//! state the batch's records read, loaded from Redis; every record decided
+//! by the core's machine; and the fields those decisions changed, ready
+//! for the fenced write (`lua/write.lua`).
+//!
+//! A SKU's state in Redis can be large (every order it ever took), and a
+//! batch reads little of it: the stock hash, the orders its records name,
+//! their users' counters and named units, the restocks' adjustment ids and,
+//! for a redelivered record, its stored decision. [`SkuStage::wanted`]
+//! names those fields, [`SkuStage::load`] takes them in, and the machine
+//! decides on that part as it would on the whole: it looks everything up
+//! by name.
+
+use std::collections::{BTreeMap, HashMap};
+
+use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit};
+
+use crate::encoding::{
+    decode_decision, decode_locations, decode_order, decode_unit, encode_decision,
+    encode_locations, encode_order, encode_unit, seat_letter, unit_of_field, user_of_field,
+    ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION,
+    RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
+};
+use crate::keys::SkuKeys;
+use crate::projection::ProjectionError;
+
+/// The stock hash's fields, in the order a SKU's first record writes them
+/// (the last two only once set).
+pub(crate) const STOCK_FIELDS: [&str; 9] = [
+    AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW,
+];
+
+/// How many of [`STOCK_FIELDS`] every applied record writes (the rest are
+/// set and deleted by the records that change them).
+const CORE_FIELDS: usize = 7;
+
+/// One record of a prepared batch.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's timestamp as the machine compares it.
+    pub time: i64,
+    pub command: Command,
+}
+
+/// Fields to read from a SKU's hashes.
+#[derive(Debug, Default)]
+pub(crate) struct Wanted {
+    pub stock: Vec<&'static str>,
+    pub orders: Vec<String>,
+    pub adjustments: Vec<String>,
+    pub decisions: Vec<String>,
+}
+
+impl Wanted {
+    pub fn is_empty(&self) -> bool {
+        self.stock.is_empty()
+            && self.orders.is_empty()
+            && self.adjustments.is_empty()
+            && self.decisions.is_empty()
+    }
+}
+
+/// A hash's changes, as the fenced write takes them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HashWrite {
+    pub deletes: Vec<String>,
+    /// (field, value), in the order they must be set.
+    pub sets: Vec<(String, String)>,
+}
+
+/// What a SKU's batch writes, fenced by the offset its stock hash held.
+#[derive(Debug, Clone)]
+pub(crate) struct SkuWrite {
+    /// The stock hash's `offset` the decisions were taken on (`None`: the
+    /// SKU had none).
+    pub fence: Option<String>,
+    /// Stock, orders, adjustments and decisions, as [`SkuKeys::as_array`].
+    pub hashes: [HashWrite; 4],
+}
+
+/// A hash's fields as a batch changes them. Redis lays a small hash out in
+/// the order its fields were first written, so the writes keep the order
+/// of the log: a field written again stays where it is, a new one goes
+/// after those created before it, and a field deleted and created again in
+/// one batch is deleted first and created where it was created last. The
+/// bytes of a SKU's hashes then follow from the log alone, however it was
+/// cut into batches.
+#[derive(Debug, Default)]
+struct Tracker {
+    fields: Vec<Tracked>,
+    index: HashMap<String, usize>,
+    /// What Redis held for each field read, before the batch.
+    start: HashMap<String, Option<String>>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    name: String,
+    start: Option<String>,
+    now: Option<String>,
+    /// Deleted at some point, having been there before the batch.
+    deleted: bool,
+    /// When it was last created in this batch.
+    created: Option<u64>,
+    /// Its value is filled in when the batch is written (a seat map or a
+    /// list of units, costly to copy at every record).
+    deferred: bool,
+}
+
+impl Tracker {
+    /// Sets `name` to `value` (`None` deletes it).
+    fn set(&mut self, name: &str, value: Option<String>) {
+        self.seq += 1;
+        let at = match self.index.get(name) {
+            Some(&at) => at,
+            None => {
+                let start = self.start.get(name).cloned().flatten();
+                self.fields.push(Tracked {
+                    name: name.to_owned(),
+                    now: start.clone(),
+                    start,
+                    deleted: false,
+                    created: None,
+                    deferred: false,
+                });
+                self.index.insert(name.to_owned(), self.fields.len() - 1);
+                self.fields.len() - 1
+            }
+        };
+        let field = &mut self.fields[at];
+        match (field.now.is_some(), value.is_some()) {
+            (false, true) => field.created = Some(self.seq),
+            (true, false) => {
+                field.deleted |= field.start.is_some();
+                field.created = None;
+            }
+            _ => {}
+        }
+        field.now = value;
+    }
+
+    /// Marks `name` as present, its value given when written.
+    fn set_deferred(&mut self, name: &str) {
+        self.set(name, Some(String::new()));
+        if let Some(&at) = self.index.get(name) {
+            self.fields[at].deferred = true;
+        }
+    }
+
+    /// The writes that take the hash from where it was to where it is:
+    /// deletes, values changed in place, then fields created, in the order
+    /// they were last created.
+    fn write(self, fill: impl Fn(&str) -> String) -> HashWrite {
+        let mut out = HashWrite::default();
+        let mut created = Vec::new();
+        for mut field in self.fields {
+            if field.deferred && field.now.is_some() {
+                field.now = Some(fill(&field.name));
+            }
+            if field.start.is_some() && (field.deleted || field.now.is_none()) {
+                out.deletes.push(field.name.clone());
+            }
+            let Some(now) = field.now else { continue };
+            match field.created {
+                Some(seq) => created.push((seq, field.name, now)),
+                None if field.start.as_ref() != Some(&now) => out.sets.push((field.name, now)),
+                None => {}
+            }
+        }
+        created.sort_by_key(|(seq, _, _)| *seq);
+        out.sets
+            .extend(created.into_iter().map(|(_, name, now)| (name, now)));
+        out
+    }
+}
+
+/// One SKU's share of a batch.
+#[derive(Debug)]
+pub(crate) struct SkuStage {
+    pub keys: SkuKeys,
+    /// The SKU's home partition for the topic's partition count.
+    pub home: i32,
+    /// Its records, as indexes into the batch's records, in log order.
+    pub records: Vec<usize>,
+    state: SkuState,
+    /// The stock hash's fields as loaded, as [`STOCK_FIELDS`].
+    stock: Vec<Option<String>>,
+    /// Each named unit's place among the SKU's units, for those loaded.
+    places: HashMap<String, usize>,
+    /// The seat map as loaded, then as the batch leaves it.
+    seatmap: Vec<u8>,
+    /// The list of units as loaded, then as the batch leaves it.
+    listed: String,
+    orders: Tracker,
+    limits: Tracker,
+    adjustments: Vec<(String, String)>,
+    decisions: Vec<(String, String)>,
+}
+
+impl SkuStage {
+    pub fn new(prefix: &str, sku: &str, home: i32) -> Self {
+        Self {
+            keys: SkuKeys::new(prefix, sku),
+            home,
+            records: Vec::new(),
+            state: SkuState::default(),
+            stock: Vec::new(),
+            places: HashMap::new(),
+            seatmap: Vec::new(),
+            listed: String::new(),
+            orders: Tracker::default(),
+            limits: Tracker::default(),
+            adjustments: Vec::new(),
+            decisions: Vec::new(),
+        }
+    }
+
+    /// What to read first: the stock hash, and the fields of the orders
+    /// and adjustments hashes that the records name.
+    pub fn wanted(&self, records: &[Record]) -> Wanted {
+        let mut orders = Fields::default();
+        let mut adjustments = Fields::default();
+        orders.add(LOCATIONS_FIELD.to_owned());
+        orders.add(SEATMAP_FIELD.to_owned());
+        for &i in &self.records {
+            match &records[i].command.body {
+                CommandBody::Deduct(d) => {
+                    if let Some(user) = &d.user_id {
+                        orders.add(format!("{USER_FIELD_PREFIX}{user}"));
+                    }
+                    for unit in &d.units {
+                        orders.add(format!("{UNIT_FIELD_PREFIX}{unit}"));
+                    }
+                }
+                CommandBody::Restock(r) => {
+                    adjustments.add(r.adjustment_id.as_str().to_owned());
+                    if !r.named().is_empty() {
+                        orders.add(UNITS_FIELD.to_owned());
+                    }
+                    for unit in r.named() {
+                        orders.add(format!("{UNIT_FIELD_PREFIX}{unit}"));
+                    }
+                }
+                CommandBody::Transfer(t) => adjustments.add(t.transfer_id.as_str().to_owned()),
+                _ => {}
+            }
+            if let Some(order) = records[i].command.body.order_id() {
+                orders.add(order.as_str().to_owned());
+            }
+        }
+        Wanted {
+            stock: STOCK_FIELDS.to_vec(),
+            orders: orders.list,
+            adjustments: adjustments.list,
+            decisions: Vec::new(),
+        }
+    }
+
+    /// What to read next, once [`SkuStage::load`] took the first read in:
+    /// the users and units of the orders found, and the stored decisions of
+    /// records at or below the offset the SKU was applied to.
+    pub fn wanted_next(&self, records: &[Record]) -> Wanted {
+        let mut orders = Fields::default();
+        for entry in self.state.orders.values() {
+            if let Some(user) = &entry.user {
+                let field = format!("{USER_FIELD_PREFIX}{user}");
+                if !self.orders.start.contains_key(&field) {
+                    orders.add(field);
+                }
+            }
+            for unit in &entry.units {
+                let field = format!("{UNIT_FIELD_PREFIX}{unit}");
+                if !self.orders.start.contains_key(&field) {
+                    orders.add(field);
+                }
+            }
+        }
+        let mut decisions = Fields::default();
+        if let Some(last) = self.state.last_offset {
+            for &i in &self.records {
+                if records[i].offset <= last {
+                    decisions.add(records[i].offset.to_string());
+                }
+            }
+        }
+        Wanted {
+            orders: orders.list,
+            decisions: decisions.list,
+            ..Wanted::default()
+        }
+    }
+
+    /// Takes in the values read for `wanted` (as [`Wanted`]'s four lists).
+    pub fn load(
+        &mut self,
+        wanted: &Wanted,
+        mut values: [Vec<Option<String>>; 4],
+    ) -> Result<(), ProjectionError> {
+        let [stock, orders, adjustments, decisions] = &mut values;
+        if !wanted.stock.is_empty() {
+            self.load_stock(std::mem::take(stock))?;
+        }
+        for (field, value) in wanted.orders.iter().zip(orders.drain(..)) {
+            if let Some(value) = &value {
+                self.load_order_field(field, value)?;
+            }
+            self.orders.start.insert(field.clone(), value);
+        }
+        for (id, value) in wanted.adjustments.iter().zip(adjustments.drain(..)) {
+            if let Some(value) = value {
+                let offset = value.parse().map_err(|_| self.corrupt(2, &value))?;
+                self.state.adjustments.insert(id.clone(), offset);
+            }
+        }
+        for (offset, value) in wanted.decisions.iter().zip(decisions.drain(..)) {
+            if let Some(value) = value {
+                let decision = decode_decision(&value).ok_or_else(|| self.corrupt(3, &value))?;
+                let offset = offset.parse().map_err(|_| self.corrupt(3, offset))?;
+                self.state.decisions.insert(offset, decision);
+            }
+        }
+        Ok(())
+    }
+
+    fn corrupt(&self, hash: usize, value: &str) -> ProjectionError {
+        ProjectionError::Corrupt {
+            key: self.keys.as_array()[hash].to_owned(),
+            value: value.to_owned(),
+        }
+    }
+
+    fn load_stock(&mut self, stock: Vec<Option<String>>) -> Result<(), ProjectionError> {
+        let field = |name: &str| {
+            let at = STOCK_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
+            stock.get(at).cloned().flatten()
+        };
+        let key = &self.keys.stock;
+        let number = |name: &str| -> Result<Option<i64>, ProjectionError> {
+            field(name)
+                .map(|v| {
+                    v.parse().map_err(|_| ProjectionError::Corrupt {
+                        key: key.clone(),
+                        value: v.clone(),
+                    })
+                })
+                .transpose()
+        };
+        let partition = number(PARTITION)?;
+        let state = SkuState {
+            available: number(AVAILABLE)?.unwrap_or(0),
+            total: number(TOTAL)?.unwrap_or(0),
+            reserved: number(RESERVED)?.unwrap_or(0),
+            limit: number(LIMIT)?,
+            low_stock_below: number(LOW)?,
+            last_offset: number(OFFSET)?,
+            partition: partition
+                .map(|p| i32::try_from(p).map_err(|_| self.corrupt(0, &p.to_string())))
+                .transpose()?,
+            named: field(NAMED).as_deref() == Some("1"),
+            ..SkuState::default()
+        };
+        let low = field(LOW);
+        self.orders
+            .start
+            .insert(ALERTS_FIELD.to_owned(), low.clone());
+        self.limits.start.insert(LIMIT.to_owned(), field(LIMIT));
+        self.limits.start.insert(LOW.to_owned(), low);
+        self.state = state;
+        self.stock = stock;
+        Ok(())
+    }
+
+    fn load_order_field(&mut self, field: &str, value: &str) -> Result<(), ProjectionError> {
+        let corrupt = || self.corrupt(1, value);
+        if let Some(user) = user_of_field(field) {
+            let units = value.parse().map_err(|_| corrupt())?;
+            self.state.users.insert(user.to_owned(), units);
+        } else if let Some(name) = unit_of_field(field) {
+            let (place, unit) = decode_unit(value).ok_or_else(corrupt)?;
+            self.places.insert(name.to_owned(), place);
+            self.state.units.insert(name.to_owned(), unit);
+        } else if field == SEATMAP_FIELD {
+            self.seatmap = value.as_bytes().to_vec();
+        } else if field == UNITS_FIELD {
+            self.listed = value.to_owned();
+        } else if field == LOCATIONS_FIELD {
+            self.state.locations = decode_locations(value).ok_or_else(corrupt)?;
+        } else {
+            let entry = decode_order(value).ok_or_else(corrupt)?;
+            self.state.orders.insert(field.to_owned(), entry);
+        }
+        Ok(())
+    }
+
+    /// Decides each of the SKU's records with the machine, in log order,
+    /// noting what each one applied changes; `decisions` gets each
+    /// record's decision at its index.
+    pub fn decide(&mut self, records: &[Record], decisions: &mut [Option<Decision>]) {
+        for k in 0..self.records.len() {
+            let i = self.records[k];
+            let record = &records[i];
+            let at = Placement {
+                partition: record.partition,
+                home: self.home,
+            };
+            let before = self.state.last_offset;
+            let decision = self
+                .state
+                .apply(at, record.offset, record.time, &record.command.body);
+            if self.state.last_offset != before {
+                self.note(record, &decision);
+            }
+            decisions[i] = Some(decision);
+        }
+    }
+
+    /// Notes the fields `record`, just applied with `decision`, may have
+    /// changed, in a fixed order.
+    fn note(&mut self, record: &Record, decision: &Decision) {
+        let offset = record.offset.to_string();
+        self.decisions
+            .push((offset.clone(), encode_decision(decision)));
+        let body = &record.command.body;
+        let entry = body
+            .order_id()
+            .and_then(|id| self.state.orders.get(id.as_str()));
+        if let Some(id) = body.order_id() {
+            self.orders.set(id.as_str(), entry.map(encode_order));
+        }
+        let mut users: Vec<String> = entry.and_then(|e| e.user.clone()).into_iter().collect();
+        let mut units: Vec<String> = entry.map(|e| e.units.clone()).unwrap_or_default();
+        match body {
+            CommandBody::Deduct(d) => {
+                users.extend(d.user_id.as_ref().map(|u| u.as_str().to_owned()));
+                units.extend(d.units.iter().map(|u| u.as_str().to_owned()));
+            }
+            CommandBody::Restock(r) => {
+                let id = r.adjustment_id.as_str();
+                if self.state.adjustments.get(id) == Some(&record.offset) {
+                    self.adjustments.push((id.to_owned(), offset.clone()));
+                    self.add_units(r.named().iter().map(|u| u.as_str()));
+                }
+                units.extend(r.named().iter().map(|u| u.as_str().to_owned()));
+            }
+            CommandBody::Transfer(t) => {
+                let id = t.transfer_id.as_str();
+                if self.state.adjustments.get(id) == Some(&record.offset) {
+                    self.adjustments.push((id.to_owned(), offset.clone()));
+                }
+            }
+            CommandBody::Limit(_) => {
+                let limit = self.state.limit.map(|l| l.to_string());
+                self.limits.set(LIMIT, limit);
+            }
+            CommandBody::Alerts(_) => {
+                let low = self.state.low_stock_below.map(|l| l.to_string());
+                self.limits.set(LOW, low.clone());
+                self.orders.set(ALERTS_FIELD, low);
+            }
+            _ => {}
+        }
+        users.dedup();
+        for user in users {
+            let counted = self.state.users.get(&user).map(i64::to_string);
+            self.orders
+                .set(&format!("{USER_FIELD_PREFIX}{user}"), counted);
+        }
+        let mut marked = false;
+        for name in units {
+            let (Some(unit), Some(&place)) = (self.state.units.get(&name), self.places.get(&name))
+            else {
+                continue;
+            };
+            if let Some(letter) = self.seatmap.get_mut(place) {
+                *letter = seat_letter(unit.state()) as u8;
+            }
+            let value = encode_unit(place, unit);
+            self.orders
+                .set(&format!("{UNIT_FIELD_PREFIX}{name}"), Some(value));
+            marked = true;
+        }
+        if marked {
+            self.orders.set_deferred(SEATMAP_FIELD);
+        }
+        if !self.state.locations.is_empty() {
+            let locations = encode_locations(&self.state.locations);
+            self.orders.set(LOCATIONS_FIELD, Some(locations));
+        }
+    }
+
+    /// Gives units a restock added their places, after the SKU's others.
+    fn add_units<'a>(&mut self, names: impl Iterator<Item = &'a str>) {
+        let mut added = false;
+        for name in names {
+            if self.places.contains_key(name) {
+                continue;
+            }
+            self.places.insert(name.to_owned(), self.seatmap.len());
+            self.seatmap
+                .push(seat_letter(Unit::Available.state()) as u8);
+            if !self.listed.is_empty() {
+                self.listed.push('\n');
+            }
+            self.listed.push_str(name);
+            added = true;
+        }
+        if added {
+            self.orders.set_deferred(UNITS_FIELD);
+        }
+    }
+
+    /// What the batch writes for this SKU; `None` when it applied nothing.
+    pub fn write(self) -> Option<SkuWrite> {
+        if self.decisions.is_empty() {
+            return None;
+        }
+        let fence = (self.stock.iter().zip(STOCK_FIELDS))
+            .find_map(|(value, field)| (field == OFFSET).then(|| value.clone()))
+            .flatten();
+        let mut stock = HashWrite::default();
+        let s = &self.state;
+        let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
+        let core: [String; CORE_FIELDS] = [
+            s.available.to_string(),
+            s.total.to_string(),
+            s.reserved.to_string(),
+            s.partition.map(|p| p.to_string()).unwrap_or_default(),
+            s.last_offset.map(|o| o.to_string()).unwrap_or_default(),
+            flag(s.named),
+            flag(!s.locations.is_empty()),
+        ];
+        for (k, value) in core.into_iter().enumerate() {
+            if self.stock.get(k).and_then(Option::as_ref) != Some(&value) {
+                stock.sets.push((STOCK_FIELDS[k].to_owned(), value));
+            }
+        }
+        let limits = self.limits.write(|_| String::new());
+        stock.deletes = limits.deletes;
+        stock.sets.extend(limits.sets);
+        let (seatmap, listed) = (self.seatmap, self.listed);
+        let orders = self.orders.write(|field| {
+            if field == SEATMAP_FIELD {
+                String::from_utf8_lossy(&seatmap).into_owned()
+            } else {
+                listed.clone()
+            }
+        });
+        Some(SkuWrite {
+            fence,
+            hashes: [
+                stock,
+                orders,
+                HashWrite {
+                    deletes: Vec::new(),
+                    sets: self.adjustments,
+                },
+                HashWrite {
+                    deletes: Vec::new(),
+                    sets: self.decisions,
+                },
+            ],
+        })
+    }
+}
+
+/// Field names in the order first asked for, each once.
+#[derive(Debug, Default)]
+struct Fields {
+    list: Vec<String>,
+    seen: BTreeMap<String, ()>,
+}
+
+impl Fields {
+    fn add(&mut self, field: String) {
+        if self.seen.insert(field.clone(), ()).is_none() {
+            self.list.push(field);
+        }
+    }
+}
