@@ -339,7 +339,13 @@ async fn a_garbage_record_is_dead_lettered_and_the_partition_goes_on() -> anyhow
     h.producer.deduct("SKU-G", "after-garbage", 2).await?;
     h.wait_for_archive(3).await?;
 
-    let dead = h.read(&h.ns.dlq_topic).await?;
+    // The dead letter and the outcomes are sent together; the archive may
+    // have the outcomes before the broker acknowledges the dead letter.
+    let dead = wait_until("the dead letter", CATCH_UP, || async {
+        let dead = h.read(&h.ns.dlq_topic).await?;
+        Ok((!dead.is_empty()).then_some(dead))
+    })
+    .await?;
     assert_eq!(dead.len(), 1);
     assert_eq!(
         dead[0].payload.as_deref(),

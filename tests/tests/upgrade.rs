@@ -1,6 +1,7 @@
 #![allow(clippy::expect_used)] // a fixture that does not read is a failed test
 //! A Redis that the last release deciding inside Redis (with Lua) filled is
-//! applied onto correctly by the fold that decides with the core's machine.
+//! applied onto correctly by the fold that decides with the core's machine;
+//! so is one that forgot the fold's scripts.
 //!
 //! `fixtures/lua-release/lua-release.json` holds that release's own bytes:
 //! a log using every kind of command, and every key its apply script wrote
@@ -270,5 +271,51 @@ async fn a_redis_the_lua_release_filled_is_applied_onto_correctly() -> anyhow::R
         let read = projection.read_sku(sku).await?;
         assert_eq!(read.as_ref(), reference.sku(sku), "{sku}: the final state");
     }
+    delete_prefix(&conn, &prefix).await
+}
+
+/// A Redis restarted or flushed of its scripts (not of its keys) is folded
+/// onto as before: the load and write scripts are loaded again and the
+/// batch runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_forgot_the_scripts_gets_them_again() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let prefix = format!("noscript:{}", uuid::Uuid::new_v4().simple());
+    let projection = Projection::new(conn.clone(), prefix.clone()).caching(0);
+    let command = |n: usize, body| -> anyhow::Result<Command> {
+        Ok(Command {
+            command_id: CommandId::new(format!("c{n}"))?,
+            sku: Sku::new("F")?,
+            occurred_at: 0,
+            body,
+        })
+    };
+    let restock = Restock::new(AdjustmentId::new("a")?, RestockMode::Set, 2)?;
+    let deduct = Deduct::new(OrderId::new("o")?, Quantity::new(1)?);
+    let records = [
+        command(0, CommandBody::Restock(restock))?,
+        command(1, CommandBody::Deduct(deduct))?,
+    ];
+    let mut results = Vec::new();
+    for (offset, record) in records.iter().enumerate() {
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn.clone())
+            .await?;
+        let entry = Entry {
+            partition: 0,
+            offset: i64::try_from(offset)?,
+            timestamp: 1_700_000_000_000,
+            command: Some(record),
+        };
+        let decided = projection.apply(&projection.prepare([entry], 1)).await?;
+        results.extend(
+            decided
+                .into_iter()
+                .map(|d| (d.result.as_str(), d.available)),
+        );
+    }
+    assert_eq!(results, [("APPLIED", 2), ("APPLIED", 1)]);
+    assert_eq!(projection.moved_skus(), 0, "each write ran once");
     delete_prefix(&conn, &prefix).await
 }

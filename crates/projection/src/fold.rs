@@ -263,15 +263,14 @@ impl Projection {
         let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
         let mut pending: Vec<usize> = (0..batch.skus.len()).collect();
         for attempt in 1.. {
-            let mut stages: Vec<SkuStage> = pending
-                .iter()
-                .map(|&s| {
-                    let (sku, home, records) = &batch.skus[s];
-                    let mut stage = SkuStage::new(&self.prefix, sku, *home);
-                    stage.records.clone_from(records);
-                    stage
-                })
-                .collect();
+            let cached = self.heads.get(pending.iter().map(|&s| &batch.skus[s].0));
+            let mut stages = Vec::with_capacity(pending.len());
+            for (&s, cached) in pending.iter().zip(cached) {
+                let (sku, home, records) = &batch.skus[s];
+                let mut stage = SkuStage::new(&self.prefix, sku, *home, cached)?;
+                stage.records.clone_from(records);
+                stages.push(stage);
+            }
             let first: Vec<Wanted> = stages.iter().map(|s| s.wanted(&batch.records)).collect();
             self.read(&mut stages, first).await?;
             let next: Vec<Wanted> = stages
@@ -282,13 +281,34 @@ impl Projection {
                 self.read(&mut stages, next).await?;
             }
             let mut writes = Vec::new();
+            let mut heads = Vec::with_capacity(stages.len());
             for (k, mut stage) in stages.into_iter().enumerate() {
                 stage.decide(&batch.records, &mut decided);
-                if let Some(write) = stage.write() {
+                let (write, head) = stage.finish();
+                if let Some(write) = write {
                     writes.push((pending[k], write));
                 }
+                heads.push((pending[k], head));
             }
-            let moved = self.write(batch, &writes).await?;
+            let moved = match self.write(batch, &writes).await {
+                Ok(moved) => moved,
+                Err(e) => {
+                    // Whether anything landed is unknown: read it again.
+                    self.heads.clear();
+                    return Err(e);
+                }
+            };
+            self.heads.put(
+                heads
+                    .into_iter()
+                    .map(|(s, head)| {
+                        (
+                            batch.skus[s].0.clone(),
+                            (!moved.contains(&s)).then_some(head),
+                        )
+                    })
+                    .collect(),
+            );
             if moved.is_empty() {
                 break;
             }
@@ -317,26 +337,28 @@ impl Projection {
         } else {
             CALL_SKUS
         };
-        let calls = (0..stages.len())
-            .step_by(per_call)
-            .map(|from| {
-                let to = (from + per_call).min(stages.len());
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(LOAD.get_hash()).arg(4 * (to - from));
-                for stage in &stages[from..to] {
-                    for key in stage.keys.as_array() {
-                        cmd.arg(key);
+        let calls = || {
+            (0..stages.len())
+                .step_by(per_call)
+                .map(|from| {
+                    let to = (from + per_call).min(stages.len());
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(LOAD.get_hash()).arg(4 * (to - from));
+                    for stage in &stages[from..to] {
+                        for key in stage.keys.as_array() {
+                            cmd.arg(key);
+                        }
                     }
-                }
-                for want in &wanted[from..to] {
-                    cmd.arg(want.stock.len()).arg(&want.stock);
-                    for fields in [&want.orders, &want.adjustments, &want.decisions] {
-                        cmd.arg(fields.len()).arg(fields);
+                    for want in &wanted[from..to] {
+                        cmd.arg(want.stock.len()).arg(&want.stock);
+                        for fields in [&want.orders, &want.adjustments, &want.decisions] {
+                            cmd.arg(fields.len()).arg(fields);
+                        }
                     }
-                }
-                cmd
-            })
-            .collect();
+                    cmd
+                })
+                .collect()
+        };
         let replies: Vec<Vec<Vec<Option<String>>>> = self.run(&LOAD, calls).await?;
         let mut values = replies.into_iter().flatten();
         for (stage, want) in stages.iter_mut().zip(&wanted) {
@@ -358,10 +380,11 @@ impl Projection {
         writes: &[(usize, SkuWrite)],
     ) -> Result<Vec<usize>, ProjectionError> {
         if self.redis.is_cluster() {
-            let calls = writes
-                .iter()
-                .map(|(s, write)| write_call(&[(&batch.skus[*s].0, write)], &self.prefix, None))
-                .collect();
+            let calls = || {
+                (writes.iter())
+                    .map(|(s, write)| write_call(&[(&batch.skus[*s].0, write)], &self.prefix, None))
+                    .collect()
+            };
             let replies: Vec<Vec<i64>> = self.run(&WRITE, calls).await?;
             let moved: Vec<usize> = (writes.iter().zip(replies))
                 .filter(|(_, moved)| !moved.is_empty())
@@ -380,8 +403,8 @@ impl Projection {
         let pairs: Vec<(&str, &SkuWrite)> = (writes.iter())
             .map(|(s, w)| (batch.skus[*s].0.as_str(), w))
             .collect();
-        let call = write_call(&pairs, &self.prefix, marker);
-        let replies: Vec<Vec<usize>> = self.run(&WRITE, vec![call]).await?;
+        let call = || vec![write_call(&pairs, &self.prefix, marker.clone())];
+        let replies: Vec<Vec<usize>> = self.run(&WRITE, call).await?;
         Ok(replies
             .into_iter()
             .flatten()
@@ -389,24 +412,26 @@ impl Projection {
             .collect())
     }
 
-    /// Runs `calls` of `script`, loading it (on every node) first when
-    /// Redis forgot it (a restart, a flush, a new cluster node) and trying
-    /// again: a call refused for want of its script ran nothing.
+    /// Runs the calls of `script` that `calls` builds; when Redis forgot
+    /// the script (a restart, a flush, a new cluster node), loads it (on
+    /// every node) and runs them again, built again: a call refused for want
+    /// of its script ran nothing, and one that ran is fenced.
     pub(crate) async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Script,
-        calls: Vec<redis::Cmd>,
+        calls: impl Fn() -> Vec<redis::Cmd>,
     ) -> Result<Vec<T>, ProjectionError> {
-        if calls.is_empty() {
+        let first = calls();
+        if first.is_empty() {
             return Ok(Vec::new());
         }
-        match self.redis.query_each(calls.clone()).await {
+        match self.redis.query_each(first).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script
                     .prepare_invoke()
                     .load_async(&mut self.redis.clone())
                     .await?;
-                Ok(self.redis.query_each(calls).await?)
+                Ok(self.redis.query_each(calls()).await?)
             }
             other => Ok(other?),
         }

@@ -21,9 +21,11 @@
 
 pub mod encoding;
 pub mod fold;
+mod heads;
 pub mod keys;
 mod projection;
 mod stage;
 
 pub use fold::{Entry, Prepared};
+pub use heads::DEFAULT_CACHED_SKUS;
 pub use projection::{BasketLine, Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

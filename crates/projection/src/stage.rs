@@ -198,11 +198,20 @@ pub(crate) struct SkuStage {
     limits: Tracker,
     adjustments: Vec<(String, String)>,
     decisions: Vec<(String, String)>,
+    /// Whether the stock hash came from the projection's cache, not Redis.
+    cached: bool,
 }
 
 impl SkuStage {
-    pub fn new(prefix: &str, sku: &str, home: i32) -> Self {
-        Self {
+    /// A SKU's stage; `cached` is its stock hash as last written or read,
+    /// when the projection kept it (see `heads`).
+    pub fn new(
+        prefix: &str,
+        sku: &str,
+        home: i32,
+        cached: Option<Vec<Option<String>>>,
+    ) -> Result<Self, ProjectionError> {
+        let mut stage = Self {
             keys: SkuKeys::new(prefix, sku),
             home,
             records: Vec::new(),
@@ -215,16 +224,40 @@ impl SkuStage {
             limits: Tracker::default(),
             adjustments: Vec::new(),
             decisions: Vec::new(),
+            cached: false,
+        };
+        if let Some(stock) = cached {
+            stage.load_stock(stock)?;
+            stage.cached = true;
         }
+        Ok(stage)
     }
 
-    /// What to read first: the stock hash, and the fields of the orders
-    /// and adjustments hashes that the records name.
+    /// What to read first: the stock hash (unless cached), and the fields
+    /// of the orders and adjustments hashes that the records name; the
+    /// stock per location and the seat map when the SKU or a record has
+    /// them.
     pub fn wanted(&self, records: &[Record]) -> Wanted {
         let mut orders = Fields::default();
         let mut adjustments = Fields::default();
-        orders.add(LOCATIONS_FIELD.to_owned());
-        orders.add(SEATMAP_FIELD.to_owned());
+        let flag = |name: &str| {
+            let at = STOCK_FIELDS.iter().position(|f| *f == name);
+            at.and_then(|at| self.stock.get(at))
+                .and_then(Option::as_deref)
+                == Some("1")
+        };
+        let located = !self.cached
+            || flag(LOCATED)
+            || (self.records.iter()).any(|&i| records[i].command.body.location().is_some());
+        let named = !self.cached
+            || flag(NAMED)
+            || (self.records.iter()).any(|&i| !records[i].command.body.units().is_empty());
+        if located {
+            orders.add(LOCATIONS_FIELD.to_owned());
+        }
+        if named {
+            orders.add(SEATMAP_FIELD.to_owned());
+        }
         for &i in &self.records {
             match &records[i].command.body {
                 CommandBody::Deduct(d) => {
@@ -252,7 +285,11 @@ impl SkuStage {
             }
         }
         Wanted {
-            stock: STOCK_FIELDS.to_vec(),
+            stock: if self.cached {
+                Vec::new()
+            } else {
+                STOCK_FIELDS.to_vec()
+            },
             orders: orders.list,
             adjustments: adjustments.list,
             decisions: Vec::new(),
@@ -512,8 +549,27 @@ impl SkuStage {
         }
     }
 
-    /// What the batch writes for this SKU; `None` when it applied nothing.
-    pub fn write(self) -> Option<SkuWrite> {
+    /// What the batch writes for this SKU (`None` when it applied
+    /// nothing), and its stock hash once written.
+    pub fn finish(self) -> (Option<SkuWrite>, Vec<Option<String>>) {
+        let loaded = self.stock.clone();
+        let Some(write) = self.write() else {
+            return (None, loaded);
+        };
+        let mut head = loaded;
+        let stock = &write.hashes[0];
+        for (k, field) in STOCK_FIELDS.iter().enumerate() {
+            if stock.deletes.iter().any(|d| d == field) {
+                head[k] = None;
+            }
+            if let Some((_, value)) = stock.sets.iter().find(|(f, _)| f == field) {
+                head[k] = Some(value.clone());
+            }
+        }
+        (Some(write), head)
+    }
+
+    fn write(self) -> Option<SkuWrite> {
         if self.decisions.is_empty() {
             return None;
         }

@@ -40,6 +40,9 @@ pub struct ApplierConfig {
     pub batch_wait: Duration,
     /// How often throughput and lag are logged.
     pub stats_interval: Duration,
+    /// Most SKUs whose stock hash is kept between batches, so a batch reads
+    /// only the orders its records name (0: none kept).
+    pub cached_skus: usize,
     /// The partitions this member holds, kept up to date while it runs
     /// (clone it before `run` to probe readiness).
     pub assignment: Assignment,
@@ -62,6 +65,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("batch_size", &self.batch_size)
             .field("batch_wait", &self.batch_wait)
             .field("stats_interval", &self.stats_interval)
+            .field("cached_skus", &self.cached_skus)
             .finish()
     }
 }
@@ -88,6 +92,7 @@ impl ApplierConfig {
             batch_size: 10_000,
             batch_wait: Duration::from_millis(1),
             stats_interval: Duration::from_secs(10),
+            cached_skus: stockledger_projection::DEFAULT_CACHED_SKUS,
             assignment: Assignment::new(),
         }
     }

@@ -282,7 +282,8 @@ impl Applier {
         let projection = Projection::connect(&config.redis_url, config.prefix.clone())
             .await?
             .guarded()
-            .announcing(config.topic.clone());
+            .announcing(config.topic.clone())
+            .caching(config.cached_skus);
         check_marker(&config, &projection, partitions).await?;
         if config.stock_events {
             prepare_events_topic(&config, partitions).await?;

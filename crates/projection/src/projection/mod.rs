@@ -15,6 +15,7 @@ use crate::encoding::{
     unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW,
     NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
+use crate::heads::{Heads, DEFAULT_CACHED_SKUS};
 use crate::keys::{self, SkuKeys};
 
 mod holds;
@@ -111,6 +112,8 @@ pub struct Projection {
     /// SKUs whose write this projection's folds had refused by the fence
     /// and decided again (shared by its clones).
     pub(crate) moved: Arc<AtomicU64>,
+    /// The stock hashes of SKUs written or read lately (see `heads`).
+    pub(crate) heads: Heads,
 }
 
 impl std::fmt::Debug for Projection {
@@ -138,7 +141,21 @@ impl Projection {
             guarded: false,
             announce_on: None,
             moved: Arc::default(),
+            heads: Heads::new(DEFAULT_CACHED_SKUS),
         }
+    }
+
+    /// This projection, keeping the stock hashes of at most `skus` SKUs
+    /// between batches (0: none; each batch reads them) instead of
+    /// [`DEFAULT_CACHED_SKUS`].
+    pub fn caching(mut self, skus: usize) -> Self {
+        self.heads = Heads::new(skus);
+        self
+    }
+
+    /// How many SKUs' stock hashes are kept between batches.
+    pub fn cached_skus(&self) -> usize {
+        self.heads.len()
     }
 
     /// This projection, refusing to apply once its marker is gone.
@@ -243,8 +260,11 @@ impl Projection {
         if marks.is_empty() {
             return Ok(());
         }
-        let call = crate::fold::write_call(&[], &self.prefix, Some((self.marker_key(), marks)));
-        let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, vec![call]).await?;
+        let call = || {
+            let marker = Some((self.marker_key(), marks));
+            vec![crate::fold::write_call(&[], &self.prefix, marker)]
+        };
+        let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, call).await?;
         Ok(())
     }
 
