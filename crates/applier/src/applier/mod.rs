@@ -2,9 +2,10 @@
 //! topic into Redis.
 //!
 //! For each batch it (1) decodes the records, dead-lettering those that are
-//! not valid commands, (2) applies the valid ones in one pipelined round
-//! trip of Lua calls (each call many SKU runs on a single Redis, one run on
-//! a cluster), (3) publishes one outcome per
+//! not valid commands, (2) decides the valid ones with the core's machine
+//! on the part of each SKU's state they read from Redis and writes what
+//! changed in one fenced call (one per SKU on a cluster; see
+//! `stockledger_projection::fold`), (3) publishes one outcome per
 //! record, and once the brokers hold them all, (4) commits the consumer
 //! offsets. The steps of consecutive batches overlap: while Redis applies
 //! one batch (its calls sent by a task of their own), the applier reads
@@ -81,10 +82,10 @@ pub const RECORDS_METRIC: &str = "stockledger_applier_records_total";
 pub const DEAD_LETTERS_METRIC: &str = "stockledger_applier_dead_letters_total";
 /// Histogram: records per batch.
 pub const BATCH_RECORDS_METRIC: &str = "stockledger_applier_batch_records";
-/// Histogram: Lua calls (SKU runs) per batch.
+/// Histogram: SKUs per batch.
 pub const BATCH_RUNS_METRIC: &str = "stockledger_applier_batch_runs";
-/// Histogram: seconds one batch's Lua calls took in Redis (one pipelined
-/// round trip per node), per attempt.
+/// Histogram: seconds one batch took in Redis (its reads, decisions and
+/// fenced write), per attempt.
 pub const APPLY_SECONDS_METRIC: &str = "stockledger_applier_redis_apply_seconds";
 
 /// Header of a dead-lettered record: why it was refused.
@@ -170,11 +171,11 @@ pub fn describe_metrics() {
     );
     counter!(crate::baskets::REFUNDS_METRIC).absolute(0);
     describe_histogram!(BATCH_RECORDS_METRIC, "Records per batch.");
-    describe_histogram!(BATCH_RUNS_METRIC, "Lua calls (runs of one SKU) per batch.");
+    describe_histogram!(BATCH_RUNS_METRIC, "SKUs per batch.");
     describe_histogram!(
         APPLY_SECONDS_METRIC,
         metrics::Unit::Seconds,
-        "Seconds one batch's Lua calls took in Redis, per attempt."
+        "Seconds one batch took in Redis (read, decide, fenced write), per attempt."
     );
     for histogram in [
         BATCH_RECORDS_METRIC,
