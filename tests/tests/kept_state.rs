@@ -1,0 +1,145 @@
+//! What the fold keeps between batches (the stock hashes of recent SKUs)
+//! is never decided on once Redis holds something else: a restore that
+//! takes a SKU back is seen at the next write, and compaction, which
+//! prunes orders the fold reads afresh each batch, changes nothing kept.
+
+use stockledger_core::{
+    AdjustmentId, Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock,
+    RestockMode, ResultCode, Rollback, Sku,
+};
+use stockledger_projection::{Entry, Projection};
+use stockledger_redis::RedisConn;
+use stockledger_testkit::redis_dump::delete_prefix;
+use stockledger_testkit::services::redis_url;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn command(sku: &str, n: i64, body: CommandBody) -> anyhow::Result<Command> {
+    Ok(Command {
+        command_id: CommandId::new(format!("{sku}-{n}"))?,
+        sku: Sku::new(sku)?,
+        occurred_at: T0,
+        body,
+    })
+}
+
+fn deduct(order: &str, quantity: i64) -> anyhow::Result<CommandBody> {
+    Ok(CommandBody::Deduct(Deduct::new(
+        OrderId::new(order)?,
+        Quantity::new(quantity)?,
+    )))
+}
+
+fn restock(id: &str, quantity: i64) -> anyhow::Result<CommandBody> {
+    Ok(CommandBody::Restock(Restock::new(
+        AdjustmentId::new(id)?,
+        RestockMode::Set,
+        quantity,
+    )?))
+}
+
+/// Applies `command` at `offset` of the one partition, alone in its batch.
+async fn apply(
+    projection: &Projection,
+    offset: i64,
+    command: &Command,
+) -> anyhow::Result<stockledger_core::Decision> {
+    let entry = Entry {
+        partition: 0,
+        offset,
+        timestamp: T0 + offset,
+        command: Some(command),
+    };
+    let decided = projection.apply(&projection.prepare([entry], 1)).await?;
+    decided
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no decision"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_restored_under_the_applier_is_decided_on_what_was_restored() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let prefix = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let projection = Projection::new(conn.clone(), prefix.clone());
+    let log = [
+        command("K", 0, restock("a", 5)?)?,
+        command("K", 1, deduct("o1", 2)?)?,
+        command("K", 2, deduct("o2", 1)?)?,
+        command("K", 3, deduct("o3", 1)?)?,
+        command("K", 4, deduct("o4", 2)?)?,
+    ];
+    for (offset, record) in log.iter().enumerate().take(3) {
+        apply(&projection, i64::try_from(offset)?, record).await?;
+    }
+    let snapshot = projection.export(&["K"]).await?;
+    let taken = apply(&projection, 3, &log[3]).await?;
+    assert_eq!((taken.result, taken.available), (ResultCode::Applied, 1));
+    // The operator restores the snapshot: K is back at offset 2, two units
+    // free, while the fold keeps K's stock hash at offset 3, one free.
+    projection.restore(&snapshot).await?;
+    let decided = apply(&projection, 4, &log[4]).await?;
+
+    let mut restored = Ledger::new(1);
+    for (offset, record) in log.iter().enumerate().filter(|(o, _)| *o != 3) {
+        let offset = i64::try_from(offset)?;
+        let expected = restored.apply(0, offset, T0 + offset, record);
+        if offset == 4 {
+            assert_eq!(decided, expected, "decided on the restored state");
+        }
+    }
+    assert_eq!(
+        (decided.result, decided.available),
+        (ResultCode::Applied, 0)
+    );
+    assert_eq!(
+        projection.moved_skus(),
+        1,
+        "the kept stock hash was refused once"
+    );
+    // A restore writes the snapshot's fields over the live ones (it does
+    // not delete what came after), so the stock is what is compared.
+    let state = projection.read_sku("K").await?;
+    let stock = |s: Option<&stockledger_core::SkuState>| {
+        s.map(|s| (s.available, s.total, s.reserved, s.last_offset))
+    };
+    assert_eq!(
+        stock(state.as_ref()),
+        stock(restored.sku("K")),
+        "Redis holds the restored stock and the record after it"
+    );
+    delete_prefix(&conn, &prefix).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_compaction_pruned_under_the_applier_are_not_found_again() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let prefix = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let projection = Projection::new(conn.clone(), prefix.clone());
+    let rollback = CommandBody::Rollback(Rollback::new(OrderId::new("o1")?, None)?);
+    let log = [
+        command("C", 0, restock("a", 3)?)?,
+        command("C", 1, deduct("o1", 1)?)?,
+        command("C", 2, rollback)?,
+        command("C", 3, deduct("o1", 1)?)?,
+        command("C", 4, deduct("o1", 1)?)?,
+    ];
+    for (offset, record) in log.iter().enumerate().take(4) {
+        apply(&projection, i64::try_from(offset)?, record).await?;
+    }
+    // Compaction prunes the rolled-back order (and the decisions up to
+    // it); the fold keeps C's stock hash, and reads its orders afresh.
+    let (orders, _) = projection.prune("C", 3).await?;
+    assert_eq!(orders, 1, "the rolled-back order was pruned");
+    let mut fresh = projection
+        .read_sku("C")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("C has no state"))?;
+    let at = stockledger_core::Placement::home(0);
+    let expected = fresh.apply(at, 4, T0 + 4, &log[4].body);
+    let decided = apply(&projection, 4, &log[4]).await?;
+    assert_eq!(decided, expected, "decided on what Redis holds");
+    assert_eq!(decided.result, ResultCode::Applied);
+    assert_eq!(projection.moved_skus(), 0);
+    delete_prefix(&conn, &prefix).await
+}
