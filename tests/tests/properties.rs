@@ -81,6 +81,19 @@ async fn apply_batches<'a>(
     Ok(())
 }
 
+/// Fails unless every SKU's state in `projection` is the machine's.
+async fn same_final_state(projection: &Projection, reference: &Ledger) -> anyhow::Result<()> {
+    for sku in SKUS {
+        let actual = projection.read_sku(sku).await?;
+        anyhow::ensure!(
+            actual.as_ref() == reference.sku(sku),
+            "final state of {sku}: Redis {actual:#?}\nreference {:#?}",
+            reference.sku(sku)
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn the_fold_into_redis_decides_exactly_what_the_machine_alone_decides() {
     with_redis(600, 60, |rt, conn, s| {
@@ -103,14 +116,7 @@ fn the_fold_into_redis_decides_exactly_what_the_machine_alone_decides() {
                 Ok(())
             })
             .await?;
-            for sku in SKUS {
-                let actual = projection.read_sku(sku).await?;
-                anyhow::ensure!(
-                    actual.as_ref() == reference.sku(sku),
-                    "final state of {sku}: Redis {actual:#?}\nreference {:#?}",
-                    reference.sku(sku)
-                );
-            }
+            same_final_state(&projection, &reference).await?;
             delete_prefix(&conn, &prefix).await
         })
     });
@@ -160,14 +166,7 @@ fn two_members_folding_one_log_at_once_decide_as_one() {
                 old.moved_skus() + new.moved_skus(),
                 std::sync::atomic::Ordering::Relaxed,
             );
-            for sku in SKUS {
-                let actual = new.read_sku(sku).await?;
-                anyhow::ensure!(
-                    actual.as_ref() == reference.sku(sku),
-                    "final state of {sku}: Redis {actual:#?}\nreference {:#?}",
-                    reference.sku(sku)
-                );
-            }
+            same_final_state(&new, &reference).await?;
             delete_prefix(&conn, &prefix).await
         })
     });

@@ -382,7 +382,7 @@ impl Projection {
         if self.redis.is_cluster() {
             let calls = || {
                 (writes.iter())
-                    .map(|(s, write)| write_call(&[(&batch.skus[*s].0, write)], &self.prefix, None))
+                    .map(|(_, write)| write_call(&[write], None))
                     .collect()
             };
             let replies: Vec<Vec<i64>> = self.run(&WRITE, calls).await?;
@@ -400,10 +400,8 @@ impl Projection {
             return Ok(Vec::new());
         }
         let marker = (!batch.marks.is_empty()).then(|| (self.marker_key(), &batch.marks[..]));
-        let pairs: Vec<(&str, &SkuWrite)> = (writes.iter())
-            .map(|(s, w)| (batch.skus[*s].0.as_str(), w))
-            .collect();
-        let call = || vec![write_call(&pairs, &self.prefix, marker.clone())];
+        let all: Vec<&SkuWrite> = writes.iter().map(|(_, w)| w).collect();
+        let call = || vec![write_call(&all, marker.clone())];
         let replies: Vec<Vec<usize>> = self.run(&WRITE, call).await?;
         Ok(replies
             .into_iter()
@@ -438,18 +436,17 @@ impl Projection {
     }
 }
 
-/// One call of the write script for the `(sku, write)` pairs and, when
+/// One call of the write script for the SKUs' `writes` and, when
 /// given, the marker key and the marks to record in it.
 pub(crate) fn write_call(
-    writes: &[(&str, &SkuWrite)],
-    prefix: &str,
+    writes: &[&SkuWrite],
     marker: Option<(String, &[(i32, i64)])>,
 ) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(WRITE.get_hash())
         .arg(4 * writes.len() + usize::from(marker.is_some()));
-    for (sku, _) in writes {
-        for key in keys::SkuKeys::new(prefix, sku).as_array() {
+    for write in writes {
+        for key in write.keys.as_array() {
             cmd.arg(key);
         }
     }
@@ -457,7 +454,7 @@ pub(crate) fn write_call(
         cmd.arg(key);
     }
     cmd.arg(if marker.is_some() { "1" } else { "0" });
-    for (_, write) in writes {
+    for write in writes {
         cmd.arg(write.fence.as_deref().unwrap_or(""));
         for hash in &write.hashes {
             cmd.arg(hash.deletes.len()).arg(&hash.deletes);

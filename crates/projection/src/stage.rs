@@ -11,7 +11,7 @@
 //! decides on that part as it would on the whole: it looks everything up
 //! by name.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit};
 
@@ -29,6 +29,13 @@ use crate::projection::ProjectionError;
 pub(crate) const STOCK_FIELDS: [&str; 9] = [
     AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW,
 ];
+
+/// The value of stock field `name` in `stock`, a stock hash's fields as
+/// [`STOCK_FIELDS`].
+fn stock_field<'a>(stock: &'a [Option<String>], name: &str) -> Option<&'a str> {
+    let at = STOCK_FIELDS.iter().position(|f| *f == name)?;
+    stock.get(at)?.as_deref()
+}
 
 /// How many of [`STOCK_FIELDS`] every applied record writes (the rest are
 /// set and deleted by the records that change them).
@@ -73,6 +80,8 @@ pub(crate) struct HashWrite {
 /// What a SKU's batch writes, fenced by the offset its stock hash held.
 #[derive(Debug, Clone)]
 pub(crate) struct SkuWrite {
+    /// The SKU's keys.
+    pub keys: SkuKeys,
     /// The stock hash's `offset` the decisions were taken on (`None`: the
     /// SKU had none).
     pub fence: Option<String>,
@@ -240,17 +249,11 @@ impl SkuStage {
     pub fn wanted(&self, records: &[Record]) -> Wanted {
         let mut orders = Fields::default();
         let mut adjustments = Fields::default();
-        let flag = |name: &str| {
-            let at = STOCK_FIELDS.iter().position(|f| *f == name);
-            at.and_then(|at| self.stock.get(at))
-                .and_then(Option::as_deref)
-                == Some("1")
-        };
         let located = !self.cached
-            || flag(LOCATED)
+            || stock_field(&self.stock, LOCATED) == Some("1")
             || (self.records.iter()).any(|&i| records[i].command.body.location().is_some());
         let named = !self.cached
-            || flag(NAMED)
+            || self.state.named
             || (self.records.iter()).any(|&i| !records[i].command.body.units().is_empty());
         if located {
             orders.add(LOCATIONS_FIELD.to_owned());
@@ -370,10 +373,7 @@ impl SkuStage {
     }
 
     fn load_stock(&mut self, stock: Vec<Option<String>>) -> Result<(), ProjectionError> {
-        let field = |name: &str| {
-            let at = STOCK_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
-            stock.get(at).cloned().flatten()
-        };
+        let field = |name: &str| stock_field(&stock, name).map(str::to_owned);
         let key = &self.keys.stock;
         let number = |name: &str| -> Result<Option<i64>, ProjectionError> {
             field(name)
@@ -573,9 +573,7 @@ impl SkuStage {
         if self.decisions.is_empty() {
             return None;
         }
-        let fence = (self.stock.iter().zip(STOCK_FIELDS))
-            .find_map(|(value, field)| (field == OFFSET).then(|| value.clone()))
-            .flatten();
+        let fence = stock_field(&self.stock, OFFSET).map(str::to_owned);
         let mut stock = HashWrite::default();
         let s = &self.state;
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
@@ -605,6 +603,7 @@ impl SkuStage {
             }
         });
         Some(SkuWrite {
+            keys: self.keys,
             fence,
             hashes: [
                 stock,
@@ -626,12 +625,12 @@ impl SkuStage {
 #[derive(Debug, Default)]
 struct Fields {
     list: Vec<String>,
-    seen: BTreeMap<String, ()>,
+    seen: BTreeSet<String>,
 }
 
 impl Fields {
     fn add(&mut self, field: String) {
-        if self.seen.insert(field.clone(), ()).is_none() {
+        if self.seen.insert(field.clone()) {
             self.list.push(field);
         }
     }

@@ -262,7 +262,7 @@ impl Projection {
         }
         let call = || {
             let marker = Some((self.marker_key(), marks));
-            vec![crate::fold::write_call(&[], &self.prefix, marker)]
+            vec![crate::fold::write_call(&[], marker)]
         };
         let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, call).await?;
         Ok(())
