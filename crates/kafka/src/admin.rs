@@ -2,10 +2,11 @@
 //! every record.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -38,6 +39,10 @@ pub enum AdminError {
         topic: String,
         code: RDKafkaErrorCode,
     },
+    /// Created, but the brokers' metadata did not show every partition of
+    /// the topic with a leader within `waited`.
+    #[error("topic {topic} was created but its partitions had no leaders within {waited:?}")]
+    NotServed { topic: String, waited: Duration },
 }
 
 /// Deletes each topic (its records and partitions, for good); one that
@@ -69,8 +74,16 @@ pub async fn delete_topics(kafka: &KafkaConfig, topics: &[String]) -> Result<(),
     Ok(())
 }
 
+/// How long [`create_topics`] waits for the brokers to serve the topics it
+/// created.
+const SERVED_WAIT: Duration = Duration::from_secs(30);
+
 /// Creates each topic; one that already exists is left as it is.
-/// Returns the names of the topics that were created.
+/// Returns the names of the topics that were created, once the brokers'
+/// metadata shows every partition of each with a leader: a broker answers
+/// the creation once the controller has recorded it, and may learn of it
+/// a second later under load, so a client started at once (an applier
+/// checking the topic) would be told it does not exist.
 pub async fn create_topics(
     kafka: &KafkaConfig,
     topics: &[TopicSpec],
@@ -108,7 +121,61 @@ pub async fn create_topics(
             Err((topic, code)) => return Err(AdminError::Topic { topic, code }),
         }
     }
+    let wanted: Vec<(String, i32)> = topics
+        .iter()
+        .filter(|t| created.contains(&t.name))
+        .map(|t| (t.name.clone(), t.partitions))
+        .collect();
+    let consumer: BaseConsumer = kafka
+        .client_config(&[])
+        .create()
+        .map_err(AdminError::Client)?;
+    tokio::task::spawn_blocking(move || wait_until_served(&consumer, &wanted, SERVED_WAIT))
+        .await
+        // Only a runtime shutting down cancels the wait.
+        .map_err(|_| AdminError::Request {
+            what: "waiting for the created topics",
+            source: KafkaError::Canceled,
+        })??;
     Ok(created)
+}
+
+/// Returns once the metadata `consumer` is given shows each topic with its
+/// partition count and a leader for every partition; [`AdminError::NotServed`]
+/// naming a topic that still lacks one after `within`. Blocking.
+fn wait_until_served(
+    consumer: &BaseConsumer,
+    topics: &[(String, i32)],
+    within: Duration,
+) -> Result<(), AdminError> {
+    let deadline = Instant::now() + within;
+    for (topic, partitions) in topics {
+        loop {
+            let served = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .is_ok_and(|metadata| {
+                    metadata.topics().iter().any(|t| {
+                        t.name() == topic
+                            && t.error().is_none()
+                            && t.partitions().len() == *partitions as usize
+                            && t.partitions()
+                                .iter()
+                                .all(|p| p.error().is_none() && p.leader() >= 0)
+                    })
+                });
+            if served {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(AdminError::NotServed {
+                    topic: topic.clone(),
+                    waited: within,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
 }
 
 /// The topics of one ledger.

@@ -73,7 +73,15 @@ impl<T: Send + 'static> Component<T> {
     {
         let (stop, stopped) = oneshot::channel();
         let run = start(stopped);
-        let task = tokio::spawn(async move { run.await.map_err(anyhow::Error::from) });
+        let task = tokio::spawn(async move {
+            let ended = run.await.map_err(anyhow::Error::from);
+            // Logged as it happens: a test waiting on the component sees
+            // only that nothing comes, and hears why only at `stop`.
+            if let Err(e) = &ended {
+                tracing::error!(error = format!("{e:#}"), "a component ended with an error");
+            }
+            ended
+        });
         Self { stop, task }
     }
 
