@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use stockledger_cli::Global;
 
+use crate::cpu::MachineCpu;
 use crate::{Counts, Measurement};
 
 /// The seed-001 script used by the `redis-lua-direct` baseline.
@@ -31,6 +32,7 @@ pub(crate) async fn redis_lua_direct(
         let _: () = pipe.query_async(&mut setup).await?;
     }
     let started = Instant::now();
+    let machine = MachineCpu::now();
     let tasks = (0..clients.max(1)).map(|c| {
         let client = client.clone();
         let script = script.clone();
@@ -51,10 +53,11 @@ pub(crate) async fn redis_lua_direct(
         }
     });
     futures::future::try_join_all(tasks).await?;
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     Ok(Measurement {
         scenario: "redis-lua-direct",
         records: counts.records,
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         setup: format!(
             "{} SKUs, {clients} clients, one connection each",
             counts.skus
@@ -62,6 +65,7 @@ pub(crate) async fn redis_lua_direct(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        machine_cpu,
     })
 }
 
@@ -105,6 +109,7 @@ pub(crate) async fn pg_rows(
         "UPDATE {stock_table} SET available = available - 1 WHERE bucket = $1 AND available >= 1"
     );
     let started = Instant::now();
+    let machine = MachineCpu::now();
     let tasks = (0..clients.max(1)).map(|c| {
         let (insert, update) = (&insert, &update);
         async move {
@@ -134,7 +139,7 @@ pub(crate) async fn pg_rows(
         }
     });
     futures::future::try_join_all(tasks).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     sqlx::query(&format!("DROP TABLE {stock_table}, {flow_table}"))
         .execute(pool)
         .await?;
@@ -146,5 +151,6 @@ pub(crate) async fn pg_rows(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        machine_cpu,
     })
 }

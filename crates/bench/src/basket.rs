@@ -41,6 +41,7 @@ pub(crate) async fn basket(
     };
     let buyers = args.concurrency.clamp(1, baskets as usize);
     let started = Instant::now();
+    let machine = crate::cpu::MachineCpu::now();
     let mut tasks = tokio::task::JoinSet::new();
     for buyer in 0..buyers as u64 {
         let (settler, run_id) = (settler.clone(), run_id.to_owned());
@@ -84,7 +85,7 @@ pub(crate) async fn basket(
         holds.add(h)?;
         confirms.add(c)?;
     }
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
     pipeline.wait_applied(baskets * LINES * 2).await?;
     pipeline.stop().await?;
@@ -107,5 +108,6 @@ pub(crate) async fn basket(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed,
+        machine_cpu,
     })
 }

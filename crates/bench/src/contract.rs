@@ -134,12 +134,13 @@ pub(crate) async fn archive(
     )
     .await?;
     let started = Instant::now();
+    let machine = crate::cpu::MachineCpu::now();
     wait_archived(pool, &group, outcomes_topic, records, || {
         anyhow::ensure!(!archiver.is_finished(), "the archiver stopped early");
         Ok(())
     })
     .await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     let _ = stop.send(());
     archiver.await.context("archiver task")??;
     Ok(Measurement {
@@ -152,5 +153,6 @@ pub(crate) async fn archive(
         latency_ms: None,
         peak_rss_mib: None,
         failed: archive_differs(pool, topic, records).await?,
+        machine_cpu,
     })
 }

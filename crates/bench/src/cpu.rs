@@ -44,6 +44,42 @@ impl CpuTimes {
     }
 }
 
+/// The whole machine's busy CPU time (every process: the broker, Redis,
+/// PostgreSQL, the bench, the JVM of the Kafka Streams peer, and anything
+/// else running), read from `/proc/stat`, around a scenario's timed part.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MachineCpu(Option<f64>);
+
+impl MachineCpu {
+    pub(crate) fn now() -> Self {
+        Self(
+            std::fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|s| machine_busy(&s)),
+        )
+    }
+
+    /// Busy CPU seconds of the whole machine since `self` (`None` without
+    /// a Linux `/proc`).
+    pub(crate) fn since(self) -> Option<f64> {
+        Some(Self::now().0? - self.0?)
+    }
+}
+
+/// Busy seconds of the `cpu` line of `/proc/stat`: user, nice, system,
+/// irq and softirq (guest time is within user; idle, iowait and steal
+/// are not work done here).
+fn machine_busy(stat: &str) -> Option<f64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| ticks.get(i).copied();
+    Some((at(0)? + at(1)? + at(2)? + at(5)? + at(6)?) / TICKS_PER_SECOND)
+}
+
 /// CPU seconds so far of every service a pipeline runs on, each read
 /// where it is kept: `INFO cpu` for Redis, `/proc/<pid>/stat` for the
 /// rest (the broker's process id from the local stack's state directory,
@@ -150,7 +186,7 @@ fn named_cpu(name: &str) -> f64 {
 
 /// The broker's process id as the local stack records it
 /// (`$STOCKLEDGER_HOME/broker.pid`, by default `~/.stockledger`).
-fn broker_pid() -> Option<u32> {
+pub(crate) fn broker_pid() -> Option<u32> {
     std::fs::read_to_string(crate::stack_home()?.join("broker.pid"))
         .ok()?
         .trim()
@@ -197,6 +233,14 @@ fn stat_seconds(stat: &str, first: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machine_is_busy_for_user_nice_system_irq_and_softirq_time() {
+        let stat = "cpu  100 20 30 5000 70 4 6 900 0 0\ncpu0 50 10 15 2500 35 2 3 450 0 0\n";
+        assert_eq!(machine_busy(stat), Some(1.6));
+        assert_eq!(machine_busy("cpu0 1 2 3\n"), None);
+        assert!(MachineCpu::now().since().is_some(), "a Linux /proc/stat");
+    }
 
     #[test]
     fn redis_cpu_adds_user_and_system_time_of_the_server() {

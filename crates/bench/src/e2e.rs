@@ -28,14 +28,16 @@ pub(crate) async fn e2e(
     let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
+    let machine = cpu::MachineCpu::now();
     pipeline.publish(records, args.in_flight).await?;
     let produced = started.elapsed().as_secs_f64();
     pipeline.wait_applied(records).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     let cpu = cpu.per_record(&redis, records).await?;
+    let log = crate::kstreams::DecidedLog::of(&pipeline);
     let (topic, outcomes_topic, prefix) = (
-        pipeline.topic.clone(),
-        pipeline.outcomes_topic.clone(),
+        log.topic.clone(),
+        log.outcomes_topic.clone(),
         pipeline.prefix.clone(),
     );
     pipeline.stop().await?;
@@ -68,9 +70,10 @@ pub(crate) async fn e2e(
         latency_ms: None,
         peak_rss_mib: None,
         failed: (!failures.is_empty()).then(|| failures.join("; ")),
+        machine_cpu,
     };
     archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
-    let ledger = Ledger { topic, archive };
+    let ledger = Ledger { log, archive };
     Ok((measurement, ledger))
 }
 
@@ -94,9 +97,10 @@ pub(crate) async fn events_cost(
         let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
         let cpu = cpu::CpuTimes::now(&redis).await?;
         let started = Instant::now();
+        let machine = cpu::MachineCpu::now();
         pipeline.publish_flips(records, args.in_flight).await?;
         pipeline.wait_applied(records).await?;
-        let seconds = started.elapsed().as_secs_f64();
+        let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
         let cpu = cpu.per_record(&redis, records).await?;
         let (topic, prefix) = (pipeline.topic.clone(), pipeline.prefix.clone());
         pipeline.stop().await?;
@@ -138,6 +142,7 @@ pub(crate) async fn events_cost(
             latency_ms: None,
             peak_rss_mib: None,
             failed: (!failures.is_empty()).then(|| failures.join("; ")),
+            machine_cpu,
         };
         print_measurement(&measurement);
         results.push(measurement);
@@ -224,6 +229,7 @@ pub(crate) fn latency_measurement(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: None,
+        machine_cpu: None,
     })
 }
 
@@ -233,13 +239,19 @@ pub(crate) async fn replay(
     ledger: &Ledger,
 ) -> anyhow::Result<Measurement> {
     let target = format!("{}:{run_id}:replay", g.prefix);
-    let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), ledger.topic.clone(), target);
+    let config = ReplayConfig::new(
+        g.kafka(),
+        g.redis_url.clone(),
+        ledger.log.topic.clone(),
+        target,
+    );
     let redis = stockledger_redis::RedisConn::connect(&g.redis_url).await?;
     let cpu = cpu::CpuTimes::now(&redis).await?;
     let started = Instant::now();
+    let machine = cpu::MachineCpu::now();
     let report =
         stockledger_applier::replay::replay(config, std::future::pending(), |_| {}).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     let cpu = cpu.per_record(&redis, report.records).await?;
     Ok(Measurement {
         scenario: "replay",
@@ -249,5 +261,6 @@ pub(crate) async fn replay(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        machine_cpu,
     })
 }

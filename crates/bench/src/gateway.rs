@@ -382,7 +382,9 @@ pub(crate) async fn throughput(
         CLIENTS.to_string(),
     ];
     let spent = Spent::now(&gateway, &redis).await?;
+    let machine = crate::cpu::MachineCpu::now();
     let report = gateway.load(&options, "").await;
+    let machine_cpu = machine.since();
     let deducts_spent = Spent::now(&gateway, &redis).await?;
     let floor = gateway.floor(&options).await;
     let floor_spent = Spent::now(&gateway, &redis).await?;
@@ -425,6 +427,7 @@ pub(crate) async fn throughput(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        machine_cpu,
     })
 }
 
@@ -505,10 +508,11 @@ pub(crate) async fn pipelined(
         for (depth, scenario) in DEPTHS {
             let cpu_before = gateway.process.pid().and_then(crate::cpu::pid_cpu);
             let started = Instant::now();
+            let machine = crate::cpu::MachineCpu::now();
             pipelined_load(gateway.port, CLIENTS / depth, depth, from..from + records)
                 .await
                 .context(scenario)?;
-            let seconds = started.elapsed().as_secs_f64();
+            let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
             let cpu_after = gateway.process.pid().and_then(crate::cpu::pid_cpu);
             from += records;
             let cpu = shown_per_million(cpu_before, cpu_after, records);
@@ -523,6 +527,7 @@ pub(crate) async fn pipelined(
                 latency_ms: None,
                 peak_rss_mib: None,
                 failed: None,
+                machine_cpu,
             };
             crate::print_measurement(&m);
             results.push(m);
@@ -681,6 +686,7 @@ pub(crate) async fn sse_fanout(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: (!failures.is_empty()).then(|| failures.into_iter().take(3).collect::<Vec<_>>().join("; ")),
+        machine_cpu: None,
     })
 }
 

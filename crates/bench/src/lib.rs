@@ -38,6 +38,17 @@
 //!   applied and archived by processes in three steps, each one's peak RSS
 //!   read after each step (the last one ends with the contract check), then
 //!   replayed whole, its rate read as it passes each step.
+//! - `kstreams`: the peer a team on Kafka would pick, an inventory service
+//!   written as a Kafka Streams application (`crates/bench/kstreams`,
+//!   RocksDB stores with changelogs), over the e2e-uniform log with
+//!   `exactly_once_v2` and with `at_least_once`, and over the e2e-hot log;
+//!   timed from when it runs until its outcomes topic holds a committed
+//!   decision for every record, each compared with the ledger's (after a
+//!   small log that sells out, repeats and leaves tombstones). The results
+//!   table's `× kstreams` is against its exactly-once e2e-uniform rate.
+//! - Every throughput scenario also reports the whole machine's CPU a
+//!   record over its timed part (`/proc/stat`: the broker, Redis,
+//!   PostgreSQL, the bench, the JVM, all together).
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -60,6 +71,7 @@ mod contract;
 mod cpu;
 mod e2e;
 mod gateway;
+mod kstreams;
 mod memory;
 mod pipeline;
 mod process;
@@ -178,6 +190,10 @@ pub enum Scenario {
     /// group and archived by an archiver process: the rate and each
     /// service's CPU seconds per million records.
     ScaleOut,
+    /// The peer a team on Kafka would pick: an inventory service in Kafka
+    /// Streams (exactly-once and at-least-once) over the e2e-uniform and
+    /// e2e-hot logs, every decision compared with the ledger's.
+    Kstreams,
     /// A long log (`--scale-records`, 10M by default): the applier's and
     /// archiver's peak RSS and the replay rate at a tenth, half and all of
     /// it. Run on demand only: not part of the default set.
@@ -185,12 +201,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 19] = [
+    const ALL: [Scenario; 20] = [
         Self::RedisLuaDirect,
         Self::PgRow,
         Self::PgBuckets,
         Self::E2eUniform,
         Self::E2eHot,
+        Self::Kstreams,
         Self::Latency5k,
         Self::Latency20k,
         Self::Events,
@@ -228,6 +245,7 @@ impl Scenario {
             Self::SeatMap => "seat-map",
             Self::Analyst => "analyst",
             Self::ScaleOut => "scale-out",
+            Self::Kstreams => "kstreams",
             Self::Scale => "scale",
         }
     }
@@ -247,11 +265,19 @@ struct Measurement {
     peak_rss_mib: Option<[f64; 2]>,
     /// Why the scenario's contract check failed: its figure is not reported.
     failed: Option<String>,
+    /// Busy CPU seconds of the whole machine over the timed part
+    /// ([`cpu::MachineCpu`]), for throughput scenarios.
+    machine_cpu: Option<f64>,
 }
 
 impl Measurement {
     fn rate(&self) -> f64 {
         self.records as f64 / self.seconds.max(1e-9)
+    }
+
+    /// The whole machine's CPU microseconds a record.
+    fn machine_cpu_us(&self) -> Option<f64> {
+        Some(self.machine_cpu? * 1e6 / self.records.max(1) as f64)
     }
 }
 
@@ -299,9 +325,10 @@ impl Counts {
     }
 }
 
-/// What e2e-uniform leaves for the replay and archive scenarios.
+/// What e2e-uniform and e2e-hot leave for the replay, archive and
+/// kstreams scenarios.
 struct Ledger {
-    topic: String,
+    log: kstreams::DecidedLog,
     /// Archiving its outcomes, done by the contract check.
     archive: Measurement,
 }
@@ -324,6 +351,7 @@ pub async fn run(g: &Global, args: BenchArgs) -> anyhow::Result<ExitCode> {
         args: &args,
         run_id: &run_id,
         uniform: None,
+        hot: None,
     };
     warn_of_leftovers(g).await?;
     let mut results: Vec<Measurement> = Vec::new();
@@ -372,6 +400,7 @@ struct Bench<'a> {
     run_id: &'a str,
     counts: Counts,
     uniform: Option<Ledger>,
+    hot: Option<Ledger>,
 }
 
 impl Bench<'_> {
@@ -436,9 +465,21 @@ impl Bench<'_> {
                 m
             }
             Scenario::E2eHot => {
-                e2e::e2e(g, pool, args, run_id, name, 1, counts.records)
-                    .await?
-                    .0
+                let (m, ledger) = self.e2e_hot().await?;
+                self.hot = Some(ledger);
+                m
+            }
+            Scenario::Kstreams => {
+                if self.uniform.is_none() {
+                    self.uniform = Some(self.e2e_uniform().await?.1);
+                }
+                if self.hot.is_none() {
+                    self.hot = Some(self.e2e_hot().await?.1);
+                }
+                let (Some(uniform), Some(hot)) = (&self.uniform, &self.hot) else {
+                    unreachable!("both logs were just written");
+                };
+                return kstreams::kstreams(g, args, run_id, &uniform.log, &hot.log).await;
             }
             Scenario::Latency5k => {
                 e2e::latency(g, args, run_id, name, 5_000, counts.latency).await?
@@ -476,6 +517,12 @@ impl Bench<'_> {
         Ok(vec![m])
     }
 
+    async fn e2e_hot(&self) -> anyhow::Result<(Measurement, Ledger)> {
+        let name = Scenario::E2eHot.name();
+        let records = self.counts.records;
+        e2e::e2e(self.g, &self.pool, self.args, self.run_id, name, 1, records).await
+    }
+
     async fn e2e_uniform(&self) -> anyhow::Result<(Measurement, Ledger)> {
         let (records, skus) = (self.counts.records, self.counts.skus);
         let name = Scenario::E2eUniform.name();
@@ -497,8 +544,11 @@ fn print_measurement(m: &Measurement) {
         println!("  {:<18} FAIL: {failure}", m.scenario);
         return;
     }
+    let machine = m.machine_cpu_us().map_or(String::new(), |us| {
+        format!(", machine CPU {us:.1} µs a record")
+    });
     println!(
-        "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s   ({})",
+        "  {:<18} {:>9} records in {:>7.2} s = {:>10.0} /s{machine}   ({})",
         m.scenario,
         m.records,
         m.seconds,

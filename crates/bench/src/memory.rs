@@ -53,6 +53,7 @@ pub(crate) async fn memory(
         latency_ms: None,
         peak_rss_mib: Some([applier_rss, archiver_rss]),
         failed,
+        machine_cpu: None,
     })
 }
 
@@ -104,6 +105,7 @@ pub(crate) async fn scale(
             latency_ms: None,
             peak_rss_mib: Some([applier_rss, archiver_rss]),
             failed,
+            machine_cpu: None,
         };
         print_measurement(&m);
         results.push(m);
@@ -142,6 +144,7 @@ pub(crate) async fn scale(
             latency_ms: None,
             peak_rss_mib: None,
             failed: None,
+            machine_cpu: None,
         };
         print_measurement(&m);
         results.push(m);

@@ -21,6 +21,7 @@ pub(crate) fn write_results(
             .map(Measurement::rate)
     };
     let (lua, row) = (rate_of("redis-lua-direct"), rate_of("pg-row"));
+    let kstreams = rate_of(crate::kstreams::PEER);
     let ratio = |rate: f64, base: Option<f64>| base.map(|b| rate / b.max(1e-9));
     let json = serde_json::json!({
         "run": run_id,
@@ -34,6 +35,8 @@ pub(crate) fn write_results(
             "per_second": m.rate(),
             "vs_redis_lua_direct": ratio(m.rate(), lua),
             "vs_pg_row": ratio(m.rate(), row),
+            "vs_kstreams": ratio(m.rate(), kstreams),
+            "machine_cpu_us_per_record": m.machine_cpu_us(),
             "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
             "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
             "setup": m.setup,
@@ -45,7 +48,7 @@ pub(crate) fn write_results(
         serde_json::to_string_pretty(&json)?,
     )?;
     let mut md = format!(
-        "Run `{run_id}` ({} mode) on {}, broker {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | setup |\n|---|---:|---:|---:|---:|---:|---|\n",
+        "Run `{run_id}` ({} mode) on {}, broker {}.\n\n| scenario | records | seconds | records/s | × redis-lua-direct | × pg-row | × kstreams | machine CPU µs a record | setup |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
         if quick { "quick" } else { "full" },
         machine(),
         broker()
@@ -54,19 +57,22 @@ pub(crate) fn write_results(
     for m in results {
         if let Some(failure) = &m.failed {
             md.push_str(&format!(
-                "| {} | {} | | FAIL | | | contract check: {failure} |\n",
+                "| {} | {} | | FAIL | | | | | contract check: {failure} |\n",
                 m.scenario, m.records
             ));
             continue;
         }
         md.push_str(&format!(
-            "| {} | {} | {:.2} | {:.0} | {} | {} | {} |\n",
+            "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} |\n",
             m.scenario,
             m.records,
             m.seconds,
             m.rate(),
             show(ratio(m.rate(), lua)),
             show(ratio(m.rate(), row)),
+            show(ratio(m.rate(), kstreams)),
+            m.machine_cpu_us()
+                .map_or("–".to_owned(), |us| format!("{us:.1}")),
             m.setup
         ));
     }
@@ -221,6 +227,7 @@ mod tests {
             latency_ms: (scenario == "latency-5k").then_some([12.0, 25.0, 31.5]),
             peak_rss_mib: None,
             failed: None,
+            machine_cpu: None,
         }
     }
 
