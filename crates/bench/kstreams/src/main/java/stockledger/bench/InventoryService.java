@@ -17,6 +17,7 @@ import org.apache.avro.Schema;
 import org.apache.avro.SchemaNormalization;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
+import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.DecoderFactory;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -72,20 +73,6 @@ public final class InventoryService {
     }
   }
 
-  private GenericRecord decode(byte[] payload) throws IOException {
-    if (payload == null || payload.length < 10 || payload[0] != MAGIC[0]
-        || payload[1] != MAGIC[1]) {
-      throw new IOException("not Avro single-object encoding");
-    }
-    long fingerprint = ByteBuffer.wrap(payload, 2, 8).order(ByteOrder.LITTLE_ENDIAN).getLong();
-    Schema writer = commands.get(fingerprint);
-    if (writer == null) {
-      throw new IOException(String.format("unknown command schema %016x", fingerprint));
-    }
-    return new GenericDatumReader<GenericRecord>(writer)
-        .read(null, DecoderFactory.get().binaryDecoder(payload, 10, payload.length - 10, null));
-  }
-
   /** Decides each command with the SKU's stock, orders and adjustments, all in RocksDB. */
   private final class Decide implements Processor<byte[], byte[], String, String> {
     private ProcessorContext<String, String> context;
@@ -95,6 +82,28 @@ public final class InventoryService {
     private KeyValueStore<String, byte[]> orders;
     /** SKU NUL adjustment id -> nothing. */
     private KeyValueStore<String, byte[]> adjustments;
+    /** A reader per writer schema, made once: resolving schemas is costly. */
+    private final Map<Long, GenericDatumReader<GenericRecord>> readers = new HashMap<>();
+    private BinaryDecoder decoder;
+
+    private GenericRecord decode(byte[] payload) throws IOException {
+      if (payload == null || payload.length < 10 || payload[0] != MAGIC[0]
+          || payload[1] != MAGIC[1]) {
+        throw new IOException("not Avro single-object encoding");
+      }
+      long fingerprint = ByteBuffer.wrap(payload, 2, 8).order(ByteOrder.LITTLE_ENDIAN).getLong();
+      GenericDatumReader<GenericRecord> reader = readers.get(fingerprint);
+      if (reader == null) {
+        Schema writer = commands.get(fingerprint);
+        if (writer == null) {
+          throw new IOException(String.format("unknown command schema %016x", fingerprint));
+        }
+        reader = new GenericDatumReader<>(writer);
+        readers.put(fingerprint, reader);
+      }
+      decoder = DecoderFactory.get().binaryDecoder(payload, 10, payload.length - 10, decoder);
+      return reader.read(null, decoder);
+    }
 
     @Override
     public void init(ProcessorContext<String, String> context) {
@@ -209,9 +218,13 @@ public final class InventoryService {
     topology.addSource("commands", Serdes.ByteArray().deserializer(),
         Serdes.ByteArray().deserializer(), topic);
     topology.addProcessor("decide", Decide::new, "commands");
+    // Cached, as the DSL's stores are by default: reads of a recent key
+    // come from memory, and a key written many times between commits goes
+    // to RocksDB and its changelog once.
     for (String store : List.of("stock", "orders", "adjustments")) {
       topology.addStateStore(Stores.keyValueStoreBuilder(
-          Stores.persistentKeyValueStore(store), Serdes.String(), Serdes.ByteArray()), "decide");
+          Stores.persistentKeyValueStore(store), Serdes.String(), Serdes.ByteArray())
+          .withCachingEnabled(), "decide");
     }
     topology.addSink("outcomes", outcomes, Serdes.String().serializer(),
         Serdes.String().serializer(), "decide");
