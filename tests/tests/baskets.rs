@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use stockledger_analysts::query::{history, now_ms, HistoryOf};
+use stockledger_analysts::query::{history, HistoryOf};
 use stockledger_applier::replay::replay;
 use stockledger_client::basket::{
     self, BasketAnswer, BasketHold, BasketStatus, Line, LineState, Settler,
@@ -13,6 +13,7 @@ use stockledger_client::basket::{
 use stockledger_client::{OutcomeReader, Receipt};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{BasketId, Decision, OrderStatus, Quantity, RestockMode, ResultCode, Sku};
+use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
 
 const PARTITIONS: i32 = 4;

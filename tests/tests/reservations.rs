@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use stockledger_analysts::query::now_ms;
 use stockledger_client::producer::{ProducerError, Receipt};
 use stockledger_client::{OrderChecks, OutcomeReader, SoldOutGuard};
 use stockledger_core::{CommandBody, Decision, OrderStatus, RestockMode, ResultCode};
+use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
 
 async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {

@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stockledger_analysts::query::{history, now_ms, HistoryOf};
+use stockledger_analysts::query::{history, HistoryOf};
 use stockledger_applier::replay::replay;
 use stockledger_client::{OutcomeReader, Receipt};
 use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Decision, Deduct, OrderId, Restock, ResultCode, Rollback,
     Sku, Unit,
 };
+use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
 
 const PARTITIONS: i32 = 4;

@@ -11,5 +11,7 @@
 //! schema and roles are the archiver's (`stockledger_archiver::MIGRATOR`).
 
 pub mod export;
+#[macro_use]
 pub mod query;
+mod report;
 mod time;

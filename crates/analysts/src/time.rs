@@ -89,19 +89,4 @@ pub fn parse_span_ms(text: &str) -> Result<i64, String> {
 }
 
 /// An instant (ms since the epoch) in RFC 3339, UTC, to the millisecond.
-pub fn format_instant(ms: i64) -> String {
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&format).ok())
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use stockledger_runtime::clock::rfc3339_ms as format_instant;

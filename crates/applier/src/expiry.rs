@@ -10,7 +10,7 @@
 //! the log first still wins. A hold whose expire did not end it (lost, or
 //! still on its way) is tried again after [`RETRY_MS`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use stockledger_core::report::Chain;
 
 use rdkafka::client::ClientContext;
@@ -33,13 +33,7 @@ const PAGE: usize = 1_000;
 /// Counter: expire records the expirer appended to the command log.
 pub const EXPIRES_METRIC: &str = "stockledger_applier_expires_sent_total";
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub use stockledger_runtime::clock::now_ms;
 
 /// The expire record for `order_id` of `sku`, stamped `now`; its command
 /// id names the partition, the instant and `seq` (its place among the

@@ -46,38 +46,8 @@ pub(crate) async fn basket(
     for buyer in 0..buyers as u64 {
         let (settler, run_id) = (settler.clone(), run_id.to_owned());
         let skus: Vec<String> = (0..skus as u64).map(|i| pipeline.sku(i)).collect();
-        tasks.spawn(async move {
-            let (mut holds, mut confirms) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
-            let mut n = buyer;
-            while n < baskets {
-                // Three distinct SKUs, spread over the whole range.
-                let first = (n * 7919) as usize % skus.len();
-                let lines = (0..LINES as usize)
-                    .map(|k| {
-                        let sku =
-                            &skus[(first + k * (skus.len() / LINES as usize).max(1)) % skus.len()];
-                        Ok(Line {
-                            sku: Sku::new(sku.as_str())?,
-                            quantity: Quantity::new(1)?,
-                        })
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                let id = BasketId::new(format!("{run_id}-b{n}"))?;
-                let deadline = stockledger_analysts::query::now_ms() + 600_000;
-                let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
-                let sent = Instant::now();
-                let held = basket::hold(&settler, &hold).await?;
-                holds.record(sent.elapsed().as_micros() as u64)?;
-                anyhow::ensure!(held.status == BasketStatus::Held, "{held:?}");
-                let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
-                let sent = Instant::now();
-                let sold = basket::confirm(&settler, &id, &skus).await?;
-                confirms.record(sent.elapsed().as_micros() as u64)?;
-                anyhow::ensure!(sold.status == BasketStatus::Confirmed, "{sold:?}");
-                n += buyers as u64;
-            }
-            anyhow::Ok((holds, confirms))
-        });
+        let numbers = (buyer..baskets).step_by(buyers);
+        tasks.spawn(async move { buy(&settler, &run_id, &skus, numbers).await });
     }
     let (mut holds, mut confirms) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
     while let Some(done) = tasks.join_next().await {
@@ -110,4 +80,41 @@ pub(crate) async fn basket(
         failed,
         machine_cpu,
     })
+}
+
+/// One buyer: the baskets numbered `numbers`, each held and then
+/// confirmed; how long the holds and the confirms took (µs).
+async fn buy(
+    settler: &Settler,
+    run_id: &str,
+    skus: &[String],
+    numbers: impl Iterator<Item = u64>,
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>)> {
+    let (mut holds, mut confirms) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    for n in numbers {
+        // Three distinct SKUs, spread over the whole range.
+        let first = (n * 7919) as usize % skus.len();
+        let lines = (0..LINES as usize)
+            .map(|k| {
+                let sku = &skus[(first + k * (skus.len() / LINES as usize).max(1)) % skus.len()];
+                Ok(Line {
+                    sku: Sku::new(sku.as_str())?,
+                    quantity: Quantity::new(1)?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let id = BasketId::new(format!("{run_id}-b{n}"))?;
+        let deadline = stockledger_runtime::clock::now_ms() + 600_000;
+        let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
+        let sent = Instant::now();
+        let held = basket::hold(settler, &hold).await?;
+        holds.record(sent.elapsed().as_micros() as u64)?;
+        anyhow::ensure!(held.status == BasketStatus::Held, "{held:?}");
+        let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+        let sent = Instant::now();
+        let sold = basket::confirm(settler, &id, &skus).await?;
+        confirms.record(sent.elapsed().as_micros() as u64)?;
+        anyhow::ensure!(sold.status == BasketStatus::Confirmed, "{sold:?}");
+    }
+    Ok((holds, confirms))
 }

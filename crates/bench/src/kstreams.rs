@@ -280,36 +280,7 @@ async fn run(
         .join("bench-kstreams")
         .join("state")
         .join(&application);
-    let mut child = tokio::process::Command::new(peer_dir().join("run.sh"))
-        .args(["--brokers", &g.brokers, "--topic", &log.topic])
-        .args([
-            "--outcomes-topic",
-            &outcomes,
-            "--application-id",
-            &application,
-        ])
-        .args(["--guarantee", guarantee.as_str()])
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--threads", &threads().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the Kafka Streams peer")?;
-    let stdout = child.stdout.take().context("the peer's standard output")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let running = async {
-        while let Some(line) = lines.next_line().await? {
-            if line.trim() == "RUNNING" {
-                return anyhow::Ok(());
-            }
-        }
-        anyhow::bail!("the peer exited before it ran")
-    };
-    tokio::time::timeout(START_WAIT, running)
-        .await
-        .with_context(|| format!("the peer did not run within {START_WAIT:?}"))??;
+    let mut child = start(g, log, &outcomes, &application, guarantee, &state).await?;
     let jvm = child.id();
     let processes = || (jvm.and_then(pid_cpu), broker_pid().and_then(pid_cpu));
     let before = processes();
@@ -347,6 +318,52 @@ async fn run(
         cpu,
         decided,
     })
+}
+
+/// Starts the peer as `application` over `log`, writing its decisions to
+/// `outcomes`, and returns once it runs (its JVM started, its group
+/// joined, its stores restored).
+async fn start(
+    g: &Global,
+    log: &DecidedLog,
+    outcomes: &str,
+    application: &str,
+    guarantee: Guarantee,
+    state: &Path,
+) -> anyhow::Result<tokio::process::Child> {
+    let mut child = tokio::process::Command::new(peer_dir().join("run.sh"))
+        .args(["--brokers", &g.brokers, "--topic", &log.topic])
+        .args([
+            "--outcomes-topic",
+            outcomes,
+            "--application-id",
+            application,
+        ])
+        .args(["--guarantee", guarantee.as_str()])
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--threads", &threads().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the Kafka Streams peer")?;
+    let stdout = child.stdout.take().context("the peer's standard output")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let running = async {
+        while let Some(line) = lines.next_line().await? {
+            if line.trim() == "RUNNING" {
+                return anyhow::Ok(());
+            }
+        }
+        anyhow::bail!("the peer exited before it ran")
+    };
+    tokio::time::timeout(START_WAIT, running)
+        .await
+        .with_context(|| format!("the peer did not run within {START_WAIT:?}"))??;
+    // Read to its end, so the peer never writes to a closed pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(child)
 }
 
 /// Reads `topic` with `read_committed` until it holds a decision for

@@ -406,10 +406,23 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// Runs `scenario`, printing each figure as it is measured.
     async fn measure(&mut self, scenario: Scenario) -> anyhow::Result<Vec<Measurement>> {
+        if let Some(steps) = self.measure_steps(scenario).await? {
+            return Ok(steps);
+        }
+        let m = self.measure_one(scenario).await?;
+        print_measurement(&m);
+        Ok(vec![m])
+    }
+
+    /// The scenarios that measure in steps, each step printed as it is
+    /// measured; `None` for the others.
+    async fn measure_steps(
+        &mut self,
+        scenario: Scenario,
+    ) -> anyhow::Result<Option<Vec<Measurement>>> {
         let (g, args, run_id, counts) = (self.g, self.args, self.run_id, &self.counts);
         let pool = &self.pool;
-        let name = scenario.name();
-        let m = match scenario {
+        Ok(Some(match scenario {
             Scenario::Memory => {
                 let mut results = Vec::new();
                 for records in [counts.records / 10, counts.records] {
@@ -417,7 +430,7 @@ impl Bench<'_> {
                     print_measurement(&m);
                     results.push(m);
                 }
-                return Ok(results);
+                results
             }
             Scenario::Scale => {
                 let records = args
@@ -425,21 +438,16 @@ impl Bench<'_> {
                     .unwrap_or(if args.quick { 100_000 } else { 10_000_000 })
                     .max(1000);
                 // Printed as each step is measured: the scenario takes minutes.
-                return memory::scale(g, pool, args, run_id, counts.skus, records).await;
+                memory::scale(g, pool, args, run_id, counts.skus, records).await?
             }
             Scenario::ScaleOut => {
-                return scaleout::scale_out(g, pool, args, run_id, counts.skus, counts.records)
-                    .await;
+                scaleout::scale_out(g, pool, args, run_id, counts.skus, counts.records).await?
             }
             Scenario::GatewayPipelined => {
-                return gateway::pipelined(g, args, run_id, counts.records).await;
-            }
-            Scenario::SseFanout => {
-                let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };
-                gateway::sse_fanout(g, args, run_id, streams, events, 100).await?
+                gateway::pipelined(g, args, run_id, counts.records).await?
             }
             Scenario::Events => {
-                return e2e::events_cost(g, args, run_id, counts.skus, counts.records).await;
+                e2e::events_cost(g, args, run_id, counts.skus, counts.records).await?
             }
             Scenario::Analyst => {
                 let (rows, samples) = if args.quick {
@@ -450,7 +458,33 @@ impl Bench<'_> {
                 let rows = args.analyst_rows.unwrap_or(rows).max(analyst::MIN_ROWS);
                 let results = analyst::analyst(g, run_id, rows, samples, args.keep).await?;
                 results.iter().for_each(print_measurement);
-                return Ok(results);
+                results
+            }
+            Scenario::Kstreams => {
+                if self.uniform.is_none() {
+                    self.uniform = Some(self.e2e_uniform().await?.1);
+                }
+                if self.hot.is_none() {
+                    self.hot = Some(self.e2e_hot().await?.1);
+                }
+                let (Some(uniform), Some(hot)) = (&self.uniform, &self.hot) else {
+                    unreachable!("both logs were just written");
+                };
+                kstreams::kstreams(g, args, run_id, &uniform.log, &hot.log).await?
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The scenarios that measure one figure.
+    async fn measure_one(&mut self, scenario: Scenario) -> anyhow::Result<Measurement> {
+        let (g, args, run_id, counts) = (self.g, self.args, self.run_id, &self.counts);
+        let pool = &self.pool;
+        let name = scenario.name();
+        Ok(match scenario {
+            Scenario::SseFanout => {
+                let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };
+                gateway::sse_fanout(g, args, run_id, streams, events, 100).await?
             }
             Scenario::RedisLuaDirect => {
                 redis_lua_direct(g, run_id, counts, args.concurrency).await?
@@ -468,18 +502,6 @@ impl Bench<'_> {
                 let (m, ledger) = self.e2e_hot().await?;
                 self.hot = Some(ledger);
                 m
-            }
-            Scenario::Kstreams => {
-                if self.uniform.is_none() {
-                    self.uniform = Some(self.e2e_uniform().await?.1);
-                }
-                if self.hot.is_none() {
-                    self.hot = Some(self.e2e_hot().await?.1);
-                }
-                let (Some(uniform), Some(hot)) = (&self.uniform, &self.hot) else {
-                    unreachable!("both logs were just written");
-                };
-                return kstreams::kstreams(g, args, run_id, &uniform.log, &hot.log).await;
             }
             Scenario::Latency5k => {
                 e2e::latency(g, args, run_id, name, 5_000, counts.latency).await?
@@ -512,9 +534,14 @@ impl Bench<'_> {
                     ledger.archive.clone()
                 }
             }
-        };
-        print_measurement(&m);
-        Ok(vec![m])
+            Scenario::Memory
+            | Scenario::Scale
+            | Scenario::ScaleOut
+            | Scenario::GatewayPipelined
+            | Scenario::Events
+            | Scenario::Analyst
+            | Scenario::Kstreams => anyhow::bail!("{name} measures in steps"),
+        })
     }
 
     async fn e2e_hot(&self) -> anyhow::Result<(Measurement, Ledger)> {

@@ -40,7 +40,7 @@ pub(crate) async fn seat_map(
     let entries = commands.iter().enumerate().map(|(offset, c)| Entry {
         partition: 0,
         offset: offset as i64,
-        timestamp: stockledger_analysts::query::now_ms(),
+        timestamp: stockledger_runtime::clock::now_ms(),
         command: Some(c),
     });
     let decisions = projection.apply(&projection.prepare(entries, 1)).await?;
@@ -97,7 +97,7 @@ fn hall(sku: &str) -> anyhow::Result<Vec<Command>> {
         AdjustmentId::new("hall")?,
         &seats,
     )?)];
-    let deadline = stockledger_analysts::query::now_ms() + 3_600_000;
+    let deadline = stockledger_runtime::clock::now_ms() + 3_600_000;
     for (party, taken) in seats[..SEATS / 3].chunks(PARTY).enumerate() {
         let order = OrderId::new(format!("party-{party}"))?;
         bodies.push(CommandBody::Deduct(Deduct {

@@ -3,6 +3,7 @@
 //! contract's checks.
 
 use std::time::Duration;
+use stockledger_runtime::clock::now_ms;
 
 use futures::future::try_join_all;
 use rand::rngs::StdRng;
@@ -91,11 +92,6 @@ impl std::ops::AddAssign for Sent {
         self.early_rollbacks += o.early_rollbacks;
         self.refused_unlogged += o.refused_unlogged;
     }
-}
-
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
-    query::now_ms()
 }
 
 /// Lets `workload.buyers` concurrent tasks check out their orders of one
@@ -483,33 +479,7 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
             records.len()
         ),
     });
-    let counts = query::count_by_command_and_result(run.pool, run.topic, HOT_SKU).await?;
-    let granted: i64 = counts
-        .iter()
-        .filter(|(c, r, _)| c.as_deref() == Some("DEDUCT") && r == ResultCode::Applied.as_str())
-        .map(|(_, _, n)| n)
-        .sum();
-    let status = |wanted: OrderStatus| {
-        state.as_ref().map_or(0, |s| {
-            s.orders
-                .values()
-                .filter(|o| o.expires_at.is_some() && o.status == wanted)
-                .count() as i64
-        })
-    };
-    let (held, confirmed, released, expired) = (
-        status(OrderStatus::Reserved),
-        status(OrderStatus::Confirmed),
-        status(OrderStatus::RolledBack),
-        status(OrderStatus::Expired),
-    );
-    checks.push(Check {
-        ok: held == 0 && confirmed + released + expired == granted,
-        what: format!(
-            "every reservation ended confirmed, released or expired ({granted} granted = \
-             {confirmed} confirmed + {released} released + {expired} expired; {held} still held)"
-        ),
-    });
+    checks.push(check_reservations(run, state.as_ref()).await?);
     let limit = state.as_ref().and_then(|s| s.limit);
     let highest = state
         .as_ref()
@@ -529,6 +499,41 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
         checks.push(check_seats(run.projection, seats).await?);
     }
     Ok(checks)
+}
+
+/// Every reservation of the hot SKU granted ended confirmed, released or
+/// expired; none is still held.
+async fn check_reservations(
+    run: &Run<'_>,
+    state: Option<&stockledger_core::SkuState>,
+) -> anyhow::Result<Check> {
+    let counts = query::count_by_command_and_result(run.pool, run.topic, HOT_SKU).await?;
+    let granted: i64 = counts
+        .iter()
+        .filter(|(c, r, _)| c.as_deref() == Some("DEDUCT") && r == ResultCode::Applied.as_str())
+        .map(|(_, _, n)| n)
+        .sum();
+    let status = |wanted: OrderStatus| {
+        state.map_or(0, |s| {
+            s.orders
+                .values()
+                .filter(|o| o.expires_at.is_some() && o.status == wanted)
+                .count() as i64
+        })
+    };
+    let (held, confirmed, released, expired) = (
+        status(OrderStatus::Reserved),
+        status(OrderStatus::Confirmed),
+        status(OrderStatus::RolledBack),
+        status(OrderStatus::Expired),
+    );
+    Ok(Check {
+        ok: held == 0 && confirmed + released + expired == granted,
+        what: format!(
+            "every reservation ended confirmed, released or expired ({granted} granted = \
+             {confirmed} confirmed + {released} released + {expired} expired; {held} still held)"
+        ),
+    })
 }
 
 /// Every seat of the show is free or sold to the one party told it bought

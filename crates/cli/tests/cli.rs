@@ -342,7 +342,7 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
     for i in 0..4 {
         h.producer.deduct("ST-1", &format!("o-{i}"), 1).await?;
     }
-    let in_ten_minutes = stockledger_analysts::query::now_ms() + 600_000;
+    let in_ten_minutes = stockledger_runtime::clock::now_ms() + 600_000;
     h.producer
         .reserve("ST-1", "held", 1, None, in_ten_minutes)
         .await?;
@@ -505,7 +505,7 @@ async fn dlq_redrive_sends_back_what_is_now_a_command_once_and_leaves_what_is_no
     let deduct = Command {
         command_id: CommandId::new("c-r1")?,
         sku: Sku::new("R-1")?,
-        occurred_at: stockledger_analysts::query::now_ms(),
+        occurred_at: stockledger_runtime::clock::now_ms(),
         body: CommandBody::Deduct(Deduct::new(OrderId::new("o-1")?, Quantity::new(2)?)),
     };
     let traceparent: &[u8] = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";

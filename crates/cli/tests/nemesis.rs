@@ -657,13 +657,6 @@ impl From<Receipt> for Ack {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 /// The numbers of caller `stream` (library callers from 1, HTTP callers
 /// from 101), drawn from the run's seed.
 fn caller_rng(seed: u64, stream: u64) -> SplitMix64 {
@@ -705,7 +698,13 @@ async fn library_caller(
                 let user = format!("u{}", rng.below(5));
                 sent.push(
                     producer
-                        .reserve(sku, &order, quantity, Some(&user), now_ms() + hold)
+                        .reserve(
+                            sku,
+                            &order,
+                            quantity,
+                            Some(&user),
+                            stockledger_runtime::clock::now_ms() + hold,
+                        )
                         .await,
                 );
                 match rng.below(3) {
@@ -823,7 +822,7 @@ async fn basket_caller(
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let id = BasketId::new(format!("k{caller}-{i}"))?;
-        let deadline = now_ms() + rng.between(1_000, 4_000) as i64;
+        let deadline = stockledger_runtime::clock::now_ms() + rng.between(1_000, 4_000) as i64;
         let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
         baskets.push(id.clone());
         let Ok(held) = basket::hold(&settler, &hold).await else {

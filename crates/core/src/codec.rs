@@ -171,28 +171,46 @@ pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
 
 /// The current schema's datum of `command`.
 fn command_value(command: &Command) -> Value {
-    let body = match &command.body {
-        CommandBody::Deduct(d) => Value::Union(
-            0,
-            Box::new(Value::Record(vec![
-                ("order_id".into(), Value::String(d.order_id.as_str().into())),
-                ("quantity".into(), Value::Long(d.quantity.get())),
-                (
-                    "user_id".into(),
-                    optional_string(d.user_id.as_ref().map(UserId::as_str)),
-                ),
-                ("expires_at".into(), optional_timestamp(d.expires_at)),
-                (
-                    "basket_id".into(),
-                    optional_string(d.basket_id.as_ref().map(BasketId::as_str)),
-                ),
-                ("units".into(), strings(&d.units)),
-                (
-                    "location".into(),
-                    optional_string(d.location.as_ref().map(LocationId::as_str)),
-                ),
-            ])),
+    Value::Record(vec![
+        (
+            "command_id".into(),
+            Value::String(command.command_id.as_str().into()),
         ),
+        ("sku".into(), Value::String(command.sku.as_str().into())),
+        (
+            "occurred_at".into(),
+            Value::TimestampMillis(command.occurred_at),
+        ),
+        ("body".into(), body_value(&command.body)),
+    ])
+}
+
+/// A deduct's record (branch 0 of the body union).
+fn deduct_value(d: &Deduct) -> Value {
+    Value::Record(vec![
+        ("order_id".into(), Value::String(d.order_id.as_str().into())),
+        ("quantity".into(), Value::Long(d.quantity.get())),
+        (
+            "user_id".into(),
+            optional_string(d.user_id.as_ref().map(UserId::as_str)),
+        ),
+        ("expires_at".into(), optional_timestamp(d.expires_at)),
+        (
+            "basket_id".into(),
+            optional_string(d.basket_id.as_ref().map(BasketId::as_str)),
+        ),
+        ("units".into(), strings(&d.units)),
+        (
+            "location".into(),
+            optional_string(d.location.as_ref().map(LocationId::as_str)),
+        ),
+    ])
+}
+
+/// A command's body: the branch of the `body` union its kind is.
+fn body_value(body: &CommandBody) -> Value {
+    match body {
+        CommandBody::Deduct(d) => Value::Union(0, Box::new(deduct_value(d))),
         CommandBody::Rollback(r) => Value::Union(
             1,
             Box::new(Value::Record(vec![
@@ -266,19 +284,7 @@ fn command_value(command: &Command) -> Value {
                 optional_long(a.low_stock_below.map(Quantity::get)),
             )])),
         ),
-    };
-    Value::Record(vec![
-        (
-            "command_id".into(),
-            Value::String(command.command_id.as_str().into()),
-        ),
-        ("sku".into(), Value::String(command.sku.as_str().into())),
-        (
-            "occurred_at".into(),
-            Value::TimestampMillis(command.occurred_at),
-        ),
-        ("body".into(), body),
-    ])
+    }
 }
 
 /// Decodes and validates a command written with any released `Command`
@@ -299,33 +305,45 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         Value::Union(branch, body) => (branch, *body),
         other => return Err(malformed("body", &other)),
     };
-    let mut body = Fields::of(body)?;
-    let body = match branch {
-        0 => {
-            let order_id = OrderId::new(body.string("order_id")?)?;
-            let quantity = body.long("quantity")?;
-            let names = body.strings("units")?;
-            let units = (!names.is_empty()).then_some(&names[..]);
-            let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
-            if let Some(location) = body.optional_string("location")? {
-                taking = taking.at(LocationId::new(location)?)?;
-            }
-            CommandBody::Deduct(Deduct {
-                user_id: body
-                    .optional_string("user_id")?
-                    .map(UserId::new)
-                    .transpose()?,
-                expires_at: body
-                    .optional_long("expires_at")?
-                    .map(crate::command::check_expires_at)
-                    .transpose()?,
-                basket_id: body
-                    .optional_string("basket_id")?
-                    .map(BasketId::new)
-                    .transpose()?,
-                ..taking
-            })
-        }
+    Ok(Command {
+        command_id,
+        sku,
+        occurred_at,
+        body: body_of(branch, Fields::of(body)?)?,
+    })
+}
+
+/// A deduct's fields, checked as `Deduct`'s constructors check them.
+fn deduct_of(body: &mut Fields) -> Result<Deduct, DecodeError> {
+    let order_id = OrderId::new(body.string("order_id")?)?;
+    let quantity = body.long("quantity")?;
+    let names = body.strings("units")?;
+    let units = (!names.is_empty()).then_some(&names[..]);
+    let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
+    if let Some(location) = body.optional_string("location")? {
+        taking = taking.at(LocationId::new(location)?)?;
+    }
+    Ok(Deduct {
+        user_id: body
+            .optional_string("user_id")?
+            .map(UserId::new)
+            .transpose()?,
+        expires_at: body
+            .optional_long("expires_at")?
+            .map(crate::command::check_expires_at)
+            .transpose()?,
+        basket_id: body
+            .optional_string("basket_id")?
+            .map(BasketId::new)
+            .transpose()?,
+        ..taking
+    })
+}
+
+/// The body of union branch `branch`, from its record's fields.
+fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
+    Ok(match branch {
+        0 => CommandBody::Deduct(deduct_of(&mut body)?),
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
             body.optional_string("reason")?,
@@ -374,12 +392,6 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
                 .transpose()?,
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
-    };
-    Ok(Command {
-        command_id,
-        sku,
-        occurred_at,
-        body,
     })
 }
 
@@ -497,8 +509,9 @@ fn only_fields_of(value: Value, schema: &Schema) -> Value {
 }
 
 /// The current schema's datum of `outcome`.
-fn outcome_value(outcome: &Outcome) -> Value {
-    let kind = match outcome.kind {
+/// The `kind` of an outcome: null, or the command's kind.
+fn kind_value(kind: Option<CommandKind>) -> Value {
+    match kind {
         None => Value::Union(0, Box::new(Value::Null)),
         Some(kind) => {
             let index = CommandKind::ALL
@@ -507,12 +520,19 @@ fn outcome_value(outcome: &Outcome) -> Value {
                 .unwrap_or_default();
             Value::Union(1, Box::new(Value::Enum(index as u32, kind.as_str().into())))
         }
-    };
-    let result = outcome.decision.result;
-    let result_index = ResultCode::ALL
+    }
+}
+
+/// The `result` enum of an outcome.
+fn result_value(result: ResultCode) -> Value {
+    let index = ResultCode::ALL
         .iter()
         .position(|r| *r == result)
         .unwrap_or_default();
+    Value::Enum(index as u32, result.as_str().into())
+}
+
+fn outcome_value(outcome: &Outcome) -> Value {
     Value::Record(vec![
         (
             "topic".into(),
@@ -525,7 +545,7 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "command_id".into(),
             optional_string(outcome.command_id.as_deref()),
         ),
-        ("kind".into(), kind),
+        ("kind".into(), kind_value(outcome.kind)),
         (
             "order_id".into(),
             optional_string(outcome.order_id.as_deref()),
@@ -534,17 +554,8 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "adjustment_id".into(),
             optional_string(outcome.adjustment_id.as_deref()),
         ),
-        (
-            "quantity".into(),
-            match outcome.quantity {
-                None => Value::Union(0, Box::new(Value::Null)),
-                Some(q) => Value::Union(1, Box::new(Value::Long(q))),
-            },
-        ),
-        (
-            "result".into(),
-            Value::Enum(result_index as u32, result.as_str().into()),
-        ),
+        ("quantity".into(), optional_long(outcome.quantity)),
+        ("result".into(), result_value(outcome.decision.result)),
         ("delta".into(), Value::Long(outcome.decision.delta)),
         (
             "available_after".into(),
@@ -588,18 +599,18 @@ fn outcome_value(outcome: &Outcome) -> Value {
             "to_location".into(),
             optional_string(outcome.to_location.as_deref()),
         ),
-        (
-            "events".into(),
-            Value::Array(
-                outcome
-                    .decision
-                    .events
-                    .kinds()
-                    .map(|k| Value::Enum(k as u32, k.as_str().into()))
-                    .collect(),
-            ),
-        ),
+        ("events".into(), events_value(&outcome.decision.events)),
     ])
+}
+
+/// The `events` array of an outcome.
+fn events_value(events: &StockEvents) -> Value {
+    Value::Array(
+        events
+            .kinds()
+            .map(|k| Value::Enum(k as u32, k.as_str().into()))
+            .collect(),
+    )
 }
 
 /// The outcome in `payload`, written with any released `Outcome` schema.

@@ -6,13 +6,6 @@ use stockledger_core::RestockMode;
 /// How long [`orders`]' reservations hold: longer than any test runs.
 const HOLD_MS: i64 = 10 * 60 * 1000;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 /// Sets every SKU's stock to `units`; returns the records sent.
 pub async fn restock_all(
     producer: &LedgerProducer,
@@ -51,7 +44,7 @@ pub async fn orders(
         let quantity = 1 + (i % 3) as i64;
         if i % 5 == 2 {
             let user = format!("u{}", i % 7);
-            let deadline = now_ms() + HOLD_MS;
+            let deadline = stockledger_runtime::clock::now_ms() + HOLD_MS;
             producer
                 .reserve(sku, &order, quantity, Some(&user), deadline)
                 .await?;

@@ -129,7 +129,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             user,
         } => {
             let lines = parse_lines(&lines)?;
-            let deadline = stockledger_analysts::query::now_ms().saturating_add(hold);
+            let deadline = stockledger_runtime::clock::now_ms().saturating_add(hold);
             let asked = BasketHold::new(basket_id.clone(), user, deadline, lines)?;
             match known(basket_id).await? {
                 Some(known) if known.status != BasketStatus::Pending => Ok(Some((known, true))),
@@ -143,7 +143,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             Some(known) if known.status == BasketStatus::Confirmed => Ok(Some((known, true))),
             Some(known) => {
                 if let Err(why) =
-                    basket::check_confirmable(&known, stockledger_analysts::query::now_ms())
+                    basket::check_confirmable(&known, stockledger_runtime::clock::now_ms())
                 {
                     eprintln!("basket {basket_id}: {why}; nothing was sent");
                     return Ok(Exit::Check.into());
@@ -176,20 +176,26 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         }
         Action::Show { basket_id } => Ok(known(basket_id).await?.map(|k| (k, false))),
     };
+    Ok(answered(answer, args.format))
+}
+
+/// Prints the basket as the call left it (`repeat`: as found, nothing
+/// sent), or why there is none; the exit code that says which.
+fn answered(answer: Result<Option<(BasketAnswer, bool)>, Unsettled>, format: Style) -> ExitCode {
     let (answer, repeat) = match answer {
         Ok(Some(found)) => found,
         Ok(None) => {
             eprintln!("no line of this basket was applied");
-            return Ok(Exit::NotFound.into());
+            return Exit::NotFound.into();
         }
         Err(unsettled) => {
             eprintln!("{unsettled}");
-            return Ok(Exit::TimedOut.into());
+            return Exit::TimedOut.into();
         }
     };
-    print(&answer, repeat, args.format);
+    print(&answer, repeat, format);
     let refused = matches!(answer.status, BasketStatus::Refused | BasketStatus::Failed);
-    Ok(if refused { Exit::Check } else { Exit::Ok }.into())
+    if refused { Exit::Check } else { Exit::Ok }.into()
 }
 
 fn print(answer: &BasketAnswer, repeat: bool, format: Style) {

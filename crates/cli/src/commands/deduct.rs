@@ -53,7 +53,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         user_id: args.user,
         expires_at: args
             .hold
-            .map(|hold| stockledger_analysts::query::now_ms().saturating_add(hold)),
+            .map(|hold| stockledger_runtime::clock::now_ms().saturating_add(hold)),
         ..deduct
     });
     publish(g, &producer, args.sku, body, &args.wait).await

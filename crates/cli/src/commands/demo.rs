@@ -99,15 +99,7 @@ pub enum Scenario {
 }
 
 pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
-    if args.scenario == Scenario::Cinema {
-        anyhow::ensure!(
-            args.seats > 0,
-            "--scenario cinema needs --seats of at least 1"
-        );
-        (args.orders, args.baskets) = (0, 0);
-    }
-    anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
-    anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
+    check_args(&mut args)?;
     let names = Names::new(g);
     let text = args.format == Style::Text;
     if text {
@@ -128,36 +120,11 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     let reader = OutcomeReader::connect(&g.redis_url, names.prefix.clone()).await?;
     let timeout = Duration::from_secs(args.timeout);
     open_sale(&producer, &reader, &names.run_id, &args, timeout).await?;
-
-    let started = Instant::now();
-    let shoppers = (args.buyers / 4).max(1);
-    let orders = workload(&args);
-    let parties = args.seats * 2 / 3;
-    let (sent, baskets, seats) = tokio::try_join!(
-        demo::buy(&producer, &reader, &orders),
-        demo::buy_baskets(
-            &producer,
-            &reader,
-            &names.run_id,
-            args.baskets,
-            shoppers,
-            args.hold_ms,
-            args.seed
-        ),
-        demo::buy_seats(
-            &producer,
-            &reader,
-            &names.run_id,
-            (args.seats, parties, shoppers),
-            args.hold_ms,
-            args.seed
-        )
-    )?;
-    let produced_in = started.elapsed();
+    let sold = sell(&producer, &reader, &names.run_id, &args).await?;
     let projection =
         stockledger_projection::Projection::connect(&g.redis_url, names.prefix.clone()).await?;
     let archived = demo::settle(&kafka, &pool, &projection, &names.topic, timeout).await?;
-    let end_to_end = started.elapsed();
+    let end_to_end = sold.started.elapsed();
     pipeline.stop().await?;
 
     let run = demo::Run {
@@ -166,34 +133,138 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
         projection: &projection,
         topic: &names.topic,
         archived,
-        baskets: &baskets.ids,
-        seats: (args.seats > 0).then_some(&seats),
+        baskets: &sold.baskets.ids,
+        seats: (args.seats > 0).then_some(&sold.seats),
     };
-    if !text {
-        let checks = demo::check_contract(&run, timeout).await?;
-        let pass = checks.iter().all(|c| c.ok);
-        let checks: Vec<serde_json::Value> = checks
-            .iter()
-            .map(|c| serde_json::json!({ "pass": c.ok, "what": c.what }))
-            .collect();
-        let shown = serde_json::json!({
-            "run": names.run_id, "topic": names.topic, "prefix": names.prefix,
-            "records_sent": sent.records + seats.records, "archived": archived,
-            "baskets": {"held": baskets.held, "refused": baskets.refused, "paid": baskets.paid,
-                        "failed": baskets.failed, "released": baskets.released,
-                        "abandoned": baskets.abandoned},
-            "seats": {"seats": args.seats, "parties": parties, "held": seats.held,
-                      "refused": seats.refused, "paid": seats.paid, "released": seats.released,
-                      "abandoned": seats.abandoned, "sold": seats.sold.len()},
-            "send_seconds": produced_in.as_secs_f64(),
-            "end_to_end_seconds": end_to_end.as_secs_f64(),
-            "checks": checks, "pass": pass,
-        });
-        println!("{shown}");
-        return Ok(if pass { Exit::Ok } else { Exit::Check }.into());
+    let checks = demo::check_contract(&run, timeout).await?;
+    let pass = checks.iter().all(|c| c.ok);
+    if text {
+        print_sale(&args, &sold, guard.as_ref(), archived, end_to_end);
+        if args.orders > 0 {
+            print_decisions(&pool, &names.topic).await?;
+            print_stock(&projection).await?;
+        }
+        println!();
+        for check in &checks {
+            let mark = if check.ok { "PASS" } else { "FAIL" };
+            println!("  {mark}  {}", check.what);
+        }
+    } else {
+        print_json(&names, &args, &sold, archived, end_to_end, &checks);
     }
+    Ok(if pass { Exit::Ok } else { Exit::Check }.into())
+}
+
+/// Refuses counts the sale cannot run with; a cinema sells seats alone.
+fn check_args(args: &mut DemoArgs) -> anyhow::Result<()> {
+    if args.scenario == Scenario::Cinema {
+        anyhow::ensure!(
+            args.seats > 0,
+            "--scenario cinema needs --seats of at least 1"
+        );
+        (args.orders, args.baskets) = (0, 0);
+    }
+    anyhow::ensure!(args.buyers > 0, "--buyers must be at least 1");
+    anyhow::ensure!(args.stock > 0, "--stock must be at least 1");
+    Ok(())
+}
+
+/// What the buyers did, from the first order sent.
+struct Sold {
+    started: Instant,
+    /// Until the last buyer had its answer.
+    produced_in: Duration,
+    shoppers: usize,
+    parties: usize,
+    sent: demo::Sent,
+    baskets: demo::BasketsSent,
+    seats: demo::SeatsSent,
+}
+
+/// The sale: the orders, baskets and seats bought at once.
+async fn sell(
+    producer: &LedgerProducer,
+    reader: &OutcomeReader,
+    run_id: &str,
+    args: &DemoArgs,
+) -> anyhow::Result<Sold> {
+    let started = Instant::now();
+    let shoppers = (args.buyers / 4).max(1);
+    let orders = workload(args);
+    let parties = args.seats * 2 / 3;
+    let (sent, baskets, seats) = tokio::try_join!(
+        demo::buy(producer, reader, &orders),
+        demo::buy_baskets(
+            producer,
+            reader,
+            run_id,
+            args.baskets,
+            shoppers,
+            args.hold_ms,
+            args.seed
+        ),
+        demo::buy_seats(
+            producer,
+            reader,
+            run_id,
+            (args.seats, parties, shoppers),
+            args.hold_ms,
+            args.seed
+        )
+    )?;
+    Ok(Sold {
+        started,
+        produced_in: started.elapsed(),
+        shoppers,
+        parties,
+        sent,
+        baskets,
+        seats,
+    })
+}
+
+/// The run as one JSON object (`--format json`).
+fn print_json(
+    names: &Names,
+    args: &DemoArgs,
+    sold: &Sold,
+    archived: i64,
+    end_to_end: Duration,
+    checks: &[demo::Check],
+) {
+    let (baskets, seats) = (&sold.baskets, &sold.seats);
+    let pass = checks.iter().all(|c| c.ok);
+    let checks: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|c| serde_json::json!({ "pass": c.ok, "what": c.what }))
+        .collect();
+    let shown = serde_json::json!({
+        "run": names.run_id, "topic": names.topic, "prefix": names.prefix,
+        "records_sent": sold.sent.records + seats.records, "archived": archived,
+        "baskets": {"held": baskets.held, "refused": baskets.refused, "paid": baskets.paid,
+                    "failed": baskets.failed, "released": baskets.released,
+                    "abandoned": baskets.abandoned},
+        "seats": {"seats": args.seats, "parties": sold.parties, "held": seats.held,
+                  "refused": seats.refused, "paid": seats.paid, "released": seats.released,
+                  "abandoned": seats.abandoned, "sold": seats.sold.len()},
+        "send_seconds": sold.produced_in.as_secs_f64(),
+        "end_to_end_seconds": end_to_end.as_secs_f64(),
+        "checks": checks, "pass": pass,
+    });
+    println!("{shown}");
+}
+
+/// What the buyers did and how long the log took, as text.
+fn print_sale(
+    args: &DemoArgs,
+    sold: &Sold,
+    guard: Option<&SoldOutGuard>,
+    archived: i64,
+    end_to_end: Duration,
+) {
+    let (baskets, seats, shoppers) = (&sold.baskets, &sold.seats, sold.shoppers);
     if args.orders > 0 {
-        print_workload(&args, &sent, guard.as_ref());
+        print_workload(args, &sold.sent, guard);
     }
     if args.baskets > 0 {
         println!(
@@ -213,8 +284,9 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     if args.seats > 0 {
         println!(
-            "  seats    {parties} parties of 1-4 for the {} seats of {} ({shoppers} tasks, held {} ms): \
+            "  seats    {} parties of 1-4 for the {} seats of {} ({shoppers} tasks, held {} ms): \
              {} seated, {} refused (a seat taken), {} paid ({} seats sold), {} cancelled, {} abandoned",
+            sold.parties,
             args.seats,
             demo::SHOW_SKU,
             args.hold_ms,
@@ -226,13 +298,12 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
             seats.abandoned
         );
     }
-    let rate = |n: u64, d: Duration| (n as f64 / d.as_secs_f64()).round();
+    let records = sold.sent.records + seats.records;
+    let rate = (records as f64 / sold.produced_in.as_secs_f64()).round();
     println!(
-        "  log      {} records sent in {:.2} s ({}/s, each buyer waiting for its reservation's answer); \
+        "  log      {records} records sent in {:.2} s ({rate}/s, each buyer waiting for its reservation's answer); \
          {archived} decided and archived, expiries included, in {:.2} s",
-        sent.records + seats.records,
-        produced_in.as_secs_f64(),
-        rate(sent.records + seats.records, produced_in),
+        sold.produced_in.as_secs_f64(),
         end_to_end.as_secs_f64(),
     );
     if cfg!(debug_assertions) {
@@ -242,22 +313,6 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
-    if args.orders > 0 {
-        print_decisions(&pool, &names.topic).await?;
-        print_stock(&projection).await?;
-    }
-    println!();
-
-    let mut all_pass = true;
-    for check in demo::check_contract(&run, timeout).await? {
-        all_pass &= check.ok;
-        println!(
-            "  {}  {}",
-            if check.ok { "PASS" } else { "FAIL" },
-            check.what
-        );
-    }
-    Ok(if all_pass { Exit::Ok } else { Exit::Check }.into())
 }
 
 /// The run's own topics and key prefix, so a demo never meets another's

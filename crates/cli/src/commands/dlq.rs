@@ -210,30 +210,10 @@ async fn redrive(g: &Global, args: RedriveArgs) -> anyhow::Result<ExitCode> {
     let verdicts =
         redrive::redrive(&config, &projection, &records, |done| progress.set(done)).await?;
     progress.finish();
-    let rows: Vec<Vec<Value>> = records
-        .iter()
-        .zip(&verdicts)
-        .map(|(r, v)| {
-            let (verdict, detail) = match v {
-                Verdict::Redriven(to) => ("re-driven", to.to_string()),
-                Verdict::WouldRedrive => ("would re-drive", String::new()),
-                Verdict::AlreadyRedriven(to) => ("already re-driven", to.clone()),
-                Verdict::StillInvalid(why) => ("still invalid", why.clone()),
-                _ => ("?", String::new()),
-            };
-            vec![
-                r.partition.into(),
-                r.offset.into(),
-                key(r).into(),
-                verdict.into(),
-                detail.into(),
-            ]
-        })
-        .collect();
     table::print(
         args.format,
         &["partition", "offset", "key", "verdict", "detail"],
-        &rows,
+        &verdict_rows(&records, &verdicts),
     );
     let invalid = verdicts
         .iter()
@@ -261,6 +241,30 @@ async fn redrive(g: &Global, args: RedriveArgs) -> anyhow::Result<ExitCode> {
         Exit::Ok
     }
     .into())
+}
+
+/// A row per dead letter: where it is, its key, and what became of it.
+fn verdict_rows(records: &[LogRecord], verdicts: &[Verdict]) -> Vec<Vec<Value>> {
+    records
+        .iter()
+        .zip(verdicts)
+        .map(|(r, v)| {
+            let (verdict, detail) = match v {
+                Verdict::Redriven(to) => ("re-driven", to.to_string()),
+                Verdict::WouldRedrive => ("would re-drive", String::new()),
+                Verdict::AlreadyRedriven(to) => ("already re-driven", to.clone()),
+                Verdict::StillInvalid(why) => ("still invalid", why.clone()),
+                _ => ("?", String::new()),
+            };
+            vec![
+                r.partition.into(),
+                r.offset.into(),
+                key(r).into(),
+                verdict.into(),
+                detail.into(),
+            ]
+        })
+        .collect()
 }
 
 /// A header of `record` as text, if it has it.

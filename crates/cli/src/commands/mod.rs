@@ -81,7 +81,7 @@ pub(crate) fn parse_quantity(s: &str) -> Result<Quantity, String> {
 
 /// An instant: RFC 3339, `now`, or a time ago like `-15m` (ms since the epoch).
 pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
-    query::parse_instant(s, query::now_ms())
+    query::parse_instant(s, stockledger_runtime::clock::now_ms())
 }
 
 /// A span like `1m`, `1h`, `1d` (milliseconds).

@@ -263,7 +263,7 @@ async fn progress(
         return Ok(None);
     };
     let committed = committed_offsets(kafka, group, topic).await?;
-    let now = stockledger_analysts::query::now_ms();
+    let now = stockledger_runtime::clock::now_ms();
     let mut all = Vec::with_capacity(ends.len());
     for (partition, (first, end)) in ends {
         let committed = committed.get(&partition).copied();
@@ -314,7 +314,7 @@ async fn read_redis(g: &Global, commands: &mut [CommandPartition]) -> anyhow::Re
         .map(|m| m.applied)
         .unwrap_or_default();
     let holds = projection.holds_summary(&partitions).await?;
-    let now = stockledger_analysts::query::now_ms();
+    let now = stockledger_runtime::clock::now_ms();
     for (c, (count, due)) in commands.iter_mut().zip(holds) {
         c.projection_applied = applied.get(&c.partition).copied();
         c.holds = Some(count);

@@ -35,7 +35,7 @@ pub struct Args {
 }
 
 fn parse_as_of(s: &str) -> Result<AsOf, String> {
-    query::parse_as_of(s, query::now_ms())
+    query::parse_as_of(s, stockledger_runtime::clock::now_ms())
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {

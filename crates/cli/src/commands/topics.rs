@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use stockledger_kafka::admin::{
-    create_topics, ledger_topic_specs, min_insync_replicas, LedgerTopics, Retention,
+    create_topics, ledger_topic_specs, min_insync_replicas, LedgerTopics, Retention, TopicSpec,
 };
 
 use super::table::Style;
@@ -82,28 +82,39 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let specs = ledger_topic_specs(topics, partitions, replication, retention);
     let created = create_topics(&g.kafka(), &specs).await?;
     if format == Style::Json {
-        let topics: Vec<serde_json::Value> = specs
-            .iter()
-            .map(|s| {
-                let configs: serde_json::Map<String, serde_json::Value> = s
-                    .configs
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone().into()))
-                    .collect();
-                serde_json::json!({
-                    "topic": s.name, "created": created.contains(&s.name),
-                    "partitions": s.partitions, "configs": configs,
-                })
-            })
-            .collect();
-        let shown = serde_json::json!({
-            "topics": topics, "replication": replication,
-            "min_insync_replicas": min_insync_replicas(replication),
-        });
-        println!("{shown}");
-        return Ok(ExitCode::SUCCESS);
+        print_json(&specs, &created, replication);
+    } else {
+        print_text(&specs, &created, replication);
     }
-    for spec in &specs {
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The topics as one JSON object.
+fn print_json(specs: &[TopicSpec], created: &[String], replication: i32) {
+    let topics: Vec<serde_json::Value> = specs
+        .iter()
+        .map(|s| {
+            let configs: serde_json::Map<String, serde_json::Value> = s
+                .configs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            serde_json::json!({
+                "topic": s.name, "created": created.contains(&s.name),
+                "partitions": s.partitions, "configs": configs,
+            })
+        })
+        .collect();
+    let shown = serde_json::json!({
+        "topics": topics, "replication": replication,
+        "min_insync_replicas": min_insync_replicas(replication),
+    });
+    println!("{shown}");
+}
+
+/// The topics, a line each, as text.
+fn print_text(specs: &[TopicSpec], created: &[String], replication: i32) {
+    for spec in specs {
         let state = if created.contains(&spec.name) {
             "created"
         } else {
@@ -131,5 +142,4 @@ pub async fn run(g: &Global, command: Command) -> anyhow::Result<ExitCode> {
     if created.len() < specs.len() {
         println!("existing topics keep their configuration; `apply` checks the command topic's");
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -7,75 +7,10 @@ use crate::ids::LocationId;
 
 impl SkuState {
     pub(super) fn deduct(&mut self, offset: i64, time: i64, d: &Deduct) -> Decision {
+        if let Some(refused) = self.refuse_deduct(time, d) {
+            return refused;
+        }
         let quantity = d.quantity.get();
-        if let Some(entry) = self.orders.get(d.order_id.as_str()) {
-            let (result, reason) = match entry.status {
-                OrderStatus::Deducted => (ResultCode::Duplicate, "order already deducted"),
-                OrderStatus::Reserved => (ResultCode::Duplicate, "order already reserved"),
-                OrderStatus::Confirmed => (ResultCode::Duplicate, "order already confirmed"),
-                OrderStatus::RolledBack => (ResultCode::RejectedCancelled, "order was rolled back"),
-                OrderStatus::Cancelled => (
-                    ResultCode::RejectedCancelled,
-                    "order was cancelled before its deduction",
-                ),
-                OrderStatus::Expired => {
-                    (ResultCode::RejectedExpired, "order's reservation expired")
-                }
-            };
-            return self.refuse(result, reason);
-        }
-        if let Some(deadline) = d.expires_at {
-            if let Err(e) = check_deadline(deadline, time) {
-                return self.refuse(ResultCode::RejectedDeadline, e.to_string());
-            }
-        }
-        let named = !d.units.is_empty();
-        if !named && self.named {
-            return self.refuse(
-                ResultCode::RejectedInsufficient,
-                "the sku sells named units; name the units to take",
-            );
-        }
-        if named && !self.named && self.total > 0 {
-            return self.refuse(
-                ResultCode::RejectedInsufficient,
-                "the sku sells counted stock, not named units",
-            );
-        }
-        let user = d.user_id.as_ref().map(|u| u.as_str());
-        if let Some(limit) = self.limit {
-            let Some(user) = user else {
-                let reason = format!("the sku has a per-user limit of {limit}; name a user_id");
-                return self.refuse(ResultCode::RejectedLimit, reason);
-            };
-            let counted = self.users.get(user).copied().unwrap_or(0);
-            if counted + quantity > limit {
-                let reason = format!(
-                    "user {user} has {counted} of the per-user limit of {limit}; requested {quantity}"
-                );
-                return self.refuse(ResultCode::RejectedLimit, reason);
-            }
-        }
-        if named {
-            let taken: Vec<String> = d
-                .units
-                .iter()
-                .filter_map(|u| {
-                    let state = match self.units.get(u.as_str()) {
-                        None => "not on sale",
-                        Some(Unit::Available) => return None,
-                        Some(unit) => unit.as_str(),
-                    };
-                    Some(format!("{u} ({state})"))
-                })
-                .collect();
-            if !taken.is_empty() {
-                let reason = format!("units not free: {}", taken.join(", "));
-                return self.refuse(ResultCode::RejectedInsufficient, reason);
-            }
-        } else if let Err(reason) = self.allocate(quantity, d.location.as_ref()) {
-            return self.refuse(ResultCode::RejectedInsufficient, reason);
-        }
         let location = match (&d.location, self.locations.is_empty()) {
             (_, true) => None,
             (Some(named), false) => Some(named.as_str().to_owned()),
@@ -94,6 +29,7 @@ impl SkuState {
             }
             None => OrderStatus::Deducted,
         };
+        let user = d.user_id.as_ref().map(|u| u.as_str());
         self.count(user, quantity);
         let names: Vec<String> = d.units.iter().map(|u| u.as_str().to_owned()).collect();
         let order = d.order_id.as_str().to_owned();
@@ -113,6 +49,90 @@ impl SkuState {
             },
         );
         self.decide_at(ResultCode::Applied, -quantity, None, location)
+    }
+
+    /// The refusal a deduct gets, if it is refused: its order decided
+    /// before, a deadline out of bounds, the wrong kind of stock, a
+    /// per-user limit, or too little (or taken) stock.
+    fn refuse_deduct(&self, time: i64, d: &Deduct) -> Option<Decision> {
+        if let Some(entry) = self.orders.get(d.order_id.as_str()) {
+            let (result, reason) = match entry.status {
+                OrderStatus::Deducted => (ResultCode::Duplicate, "order already deducted"),
+                OrderStatus::Reserved => (ResultCode::Duplicate, "order already reserved"),
+                OrderStatus::Confirmed => (ResultCode::Duplicate, "order already confirmed"),
+                OrderStatus::RolledBack => (ResultCode::RejectedCancelled, "order was rolled back"),
+                OrderStatus::Cancelled => (
+                    ResultCode::RejectedCancelled,
+                    "order was cancelled before its deduction",
+                ),
+                OrderStatus::Expired => {
+                    (ResultCode::RejectedExpired, "order's reservation expired")
+                }
+            };
+            return Some(self.refuse(result, reason));
+        }
+        if let Some(deadline) = d.expires_at {
+            if let Err(e) = check_deadline(deadline, time) {
+                return Some(self.refuse(ResultCode::RejectedDeadline, e.to_string()));
+            }
+        }
+        let named = !d.units.is_empty();
+        if !named && self.named {
+            return Some(self.refuse(
+                ResultCode::RejectedInsufficient,
+                "the sku sells named units; name the units to take",
+            ));
+        }
+        if named && !self.named && self.total > 0 {
+            return Some(self.refuse(
+                ResultCode::RejectedInsufficient,
+                "the sku sells counted stock, not named units",
+            ));
+        }
+        if let Some(reason) = self.over_limit(d) {
+            return Some(self.refuse(ResultCode::RejectedLimit, reason));
+        }
+        let short = if named {
+            self.units_taken(d)
+        } else {
+            self.allocate(d.quantity.get(), d.location.as_ref()).err()
+        };
+        short.map(|reason| self.refuse(ResultCode::RejectedInsufficient, reason))
+    }
+
+    /// Why the deduct's user would go over the SKU's per-user limit, if it
+    /// would (a SKU with a limit needs a user).
+    fn over_limit(&self, d: &Deduct) -> Option<String> {
+        let limit = self.limit?;
+        let Some(user) = d.user_id.as_ref().map(|u| u.as_str()) else {
+            return Some(format!(
+                "the sku has a per-user limit of {limit}; name a user_id"
+            ));
+        };
+        let quantity = d.quantity.get();
+        let counted = self.users.get(user).copied().unwrap_or(0);
+        (counted + quantity > limit).then(|| {
+            format!(
+                "user {user} has {counted} of the per-user limit of {limit}; requested {quantity}"
+            )
+        })
+    }
+
+    /// Which of the units a deduct names are not free, if any is not.
+    fn units_taken(&self, d: &Deduct) -> Option<String> {
+        let taken: Vec<String> = d
+            .units
+            .iter()
+            .filter_map(|u| {
+                let state = match self.units.get(u.as_str()) {
+                    None => "not on sale",
+                    Some(Unit::Available) => return None,
+                    Some(unit) => unit.as_str(),
+                };
+                Some(format!("{u} ({state})"))
+            })
+            .collect();
+        (!taken.is_empty()).then(|| format!("units not free: {}", taken.join(", ")))
     }
 
     /// Why `quantity` units of counted stock cannot be taken (from

@@ -66,8 +66,8 @@ pub(crate) async fn as_of(
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
-    let at =
-        query::parse_as_of(&params.at, query::now_ms()).map_err(|e| Problem::invalid("at", e))?;
+    let at = query::parse_as_of(&params.at, stockledger_runtime::clock::now_ms())
+        .map_err(|e| Problem::invalid("at", e))?;
     let topic = &gateway.topic;
     let answer = query::stock_as_of(&gateway.archive, topic, sku.as_str(), at)
         .await
@@ -169,7 +169,7 @@ struct ReportAsked {
 impl ReportAsked {
     /// The defaults: hourly over the last day, every SKU.
     fn of(params: ReportParams) -> Result<Self, Problem> {
-        let now = query::now_ms();
+        let now = stockledger_runtime::clock::now_ms();
         Ok(Self {
             since: instant_param("since", params.since.as_deref().unwrap_or("-1d"), now)?,
             until: instant_param("until", params.until.as_deref().unwrap_or("now"), now)?,
@@ -195,33 +195,7 @@ impl ReportAsked {
 /// Per-SKU totals per interval, `sku` then interval.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ReportBody {
-    pub rows: Vec<ReportRowBody>,
-}
-
-/// One SKU's totals over one interval.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ReportRowBody {
-    pub sku: String,
-    /// The interval's start, RFC 3339 UTC.
-    pub interval_start: String,
-    pub records: i64,
-    pub deducts_applied: i64,
-    pub units_taken: i64,
-    pub rollbacks_applied: i64,
-    pub units_returned: i64,
-    /// Units taken by deducts minus units given back by rollbacks.
-    pub net_taken: i64,
-    pub restocks_applied: i64,
-    pub restock_delta: i64,
-    pub rejected_insufficient: i64,
-    pub rejected_cancelled: i64,
-    pub rejected_restock: i64,
-    pub ignored_no_deduction: i64,
-    pub duplicates: i64,
-    pub invalid: i64,
-    pub lowest_available: Option<i64>,
-    /// When an applied record took available stock to zero in the interval.
-    pub sold_out_at: Option<String>,
+    pub rows: Vec<query::ReportRow>,
 }
 
 /// Per-SKU (or one SKU's) totals per interval, from the archive.
@@ -236,60 +210,13 @@ pub(crate) async fn report(State(gateway): Shared, Query(params): Query<ReportPa
     let rows = query::report(&gateway.archive, &asked.range(&gateway.topic))
         .await
         .map_err(archive_problem)?;
-    let rows = rows
-        .into_iter()
-        .map(|r| ReportRowBody {
-            sku: r.sku,
-            interval_start: r.bucket,
-            records: r.records,
-            deducts_applied: r.deducts_applied,
-            units_taken: r.units_taken,
-            rollbacks_applied: r.rollbacks_applied,
-            units_returned: r.units_returned,
-            net_taken: r.net_taken,
-            restocks_applied: r.restocks_applied,
-            restock_delta: r.restock_delta,
-            rejected_insufficient: r.rejected_insufficient,
-            rejected_cancelled: r.rejected_cancelled,
-            rejected_restock: r.rejected_restock,
-            ignored_no_deduction: r.ignored_no_deduction,
-            duplicates: r.duplicates,
-            invalid: r.invalid,
-            lowest_available: r.lowest_available,
-            sold_out_at: r.sold_out_at,
-        })
-        .collect();
     Ok(Json(ReportBody { rows }).into_response())
 }
 
 /// Per SKU and location, totals per interval.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LocationReportBody {
-    pub rows: Vec<LocationReportRowBody>,
-}
-
-/// One location's totals of one SKU over one interval.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct LocationReportRowBody {
-    pub sku: String,
-    pub location: String,
-    /// The interval's start, RFC 3339 UTC.
-    pub interval_start: String,
-    /// Records that named or acted on the location (transfers at their `from`).
-    pub records: i64,
-    /// Units deducts took from here.
-    pub units_taken: i64,
-    /// Units that came back here: rollbacks, expiries, refunds.
-    pub units_returned: i64,
-    /// What applied restocks here changed its available stock by.
-    pub restock_delta: i64,
-    /// Units transfers moved away from here.
-    pub transferred_out: i64,
-    /// Units transfers moved here.
-    pub transferred_in: i64,
-    /// Deducts and transfers refused for too little stock here (or for an
-    /// unknown location of this name).
-    pub rejected_insufficient: i64,
+    pub rows: Vec<query::LocationReportRow>,
 }
 
 /// Per SKU and location (SKUs that keep stock by location), totals per
@@ -308,20 +235,5 @@ pub(crate) async fn report_by_location(
     let rows = query::report_by_location(&gateway.archive, &asked.range(&gateway.topic))
         .await
         .map_err(archive_problem)?;
-    let rows = rows
-        .into_iter()
-        .map(|r| LocationReportRowBody {
-            sku: r.sku,
-            location: r.location,
-            interval_start: r.bucket,
-            records: r.records,
-            units_taken: r.units_taken,
-            units_returned: r.units_returned,
-            restock_delta: r.restock_delta,
-            transferred_out: r.transferred_out,
-            transferred_in: r.transferred_in,
-            rejected_insufficient: r.rejected_insufficient,
-        })
-        .collect();
     Ok(Json(LocationReportBody { rows }).into_response())
 }

@@ -43,11 +43,13 @@ const MAX_NAME_LEN: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// An order service: deduct, hold, confirm, rollback, and read its orders.
+    /// An order service: deduct, hold, confirm, rollback; read what a
+    /// shop shows its buyers (orders, stock, seat maps, stock events).
     Producer,
     /// Everything, restock, limits and refunds included.
     Operator,
-    /// Reading only: stock, orders, history, reports, as-of, metrics.
+    /// Reading only: orders, stock, seat maps, stock events, and the
+    /// archive (history, as-of, reports) and metrics.
     Analyst,
 }
 
@@ -67,8 +69,28 @@ impl Role {
             Need::Nothing => true,
             Need::Produce => matches!(self, Role::Producer | Role::Operator),
             Need::Operate => self == Role::Operator,
-            Need::ReadOrder => true,
-            Need::Read => matches!(self, Role::Operator | Role::Analyst),
+            Need::ReadLive => true,
+            Need::ReadArchive => matches!(self, Role::Operator | Role::Analyst),
+        }
+    }
+
+    /// The roles that may send `method` to `route` (the router's template,
+    /// as the API document names it): the one door policy, which the
+    /// gateway enforces and the document states. Empty for an open route.
+    ///
+    /// ```
+    /// use axum::http::Method;
+    /// use stockledger_http::gateway::auth::Role;
+    ///
+    /// let restock = Role::allowed(&Method::POST, "/v1/skus/{sku}/restocks/{adjustment_id}");
+    /// assert_eq!(restock, [Role::Operator]);
+    /// assert_eq!(Role::allowed(&Method::GET, "/v1/skus/{sku}").len(), 3);
+    /// assert!(Role::allowed(&Method::GET, "/healthz").is_empty());
+    /// ```
+    pub fn allowed(method: &Method, route: &str) -> Vec<Role> {
+        match need(method, route) {
+            Need::Nothing => Vec::new(),
+            need => Role::ALL.into_iter().filter(|r| r.may(need)).collect(),
         }
     }
 }
@@ -100,10 +122,12 @@ enum Need {
     /// Restock, transfers, limits, alerts, refunds; and any route not
     /// listed (closed by default).
     Operate,
-    /// One order's state, a seat map, stock event streams (every role).
-    ReadOrder,
-    /// Stock, the archive, metrics.
-    Read,
+    /// What a shop shows its buyers, live: an order, a basket, a SKU's
+    /// stock, its seat map, stock event streams (every role: the streams
+    /// carry the stock too).
+    ReadLive,
+    /// The archive (history, as-of, reports) and metrics.
+    ReadArchive,
 }
 
 /// The role a request on `route` (the router's template) needs.
@@ -118,21 +142,21 @@ fn need(method: &Method, route: &str) -> Need {
         | ("POST", "/v1/baskets/{basket_id}/release") => Need::Produce,
         (
             "GET" | "HEAD",
-            "/v1/skus/{sku}/orders/{order_id}"
+            "/v1/skus/{sku}"
+            | "/v1/skus/{sku}/orders/{order_id}"
             | "/v1/baskets/{basket_id}"
             | "/v1/skus/{sku}/units"
             | "/v1/skus/{sku}/events"
             | "/v1/events",
-        ) => Need::ReadOrder,
+        ) => Need::ReadLive,
         (
             "GET" | "HEAD",
-            "/v1/skus/{sku}"
-            | "/v1/skus/{sku}/as-of"
+            "/v1/skus/{sku}/as-of"
             | "/v1/history"
             | "/v1/report"
             | "/v1/report/locations"
             | "/metrics",
-        ) => Need::Read,
+        ) => Need::ReadArchive,
         _ => Need::Operate,
     }
 }
@@ -424,6 +448,21 @@ pub async fn authorize(State(keys): State<ApiKeys>, request: Request, next: Next
     if need == Need::Nothing {
         return next.run(request).await;
     }
+    if request
+        .headers()
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .count()
+        > 1
+    {
+        // Which one a proxy or the gateway would take is a guess; refused
+        // rather than let the first (or last) win.
+        return Problem::new(
+            StatusCode::BAD_REQUEST,
+            "the request has more than one Authorization header; send one".to_owned(),
+        )
+        .into_response();
+    }
     let current = keys.current();
     let Some(token) = bearer(&request) else {
         return unauthorized(
@@ -553,7 +592,7 @@ mod tests {
             (get("/v1/skus/{sku}/orders/{order_id}"), [true, true, true]),
             (get("/v1/skus/{sku}/events"), [true, true, true]),
             (get("/v1/events"), [true, true, true]),
-            (get("/v1/skus/{sku}"), [false, true, true]),
+            (get("/v1/skus/{sku}"), [true, true, true]),
             (get("/v1/history"), [false, true, true]),
             (get("/v1/report"), [false, true, true]),
             (get("/v1/report/locations"), [false, true, true]),

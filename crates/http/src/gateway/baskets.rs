@@ -14,7 +14,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use stockledger_analysts::query;
 use stockledger_client::basket::{
     self, BasketAnswer, BasketHold, BasketStatus, Decide, InputError, Line, Unsettled,
 };
@@ -22,7 +21,7 @@ use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::{BasketId, CommandBody, Decision, Reason, Sku, UserId};
 
-use super::bodies::{BasketHoldRequest, BasketLineBody, BasketResponse, RollbackRequest};
+use super::bodies::{BasketHoldRequest, BasketResponse, RollbackRequest};
 use super::problem::{path_problem, redis_problem, Body, NoParams, Problem, Query};
 use super::{Answer, Gateway, Shared};
 
@@ -170,7 +169,7 @@ pub(crate) async fn hold(
         (hold_ms, expires_at) => super::commands::hold_deadline(hold_ms, expires_at)?
             .unwrap_or_else(|| unreachable!("one of the two is given")),
     };
-    stockledger_core::command::check_deadline(expires_at, query::now_ms())?;
+    stockledger_core::command::check_deadline(expires_at, stockledger_runtime::clock::now_ms())?;
     let lines = request
         .lines
         .iter()
@@ -213,7 +212,7 @@ pub(crate) async fn confirm(
     if known.status == BasketStatus::Confirmed {
         return Ok(answer(&known, true));
     }
-    basket::check_confirmable(&known, query::now_ms())
+    basket::check_confirmable(&known, stockledger_runtime::clock::now_ms())
         .map_err(|why| Problem::new(StatusCode::CONFLICT, why))?;
     gateway.brokers_up()?;
     let skus: Vec<Sku> = known.lines.iter().map(|l| l.sku.clone()).collect();
@@ -278,16 +277,4 @@ pub(crate) async fn show(
     let id = basket_path(path)?;
     let known = gateway.known_basket(&id).await?;
     Ok(answer(&known, false))
-}
-
-/// The line body's fields, for the response builder.
-pub(super) fn line_body(line: &basket::LineAnswer) -> BasketLineBody {
-    BasketLineBody {
-        sku: line.sku.to_string(),
-        order_id: line.order_id.to_string(),
-        quantity: line.quantity,
-        state: line.state.as_str().to_owned(),
-        result: line.result.map(|r| r.as_str().to_owned()),
-        reason: line.reason.clone(),
-    }
 }

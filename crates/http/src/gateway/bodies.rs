@@ -149,7 +149,7 @@ impl BasketResponse {
             basket_id: basket.basket_id.to_string(),
             status: basket.status.as_str().to_owned(),
             expires_at: basket.expires_at,
-            lines: basket.lines.iter().map(super::baskets::line_body).collect(),
+            lines: basket.lines.iter().map(line_body).collect(),
             repeat,
         }
     }
@@ -585,4 +585,16 @@ pub struct HistoryPage {
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+}
+
+/// A basket line as the answer shows it.
+fn line_body(line: &stockledger_client::basket::LineAnswer) -> BasketLineBody {
+    BasketLineBody {
+        sku: line.sku.to_string(),
+        order_id: line.order_id.to_string(),
+        quantity: line.quantity,
+        state: line.state.as_str().to_owned(),
+        result: line.result.map(|r| r.as_str().to_owned()),
+        reason: line.reason.clone(),
+    }
 }

@@ -13,7 +13,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use stockledger_analysts::query::{self};
 use stockledger_core::report::Chain;
 use stockledger_core::{
     AdjustmentId, Alerts, CommandBody, Confirm, Deduct, Limit, LocationId, OrderEntry, OrderId,
@@ -142,7 +141,9 @@ pub(super) fn hold_deadline(
             )
             .into())
         }
-        (Some(hold), None) => Ok(Some(query::now_ms().saturating_add(hold))),
+        (Some(hold), None) => Ok(Some(
+            stockledger_runtime::clock::now_ms().saturating_add(hold),
+        )),
         (None, deadline) => Ok(deadline),
     }
 }

@@ -17,13 +17,14 @@ mod baskets;
 pub mod bodies;
 mod commands;
 mod contract;
+mod doc;
 pub mod events;
 pub mod problem;
 mod publish;
 mod reads;
 
-use contract::Rules;
 pub use contract::DEFAULT_MAX_WAIT_MS;
+pub use doc::{openapi_json, ApiDoc};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +45,6 @@ use stockledger_runtime::redact_url;
 use tokio::net::TcpListener;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tracing::{info, warn};
-use utoipa::OpenApi;
 
 use crate::observe::{self, Probes, Recorder};
 use crate::server::{self, Limits};
@@ -188,50 +188,6 @@ pub(crate) struct Gateway {
     events: Arc<events::Hub>,
 }
 
-/// The OpenAPI document of the gateway.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock, transfer, limits, low-stock alerts) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it."
-    ),
-    paths(
-        commands::deduct,
-        commands::rollback,
-        commands::confirm,
-        commands::refund,
-        commands::limit,
-        commands::alerts,
-        commands::restock,
-        commands::transfer,
-        baskets::hold,
-        baskets::confirm,
-        baskets::release,
-        baskets::show,
-        reads::stock,
-        reads::units,
-        reads::order,
-        reads::history,
-        events::sku_events,
-        events::events,
-        analysts::as_of,
-        analysts::report,
-        analysts::report_by_location,
-        observe::healthz,
-        observe::readyz_doc
-    ),
-    components(schemas(events::StockEventBody, events::StockSnapshot)),
-    modifiers(&Doors, &Rules),
-    tags(
-        (name = "commands", description = "Append a command to the log; optionally wait for its decision"),
-        (name = "baskets", description = "Several SKUs held, confirmed or released together, all or none; each waits for every line's decision"),
-        (name = "reads", description = "The Redis projection and the PostgreSQL archive"),
-        (name = "operations", description = "Liveness and readiness (metrics at /metrics, in the Prometheus text format)")
-    )
-)]
-#[derive(Debug)]
-pub struct ApiDoc;
-
 /// Gives each of the gateway's metrics its help text, and each counter
 /// whose labels are known in advance its zero.
 fn describe_metrics() {
@@ -268,106 +224,6 @@ fn describe_metrics() {
     }
 }
 
-/// Adds to the document what every route shares: the bearer key scheme
-/// (`serve --api-keys`), the answers of the door (401, 403, 429 of a key
-/// over its rate) and the default server. The probes and the document
-/// itself are open.
-struct Doors;
-
-impl utoipa::Modify for Doors {
-    fn modify(&self, document: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{
-            Http, HttpAuthScheme, SecurityRequirement, SecurityScheme,
-        };
-        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, Server};
-        const SCHEME: &str = "api_key";
-        let components = document.components.get_or_insert_with(Default::default);
-        let mut bearer = Http::new(HttpAuthScheme::Bearer);
-        bearer.description = Some(
-            "A token from `stockledger keys new`, when the gateway runs with --api-keys".into(),
-        );
-        components.add_security_scheme(SCHEME, SecurityScheme::Http(bearer));
-        document.servers = Some(vec![Server::builder()
-            .url("http://127.0.0.1:8080")
-            .description(Some("stockledger serve with its default --listen"))
-            .build()]);
-        let problem = |description: &str| {
-            ResponseBuilder::new()
-                .description(description)
-                .content(
-                    problem::PROBLEM_JSON,
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("Problem")))
-                        .build(),
-                )
-                .build()
-        };
-        for (path, item) in document.paths.paths.iter_mut() {
-            let open = matches!(path.as_str(), "/healthz" | "/readyz" | "/openapi.json");
-            for operation in [&mut item.get, &mut item.post, &mut item.put]
-                .into_iter()
-                .flatten()
-            {
-                if open {
-                    operation.security = Some(vec![SecurityRequirement::default()]);
-                    continue;
-                }
-                operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
-                    SCHEME,
-                    [],
-                )]);
-                let takes_body = operation.request_body.is_some();
-                let responses = &mut operation.responses.responses;
-                let mut unless_listed = |status: &str, description: &str| {
-                    responses
-                        .entry(status.to_owned())
-                        .or_insert_with(|| problem(description).into());
-                };
-                if takes_body {
-                    unless_listed("400", "The body is not well-formed JSON");
-                    unless_listed("408", "The body did not arrive within --read-timeout-ms");
-                    unless_listed("413", "The body is over 16 KiB");
-                    unless_listed(
-                        "415",
-                        "A body that is not sent as Content-Type: application/json",
-                    );
-                }
-                unless_listed(
-                    "503",
-                    "A service the route needs (the brokers, Redis or PostgreSQL) does not answer; retry after Retry-After",
-                );
-                responses.insert(
-                    "401".into(),
-                    problem("No API key, or one that is not known; WWW-Authenticate says which")
-                        .into(),
-                );
-                responses.insert(
-                    "403".into(),
-                    problem("The key's role may not use this route").into(),
-                );
-                match responses.get_mut("429") {
-                    Some(utoipa::openapi::RefOr::T(queue_full)) => queue_full
-                        .description
-                        .push_str(", or the API key is over its rate"),
-                    _ => {
-                        responses.insert(
-                            "429".into(),
-                            problem("The API key is over its rate; retry after Retry-After").into(),
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The OpenAPI document as served and checked in.
-pub fn openapi_json() -> String {
-    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
-    text.push('\n');
-    text
-}
-
 /// Runs the gateway on `listener` until `shutdown` completes, with
 /// `/metrics`, `/healthz` and `/readyz` on the same port.
 pub async fn run(
@@ -386,62 +242,15 @@ pub async fn run(
         shutdown.await;
         let _ = stopping.send(true);
     };
-    let mut kafka = config.kafka.clone();
-    if kafka.property("message.timeout.ms").is_none() {
-        kafka.properties.push((
-            "message.timeout.ms".into(),
-            GATEWAY_MESSAGE_TIMEOUT_MS.into(),
-        ));
-    }
-    let mut producer = LedgerProducer::new(&kafka, config.topic.clone())?;
-    let redis_error = |source| GatewayError::Redis {
-        url: redact_url(&config.redis_url).to_string(),
-        source,
-    };
-    let redis = RedisConn::connect(&config.redis_url)
-        .await
-        .map_err(redis_error)?;
-    if config.sold_out_fast_path {
-        let projection =
-            stockledger_projection::Projection::new(redis.clone(), config.prefix.clone());
-        producer = producer.with_sold_out_guard(stockledger_client::SoldOutGuard::new(projection));
-    }
-    let reader = OutcomeReader::connect(&config.redis_url, config.prefix.clone())
-        .await
-        .map_err(|e| match e {
-            stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
-            other => GatewayError::Metrics(other.to_string()),
-        })?;
-    // Reads only, as the analysts' role: the gateway cannot write the archive.
-    let archive = stockledger_archiver::connect_as(
-        &config.database_url,
-        4,
-        Duration::from_secs(3),
-        stockledger_archiver::DbRole::Analyst,
-    )
-    .map_err(|source| GatewayError::Archive {
-        url: redact_url(&config.database_url).to_string(),
-        source,
-    })?;
+    let Services {
+        producer,
+        redis,
+        reader,
+        archive,
+    } = Services::connect(&config).await?;
     let broker_up = Arc::new(AtomicBool::new(true));
     let watch = tokio::spawn(watch_brokers(producer.clone(), broker_up.clone()));
-    let probes = Probes::new()
-        .check("kafka", true, {
-            let broker_up = broker_up.clone();
-            move || {
-                let up = broker_up.load(Ordering::Relaxed);
-                async move {
-                    if up {
-                        Ok("the brokers answer".to_owned())
-                    } else {
-                        Err("the brokers do not answer".to_owned())
-                    }
-                }
-            }
-        })
-        .redis(redis.clone())
-        // History only: commands go on without the archive.
-        .postgres(archive.clone(), false);
+    let probes = probes(broker_up.clone(), redis.clone(), archive.clone());
     let events_topic = config
         .events_topic
         .clone()
@@ -479,8 +288,85 @@ pub async fn run(
     Ok(())
 }
 
-fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
-    let routes = Router::new()
+/// What the gateway talks to, connected: the producer (with the sold-out
+/// fast path if asked), Redis, the decisions' reader and the archive (read
+/// only, as the analysts' role: the gateway cannot write it).
+struct Services {
+    producer: LedgerProducer,
+    redis: RedisConn,
+    reader: OutcomeReader,
+    archive: sqlx::PgPool,
+}
+
+impl Services {
+    async fn connect(config: &GatewayConfig) -> Result<Self, GatewayError> {
+        let mut kafka = config.kafka.clone();
+        if kafka.property("message.timeout.ms").is_none() {
+            kafka.properties.push((
+                "message.timeout.ms".into(),
+                GATEWAY_MESSAGE_TIMEOUT_MS.into(),
+            ));
+        }
+        let mut producer = LedgerProducer::new(&kafka, config.topic.clone())?;
+        let redis_error = |source| GatewayError::Redis {
+            url: redact_url(&config.redis_url).to_string(),
+            source,
+        };
+        let redis = RedisConn::connect(&config.redis_url)
+            .await
+            .map_err(redis_error)?;
+        if config.sold_out_fast_path {
+            let projection =
+                stockledger_projection::Projection::new(redis.clone(), config.prefix.clone());
+            producer =
+                producer.with_sold_out_guard(stockledger_client::SoldOutGuard::new(projection));
+        }
+        let reader = OutcomeReader::connect(&config.redis_url, config.prefix.clone())
+            .await
+            .map_err(|e| match e {
+                stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
+                other => GatewayError::Metrics(other.to_string()),
+            })?;
+        let archive = stockledger_archiver::connect_as(
+            &config.database_url,
+            4,
+            Duration::from_secs(3),
+            stockledger_archiver::DbRole::Analyst,
+        )
+        .map_err(|source| GatewayError::Archive {
+            url: redact_url(&config.database_url).to_string(),
+            source,
+        })?;
+        Ok(Self {
+            producer,
+            redis,
+            reader,
+            archive,
+        })
+    }
+}
+
+/// `/readyz`'s checks: the brokers (as the watch last saw them), Redis,
+/// and the archive (history only: commands go on without it).
+fn probes(broker_up: Arc<AtomicBool>, redis: RedisConn, archive: sqlx::PgPool) -> Probes {
+    Probes::new()
+        .check("kafka", true, move || {
+            let up = broker_up.load(Ordering::Relaxed);
+            async move {
+                if up {
+                    Ok("the brokers answer".to_owned())
+                } else {
+                    Err("the brokers do not answer".to_owned())
+                }
+            }
+        })
+        .redis(redis)
+        .postgres(archive, false)
+}
+
+/// Every route of the API and its handler.
+fn routes() -> Router<Arc<Gateway>> {
+    Router::new()
         .route(
             "/v1/skus/{sku}/orders/{order_id}/deduct",
             post(commands::deduct),
@@ -520,7 +406,11 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/report", get(analysts::report))
         .route("/v1/report/locations", get(analysts::report_by_location))
-        .route("/openapi.json", get(openapi));
+        .route("/openapi.json", get(openapi))
+}
+
+fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
+    let routes = routes();
     // Inside `track`, which then sees each answer's key; on the routes only,
     // so an unknown path is a 404 with or without a key.
     let routes = match &config.api_keys {
@@ -548,27 +438,30 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
     }
     // Outermost: a browser's preflight is answered before the key is asked
     // for (it carries none), and every answer gets the CORS headers.
+    routes.layer(cors(&config.cors_origins))
+}
+
+/// The CORS answers for `origins`: the methods, headers and exposed
+/// headers a browser front end needs.
+fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
     use axum::http::{header, Method};
-    routes.layer(
-        tower_http::cors::CorsLayer::new()
-            .allow_origin(
-                config
-                    .cors_origins
-                    .iter()
-                    .filter_map(|origin| header::HeaderValue::from_str(origin).ok())
-                    .collect::<Vec<_>>(),
-            )
-            .allow_methods([Method::GET, Method::POST, Method::PUT])
-            // Last-Event-ID: for clients that resume an event stream with
-            // fetch (EventSource itself needs no preflight for it).
-            .allow_headers([
-                header::AUTHORIZATION,
-                header::CONTENT_TYPE,
-                header::HeaderName::from_static("last-event-id"),
-            ])
-            .expose_headers([header::RETRY_AFTER, header::WWW_AUTHENTICATE])
-            .max_age(Duration::from_secs(600)),
-    )
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(
+            origins
+                .iter()
+                .filter_map(|origin| header::HeaderValue::from_str(origin).ok())
+                .collect::<Vec<_>>(),
+        )
+        .allow_methods([Method::GET, Method::POST, Method::PUT])
+        // Last-Event-ID: for clients that resume an event stream with
+        // fetch (EventSource itself needs no preflight for it).
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([header::RETRY_AFTER, header::WWW_AUTHENTICATE])
+        .max_age(Duration::from_secs(600))
 }
 
 async fn openapi() -> Response {

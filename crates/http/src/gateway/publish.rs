@@ -162,19 +162,15 @@ impl Gateway {
             .await
     }
 
-    /// [`Self::command`], and when the applier decides it `DUPLICATE` (it
-    /// raced another request for the same order into the log), `same`
-    /// compares it with the order the ledger holds: only an identical
-    /// request is answered as a repeat, another gets its 409.
-    pub(super) async fn command_checked(
+    /// Publishes `body` (with the caller's trace, if any), counting it as
+    /// published or why not; a problem when the brokers are away or do not
+    /// confirm it.
+    async fn send(
         &self,
-        sku: Sku,
-        order_id: Option<OrderId>,
+        sku: &Sku,
         body: CommandBody,
-        wait: Option<Duration>,
         traceparent: Option<String>,
-        same: Option<SameOrder>,
-    ) -> Answer {
+    ) -> Result<Receipt, Problem> {
         let kind = body.kind().as_str();
         if !self.broker_up.load(Ordering::Relaxed) {
             metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => "brokers_down")
@@ -193,21 +189,37 @@ impl Gateway {
             }
             None => self.producer.try_send(sku.clone(), body).await,
         };
-        let receipt = sent
-            .map_err(|e| {
-                let reason = match &e {
-                    // The caller's doing: a 4xx, not a failure to publish.
-                    ProducerError::Invalid(_) | ProducerError::SoldOut(_) => None,
-                    ProducerError::QueueFull { .. } => Some("queue_full"),
-                    _ => Some("unconfirmed"),
-                };
-                if let Some(reason) = reason {
-                    metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => reason)
-                        .increment(1);
-                }
-                publish_problem(e)
-            })?;
+        let receipt = sent.map_err(|e| {
+            let reason = match &e {
+                // The caller's doing: a 4xx, not a failure to publish.
+                ProducerError::Invalid(_) | ProducerError::SoldOut(_) => None,
+                ProducerError::QueueFull { .. } => Some("queue_full"),
+                _ => Some("unconfirmed"),
+            };
+            if let Some(reason) = reason {
+                metrics::counter!(super::PUBLISH_FAILURES_METRIC, "command" => kind, "reason" => reason)
+                    .increment(1);
+            }
+            publish_problem(e)
+        })?;
         metrics::counter!(super::PUBLISHED_METRIC, "command" => kind).increment(1);
+        Ok(receipt)
+    }
+
+    /// [`Self::command`], and when the applier decides it `DUPLICATE` (it
+    /// raced another request for the same order into the log), `same`
+    /// compares it with the order the ledger holds: only an identical
+    /// request is answered as a repeat, another gets its 409.
+    pub(super) async fn command_checked(
+        &self,
+        sku: Sku,
+        order_id: Option<OrderId>,
+        body: CommandBody,
+        wait: Option<Duration>,
+        traceparent: Option<String>,
+        same: Option<SameOrder>,
+    ) -> Answer {
+        let receipt = self.send(&sku, body, traceparent).await?;
         let mut response = CommandResponse {
             status: CommandStatus::Accepted,
             sku: sku.to_string(),

@@ -183,7 +183,7 @@ fn history_query(params: HistoryParams) -> Result<HistoryQuery, Problem> {
         .map(|a| a.parse())
         .transpose()
         .map_err(|e: String| Problem::invalid("after", e))?;
-    let now = query::now_ms();
+    let now = stockledger_runtime::clock::now_ms();
     let results = params
         .result
         .iter()

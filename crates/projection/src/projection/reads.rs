@@ -10,6 +10,9 @@ static UNITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../.
 
 impl Projection {
     /// The state of `sku`, or `None` if nothing was ever applied to it.
+    // Over the length limit until the one-rule-set work reshapes the
+    // projection's reads (it replaces this with the staged reads).
+    #[allow(clippy::too_many_lines)]
     pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
         let mut conn = self.redis.clone();

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
@@ -33,17 +33,21 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::StreamExt;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
-use stockledger_core::{codec, EventDedupe, LocationStock, Sku, StockEvent};
+use stockledger_core::{EventDedupe, LocationStock, Sku, StockEvent};
 use stockledger_kafka::topic::{watermarks_of, LogError};
-use stockledger_kafka::KafkaConfig;
 use stockledger_projection::{Projection, Stock};
 use tokio::sync::{broadcast, mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 use utoipa::ToSchema;
+
+mod hub;
+mod positions;
+
+pub(crate) use hub::Hub;
+use hub::{decode, reader, LevelInterest, Read};
+pub use positions::Positions;
 
 use super::bodies::LocationBody;
 use super::problem::{path_problem, redis_problem, Problem};
@@ -69,334 +73,6 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
 const TOPIC_RETRY: Duration = Duration::from_secs(2);
 /// How often the SKUs whose levels a stream asked for are read from Redis.
 pub const LEVEL_EVERY: Duration = Duration::from_millis(200);
-
-/// One event of the events topic, where it lies there.
-#[derive(Debug)]
-struct Read {
-    partition: i32,
-    offset: i64,
-    event: StockEvent,
-}
-
-/// Where a stream has read the events topic up to: the next offset of
-/// each partition. Its text is the stream's event id.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Positions(BTreeMap<i32, i64>);
-
-impl Positions {
-    /// The most partitions an id may name.
-    const MAX_PARTITIONS: usize = 4096;
-
-    /// Parses an event id, `partition:next_offset` joined by commas.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut positions = BTreeMap::new();
-        for (i, entry) in text.split(',').filter(|e| !e.is_empty()).enumerate() {
-            if i >= Self::MAX_PARTITIONS {
-                return Err(format!(
-                    "names more than {} partitions",
-                    Self::MAX_PARTITIONS
-                ));
-            }
-            let parsed = entry
-                .split_once(':')
-                .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)));
-            match parsed {
-                Some((p, o)) if p >= 0 && o >= 0 => {
-                    positions.insert(p, o);
-                }
-                _ => {
-                    return Err(format!(
-                        "{entry:?} is not partition:offset (two whole numbers, 0 or more)"
-                    ))
-                }
-            }
-        }
-        Ok(Self(positions))
-    }
-
-    fn next(&self, partition: i32) -> i64 {
-        self.0.get(&partition).copied().unwrap_or(0)
-    }
-
-    fn id(&self) -> String {
-        let mut id = String::new();
-        for (p, o) in &self.0 {
-            if !id.is_empty() {
-                id.push(',');
-            }
-            id.push_str(&format!("{p}:{o}"));
-        }
-        id
-    }
-}
-
-/// The gateway's one reader of the events topic.
-pub(crate) struct Hub {
-    kafka: KafkaConfig,
-    topic: String,
-    state: Mutex<HubState>,
-    stop: watch::Receiver<bool>,
-    levels: Levels,
-}
-
-/// The stock levels of the SKUs streams asked levels of, read from the
-/// projection every [`LEVEL_EVERY`] while a stream wants them; each change
-/// is handed to every stream.
-struct Levels {
-    projection: Projection,
-    watched: Mutex<HashMap<String, Watched>>,
-    sender: broadcast::Sender<Arc<StockSnapshot>>,
-}
-
-/// How many streams want a SKU's levels, and what was read of it last
-/// (available, total, last offset).
-#[derive(Default)]
-struct Watched {
-    streams: usize,
-    last: Option<(i64, i64, i64)>,
-}
-
-/// A stream's interest in its SKUs' levels, given up when it ends.
-struct LevelInterest {
-    hub: Arc<Hub>,
-    skus: Vec<String>,
-}
-
-impl Drop for LevelInterest {
-    fn drop(&mut self) {
-        let mut watched = self.hub.levels.watched();
-        for sku in &self.skus {
-            if let Some(w) = watched.get_mut(sku) {
-                w.streams -= 1;
-                if w.streams == 0 {
-                    watched.remove(sku);
-                }
-            }
-        }
-    }
-}
-
-impl Levels {
-    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
-        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-struct HubState {
-    /// The next offset the hub will read, per partition (empty until the
-    /// topic exists).
-    at: Positions,
-    sender: broadcast::Sender<Arc<Read>>,
-}
-
-impl Hub {
-    /// Starts following `topic` from its end (from its start if it does
-    /// not exist yet: it is then new); it stops when `stop` turns true.
-    pub(crate) fn start(
-        kafka: KafkaConfig,
-        topic: String,
-        projection: Projection,
-        stop: watch::Receiver<bool>,
-    ) -> Arc<Hub> {
-        let (sender, _) = broadcast::channel(BACKLOG);
-        let (levels, _) = broadcast::channel(BACKLOG);
-        let hub = Arc::new(Hub {
-            kafka,
-            topic,
-            state: Mutex::new(HubState {
-                at: Positions::default(),
-                sender,
-            }),
-            stop,
-            levels: Levels {
-                projection,
-                watched: Mutex::new(HashMap::new()),
-                sender: levels,
-            },
-        });
-        tokio::spawn(hub.clone().follow());
-        tokio::spawn(hub.clone().read_levels());
-        hub
-    }
-
-    /// Registers a stream's interest in `skus`' levels: the changes from
-    /// now on, and a guard that ends the interest.
-    fn watch_levels(
-        self: &Arc<Self>,
-        skus: &HashSet<String>,
-    ) -> (broadcast::Receiver<Arc<StockSnapshot>>, LevelInterest) {
-        let receiver = self.levels.sender.subscribe();
-        let mut watched = self.levels.watched();
-        for sku in skus {
-            watched.entry(sku.clone()).or_default().streams += 1;
-        }
-        let interest = LevelInterest {
-            hub: self.clone(),
-            skus: skus.iter().cloned().collect(),
-        };
-        (receiver, interest)
-    }
-
-    /// Reads the watched SKUs' stock every [`LEVEL_EVERY`] and hands on
-    /// each change.
-    async fn read_levels(self: Arc<Self>) {
-        let mut stop = self.stop.clone();
-        let mut every = tokio::time::interval(LEVEL_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = every.tick() => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-            let skus: Vec<String> = self.levels.watched().keys().cloned().collect();
-            for sku in skus {
-                let level = match self.levels.projection.stock_by_location(&sku).await {
-                    Ok(Some(stock)) => StockSnapshot::of(sku, Some(stock)),
-                    Ok(None) => continue,
-                    Err(error) => {
-                        debug!(sku, error = %error, "cannot read a watched SKU's level");
-                        continue;
-                    }
-                };
-                let now = (
-                    level.available,
-                    level.total,
-                    level.last_offset.unwrap_or(-1),
-                );
-                let mut watched = self.levels.watched();
-                let Some(w) = watched.get_mut(&level.sku) else {
-                    continue;
-                };
-                if w.last == Some(now) {
-                    continue;
-                }
-                w.last = Some(now);
-                drop(watched);
-                let _ = self.levels.sender.send(Arc::new(level));
-            }
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, HubState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Joins the hub: every event it hands on from now, and where it
-    /// stands (what came before is the log's).
-    fn join(&self) -> (broadcast::Receiver<Arc<Read>>, Positions) {
-        let state = self.state();
-        (state.sender.subscribe(), state.at.clone())
-    }
-
-    async fn follow(self: Arc<Self>) {
-        let mut stop = self.stop.clone();
-        let mut missing = false;
-        let marks = loop {
-            match watermarks_of(&self.kafka, &self.topic).await {
-                Ok(marks) => break marks,
-                Err(LogError::NoSuchTopic(_)) => {
-                    if !missing {
-                        info!(topic = %self.topic, "no stock events topic yet; streams wait for it");
-                    }
-                    missing = true;
-                }
-                Err(error) => {
-                    warn!(topic = %self.topic, error = %error, "cannot read the stock events topic; retrying")
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(TOPIC_RETRY) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-        };
-        let start: Positions = Positions(
-            marks
-                .iter()
-                .map(|(&p, &(low, high))| (p, if missing { low } else { high }))
-                .collect(),
-        );
-        let consumer = match reader(&self.kafka, &self.topic, &start, &marks) {
-            Ok(consumer) => consumer,
-            Err(error) => {
-                warn!(topic = %self.topic, error = %error, "cannot follow the stock events topic; no events are streamed");
-                return;
-            }
-        };
-        self.state().at = start.clone();
-        info!(topic = %self.topic, at = %start.id(), "following the stock events topic");
-        let mut dedupe = EventDedupe::default();
-        loop {
-            let message = tokio::select! {
-                message = consumer.recv() => message,
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            };
-            let message = match message {
-                Ok(message) => message,
-                Err(error) => {
-                    warn!(topic = %self.topic, error = %error, "reading the stock events topic");
-                    continue;
-                }
-            };
-            let (partition, offset) = (message.partition(), message.offset());
-            let Some(event) = decode(&self.topic, partition, offset, message.payload()) else {
-                self.state().at.0.insert(partition, offset + 1);
-                continue;
-            };
-            if offset < start.next(partition) {
-                // The record before the start: what the rule compares with.
-                dedupe.keep(&event);
-                continue;
-            }
-            let keep = dedupe.keep(&event);
-            let state = &mut *self.state();
-            state.at.0.insert(partition, offset + 1);
-            if keep {
-                // None listening is not an error.
-                let _ = state.sender.send(Arc::new(Read {
-                    partition,
-                    offset,
-                    event,
-                }));
-            }
-        }
-    }
-}
-
-/// A consumer of `topic` assigned to read each partition from the record
-/// before `from` (what the consumers' rule compares the first with), or
-/// from the partition's start.
-fn reader(
-    kafka: &KafkaConfig,
-    topic: &str,
-    from: &Positions,
-    marks: &BTreeMap<i32, (i64, i64)>,
-) -> Result<StreamConsumer, rdkafka::error::KafkaError> {
-    let consumer: StreamConsumer = kafka
-        .client_config(&[
-            ("group.id", "stockledger-gateway-events"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("auto.offset.reset", "earliest"),
-        ])
-        .create()?;
-    let mut assignment = TopicPartitionList::new();
-    for (&p, &(low, _)) in marks {
-        let at = (from.next(p) - 1).max(low);
-        assignment.add_partition_offset(topic, p, Offset::Offset(at))?;
-    }
-    consumer.assign(&assignment)?;
-    Ok(consumer)
-}
-
-fn decode(topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) -> Option<StockEvent> {
-    match codec::decode_stock_event(payload.unwrap_or_default()) {
-        Ok(event) => Some(event),
-        Err(error) => {
-            warn!(topic, partition, offset, error = %error, "a record of the stock events topic is not a StockEvent; skipped");
-            None
-        }
-    }
-}
 
 /// A stock event as a stream sends it (the SSE `data`; the SSE `event` is
 /// its `kind`).
@@ -433,19 +109,9 @@ impl From<&StockEvent> for StockEventBody {
                 offset: e.position.offset,
             },
             command_id: e.command_id.clone(),
-            occurred_at: rfc3339_ms(e.occurred_at),
+            occurred_at: stockledger_runtime::clock::rfc3339_ms(e.occurred_at),
         }
     }
-}
-
-fn rfc3339_ms(ms: i64) -> String {
-    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|at| at.format(FORMAT).ok())
-        .unwrap_or_else(|| ms.to_string())
 }
 
 /// A SKU's stock when a stream opens (the SSE event `stock`).
@@ -647,12 +313,12 @@ async fn stream(
     hub: Arc<Hub>,
     skus: HashSet<String>,
     opening: Opening,
-    mut receiver: broadcast::Receiver<Arc<Read>>,
+    receiver: broadcast::Receiver<Arc<Read>>,
     levels: Option<(broadcast::Receiver<Arc<StockSnapshot>>, LevelInterest)>,
     hub_at: Positions,
     sender: mpsc::Sender<Event>,
 ) {
-    let (mut levels, _interest) = match levels {
+    let (levels, _interest) = match levels {
         Some((receiver, interest)) => (Some(receiver), Some(interest)),
         None => (None, None),
     };
@@ -667,12 +333,27 @@ async fn stream(
         sender,
     };
     let mut stop = hub.stop.clone();
+    if begin(&hub, opening, &hub_at, &mut out, &mut stop)
+        .await
+        .is_ok()
+    {
+        follow(&mut out, receiver, levels, &mut stop).await;
+    }
+}
+
+/// Sends a stream's greeting, then its snapshot, or what it missed since
+/// the id it resumes from; `Err` when the stream is to end.
+async fn begin(
+    hub: &Hub,
+    opening: Opening,
+    hub_at: &Positions,
+    out: &mut Out,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), ()> {
     let hello = Event::default()
         .retry(RETRY)
         .comment("stockledger stock events");
-    if out.sender.send(hello).await.is_err() {
-        return;
-    }
+    out.sender.send(hello).await.map_err(|_| ())?;
     match opening {
         Opening::Snapshot(snapshots) => {
             for s in snapshots {
@@ -687,29 +368,38 @@ async fn stream(
                     .event("stock")
                     .json_data(&s)
                     .unwrap_or_default();
-                if out.sender.send(event).await.is_err() {
-                    return;
-                }
+                out.sender.send(event).await.map_err(|_| ())?;
             }
+            Ok(())
         }
         Opening::Resume(from) => {
             let caught_up = tokio::select! {
-                caught_up = tokio::time::timeout(CATCH_UP_LIMIT, catch_up(&hub, &from, &hub_at, &mut out)) => caught_up,
-                _ = stop.wait_for(|stopped| *stopped) => return,
+                caught_up = tokio::time::timeout(CATCH_UP_LIMIT, catch_up(hub, &from, hub_at, out)) => caught_up,
+                _ = stop.wait_for(|stopped| *stopped) => return Err(()),
             };
             match caught_up {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => {
                     warn!(error = %error, "a stream could not read the stock events topic to resume; closed");
-                    return;
+                    Err(())
                 }
                 Err(_) => {
                     warn!(limit = ?CATCH_UP_LIMIT, "a stream did not catch up with the stock events topic in time; closed (it resumes when the client reconnects)");
-                    return;
+                    Err(())
                 }
             }
         }
     }
+}
+
+/// Sends the hub's events (and levels) of the stream's SKUs until the
+/// client goes, the gateway stops, or the stream falls behind the hub.
+async fn follow(
+    out: &mut Out,
+    mut receiver: broadcast::Receiver<Arc<Read>>,
+    mut levels: Option<broadcast::Receiver<Arc<StockSnapshot>>>,
+    stop: &mut watch::Receiver<bool>,
+) {
     loop {
         let level = async {
             match &mut levels {
@@ -924,10 +614,5 @@ mod tests {
             .collect::<Vec<_>>()
             .join(",");
         assert!(Positions::parse(&many).is_err());
-    }
-
-    #[test]
-    fn event_times_are_rfc3339_in_milliseconds() {
-        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
     }
 }

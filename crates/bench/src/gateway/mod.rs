@@ -3,184 +3,29 @@
 //! `deploy/local/bench.sh`), next to the producer library on the same
 //! pipeline.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use stockledger_cli::Global;
 use stockledger_redis::RedisConn;
 
+mod http1;
+mod serve;
+
+use http1::{deduct_path, pipelined_load, Connections};
+use serve::Gateway;
+
 use crate::cpu::{shown, shown_per_million, ServiceCpu};
 use crate::pipeline::Pipeline;
-use crate::process::Component;
 use crate::{timeline, BenchArgs, Measurement};
 
 /// SKUs the gateway scenarios spread their orders over (`SKU-00000` …).
 const SKUS: usize = 100;
-
-/// The oha binary: `STOCKLEDGER_OHA`, else where bench.sh installs it,
-/// else `oha` on the PATH.
-fn oha() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("STOCKLEDGER_OHA") {
-        return Ok(PathBuf::from(path));
-    }
-    let installed = crate::stack_home().map(|h| h.join("oha/bin/oha"));
-    if let Some(installed) = installed.filter(|p| p.exists()) {
-        return Ok(installed);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join("oha"))
-        .find(|p| p.exists())
-        .context("no oha binary: deploy/local/bench.sh installs it, or set STOCKLEDGER_OHA")
-}
-
-/// A gateway serving the pipeline's topic and prefix on a free port.
-struct Gateway {
-    process: Component,
-    port: u16,
-}
-
-impl Gateway {
-    async fn start(g: &Global, pipeline: &Pipeline) -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let listen = format!("127.0.0.1:{port}");
-        let process = Component::start(
-            g,
-            &[
-                ("STOCKLEDGER_TOPIC", &pipeline.topic),
-                ("STOCKLEDGER_PREFIX", &pipeline.prefix),
-                ("STOCKLEDGER_LISTEN", &listen),
-            ],
-            "serve",
-        )?;
-        let gateway = Self { process, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !gateway.ready().await {
-            gateway.process.check_running()?;
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the gateway was not ready within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(gateway)
-    }
-
-    /// Whether `/readyz` answers 200.
-    async fn ready(&self) -> bool {
-        let ask = async {
-            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
-            stream
-                .write_all(b"GET /readyz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-                .await?;
-            let mut reply = Vec::new();
-            stream.read_to_end(&mut reply).await?;
-            std::io::Result::Ok(reply.starts_with(b"HTTP/1.1 200"))
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), ask).await,
-            Ok(Ok(true))
-        )
-    }
-
-    /// Runs oha with `options` against deducts of fresh random orders (so
-    /// none is a repeat) over the pipeline's SKUs; its JSON report.
-    /// `query` is part of oha's URL regex (escape its `?`).
-    async fn load(&self, options: &[String], query: &str) -> anyhow::Result<Report> {
-        let url = format!(
-            "http://127.0.0.1:{}/v1/skus/SKU-000[0-9]{{2}}/orders/o[a-z0-9]{{24}}/deduct{query}",
-            self.port
-        );
-        let deducts = [
-            "--rand-regex-url",
-            "-m",
-            "POST",
-            "-T",
-            "application/json",
-            "-d",
-            r#"{"quantity":1}"#,
-        ];
-        run_oha(
-            deducts
-                .iter()
-                .map(|a| a.to_string())
-                .chain(options.iter().cloned()),
-            url,
-        )
-        .await
-    }
-
-    /// Runs oha with `options` against `/healthz`, which publishes nothing
-    /// and asks no other service: what the HTTP exchange alone costs.
-    async fn floor(&self, options: &[String]) -> anyhow::Result<Report> {
-        let url = format!("http://127.0.0.1:{}/healthz", self.port);
-        run_oha(options.iter().cloned(), url).await
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        self.process.stop().await
-    }
-}
-
-/// Runs oha with `args` against `url`; its JSON report.
-async fn run_oha(args: impl Iterator<Item = String>, url: String) -> anyhow::Result<Report> {
-    let output = tokio::process::Command::new(oha()?)
-        .args(["--no-tui", "--output-format", "json"])
-        .args(args)
-        .arg(url)
-        .output()
-        .await
-        .context("running oha")?;
-    anyhow::ensure!(
-        output.status.success(),
-        "oha failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Report::parse(&output.stdout)
-}
-
-/// What one oha run measured.
-struct Report {
-    requests: u64,
-    seconds: f64,
-    /// Milliseconds.
-    p50: f64,
-    p99: f64,
-    /// Responses by status, e.g. `{"200": 19990, "202": 10}`.
-    statuses: String,
-    /// Responses with the expected status.
-    ok: u64,
-}
-
-impl Report {
-    fn parse(json: &[u8]) -> anyhow::Result<Self> {
-        let v: Value = serde_json::from_slice(json).context("oha's JSON report")?;
-        let ms = |name: &str| v["latencyPercentiles"][name].as_f64().unwrap_or(f64::NAN) * 1000.0;
-        let statuses = &v["statusCodeDistribution"];
-        let count = |status: &str| statuses[status].as_u64().unwrap_or(0);
-        let requests = statuses
-            .as_object()
-            .map(|m| m.values().filter_map(Value::as_u64).sum())
-            .unwrap_or(0);
-        Ok(Self {
-            requests,
-            seconds: v["summary"]["total"].as_f64().unwrap_or(f64::NAN),
-            p50: ms("p50"),
-            p99: ms("p99"),
-            statuses: statuses.to_string(),
-            ok: count("200") + count("202"),
-        })
-    }
-}
 
 /// Deducts offered open loop at `rate` per second through the gateway, each
 /// waiting for its decision (`?wait_ms=`), after a second of the same rate
@@ -221,120 +66,6 @@ pub(crate) async fn fixed_rate(
         &run?,
         "the gateway (200 keep-alive connections)",
     )
-}
-
-/// Keep-alive HTTP/1.1 connections to the gateway, each lent to one request
-/// at a time. Written here rather than driven through oha because the
-/// latency plot needs every request's own time from its due time.
-struct Connections {
-    free: Semaphore,
-    idle: Mutex<Vec<BufReader<TcpStream>>>,
-    port: u16,
-}
-
-impl Connections {
-    async fn open(port: u16, count: usize) -> anyhow::Result<Self> {
-        let mut idle = Vec::with_capacity(count);
-        for _ in 0..count {
-            let stream = TcpStream::connect(("127.0.0.1", port)).await?;
-            stream.set_nodelay(true)?;
-            idle.push(BufReader::new(stream));
-        }
-        Ok(Self {
-            free: Semaphore::new(count),
-            idle: Mutex::new(idle),
-            port,
-        })
-    }
-
-    /// POSTs `body` (JSON) to `path` on an idle connection and reads the
-    /// answer; an error unless its status is `expected`. A connection that
-    /// failed is dropped, and its permit with it.
-    async fn post(&self, path: &str, body: &str, expected: u16) -> anyhow::Result<()> {
-        let permit = self.free.acquire().await?;
-        let mut conn = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
-            .context("a permit without an idle connection")?;
-        let (status, answer) = match self.exchange(&mut conn, path, body).await {
-            Ok(answered) => answered,
-            Err(e) => {
-                permit.forget();
-                return Err(e);
-            }
-        };
-        // Answered in full, whatever the status: the connection is reusable.
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(conn);
-        anyhow::ensure!(
-            status == expected,
-            "POST {path}: {status} {}",
-            String::from_utf8_lossy(&answer)
-        );
-        Ok(())
-    }
-
-    /// One request on `conn` and its answer: the status and the body.
-    async fn exchange(
-        &self,
-        conn: &mut BufReader<TcpStream>,
-        path: &str,
-        body: &str,
-    ) -> anyhow::Result<(u16, Vec<u8>)> {
-        let mut request = String::new();
-        post_request(&mut request, self.port, path, body);
-        conn.get_mut().write_all(request.as_bytes()).await?;
-        read_answer(conn).await
-    }
-}
-
-/// The path of deduct number `i` of the gateway scenarios: its own order,
-/// on one of the [`SKUS`] SKUs in turn.
-fn deduct_path(i: u64) -> String {
-    format!("/v1/skus/SKU-{:05}/orders/o{i:012}/deduct", i % SKUS as u64)
-}
-
-/// Appends to `out` an HTTP/1.1 POST of `body` (JSON) to `path`.
-fn post_request(out: &mut String, port: u16, path: &str, body: &str) {
-    use std::fmt::Write;
-    let _ = write!(
-        out,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-}
-
-/// The next answer on `conn`: its status and its body (by
-/// `Content-Length`, which the gateway always sends).
-async fn read_answer(conn: &mut BufReader<TcpStream>) -> anyhow::Result<(u16, Vec<u8>)> {
-    let mut line = String::new();
-    conn.read_line(&mut line).await?;
-    let status: u16 = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("no HTTP status line: {line:?}"))?;
-    let mut length = 0;
-    loop {
-        line.clear();
-        conn.read_line(&mut line).await?;
-        let header = line.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse()?;
-            }
-        }
-    }
-    let mut answer = vec![0; length];
-    conn.read_exact(&mut answer).await?;
-    Ok((status, answer))
 }
 
 /// Connections the throughput scenario's HTTP clients keep open, and the
@@ -538,56 +269,6 @@ pub(crate) async fn pipelined(
     gateway.stop().await?;
     pipeline.stop().await?;
     steps
-}
-
-/// Deducts numbered `range` sent over `connections` keep-alive connections,
-/// each writing the next `depth` requests in one go and then reading their
-/// answers, until none are left; an error at the first answer that is not
-/// `202`.
-async fn pipelined_load(
-    port: u16,
-    connections: usize,
-    depth: usize,
-    range: std::ops::Range<u64>,
-) -> anyhow::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let next = Arc::new(AtomicU64::new(range.start));
-    let end = range.end;
-    let tasks: Vec<_> = (0..connections.max(1))
-        .map(|_| {
-            let next = next.clone();
-            tokio::spawn(async move {
-                let stream = TcpStream::connect(("127.0.0.1", port)).await?;
-                stream.set_nodelay(true)?;
-                let mut conn = BufReader::new(stream);
-                let mut requests = String::new();
-                loop {
-                    let first = next.fetch_add(depth as u64, Ordering::Relaxed);
-                    if first >= end {
-                        return anyhow::Ok(());
-                    }
-                    let last = (first + depth as u64).min(end);
-                    requests.clear();
-                    for i in first..last {
-                        post_request(&mut requests, port, &deduct_path(i), r#"{"quantity":1}"#);
-                    }
-                    conn.get_mut().write_all(requests.as_bytes()).await?;
-                    for _ in first..last {
-                        let (status, answer) = read_answer(&mut conn).await?;
-                        anyhow::ensure!(
-                            status == 202,
-                            "a pipelined deduct: {status} {}",
-                            String::from_utf8_lossy(&answer)
-                        );
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    Ok(())
 }
 
 /// SKUs the fan-out scenario's streams follow, a share each.
