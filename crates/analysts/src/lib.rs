@@ -12,6 +12,7 @@
 
 pub mod export;
 #[macro_use]
+mod sql;
 pub mod query;
 mod report;
 mod time;

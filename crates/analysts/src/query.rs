@@ -6,7 +6,8 @@ use stockledger_core::ResultCode;
 pub use crate::report::{
     report, report_by_location, LocationReportRow, ReportRange, ReportRow, MAX_EVERY_SECS,
 };
-pub use crate::time::{format_instant, parse_as_of, parse_instant, parse_span_ms};
+pub use crate::sql::{check_range, QueryError};
+pub use crate::time::{format_instant, parse_as_of, parse_instant, parse_span_ms, AsOf};
 
 /// One archived decision, as analysts see it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -79,18 +80,6 @@ pub enum HistoryOf {
 
 /// Most entries one page of history may ask for.
 pub const MAX_PAGE: i64 = 10_000;
-
-/// The SQL of a `timestamptz` column as text: RFC 3339, UTC, milliseconds.
-macro_rules! rfc3339 {
-    ($column:literal) => {
-        concat!(
-            "to_char(",
-            $column,
-            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS ",
-            $column
-        )
-    };
-}
 
 /// The columns an [`Entry`] is read from.
 macro_rules! entry_columns {
@@ -203,39 +192,6 @@ impl HistoryQuery {
             after: None,
             limit,
         }
-    }
-}
-
-/// A question the archive refuses to answer as asked.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    /// A parameter is out of its rules; `field` names it.
-    #[error("{field}: {problem}")]
-    Invalid {
-        field: &'static str,
-        problem: String,
-    },
-    #[error("a PostgreSQL request failed")]
-    Database(#[from] sqlx::Error),
-}
-
-impl QueryError {
-    pub(crate) fn invalid(field: &'static str, problem: impl Into<String>) -> Self {
-        Self::Invalid {
-            field,
-            problem: problem.into(),
-        }
-    }
-}
-
-/// Checks a time range given as `since` / `until` (ms since the epoch).
-pub fn check_range(since_ms: Option<i64>, until_ms: Option<i64>) -> Result<(), QueryError> {
-    match (since_ms, until_ms) {
-        (Some(since), Some(until)) if since >= until => Err(QueryError::invalid(
-            "since",
-            "must be before until (the range is since <= occurred_at < until)",
-        )),
-        _ => Ok(()),
     }
 }
 
@@ -392,17 +348,6 @@ fn push_time_range(
         sql.push(" AND occurred_at < timestamptz 'epoch' + interval '1 millisecond' * ")
             .push_bind(until);
     }
-}
-
-/// The moment of the ledger a stock question is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsOf {
-    /// Just after the SKU's newest record (by `occurred_at`, then log
-    /// position) that occurred at or before this instant (ms since the epoch).
-    Time(i64),
-    /// Just after the SKU's newest record at or before this log offset of
-    /// its partition.
-    Offset(i64),
 }
 
 /// The newest archived record of a command partition: how far the archive

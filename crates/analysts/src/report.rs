@@ -5,7 +5,7 @@
 
 use sqlx::PgPool;
 
-use crate::query::{check_range, QueryError};
+use crate::sql::{check_range, QueryError};
 
 // The rows of the `ledger_report` SQL function. With the `openapi`
 // feature they are also the gateway's report body (field `bucket` named

@@ -1,12 +1,21 @@
 //! Instants and spans as analysts write them (RFC 3339, `now`, `-15m`)
 //! and read them back.
 
-use crate::query::AsOf;
+/// The moment of the ledger a stock question is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// Just after the SKU's newest record (by `occurred_at`, then log
+    /// position) that occurred at or before this instant (ms since the epoch).
+    Time(i64),
+    /// Just after the SKU's newest record at or before this log offset of
+    /// its partition.
+    Offset(i64),
+}
 
 /// Parses an instant as the CLI and the HTTP API take it: RFC 3339 with a
 /// zone (`2026-11-23T10:00:00Z`, `2026-11-23T11:00:00.250+01:00`), `now`, or
-/// an offset from `now_ms` like `-15m`, `-2h`, `-7d` (units s, m, h, d, w).
-/// Milliseconds since the Unix epoch.
+/// an offset from `now_ms` (milliseconds since the Unix epoch) like `-15m`,
+/// `-2h`, `-7d` (units s, m, h, d, w).
 pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
     let text = text.trim();
     if text == "now" {
