@@ -10,7 +10,7 @@ use stockledger_applier::replay::replay;
 use stockledger_client::basket::{
     self, BasketAnswer, BasketHold, BasketStatus, Line, LineState, Settler,
 };
-use stockledger_client::{OutcomeReader, Receipt};
+use stockledger_client::{Receipt, RedisDecisions};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{BasketId, Decision, OrderStatus, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_runtime::clock::now_ms;
@@ -33,14 +33,14 @@ fn skus(answer: &BasketAnswer) -> Vec<Sku> {
     answer.lines.iter().map(|l| l.sku.clone()).collect()
 }
 
-async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {
+async fn decided(reader: &RedisDecisions, receipt: Receipt) -> anyhow::Result<Decision> {
     Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)
 }
 
 async fn settler(h: &Harness) -> anyhow::Result<Settler> {
     Ok(Settler {
         producer: h.producer.clone(),
-        reader: OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?,
+        reader: RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?,
         wait: Duration::from_secs(10),
     })
 }
@@ -69,7 +69,7 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     let h = Harness::new("baskets", PARTITIONS).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let s = settler(&h).await?;
     let names = spread_skus("BK", 3);
     let (a, b, c) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
@@ -262,7 +262,7 @@ async fn competing_baskets_and_callers_dying_half_way_never_leave_a_basket_partl
     let h = Harness::new("basket-race", PARTITIONS).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let s = settler(&h).await?;
     let names = spread_skus("RACE", 5);
     for sku in &names {

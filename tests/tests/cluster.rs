@@ -6,7 +6,7 @@ use std::future::pending;
 
 use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_applier::replay::replay;
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::codec;
 use stockledger_core::ids::MAX_ID_LEN;
 use stockledger_core::{
@@ -162,7 +162,7 @@ async fn a_sku_with_a_brace_or_an_oversized_key_is_dead_lettered_and_never_stops
 ) -> anyhow::Result<()> {
     let cluster = RedisCluster::start(3).await?;
     let h = Harness::with_redis("cluster-keys", 2, cluster.url()).await?;
-    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, &h.ns.prefix).await?;
     h.producer.restock("K1", "r", RestockMode::Set, 10).await?;
     // The library refuses such a SKU outright, naming the field.
     let refused = h.producer.deduct("}x", "o-1", 1).await.unwrap_err();

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::{
     AdjustmentId, CommandBody, Deduct, OrderId, Restock, RestockMode, Sku, UserId,
 };
@@ -141,7 +141,7 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
     // The same commands, in the same order, through the Rust library.
     let rust = Harness::new("interop-rust", PARTITIONS).await?;
     let applier = rust.start_applier();
-    let reader = OutcomeReader::connect(&rust.redis_url, &rust.ns.prefix).await?;
+    let reader = RedisDecisions::connect(&rust.redis_url, &rust.ns.prefix).await?;
     let mut partitions = std::collections::BTreeSet::new();
     for entry in &decided {
         let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();

@@ -8,7 +8,7 @@ use rdkafka::message::Headers;
 use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_client::producer::ProducerError;
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::{RestockMode, ResultCode};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{reset_group_offsets, wait_until, Harness};
@@ -68,7 +68,7 @@ async fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct(
 ) -> anyhow::Result<()> {
     let h = Harness::new("tombstone", 2).await?;
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
 
     let restock = h
@@ -127,7 +127,7 @@ async fn the_applier_announces_offsets_only_once_their_decisions_are_readable() 
         .await?;
     let mut announcements = announcements.into_on_message();
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
 
     let mut receipts = Vec::new();
     for sku in ["SKU-A", "SKU-B"] {
@@ -405,7 +405,7 @@ async fn dead_letter_reasons(h: &Harness) -> anyhow::Result<Vec<String>> {
 async fn restock_below_what_is_held_or_below_zero_is_refused_with_a_reason() -> anyhow::Result<()> {
     let h = Harness::new("restock", 1).await?;
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
     let set = h
         .producer

@@ -261,7 +261,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
 async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_order(
 ) -> anyhow::Result<()> {
     use std::time::Duration;
-    use stockledger_client::OutcomeReader;
+    use stockledger_client::RedisDecisions;
     use stockledger_core::ResultCode;
     use stockledger_maintenance::compact::compact;
     use stockledger_maintenance::reconcile::reconcile;
@@ -339,7 +339,7 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
 
     // Documented: the tombstone is gone, so a late deduct is a new order;
     // the kept deduction can still be rolled back.
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
     let late = p.deduct("C1", "gone", 1).await?;
     assert_eq!(reader.wait(&late, wait).await?.result, ResultCode::Applied);

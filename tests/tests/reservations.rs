@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use stockledger_client::producer::{ProducerError, Receipt};
-use stockledger_client::{OrderChecks, OutcomeReader, SoldOutGuard};
+use stockledger_client::{OrderChecks, RedisDecisions, SoldOutGuard};
 use stockledger_core::{CommandBody, Decision, OrderStatus, RestockMode, ResultCode};
 use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
 
-async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {
+async fn decided(reader: &RedisDecisions, receipt: Receipt) -> anyhow::Result<Decision> {
     Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)
 }
 
@@ -28,7 +28,7 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     let h = Harness::new("reservations", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
 
     let p = &h.producer;
@@ -224,7 +224,7 @@ async fn the_sold_out_fast_path_refuses_without_logging_only_when_nothing_can_co
 ) -> anyhow::Result<()> {
     let h = Harness::new("sold-out", 1).await?;
     let applier = h.start_applier();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let guard = SoldOutGuard::new(h.projection.clone());
     let p = h.producer.clone().with_sold_out_guard(guard.clone());
 
@@ -291,7 +291,7 @@ async fn with_the_applier_down_past_the_deadlines_holds_end_by_expires_logged_on
     let h = Harness::new("holds-applier-down", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let p = &h.producer;
     decided(
         &reader,
@@ -368,7 +368,7 @@ async fn an_expire_lost_on_its_way_is_sent_again_after_five_seconds() -> anyhow:
     let h = Harness::new("lost-expire", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let p = &h.producer;
     decided(
         &reader,

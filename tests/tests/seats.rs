@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use stockledger_analysts::query::{history, HistoryOf};
 use stockledger_applier::replay::replay;
-use stockledger_client::{OutcomeReader, Receipt};
+use stockledger_client::{Receipt, RedisDecisions};
 use stockledger_core::{
     AdjustmentId, CommandBody, Confirm, Decision, Deduct, OrderId, Restock, ResultCode, Rollback,
     Sku, Unit,
@@ -29,7 +29,7 @@ fn seat(n: usize) -> String {
     format!("R1-{n}")
 }
 
-async fn decided(reader: &OutcomeReader, receipt: Receipt) -> anyhow::Result<Decision> {
+async fn decided(reader: &RedisDecisions, receipt: Receipt) -> anyhow::Result<Decision> {
     Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)
 }
 
@@ -51,7 +51,7 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
     let h = Harness::new("seat-race", PARTITIONS).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let shows = ["SHOW-A", "SHOW-B"];
     for show in shows {
         let seats: Vec<String> = (0..SEATS).map(seat).collect();

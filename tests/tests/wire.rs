@@ -8,7 +8,7 @@ use std::future::pending;
 use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_applier::replay::replay;
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::codec;
 use stockledger_core::partition::home_partition;
 use stockledger_core::schema::{self, Subject};
@@ -130,7 +130,7 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
     for (record, (_, payload, _)) in dead.iter().zip(&bad) {
         assert_eq!(record.payload.as_deref(), Some(&payload[..]));
     }
-    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, &h.ns.prefix).await?;
     let decided = reader.wait(&after, CATCH_UP).await?;
     assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 3));
     h.assert_contract().await?;
@@ -197,7 +197,7 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
         .expect("SKU-M has state");
     assert_eq!((state.available, state.partition), (4, Some(home)));
     assert!(!state.orders.contains_key("o-2"));
-    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, &h.ns.prefix).await?;
     let mut misrouted = first.clone();
     misrouted.position.partition = away;
     misrouted.position.offset = offset;
@@ -446,7 +446,7 @@ async fn a_record_one_byte_short_or_with_a_nul_is_dead_lettered_and_the_archive_
             "invalid reason: must not contain control characters (found '\\0')".to_owned(),
         ]
     );
-    let reader = OutcomeReader::connect(&h.redis_url, &h.ns.prefix).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, &h.ns.prefix).await?;
     let decided = reader.wait(&after, CATCH_UP).await?;
     // Only the last deduct took stock.
     assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 4));

@@ -8,7 +8,7 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use stockledger_cli::Global;
 use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, Settler};
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::{BasketId, Quantity, Sku};
 
 use crate::contract::projection_differs;
@@ -36,7 +36,7 @@ pub(crate) async fn basket(
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
     let settler = Settler {
         producer: pipeline.waiting_producer()?,
-        reader: OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?,
+        reader: RedisDecisions::connect(&g.redis_url, pipeline.prefix.clone()).await?,
         wait: Duration::from_secs(60),
     };
     let buyers = args.concurrency.clamp(1, baskets as usize);

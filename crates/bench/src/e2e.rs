@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
-use stockledger_client::decisions::{DecisionSource, DecisionWatcher};
-use stockledger_client::OutcomeReader;
+use stockledger_client::decisions::{DecisionSource, TopicDecisions};
+use stockledger_client::RedisDecisions;
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
@@ -153,7 +153,7 @@ pub(crate) async fn events_cost(
 /// Commands offered open loop at a fixed rate, after a second of the same
 /// rate that is not counted (the broker's and clients' warm-up); each one
 /// timed from when it was due until its decision is visible to the order
-/// service (`OutcomeReader`). Draws `<out>/<scenario>.svg`, the run over
+/// service (`RedisDecisions`). Draws `<out>/<scenario>.svg`, the run over
 /// time.
 pub(crate) async fn latency(
     g: &Global,
@@ -168,10 +168,10 @@ pub(crate) async fn latency(
     let pipeline = Pipeline::start(g, args, run_id, scenario, 100, per_sku, true).await?;
     let decisions = match args.decisions {
         DecisionsVia::Redis => DecisionSource::Redis(
-            OutcomeReader::connect(&g.redis_url, pipeline.prefix.clone()).await?,
+            RedisDecisions::connect(&g.redis_url, pipeline.prefix.clone()).await?,
         ),
         DecisionsVia::Outcomes => DecisionSource::Outcomes(
-            DecisionWatcher::start(&pipeline.kafka, &pipeline.outcomes_topic).await?,
+            TopicDecisions::start(&pipeline.kafka, &pipeline.outcomes_topic).await?,
         ),
     };
     let producer = pipeline.waiting_producer()?;

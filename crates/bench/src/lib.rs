@@ -138,9 +138,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub scale_records: Option<u64>,
     /// How the library's latency scenarios await each decision: read from
-    /// Redis when the applier announces its batch (`OutcomeReader`), or
+    /// Redis when the applier announces its batch (`RedisDecisions`), or
     /// from the outcomes topic by one consumer the callers share
-    /// (`DecisionWatcher`).
+    /// (`TopicDecisions`).
     #[arg(long, value_enum, default_value_t = DecisionsVia::Redis)]
     pub decisions: DecisionsVia,
 }

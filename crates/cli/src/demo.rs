@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sqlx::PgPool;
 use stockledger_analysts::query;
-use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
+use stockledger_client::{LedgerProducer, ProducerError, RedisDecisions};
 use stockledger_core::{OrderStatus, ResultCode};
 use stockledger_kafka::topic;
 use stockledger_kafka::KafkaConfig;
@@ -102,7 +102,7 @@ impl std::ops::AddAssign for Sent {
 /// was sent.
 pub async fn buy(
     producer: &LedgerProducer,
-    reader: &OutcomeReader,
+    reader: &RedisDecisions,
     workload: &Workload,
 ) -> anyhow::Result<Sent> {
     anyhow::ensure!(workload.buyers > 0, "buyers must be at least 1");
@@ -199,7 +199,7 @@ pub struct BasketsSent {
 /// abandoned (their holds expire).
 pub async fn buy_baskets(
     producer: &LedgerProducer,
-    reader: &OutcomeReader,
+    reader: &RedisDecisions,
     run_id: &str,
     baskets: usize,
     shoppers: usize,
@@ -298,7 +298,7 @@ pub struct SeatsSent {
 /// never come back (their holds expire).
 pub async fn buy_seats(
     producer: &LedgerProducer,
-    reader: &OutcomeReader,
+    reader: &RedisDecisions,
     run_id: &str,
     (seats, parties, tasks): (usize, usize, usize),
     hold_ms: i64,

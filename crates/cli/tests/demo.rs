@@ -2,7 +2,7 @@
 //! pipeline: the contract's checks pass, and they fail on a broken state.
 
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
-use stockledger_client::OutcomeReader;
+use stockledger_client::RedisDecisions;
 use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::Harness;
@@ -13,7 +13,7 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
     let h = Harness::new("demo-sale", 4).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = OutcomeReader::connect(&h.redis_url, h.ns.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     h.producer
         .restock(HOT_SKU, "initial", RestockMode::Set, 40)
         .await?;

@@ -25,7 +25,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
 use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, LineState, Settler};
-use stockledger_client::{LedgerProducer, OutcomeReader, Receipt};
+use stockledger_client::{LedgerProducer, Receipt, RedisDecisions};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{codec, BasketId, CommandKind, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_testkit::cluster::RedisCluster;
@@ -802,7 +802,7 @@ async fn basket_caller(
     let mut rng = caller_rng(seed, caller + 201);
     let settler = Settler {
         producer,
-        reader: OutcomeReader::connect(&redis_url, prefix).await?,
+        reader: RedisDecisions::connect(&redis_url, prefix).await?,
         wait: Duration::from_secs(5),
     };
     let give_up = until + QUIESCENCE / 2;

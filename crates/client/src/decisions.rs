@@ -1,7 +1,7 @@
 //! Waiting for decisions by reading the outcomes topic: for an order
 //! service that may reach Kafka and nothing else.
 //!
-//! A [`DecisionWatcher`] reads every partition of the outcomes topic from
+//! A [`TopicDecisions`] reads every partition of the outcomes topic from
 //! where each ended when it started, in one background task, and hands each
 //! outcome to whoever waits for it. An outcome that comes before anybody
 //! asks is kept a while ([`KEPT`] outcomes, the newest), so asking just
@@ -35,7 +35,7 @@ use crate::Receipt;
 /// ```
 pub const KEPT: usize = 100_000;
 
-/// Why a [`DecisionWatcher`] could not start.
+/// Why a [`TopicDecisions`] could not start.
 ///
 /// ```
 /// use stockledger_client::decisions::WatchError;
@@ -86,24 +86,24 @@ impl Shared {
 ///
 /// ```no_run
 /// # async fn example(kafka: stockledger_client::KafkaConfig) -> Result<(), Box<dyn std::error::Error>> {
-/// use stockledger_client::decisions::DecisionWatcher;
+/// use stockledger_client::decisions::TopicDecisions;
 ///
 /// // One per process, cloned into every task that waits.
-/// let decisions = DecisionWatcher::start(&kafka, "stock.ledger.outcomes").await?;
+/// let decisions = TopicDecisions::start(&kafka, "stock.ledger.outcomes").await?;
 /// let for_a_task = decisions.clone();
 /// assert!(for_a_task.is_running());
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct DecisionWatcher {
+pub struct TopicDecisions {
     shared: Arc<Mutex<Shared>>,
     task: Arc<Reader>,
 }
 
-impl std::fmt::Debug for DecisionWatcher {
+impl std::fmt::Debug for TopicDecisions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DecisionWatcher").finish_non_exhaustive()
+        f.debug_struct("TopicDecisions").finish_non_exhaustive()
     }
 }
 
@@ -116,7 +116,7 @@ impl Drop for Reader {
     }
 }
 
-impl DecisionWatcher {
+impl TopicDecisions {
     /// Starts reading `outcomes_topic` from where each of its partitions
     /// ends now: every command decided after this returns is seen.
     ///
@@ -124,11 +124,11 @@ impl DecisionWatcher {
     /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     ///
-    /// use stockledger_client::decisions::DecisionWatcher;
+    /// use stockledger_client::decisions::TopicDecisions;
     /// use stockledger_client::{KafkaConfig, LedgerProducer};
     ///
     /// let kafka = KafkaConfig::new("127.0.0.1:9092");
-    /// let decisions = DecisionWatcher::start(&kafka, "stock.ledger.outcomes").await?;
+    /// let decisions = TopicDecisions::start(&kafka, "stock.ledger.outcomes").await?;
     /// let producer = LedgerProducer::new(&kafka, "stock.ledger")?;
     /// let receipt = producer.deduct("SKU-1", "order-42", 1).await?;
     /// let decision = decisions.wait(&receipt, Duration::from_secs(5)).await?;
@@ -172,7 +172,7 @@ impl DecisionWatcher {
     /// the log and will still be decided).
     ///
     /// ```no_run
-    /// # async fn example(decisions: stockledger_client::decisions::DecisionWatcher, receipt: stockledger_client::Receipt) {
+    /// # async fn example(decisions: stockledger_client::decisions::TopicDecisions, receipt: stockledger_client::Receipt) {
     /// use std::time::Duration;
     ///
     /// use stockledger_client::OutcomeError;
@@ -227,7 +227,7 @@ impl DecisionWatcher {
     /// panic, or when the watcher is dropped).
     ///
     /// ```no_run
-    /// # async fn example(decisions: stockledger_client::decisions::DecisionWatcher) {
+    /// # async fn example(decisions: stockledger_client::decisions::TopicDecisions) {
     /// // A readiness probe of the order service.
     /// let ready = decisions.is_running();
     /// # }
@@ -248,9 +248,9 @@ impl DecisionWatcher {
 /// use std::time::Duration;
 ///
 /// use stockledger_client::decisions::DecisionSource;
-/// use stockledger_client::OutcomeReader;
+/// use stockledger_client::RedisDecisions;
 ///
-/// let source = DecisionSource::Redis(OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?);
+/// let source = DecisionSource::Redis(RedisDecisions::connect("redis://127.0.0.1:6379", "stockledger").await?);
 /// let decision = source.wait(&receipt, Duration::from_secs(2)).await?;
 /// # Ok(())
 /// # }
@@ -258,9 +258,9 @@ impl DecisionWatcher {
 #[derive(Debug, Clone)]
 pub enum DecisionSource {
     /// The outcomes topic, read by one consumer the callers share.
-    Outcomes(DecisionWatcher),
+    Outcomes(TopicDecisions),
     /// The projection in Redis, read when the applier announces a batch.
-    Redis(crate::OutcomeReader),
+    Redis(crate::RedisDecisions),
 }
 
 impl DecisionSource {

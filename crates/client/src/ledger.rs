@@ -43,10 +43,10 @@ use stockledger_core::{
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::ProjectionError;
 
-use crate::decisions::{DecisionSource, DecisionWatcher, WatchError};
+use crate::decisions::{DecisionSource, TopicDecisions, WatchError};
 use crate::outcome::OutcomeError;
 use crate::producer::{now_millis, LedgerProducer, ProducerError, Receipt};
-use crate::{OrderChecks, OutcomeReader, SoldOutGuard};
+use crate::{OrderChecks, RedisDecisions, SoldOutGuard};
 
 /// Why a [`Ledger`] could not be built.
 ///
@@ -282,12 +282,12 @@ impl LedgerBuilder {
         let decisions = match (self.read_decisions, &self.decisions_from_redis) {
             (false, _) => None,
             (true, Some((url, prefix))) => Some(DecisionSource::Redis(
-                OutcomeReader::connect(url, prefix.as_str())
+                RedisDecisions::connect(url, prefix.as_str())
                     .await
                     .map_err(BuildError::DecisionsFromRedis)?,
             )),
             (true, None) => Some(DecisionSource::Outcomes(
-                DecisionWatcher::start(&self.kafka, &self.outcomes_topic).await?,
+                TopicDecisions::start(&self.kafka, &self.outcomes_topic).await?,
             )),
         };
         Ok(Ledger {

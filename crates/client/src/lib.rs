@@ -6,12 +6,12 @@
 //!   needs). `examples/checkout.rs` is a whole checkout with it.
 //! - [`basket`]: several SKUs held together, all or none, confirmed or
 //!   released together ([`Ledger::hold_basket`] and its siblings).
-//! - [`decisions`]: [`DecisionWatcher`](decisions::DecisionWatcher), the
+//! - [`decisions`]: [`TopicDecisions`], the
 //!   reader of the outcomes topic underneath.
 //! - [`producer`]: [`LedgerProducer`] validates a command, appends it to the
 //!   command topic keyed by SKU with the idempotent producer, and returns
 //!   its log position once the brokers hold it.
-//! - [`outcome`]: [`OutcomeReader`] waits, with a deadline, for the decision
+//! - [`outcome`]: [`RedisDecisions`] waits, with a deadline, for the decision
 //!   the applier took for a sent command.
 //! - [`precheck`]: [`OrderChecks`], opt-in checks that refuse a confirm
 //!   or refund of an order the projection does not know before it is sent.
@@ -35,8 +35,19 @@ pub mod precheck;
 pub mod producer;
 pub mod soldout;
 
+pub use decisions::TopicDecisions;
 pub use ledger::{BuildError, Ledger, LedgerBuilder};
-pub use outcome::{OutcomeError, OutcomeReader};
+pub use outcome::{OutcomeError, RedisDecisions};
+
+/// The decisions read from Redis: [`RedisDecisions`], its name before it
+/// was named for where it reads.
+#[deprecated(note = "renamed RedisDecisions, for where it reads")]
+pub type OutcomeReader = RedisDecisions;
+
+/// The decisions read from the outcomes topic: [`TopicDecisions`], its name
+/// before it was named for where it reads.
+#[deprecated(note = "renamed TopicDecisions, for where it reads")]
+pub type DecisionWatcher = TopicDecisions;
 pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};

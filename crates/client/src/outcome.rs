@@ -45,7 +45,7 @@ pub enum OutcomeError {
     },
     #[error("reading the decision from Redis failed")]
     Redis(#[from] redis::RedisError),
-    /// The [`DecisionWatcher`](crate::decisions::DecisionWatcher)'s
+    /// The [`TopicDecisions`](crate::decisions::TopicDecisions)'s
     /// reading task ended (it was dropped, or panicked).
     #[error("the outcomes topic is no longer read")]
     WatcherStopped,
@@ -67,39 +67,39 @@ const ANNOUNCED_FALLBACK: Duration = Duration::from_millis(50);
 /// # async fn example(receipt: stockledger_client::Receipt) -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 ///
-/// use stockledger_client::OutcomeReader;
+/// use stockledger_client::RedisDecisions;
 ///
-/// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+/// let reader = RedisDecisions::connect("redis://127.0.0.1:6379", "stockledger").await?;
 /// let decision = reader.wait(&receipt, Duration::from_secs(2)).await?;
 /// println!("{} (available after: {})", decision.result, decision.available);
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct OutcomeReader {
+pub struct RedisDecisions {
     projection: Projection,
     applied: Arc<Applied>,
 }
 
-impl std::fmt::Debug for OutcomeReader {
+impl std::fmt::Debug for RedisDecisions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutcomeReader")
+        f.debug_struct("RedisDecisions")
             .field("prefix", &self.projection.prefix())
             .finish_non_exhaustive()
     }
 }
 
-impl OutcomeReader {
+impl RedisDecisions {
     /// Connects to the projection's Redis and listens, in a background task
     /// that ends when the last clone is dropped, for the applier's
     /// announcements of what it has decided.
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), stockledger_client::outcome::OutcomeError> {
-    /// use stockledger_client::OutcomeReader;
+    /// use stockledger_client::RedisDecisions;
     ///
     /// // The same prefix the applier writes under (`--prefix`).
-    /// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+    /// let reader = RedisDecisions::connect("redis://127.0.0.1:6379", "stockledger").await?;
     /// # Ok(())
     /// # }
     /// ```
@@ -118,7 +118,7 @@ impl OutcomeReader {
     /// answered `MISROUTED` at once (see [`Projection::decision`]).
     ///
     /// ```no_run
-    /// # async fn example(reader: stockledger_client::OutcomeReader, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
+    /// # async fn example(reader: stockledger_client::RedisDecisions, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
     /// match reader.decision(&receipt).await? {
     ///     Some(decision) => println!("decided: {}", decision.result),
     ///     None => println!("not applied yet; ask again"),
@@ -148,7 +148,7 @@ impl OutcomeReader {
     /// dropped connection is retried until the deadline.
     ///
     /// ```no_run
-    /// # async fn example(reader: stockledger_client::OutcomeReader, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
+    /// # async fn example(reader: stockledger_client::RedisDecisions, receipt: stockledger_client::Receipt) -> Result<(), stockledger_client::outcome::OutcomeError> {
     /// use std::time::Duration;
     ///
     /// use stockledger_client::outcome::OutcomeError;

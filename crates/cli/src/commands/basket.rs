@@ -9,7 +9,7 @@ use serde_json::json;
 use stockledger_client::basket::{
     self, BasketAnswer, BasketHold, BasketStatus, InputError, Line, LineState, Settler, Unsettled,
 };
-use stockledger_client::{LedgerProducer, OutcomeReader};
+use stockledger_client::{LedgerProducer, RedisDecisions};
 use stockledger_core::ids::{BasketId, Sku, UserId};
 use stockledger_projection::Projection;
 
@@ -113,7 +113,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let settler = || async {
         anyhow::Ok(Settler {
             producer: LedgerProducer::new(&g.kafka(), g.topic.clone())?,
-            reader: OutcomeReader::connect(&g.redis_url, g.prefix.clone()).await?,
+            reader: RedisDecisions::connect(&g.redis_url, g.prefix.clone()).await?,
             wait,
         })
     };

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use sqlx::PgPool;
 use stockledger_analysts::query;
-use stockledger_client::{LedgerProducer, OutcomeReader, SoldOutGuard};
+use stockledger_client::{LedgerProducer, RedisDecisions, SoldOutGuard};
 use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
 use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode, ResultCode, Sku};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
@@ -117,7 +117,7 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let reader = OutcomeReader::connect(&g.redis_url, names.prefix.clone()).await?;
+    let reader = RedisDecisions::connect(&g.redis_url, names.prefix.clone()).await?;
     let timeout = Duration::from_secs(args.timeout);
     open_sale(&producer, &reader, &names.run_id, &args, timeout).await?;
     let sold = sell(&producer, &reader, &names.run_id, &args).await?;
@@ -184,7 +184,7 @@ struct Sold {
 /// The sale: the orders, baskets and seats bought at once.
 async fn sell(
     producer: &LedgerProducer,
-    reader: &OutcomeReader,
+    reader: &RedisDecisions,
     run_id: &str,
     args: &DemoArgs,
 ) -> anyhow::Result<Sold> {
@@ -412,7 +412,7 @@ impl Pipeline {
 /// awaited until the applier has taken it.
 async fn open_sale(
     producer: &LedgerProducer,
-    reader: &OutcomeReader,
+    reader: &RedisDecisions,
     run_id: &str,
     args: &DemoArgs,
     timeout: Duration,

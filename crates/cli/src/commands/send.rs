@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
-use stockledger_client::{CommandBody, Decision, LedgerProducer, OutcomeReader, Receipt, Sku};
+use stockledger_client::{CommandBody, Decision, LedgerProducer, Receipt, RedisDecisions, Sku};
 use stockledger_core::trace::valid_traceparent;
 
 use super::table::Style;
@@ -69,7 +69,7 @@ pub async fn report_sent(
     }
     let decision = match wait.wait {
         Some(seconds) => {
-            let reader = OutcomeReader::connect(&g.redis_url, g.prefix.clone()).await?;
+            let reader = RedisDecisions::connect(&g.redis_url, g.prefix.clone()).await?;
             let timeout = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(Duration::MAX);
             Some(reader.wait(receipt, timeout).await?)
         }

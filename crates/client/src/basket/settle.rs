@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stockledger_core::{BasketId, CommandBody, Decision, Sku};
 
-use crate::outcome::{OutcomeError, OutcomeReader};
+use crate::outcome::{OutcomeError, RedisDecisions};
 use crate::producer::{LedgerProducer, ProducerError, Receipt};
 
 /// How many times a step of the protocol is tried for one line (a send
@@ -111,7 +111,7 @@ pub(super) async fn settle_all<D: Decide + Sync>(
 #[derive(Debug, Clone)]
 pub struct Settler {
     pub producer: LedgerProducer,
-    pub reader: OutcomeReader,
+    pub reader: RedisDecisions,
     /// How long one decision is awaited before it is awaited again.
     pub wait: Duration,
 }

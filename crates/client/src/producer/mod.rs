@@ -117,11 +117,11 @@ pub struct Receipt {
 /// ```no_run
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
-/// use stockledger_client::{KafkaConfig, LedgerProducer, OutcomeReader, ResultCode};
+/// use stockledger_client::{KafkaConfig, LedgerProducer, RedisDecisions, ResultCode};
 ///
 /// # async fn checkout() -> Result<(), Box<dyn std::error::Error>> {
 /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-/// let reader = OutcomeReader::connect("redis://127.0.0.1:6379", "stockledger").await?;
+/// let reader = RedisDecisions::connect("redis://127.0.0.1:6379", "stockledger").await?;
 ///
 /// // Hold one unit for user-7 for 15 minutes, then sell it.
 /// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;

@@ -37,7 +37,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use stockledger_client::{LedgerProducer, OutcomeReader, ProducerError};
+use stockledger_client::{LedgerProducer, ProducerError, RedisDecisions};
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;
 use stockledger_redis::RedisConn;
@@ -175,7 +175,7 @@ pub enum GatewayError {
 /// What every request handler shares.
 pub(crate) struct Gateway {
     producer: LedgerProducer,
-    reader: OutcomeReader,
+    reader: RedisDecisions,
     projection: Projection,
     archive: sqlx::PgPool,
     /// The brokers, for reading a record back (a repeated restock's first).
@@ -294,7 +294,7 @@ pub async fn run(
 struct Services {
     producer: LedgerProducer,
     redis: RedisConn,
-    reader: OutcomeReader,
+    reader: RedisDecisions,
     archive: sqlx::PgPool,
 }
 
@@ -321,7 +321,7 @@ impl Services {
             producer =
                 producer.with_sold_out_guard(stockledger_client::SoldOutGuard::new(projection));
         }
-        let reader = OutcomeReader::connect(&config.redis_url, config.prefix.clone())
+        let reader = RedisDecisions::connect(&config.redis_url, config.prefix.clone())
             .await
             .map_err(|e| match e {
                 stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
