@@ -26,7 +26,7 @@ use stockledger_kafka::admin::{create_topics, TopicSpec};
 use stockledger_kafka::topic::{partition_count, read_topic, record_count, replication_of};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::cpu::{broker_pid, pid_cpu, MachineCpu};
+use crate::cpu::{broker_pid, pid_cpu, shown_per_million, MachineCpu};
 use crate::pipeline::Pipeline;
 use crate::{print_measurement, stack_home, BenchArgs, Measurement};
 
@@ -298,15 +298,11 @@ async fn run(
     let (decided, last) = read?;
     let machine_cpu = machine.since();
     let after = processes();
-    let per_record = |a: Option<f64>, b: Option<f64>| {
-        a.zip(b).map_or("unknown".to_owned(), |(a, b)| {
-            format!("{:.1}", (b - a) * 1e6 / records.max(1) as f64)
-        })
-    };
+    // CPU seconds per million records are microseconds per record.
     let cpu = format!(
         "CPU per record: the JVM {} µs, the broker {} µs",
-        per_record(before.0, after.0),
-        per_record(before.1, after.1)
+        shown_per_million(before.0, after.0, records),
+        shown_per_million(before.1, after.1, records)
     );
     let seconds = last.saturating_duration_since(started).as_secs_f64();
     stop(&mut child).await?;
