@@ -1,7 +1,22 @@
 //! A batch from the log to Redis: decoded, prepared, applied from a task
 //! of its own, and its decisions taken back.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use stockledger_core::report::Chain;
+
+use rdkafka::message::{Message, OwnedMessage};
+use stockledger_core::{Command, Decision, LogPosition};
+use stockledger_kafka::topic::offset_ranges;
+use stockledger_runtime::retry;
+use tokio::task::{JoinError, JoinHandle};
+use tracing::{debug, warn};
+
+use crate::record::{interpret, key_text};
+use stockledger_projection::{Entry, Prepared, ProjectionError};
+
+use super::start::partition_count;
+use super::{Applier, ApplierError, APPLY_SECONDS_METRIC, BATCH_RECORDS_METRIC, BATCH_RUNS_METRIC};
 
 /// One record of a batch, decoded or refused.
 pub(super) struct Item {

@@ -1,6 +1,12 @@
 //! How an applier is set up.
 
-use super::*;
+use std::time::Duration;
+
+use stockledger_kafka::group::default_instance_id;
+use stockledger_kafka::KafkaConfig;
+use stockledger_runtime::redact_url;
+
+use stockledger_kafka::lag::Assignment;
 
 #[derive(Clone)]
 pub struct ApplierConfig {

@@ -1,6 +1,11 @@
 //! Why an applier stops.
 
-use super::*;
+use rdkafka::error::KafkaError;
+use stockledger_core::codec::EncodeError;
+use stockledger_core::LogPosition;
+use stockledger_kafka::admin::{AdminError, NotPermanent};
+
+use stockledger_projection::ProjectionError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplierError {

@@ -33,48 +33,34 @@ mod start;
 pub use config::{ApplierConfig, DEFAULT_GROUP};
 pub use error::ApplierError;
 
-use batch::*;
-use publish::*;
-use start::*;
+use batch::{applied, Applying};
+use publish::{delivered, InFlight};
+use start::{check_marker, partition_count, prepare_events_topic};
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stockledger_core::report::Chain;
 
-use futures::channel::oneshot::Canceled;
-use futures::future::{join_all, JoinAll};
 use futures::FutureExt;
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
-use stockledger_core::codec::{self, EncodeError};
-use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
-use stockledger_core::{Command, Decision, LogPosition, Outcome, ResultCode, StockEvent};
-use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::FutureProducer;
+use rdkafka::TopicPartitionList;
+use stockledger_core::ResultCode;
+use stockledger_kafka::admin::{check_permanent, topic_config};
 use stockledger_kafka::config::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
-use stockledger_kafka::group::{
-    commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
-};
-use stockledger_kafka::topic::offset_ranges;
-use stockledger_kafka::KafkaConfig;
-use stockledger_runtime::{redact_url, retry};
+use stockledger_kafka::group::{commit_and_close, is_fatal, GroupWatch, SHUTDOWN_GRACE};
+use stockledger_runtime::retry;
 use tokio::sync::watch;
-use tokio::task::{JoinError, JoinHandle};
-use tracing::{debug, error, info, instrument, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::expiry;
-use crate::record::{interpret, key_text};
-use stockledger_kafka::lag::{Assignment, LagContext};
-use stockledger_projection::{Entry, Marker, Prepared, Projection, ProjectionError};
+use stockledger_kafka::lag::LagContext;
+use stockledger_projection::Projection;
 
 /// Counter: records decided, by `result` (a redelivered batch counts again).
 pub const RECORDS_METRIC: &str = "stockledger_applier_records_total";

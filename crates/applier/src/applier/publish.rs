@@ -1,7 +1,32 @@
 //! A decided batch to the brokers: outcomes and dead letters published,
 //! and, once the brokers hold them all, the offsets committed.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use stockledger_core::report::Chain;
+
+use futures::channel::oneshot::Canceled;
+use futures::future::{join_all, JoinAll};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
+use rdkafka::producer::FutureRecord;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use stockledger_core::codec;
+use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
+use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent};
+use tokio::sync::watch;
+use tokio::task::JoinError;
+use tracing::{debug, instrument, warn};
+
+use super::batch::{Applied, Applying, Decided, Decoded, Item};
+use super::start::offset_list;
+use super::{
+    Applier, ApplierConfig, ApplierError, DEAD_LETTERS_METRIC, DLQ_REASON_HEADER,
+    DLQ_SOURCE_HEADER, RECORDS_METRIC,
+};
 
 /// What the applier publishes for a record.
 #[derive(Debug, Clone, Copy)]

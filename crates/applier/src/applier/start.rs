@@ -1,7 +1,14 @@
 //! The checks a start makes before it applies anything: the log this
 //! projection is a fold of, and whether the broker still has it.
 
-use super::*;
+use std::time::Duration;
+
+use rdkafka::TopicPartitionList;
+use tracing::info;
+
+use stockledger_projection::{Marker, Projection, ProjectionError};
+
+use super::{ApplierConfig, ApplierError};
 
 /// Refuses a projection that is the fold of another topic, or that lost its
 /// state while the group has already committed progress (a Redis restarted

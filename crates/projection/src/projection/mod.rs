@@ -1,4 +1,13 @@
 //! One prefix of the projection: every read and write of a SKU's state.
+//!
+//! - `reads`: what the gateway, the CLI and the tools read of a SKU.
+//! - `holds`: the live reservations by deadline, for the expirer.
+//! - `whole`: a SKU's state moved whole, for the maintenance tools:
+//!   exported and restored (snapshots), pruned (compaction), swapped in
+//!   from a rebuilt prefix.
+//!
+//! This file holds the handle, its errors, the marker and the applied
+//! marks; the batch itself is in `fold`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,10 +29,10 @@ use crate::keys::{self, SkuKeys};
 
 mod holds;
 mod reads;
-mod transfer;
+mod whole;
 
 pub use reads::{SkuPages, Stock};
-pub use transfer::SkuExport;
+pub use whole::SkuExport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
