@@ -147,7 +147,6 @@ pub(crate) async fn as_of(
 pub struct ReportParams {
     /// Interval length: `1m`, `15m`, `1h`, `1d`, … (default `1h`; aligned on
     /// the Unix epoch, UTC).
-    #[param(pattern = r"^[1-9][0-9]*[smhdw]$")]
     pub every: Option<String>,
     /// Start of the range, inclusive (default `-1d`): RFC 3339, `now`, or a
     /// time ago.

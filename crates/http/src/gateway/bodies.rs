@@ -75,7 +75,6 @@ pub struct DeductRequest {
     /// without it the ledger takes from the first location, in the order
     /// they were first stocked, that has the whole quantity. Not with
     /// `units`.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
     pub location: Option<String>,
 }
 
@@ -235,7 +234,6 @@ pub struct RestockRequest {
     /// digits, `-`, `_`, `.`). A SKU keeps its stock in one place or by
     /// location, never both: a restock naming a location moves a SKU whose
     /// total is 0 to locations. Not with `units`.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
     pub location: Option<String>,
 }
 
@@ -244,11 +242,9 @@ pub struct RestockRequest {
 #[serde(deny_unknown_fields)]
 pub struct TransferRequest {
     /// The location the stock leaves: it must have `quantity` available.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
     pub from: String,
     /// The location the stock goes to (added if not stocked before); not
     /// `from`.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9._-]{1,64}$")]
     pub to: String,
     /// Units to move, 1 to 1,000,000,000.
     #[schema(minimum = 1, maximum = 1_000_000_000)]
@@ -476,13 +472,11 @@ pub struct HistoryParams {
     /// Only records that occurred before this (same forms as `since`).
     pub until: Option<String>,
     /// Only these results, comma-separated (e.g. `REJECTED_INSUFFICIENT,DUPLICATE`).
-    #[param(pattern = r"^[A-Za-z_]+(,[A-Za-z_]+)*$")]
     pub result: Option<String>,
     /// `true`: newest first (log order reversed).
     pub newest_first: Option<bool>,
     /// The `next` cursor of the previous page (`TOPIC:PARTITION:OFFSET:SKU`);
     /// give the same filters with it.
-    #[param(pattern = r"^.+:[0-9]+:[0-9]+:.+$")]
     pub after: Option<String>,
     /// Entries per page, 1 to 1,000 (default 100).
     #[param(minimum = 1, maximum = 1000)]

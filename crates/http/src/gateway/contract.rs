@@ -2,7 +2,8 @@
 //! written into the OpenAPI document in one place, so that the document
 //! accepts nothing the gateway refuses: the ids in paths, the longest
 //! `wait_ms`, the fields of a deduct that exclude each other, the names of
-//! units. Schemathesis, in its positive mode, holds the two to that.
+//! units and locations, and every query parameter's pattern. Schemathesis,
+//! in its positive mode, holds the two to that.
 
 use serde_json::{json, Value};
 use utoipa::openapi::path::{Operation, ParameterIn};
@@ -56,6 +57,16 @@ const INSTANT_PATTERN: &str = concat!(
 const EVERY_PATTERN: &str =
     r"^([1-9][0-9]{0,8}s|[1-9][0-9]{0,6}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d|[1-9][0-9]{0,2}w)$";
 
+/// A location name, as a pattern: 1 to 64 ASCII letters, digits, `-`, `_`,
+/// `.` (`LocationId`).
+const LOCATION_PATTERN: &str = r"^[A-Za-z0-9._-]{1,64}$";
+
+/// The fields of request bodies that name a location.
+const LOCATION_FIELDS: [&str; 3] = ["location", "from", "to"];
+
+/// A history page's cursor, as a pattern: `TOPIC:PARTITION:OFFSET:SKU`.
+const CURSOR_PATTERN: &str = r"^.+:[0-9]+:[0-9]+:.+$";
+
 /// Free text (a reason), as a pattern: no control character (`check_text`).
 const TEXT_PATTERN: &str = r"^[^\x00-\x1f\x7f-\x9f]*$";
 
@@ -98,6 +109,13 @@ fn as_id(string: &mut Object) {
     string.pattern = Some(ID_PATTERN.to_owned());
 }
 
+/// `string` (nullable or not) holds a location name.
+fn as_location(string: &mut Object) {
+    string.min_length = Some(1);
+    string.max_length = Some(stockledger_core::ids::MAX_LOCATION_LEN);
+    string.pattern = Some(LOCATION_PATTERN.to_owned());
+}
+
 /// Adds the rules to `document`.
 pub(super) struct Rules;
 
@@ -121,6 +139,11 @@ impl utoipa::Modify for Rules {
                 match (field.as_str(), property) {
                     (_, RefOr::T(Schema::Object(id))) if is_id => as_id(id),
                     ("units", property) => unit_names(property),
+                    (place, RefOr::T(Schema::Object(location)))
+                        if LOCATION_FIELDS.contains(&place) && name.ends_with("Request") =>
+                    {
+                        as_location(location)
+                    }
                     ("reason", RefOr::T(Schema::Object(reason))) if name.ends_with("Request") => {
                         reason.pattern = Some(TEXT_PATTERN.to_owned());
                         // 1,024 bytes of UTF-8 hold 256 characters at worst.
@@ -164,6 +187,7 @@ fn parameters(operation: &mut Operation) {
             }
             (ParameterIn::Query, "result") => string_matching(&results_pattern()),
             (ParameterIn::Query, "every") => string_matching(EVERY_PATTERN),
+            (ParameterIn::Query, "after") => string_matching(CURSOR_PATTERN),
             // The rest keep the type they have, narrowed.
             (ParameterIn::Query, name) => {
                 if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
