@@ -15,6 +15,61 @@ use tracing::{info, warn};
 use crate::config::KafkaConfig;
 use crate::topic::{committed_on, partitions_of, watermarks};
 
+/// A member's progress line, logged once a stats interval by the applier
+/// and the archiver: the rate of its work since the line before, or, while
+/// it holds no partition, that it waits for the group.
+#[derive(Debug)]
+pub struct ProgressLine {
+    /// The service, as the line names it (`"applier"`).
+    service: &'static str,
+    /// Its consumer group.
+    group: String,
+    every: Duration,
+    /// When the line before was taken, and the count then.
+    last: (Instant, u64),
+}
+
+impl ProgressLine {
+    pub fn new(service: &'static str, group: &str, every: Duration) -> Self {
+        Self {
+            service,
+            group: group.to_owned(),
+            every,
+            last: (Instant::now(), 0),
+        }
+    }
+
+    /// Whether an interval has passed since the line before.
+    pub fn due(&self) -> bool {
+        self.last.0.elapsed() >= self.every
+    }
+
+    /// The partitions `consumer` holds and the rate of `done` per second
+    /// since the line before, for the caller to log with its own figures;
+    /// `None`, with the wait logged here, while it holds none.
+    pub fn take<C: ConsumerContext>(
+        &mut self,
+        group: &GroupWatch,
+        consumer: &impl Consumer<C>,
+        done: u64,
+    ) -> Option<(usize, f64)> {
+        let (at, before) = self.last;
+        let rate = done.saturating_sub(before) as f64 / at.elapsed().as_secs_f64();
+        self.last = (Instant::now(), done);
+        let partitions = group.assigned(consumer);
+        if partitions == 0 {
+            info!(
+                done,
+                group = %self.group,
+                "{} progress: no partitions assigned; waiting for the group",
+                self.service
+            );
+            return None;
+        }
+        Some((partitions, rate.round()))
+    }
+}
+
 /// How long a stopping consumer waits for its final commit and for leaving
 /// its group. With the brokers unreachable either would wait until they
 /// come back; past this the process exits anyway, which is safe: what was

@@ -40,7 +40,7 @@ use start::{check_marker, partition_count, prepare_events_topic};
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stockledger_core::report::Chain;
 
 use futures::FutureExt;
@@ -53,7 +53,9 @@ use rdkafka::TopicPartitionList;
 use stockledger_core::ResultCode;
 use stockledger_kafka::admin::{check_permanent, topic_config};
 use stockledger_kafka::config::{CONTRACT_SETTINGS, FETCH_QUEUE_BACKOFF_MS};
-use stockledger_kafka::group::{commit_and_close, is_fatal, GroupWatch, SHUTDOWN_GRACE};
+use stockledger_kafka::group::{
+    commit_and_close, is_fatal, GroupWatch, ProgressLine, SHUTDOWN_GRACE,
+};
 use stockledger_runtime::retry;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
@@ -308,7 +310,8 @@ impl Applier {
         let mut fenced = false;
         let mut ticker = tokio::time::interval(self.config.stats_interval);
         ticker.tick().await;
-        let mut last_report = (Instant::now(), 0u64);
+        let mut line =
+            ProgressLine::new("applier", &self.config.group_id, self.config.stats_interval);
         let mut stop = self.stop.clone();
         let group = GroupWatch::start(
             &self.config.kafka,
@@ -342,7 +345,7 @@ impl Applier {
                     continue;
                 }
                 _ = ticker.tick() => {
-                    self.report(&group, &mut last_report);
+                    self.report(&group, &mut line);
                     continue;
                 }
                 results = delivered(&mut in_flight) => {
@@ -583,29 +586,18 @@ impl Applier {
         batch
     }
 
-    /// Logs throughput and lag since `last` (the time and record count of
-    /// the previous report), and makes now the last.
-    fn report(&self, group: &GroupWatch, last: &mut (Instant, u64)) {
-        let (at, records) = *last;
-        let rate = (self.stats.records - records) as f64 / at.elapsed().as_secs_f64();
-        let assigned = group.assigned(&self.consumer);
-        if assigned == 0 {
-            info!(
-                records = self.stats.records,
-                group = %self.config.group_id,
-                "applier progress: no partitions assigned; waiting for the group"
-            );
-        } else {
+    /// Logs the applier's progress line.
+    fn report(&self, group: &GroupWatch, line: &mut ProgressLine) {
+        if let Some((partitions, rate)) = line.take(group, &self.consumer, self.stats.records) {
             info!(
                 records = self.stats.records,
                 dead_lettered = self.stats.dead_lettered,
-                rate_per_s = rate.round(),
-                partitions = assigned,
+                rate_per_s = rate,
+                partitions,
                 lag = self.lag.load(Ordering::Relaxed),
                 "applier progress"
             );
         }
-        *last = (Instant::now(), self.stats.records);
     }
 }
 

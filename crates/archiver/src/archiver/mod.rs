@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -29,7 +29,7 @@ use sqlx::PgPool;
 use stockledger_core::report::Chain;
 use stockledger_kafka::config::FETCH_QUEUE_BACKOFF_MS;
 use stockledger_kafka::group::{
-    commit_and_close, default_instance_id, is_fatal, GroupWatch, SHUTDOWN_GRACE,
+    commit_and_close, default_instance_id, is_fatal, GroupWatch, ProgressLine, SHUTDOWN_GRACE,
 };
 use stockledger_kafka::lag::{Assignment, LagContext};
 use stockledger_kafka::KafkaConfig;
@@ -206,7 +206,7 @@ pub async fn run(
     let mut stats = ArchiverStats::default();
     let mut ticker = tokio::time::interval(config.stats_interval);
     ticker.tick().await;
-    let mut reporter = Reporter::new(&config, &group);
+    let mut line = ProgressLine::new("archiver", &config.group_id, config.stats_interval);
     // Read while the page before is written: the next page's messages.
     let mut next: Vec<OwnedMessage> = Vec::new();
     loop {
@@ -218,7 +218,7 @@ pub async fn run(
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
                 _ = ticker.tick() => {
-                    reporter.report(&consumer, &stats);
+                    report(&mut line, &group, &consumer, &stats);
                     continue;
                 }
                 m = consumer.recv() => m,
@@ -242,8 +242,8 @@ pub async fn run(
                 }
             }
         } else {
-            if reporter.due() {
-                reporter.report(&consumer, &stats);
+            if line.due() {
+                report(&mut line, &group, &consumer, &stats);
             }
             std::mem::take(&mut next)
         };
@@ -343,40 +343,21 @@ fn join(
 
 /// Logs the archiver's progress each stats interval: rows, pages and the
 /// rate since the last report, or that the group has given it nothing.
-struct Reporter<'a> {
-    config: &'a ArchiverConfig,
-    group: &'a GroupWatch,
-    last: (Instant, u64),
-}
-
-impl<'a> Reporter<'a> {
-    fn new(config: &'a ArchiverConfig, group: &'a GroupWatch) -> Self {
-        Self {
-            config,
-            group,
-            last: (Instant::now(), 0),
-        }
-    }
-
-    /// Whether a stats interval has passed since the last report.
-    fn due(&self) -> bool {
-        self.last.0.elapsed() >= self.config.stats_interval
-    }
-
-    fn report(&mut self, consumer: &StreamConsumer<LagContext>, stats: &ArchiverStats) {
-        let (at, rows) = self.last;
-        let rate = (stats.rows - rows) as f64 / at.elapsed().as_secs_f64();
-        if self.group.assigned(consumer) == 0 {
-            info!(rows = stats.rows, group = %self.config.group_id, "archiver progress: no partitions assigned; waiting for the group");
-        } else {
-            info!(
-                rows = stats.rows,
-                pages = stats.pages,
-                rate_per_s = rate.round(),
-                "archiver progress"
-            );
-        }
-        self.last = (Instant::now(), stats.rows);
+/// Logs the archiver's progress line.
+fn report(
+    line: &mut ProgressLine,
+    group: &GroupWatch,
+    consumer: &StreamConsumer<LagContext>,
+    stats: &ArchiverStats,
+) {
+    if let Some((partitions, rate)) = line.take(group, consumer, stats.rows) {
+        info!(
+            rows = stats.rows,
+            pages = stats.pages,
+            rate_per_s = rate,
+            partitions,
+            "archiver progress"
+        );
     }
 }
 
