@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use stockledger_analysts::query::{history, HistoryOf};
 use stockledger_applier::replay::replay;
-use stockledger_client::basket::{
-    self, BasketAnswer, BasketHold, BasketStatus, Line, LineState, Settler,
-};
-use stockledger_client::{Receipt, RedisDecisions};
+use stockledger_client::basket::{self, BasketAnswer, BasketHold, BasketStatus, Line, LineState};
+use stockledger_client::{Ledger, Receipt, RedisDecisions};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{BasketId, Decision, OrderStatus, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_runtime::clock::now_ms;
+use stockledger_testkit::ids;
 use stockledger_testkit::{wait_until, Harness};
 
 const PARTITIONS: i32 = 4;
@@ -37,12 +36,13 @@ async fn decided(reader: &RedisDecisions, receipt: Receipt) -> anyhow::Result<De
     Ok(reader.wait(&receipt, Duration::from_secs(30)).await?)
 }
 
-async fn settler(h: &Harness) -> anyhow::Result<Settler> {
-    Ok(Settler {
-        producer: h.producer.clone(),
-        reader: RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?,
-        wait: Duration::from_secs(10),
-    })
+/// A ledger that reads the decisions from Redis, waiting up to 10 s for each.
+async fn settler(h: &Harness) -> anyhow::Result<Ledger> {
+    Ok(h.ledger_builder()
+        .decisions_from_redis(&h.redis_url, &h.ns.prefix)
+        .decision_timeout(Duration::from_secs(10))
+        .build()
+        .await?)
 }
 
 /// `count` SKU names that fall on at least two different partitions.
@@ -75,8 +75,13 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     let (a, b, c) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
     for (sku, stock) in [(a, 5), (b, 1), (c, 3)] {
         let r = h
-            .producer
-            .restock(sku, "r0", RestockMode::Set, stock)
+            .ledger
+            .restock(
+                &ids::sku(sku),
+                &ids::adjustment("r0"),
+                RestockMode::Set,
+                stock,
+            )
             .await?;
         assert_eq!(decided(&reader, r).await?.result, ResultCode::Applied);
     }
@@ -132,8 +137,8 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     let held3 = basket::hold(&s, &b3).await?;
     assert_eq!(held3.status, BasketStatus::Held);
     let gone = h
-        .producer
-        .rollback(c, "b3", Some("cancelled by hand"))
+        .ledger
+        .rollback(&ids::sku(c), &ids::order("b3"), Some("cancelled by hand"))
         .await?;
     assert_eq!(decided(&reader, gone).await?.result, ResultCode::Applied);
     let failed = basket::confirm(&s, &id("b3")?, &skus(&held3)).await?;
@@ -173,7 +178,7 @@ async fn a_basket_is_held_and_confirmed_whole_or_not_at_all() -> anyhow::Result<
     let soon = now_ms() + 1_500;
     let b5 = BasketHold::new(id("b5")?, None, soon, vec![line(a, 1)?, line(c, 1)?])?;
     assert_eq!(basket::hold(&s, &b5).await?.status, BasketStatus::Held);
-    let sold = h.producer.confirm(a, "b5").await?;
+    let sold = h.ledger.confirm(&ids::sku(a), &ids::order("b5")).await?;
     assert_eq!(decided(&reader, sold).await?.result, ResultCode::Confirmed);
     let partial = basket::read(&h.projection, &id("b5")?).await?.unwrap();
     assert_eq!(partial.status, BasketStatus::Partial);
@@ -267,8 +272,13 @@ async fn competing_baskets_and_callers_dying_half_way_never_leave_a_basket_partl
     let names = spread_skus("RACE", 5);
     for sku in &names {
         let r = h
-            .producer
-            .restock(sku, "r0", RestockMode::Set, STOCK)
+            .ledger
+            .restock(
+                &ids::sku(sku),
+                &ids::adjustment("r0"),
+                RestockMode::Set,
+                STOCK,
+            )
             .await?;
         decided(&reader, r).await?;
     }
@@ -300,8 +310,8 @@ async fn competing_baskets_and_callers_dying_half_way_never_leave_a_basket_partl
             if n % 6 == 4 {
                 // Dies half-way through its confirm: one line sold, the
                 // others left to expire. The applier's settler refunds it.
-                let sold = s.producer.confirm(skus[0].as_str(), bid.as_str()).await?;
-                s.reader.wait(&sold, Duration::from_secs(10)).await?;
+                let sold = s.confirm(&skus[0], &ids::order(bid.as_str())).await?;
+                s.decision(&sold).await?;
                 return Ok((bid, None));
             }
             let ended = if n % 2 == 0 {

@@ -9,6 +9,7 @@ use stockledger_projection::encoding::{
 };
 use stockledger_projection::keys::SkuKeys;
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::{wait_until, Harness};
 
 const SKU: &str = "CHECKED";
@@ -23,13 +24,32 @@ async fn the_contract_check_names_each_field_redis_got_wrong() -> anyhow::Result
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as i64
         + 3_600_000;
-    let p = &h.producer;
-    p.restock(SKU, "initial", stockledger_core::RestockMode::Set, 10)
-        .await?;
-    p.limit(SKU, Some(3)).await?;
-    p.reserve(SKU, "held", 2, Some("u1"), in_an_hour).await?;
-    p.reserve(SKU, "sold", 1, Some("u2"), in_an_hour).await?;
-    let last = p.confirm(SKU, "sold").await?;
+    let p = &h.ledger;
+    p.restock(
+        &ids::sku(SKU),
+        &ids::adjustment("initial"),
+        stockledger_core::RestockMode::Set,
+        10,
+    )
+    .await?;
+    p.limit(&ids::sku(SKU), Some(ids::qty(3))).await?;
+    p.reserve_until(
+        &ids::sku(SKU),
+        &ids::order("held"),
+        ids::qty(2),
+        ids::at_ms(in_an_hour),
+        Some(&ids::user("u1")),
+    )
+    .await?;
+    p.reserve_until(
+        &ids::sku(SKU),
+        &ids::order("sold"),
+        ids::qty(1),
+        ids::at_ms(in_an_hour),
+        Some(&ids::user("u2")),
+    )
+    .await?;
+    let last = p.confirm(&ids::sku(SKU), &ids::order("sold")).await?;
     wait_until("the commands applied", CATCH_UP, || async {
         Ok((h.applied(&[SKU]).await? >= 5).then_some(()))
     })

@@ -20,6 +20,7 @@ use stockledger_projection::Projection;
 use stockledger_redis::RedisConn;
 use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::redis_dump::{delete_prefix, hashes_under};
 use stockledger_testkit::{traffic, wait_until, Harness};
 
@@ -40,8 +41,8 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     // (sold out), cancel before deduct and roll back.
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let records = traffic::restock_all(&h.producer, &skus, 12).await?
-        + traffic::orders(&h.producer, &skus, 0, 400).await?;
+    let records = traffic::restock_all(&h.ledger, &skus, 12).await?
+        + traffic::orders(&h.ledger, &skus, 0, 400).await?;
     h.assert_contract().await?;
     applier.stop().await?;
     archiver.stop().await?;
@@ -163,10 +164,12 @@ async fn a_sku_with_a_brace_or_an_oversized_key_is_dead_lettered_and_never_stops
     let cluster = RedisCluster::start(3).await?;
     let h = Harness::with_redis("cluster-keys", 2, cluster.url()).await?;
     let reader = RedisDecisions::connect(&h.redis_url, &h.ns.prefix).await?;
-    h.producer.restock("K1", "r", RestockMode::Set, 10).await?;
+    h.ledger
+        .restock(&ids::sku("K1"), &ids::adjustment("r"), RestockMode::Set, 10)
+        .await?;
     // The library refuses such a SKU outright, naming the field.
-    let refused = h.producer.deduct("}x", "o-1", 1).await.unwrap_err();
-    assert!(refused.to_string().contains("sku"), "{refused}");
+    let refused = Sku::new("}x").unwrap_err();
+    assert_eq!(refused.field, "sku", "{refused}");
 
     // A producer that is not ours sends it anyway: the bytes of a valid
     // deduct of `Qx` with the SKU's first byte turned into `}`.
@@ -180,7 +183,10 @@ async fn a_sku_with_a_brace_or_an_oversized_key_is_dead_lettered_and_never_stops
     let long_key = "k".repeat(10_000);
     h.send_raw("}x", &brace).await?;
     h.send_raw(&long_key, &valid).await?;
-    let after = h.producer.deduct("K1", "after", 1).await?;
+    let after = h
+        .ledger
+        .deduct(&ids::sku("K1"), &ids::order("after"), ids::qty(1), None)
+        .await?;
 
     let applier = h.start_applier();
     let archiver = h.start_archiver();
@@ -225,7 +231,15 @@ async fn a_sku_with_a_brace_or_an_oversized_key_is_dead_lettered_and_never_stops
 
     // A restart does not stop on them again.
     let applier = h.start_applier();
-    let again = h.producer.deduct("K1", "after-restart", 1).await?;
+    let again = h
+        .ledger
+        .deduct(
+            &ids::sku("K1"),
+            &ids::order("after-restart"),
+            ids::qty(1),
+            None,
+        )
+        .await?;
     let decided = reader.wait(&again, CATCH_UP).await?;
     assert_eq!((decided.result.as_str(), decided.available), ("APPLIED", 8));
     h.assert_contract().await?;

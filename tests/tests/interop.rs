@@ -16,6 +16,7 @@ use stockledger_core::{
     AdjustmentId, CommandBody, Deduct, OrderId, Restock, RestockMode, Sku, UserId,
 };
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
 
 const PARTITIONS: i32 = 6;
@@ -159,15 +160,15 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
                     expires_at: body["expires_at"].as_i64(),
                     ..taken
                 };
-                rust.producer
-                    .send(Sku::new(sku.clone())?, CommandBody::Deduct(deduct))
+                rust.ledger
+                    .send(&Sku::new(sku.clone())?, CommandBody::Deduct(deduct))
                     .await?
             }
             Some("RESTOCK") if units.is_some() => {
                 let id = AdjustmentId::new(text(&body["adjustment_id"]))?;
                 let restock = Restock::units(id, units.as_deref().unwrap_or_default())?;
-                rust.producer
-                    .send(Sku::new(sku.clone())?, CommandBody::Restock(restock))
+                rust.ledger
+                    .send(&Sku::new(sku.clone())?, CommandBody::Restock(restock))
                     .await?
             }
             Some("DEDUCT") => {
@@ -176,30 +177,54 @@ async fn a_python_order_service_is_decided_exactly_as_the_rust_library() -> anyh
                 match body["expires_at"].as_i64() {
                     Some(expires_at) => {
                         let user = body["user_id"].as_str();
-                        rust.producer
-                            .reserve(&sku, &order, quantity, user, expires_at)
+                        rust.ledger
+                            .reserve_until(
+                                &ids::sku(&sku),
+                                &ids::order(&order),
+                                ids::qty(quantity),
+                                ids::at_ms(expires_at),
+                                user.map(ids::user).as_ref(),
+                            )
                             .await?
                     }
-                    None => rust.producer.deduct(&sku, &order, quantity).await?,
+                    None => {
+                        rust.ledger
+                            .deduct(
+                                &ids::sku(&sku),
+                                &ids::order(&order),
+                                ids::qty(quantity),
+                                None,
+                            )
+                            .await?
+                    }
                 }
             }
             Some("CONFIRM") => {
-                rust.producer
-                    .confirm(&sku, &text(&body["order_id"]))
+                rust.ledger
+                    .confirm(&ids::sku(&sku), &ids::order(text(&body["order_id"])))
                     .await?
             }
             Some("ROLLBACK") => {
                 let reason = body["reason"].as_str().map(str::to_owned);
-                rust.producer
-                    .rollback(&sku, &text(&body["order_id"]), reason.as_deref())
+                rust.ledger
+                    .rollback(
+                        &ids::sku(&sku),
+                        &ids::order(text(&body["order_id"])),
+                        reason.as_deref(),
+                    )
                     .await?
             }
             Some("RESTOCK") => {
                 assert_eq!(body["mode"], "SET");
                 let quantity = body["quantity"].as_i64().unwrap_or_default();
                 let id = text(&body["adjustment_id"]);
-                rust.producer
-                    .restock(&sku, &id, RestockMode::Set, quantity)
+                rust.ledger
+                    .restock(
+                        &ids::sku(&sku),
+                        &ids::adjustment(&id),
+                        RestockMode::Set,
+                        quantity,
+                    )
                     .await?
             }
             other => anyhow::bail!("unexpected kind {other:?}"),

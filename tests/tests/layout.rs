@@ -40,8 +40,8 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
     let h = Harness::new("layout", 3).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let records = traffic::restock_all(&h.producer, &SKUS, 40).await?
-        + traffic::orders(&h.producer, &SKUS, 0, 60).await?;
+    let records = traffic::restock_all(&h.ledger, &SKUS, 40).await?
+        + traffic::orders(&h.ledger, &SKUS, 0, 60).await?;
     h.wait_for_archive(records as i64).await?;
     applier.stop().await?;
     archiver.stop().await?;

@@ -9,8 +9,9 @@ use stockledger_analysts::query::{self, HistoryOf};
 use stockledger_applier::applier::DLQ_REASON_HEADER;
 use stockledger_client::producer::ProducerError;
 use stockledger_client::RedisDecisions;
-use stockledger_core::{RestockMode, ResultCode};
+use stockledger_core::{OrderId, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::{reset_group_offsets, wait_until, Harness};
 
 async fn results_of(h: &Harness, sku: &str) -> anyhow::Result<Vec<(Option<String>, String)>> {
@@ -30,12 +31,26 @@ async fn fifty_concurrent_buyers_share_twenty_units_without_oversell() -> anyhow
     let h = Harness::new("fifty-buyers", 4).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    h.producer
-        .restock("HOT", "initial", RestockMode::Set, 20)
+    h.ledger
+        .restock(
+            &ids::sku("HOT"),
+            &ids::adjustment("initial"),
+            RestockMode::Set,
+            20,
+        )
         .await?;
     let buyers = (0..50).map(|i| {
-        let producer = h.producer.clone();
-        async move { producer.deduct("HOT", &format!("order-{i}"), 1).await }
+        let producer = h.ledger.clone();
+        async move {
+            producer
+                .deduct(
+                    &ids::sku("HOT"),
+                    &ids::order(format!("order-{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await
+        }
     });
     try_join_all(buyers).await?;
     h.wait_for_archive(51).await?;
@@ -72,19 +87,30 @@ async fn rollback_before_its_deduct_leaves_a_tombstone_that_refuses_the_deduct(
     let wait = Duration::from_secs(30);
 
     let restock = h
-        .producer
-        .restock("SKU-T", "a1", RestockMode::Set, 10)
+        .ledger
+        .restock(
+            &ids::sku("SKU-T"),
+            &ids::adjustment("a1"),
+            RestockMode::Set,
+            10,
+        )
         .await?;
     assert_eq!(
         reader.wait(&restock, wait).await?.result,
         ResultCode::Applied
     );
     let early = h
-        .producer
-        .rollback("SKU-T", "o-1", Some("cancelled"))
+        .ledger
+        .rollback(&ids::sku("SKU-T"), &ids::order("o-1"), Some("cancelled"))
         .await?;
-    let late = h.producer.deduct("SKU-T", "o-1", 4).await?;
-    let again = h.producer.rollback("SKU-T", "o-1", None).await?;
+    let late = h
+        .ledger
+        .deduct(&ids::sku("SKU-T"), &ids::order("o-1"), ids::qty(4), None)
+        .await?;
+    let again = h
+        .ledger
+        .rollback(&ids::sku("SKU-T"), &ids::order("o-1"), None)
+        .await?;
 
     assert_eq!(
         reader.wait(&early, wait).await?.result,
@@ -131,12 +157,25 @@ async fn the_applier_announces_offsets_only_once_their_decisions_are_readable() 
 
     let mut receipts = Vec::new();
     for sku in ["SKU-A", "SKU-B"] {
-        receipts.push(h.producer.restock(sku, "r1", RestockMode::Set, 5).await?);
+        receipts.push(
+            h.ledger
+                .restock(&ids::sku(sku), &ids::adjustment("r1"), RestockMode::Set, 5)
+                .await?,
+        );
     }
     let deducts = (0..20).map(|i| {
-        let producer = h.producer.clone();
+        let producer = h.ledger.clone();
         let sku = if i % 2 == 0 { "SKU-A" } else { "SKU-B" };
-        async move { producer.deduct(sku, &format!("o-{i}"), 1).await }
+        async move {
+            producer
+                .deduct(
+                    &ids::sku(sku),
+                    &ids::order(format!("o-{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await
+        }
     });
     receipts.extend(try_join_all(deducts).await?);
 
@@ -193,15 +232,31 @@ async fn redelivering_the_whole_log_changes_neither_redis_nor_the_archive() -> a
     let applier = h.start_applier_with(dynamic);
     let archiver = h.start_archiver();
     for sku in ["A", "B", "C"] {
-        h.producer.restock(sku, "init", RestockMode::Set, 5).await?;
+        h.ledger
+            .restock(
+                &ids::sku(sku),
+                &ids::adjustment("init"),
+                RestockMode::Set,
+                5,
+            )
+            .await?;
     }
     let sends = (0..30).map(|i| {
-        let producer = h.producer.clone();
+        let producer = h.ledger.clone();
         async move {
             let sku = ["A", "B", "C"][i % 3];
-            producer.deduct(sku, &format!("o{i}"), 1).await?;
+            producer
+                .deduct(
+                    &ids::sku(sku),
+                    &ids::order(format!("o{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await?;
             if i % 4 == 0 {
-                producer.rollback(sku, &format!("o{i}"), None).await?;
+                producer
+                    .rollback(&ids::sku(sku), &ids::order(format!("o{i}")), None)
+                    .await?;
             }
             Ok::<_, ProducerError>(())
         }
@@ -282,11 +337,27 @@ async fn rows_archived_without_their_progress_are_not_archived_twice() -> anyhow
     let archiver = h.start_archiver_with(config.clone());
     let skus: Vec<String> = (0..12).map(|i| format!("SKU-{i}")).collect();
     for sku in &skus {
-        h.producer.restock(sku, "init", RestockMode::Set, 4).await?;
+        h.ledger
+            .restock(
+                &ids::sku(sku),
+                &ids::adjustment("init"),
+                RestockMode::Set,
+                4,
+            )
+            .await?;
     }
     let sends = (0..60).map(|i| {
-        let (producer, sku) = (h.producer.clone(), skus[i % skus.len()].clone());
-        async move { producer.deduct(&sku, &format!("o{i}"), 1).await }
+        let (producer, sku) = (h.ledger.clone(), skus[i % skus.len()].clone());
+        async move {
+            producer
+                .deduct(
+                    &ids::sku(&sku),
+                    &ids::order(format!("o{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await
+        }
     });
     try_join_all(sends).await?;
     let records = h.read(&h.ns.topic).await?.len() as i64;
@@ -332,11 +403,23 @@ async fn a_garbage_record_is_dead_lettered_and_the_partition_goes_on() -> anyhow
     let h = Harness::new("dead-letter", 1).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    h.producer
-        .restock("SKU-G", "a", RestockMode::Set, 3)
+    h.ledger
+        .restock(
+            &ids::sku("SKU-G"),
+            &ids::adjustment("a"),
+            RestockMode::Set,
+            3,
+        )
         .await?;
     let (_, garbage_offset) = h.send_raw("SKU-G", b"definitely not avro").await?;
-    h.producer.deduct("SKU-G", "after-garbage", 2).await?;
+    h.ledger
+        .deduct(
+            &ids::sku("SKU-G"),
+            &ids::order("after-garbage"),
+            ids::qty(2),
+            None,
+        )
+        .await?;
     h.wait_for_archive(3).await?;
 
     // The dead letter and the outcomes are sent together; the archive may
@@ -408,17 +491,35 @@ async fn restock_below_what_is_held_or_below_zero_is_refused_with_a_reason() -> 
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
     let set = h
-        .producer
-        .restock("SKU-R", "a1", RestockMode::Set, 10)
+        .ledger
+        .restock(
+            &ids::sku("SKU-R"),
+            &ids::adjustment("a1"),
+            RestockMode::Set,
+            10,
+        )
         .await?;
-    let sold = h.producer.deduct("SKU-R", "o1", 6).await?;
+    let sold = h
+        .ledger
+        .deduct(&ids::sku("SKU-R"), &ids::order("o1"), ids::qty(6), None)
+        .await?;
     let below = h
-        .producer
-        .restock("SKU-R", "a2", RestockMode::Set, 5)
+        .ledger
+        .restock(
+            &ids::sku("SKU-R"),
+            &ids::adjustment("a2"),
+            RestockMode::Set,
+            5,
+        )
         .await?;
     let negative = h
-        .producer
-        .restock("SKU-R", "a3", RestockMode::Add, -5)
+        .ledger
+        .restock(
+            &ids::sku("SKU-R"),
+            &ids::adjustment("a3"),
+            RestockMode::Add,
+            -5,
+        )
         .await?;
     assert_eq!(reader.wait(&set, wait).await?.result, ResultCode::Applied);
     assert_eq!(reader.wait(&sold, wait).await?.result, ResultCode::Applied);
@@ -448,15 +549,33 @@ async fn restock_below_what_is_held_or_below_zero_is_refused_with_a_reason() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_producer_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("invalid-input", 1).await?;
-    let p = &h.producer;
-    let long = "o".repeat(10 * 1024);
+    // Identifiers and quantities are checked when made, naming the field:
+    // what breaks the rules cannot be given to the ledger at all.
+    let made = [
+        (Quantity::new(0).err(), "quantity"),
+        (OrderId::new("").err(), "order_id"),
+        (Sku::new("SKU\n2").err(), "sku"),
+        (OrderId::new("o".repeat(10 * 1024)).err(), "order_id"),
+    ];
+    for (refused, field) in made {
+        let e = refused.unwrap_or_else(|| panic!("a bad {field} was made"));
+        assert_eq!(e.field, field, "{e}");
+    }
+    // What only the whole command tells is refused when it is sent.
+    let sku = ids::sku("SKU");
     let cases = [
-        (p.deduct("SKU", "o1", 0).await, "quantity"),
-        (p.deduct("SKU", "", 1).await, "order_id"),
-        (p.deduct("SKU\n2", "o1", 1).await, "sku"),
-        (p.deduct("SKU", &long, 1).await, "order_id"),
-        (p.rollback("SKU", "", None).await, "order_id"),
-        (p.restock("SKU", "a", RestockMode::Add, 0).await, "quantity"),
+        (
+            h.ledger
+                .restock(&sku, &ids::adjustment("a"), RestockMode::Add, 0)
+                .await,
+            "quantity",
+        ),
+        (
+            h.ledger
+                .reserve_until(&sku, &ids::order("o1"), ids::qty(1), ids::at_ms(1), None)
+                .await,
+            "expires_at",
+        ),
     ];
     for (result, field) in cases {
         match result {
@@ -480,17 +599,27 @@ async fn a_command_is_found_by_its_id_at_the_offset_its_receipt_names() -> anyho
     let h = Harness::new("locate", 1).await?;
     let mut receipts = Vec::new();
     for i in 0..2_500 {
-        receipts.push(h.producer.deduct("L-1", &format!("o-{i}"), 1).await?);
+        receipts.push(
+            h.ledger
+                .deduct(
+                    &ids::sku("L-1"),
+                    &ids::order(format!("o-{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await?,
+        );
     }
     // Near the end, and further back than the first window of 1,000.
     for receipt in [&receipts[2_499], &receipts[10]] {
         let found = h
-            .producer
+            .ledger
+            .producer()
             .locate(&receipt.command_id, receipt.position.partition)
             .await?;
         assert_eq!(found, receipt.position.offset);
     }
     let stranger = stockledger_core::CommandId::new("never-sent")?;
-    assert!(h.producer.locate(&stranger, 0).await.is_err());
+    assert!(h.ledger.producer().locate(&stranger, 0).await.is_err());
     Ok(())
 }

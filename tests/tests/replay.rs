@@ -3,20 +3,21 @@
 use std::future::pending;
 
 use stockledger_applier::replay::{replay, ReplayConfig};
-use stockledger_client::LedgerProducer;
+use stockledger_client::Ledger;
 use stockledger_core::RestockMode;
 use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{traffic, wait_until, Harness};
 
 const SKUS: [&str; 4] = ["R0", "R1", "R2", "R3"];
 
-async fn workload(producer: &LedgerProducer, first: usize, orders: usize) -> anyhow::Result<u64> {
+async fn workload(producer: &Ledger, first: usize, orders: usize) -> anyhow::Result<u64> {
     traffic::orders(producer, &SKUS, first, orders).await
 }
 
-async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
+async fn restock_all(producer: &Ledger) -> anyhow::Result<u64> {
     traffic::restock_all(producer, &SKUS, 150).await
 }
 
@@ -24,7 +25,7 @@ async fn restock_all(producer: &LedgerProducer) -> anyhow::Result<u64> {
 async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Result<()> {
     let h = Harness::new("replay-wipe", 3).await?;
     let applier = h.start_applier();
-    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 120).await?;
+    let records = restock_all(&h.ledger).await? + workload(&h.ledger, 0, 120).await?;
     let redis = h.projection.connection();
     wait_until(
         "the applier to apply every record",
@@ -66,13 +67,13 @@ async fn replay_and_swap_while_the_applier_runs_loses_no_record() -> anyhow::Res
     let h = Harness::new("replay-live", 3).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let initial = restock_all(&h.producer).await? + workload(&h.producer, 0, 60).await?;
+    let initial = restock_all(&h.ledger).await? + workload(&h.ledger, 0, 60).await?;
     h.wait_for_archive(initial as i64).await?;
 
     // Keep producing while the replay runs and swaps, and after it.
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let traffic = tokio::spawn({
-        let producer = h.producer.clone();
+        let producer = h.ledger.clone();
         async move {
             let (mut sent, mut first) = (0, 60);
             // One chunk after the swap, whenever it comes; before it, at
@@ -130,7 +131,7 @@ async fn reconcile_names_exactly_the_corrupted_sku() -> anyhow::Result<()> {
     let h = Harness::new("reconcile", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 80).await?;
+    let records = restock_all(&h.ledger).await? + workload(&h.ledger, 0, 80).await?;
     h.wait_for_archive(records as i64).await?;
     let mut redis = h.projection.connection();
 
@@ -173,7 +174,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     let h = Harness::new("snapshot", 3).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let before = restock_all(&h.producer).await? + workload(&h.producer, 0, 90).await?;
+    let before = restock_all(&h.ledger).await? + workload(&h.ledger, 0, 90).await?;
     h.wait_for_archive(before as i64).await?;
     let start = wait_until(
         "the applier to commit its offsets",
@@ -197,7 +198,7 @@ async fn a_snapshot_plus_the_tail_rebuilds_what_a_full_replay_does() -> anyhow::
     )
     .await?;
     assert_eq!(snap.skus, SKUS.len() as i64);
-    let after = workload(&h.producer, 90, 60).await?;
+    let after = workload(&h.ledger, 90, 60).await?;
     h.wait_for_archive((before + after) as i64).await?;
     applier.stop().await?;
     archiver.stop().await?;
@@ -269,12 +270,21 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     let h = Harness::new("compact", 1).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let p = &h.producer;
-    p.restock("C1", "a", RestockMode::Set, 10).await?;
-    p.rollback("C1", "gone", None).await?; // tombstone
-    p.deduct("C1", "kept", 2).await?;
-    p.deduct("C1", "cancel", 1).await?;
-    p.rollback("C1", "cancel", Some("payment failed")).await?;
+    let p = &h.ledger;
+    p.restock(&ids::sku("C1"), &ids::adjustment("a"), RestockMode::Set, 10)
+        .await?;
+    p.rollback(&ids::sku("C1"), &ids::order("gone"), None)
+        .await?; // tombstone
+    p.deduct(&ids::sku("C1"), &ids::order("kept"), ids::qty(2), None)
+        .await?;
+    p.deduct(&ids::sku("C1"), &ids::order("cancel"), ids::qty(1), None)
+        .await?;
+    p.rollback(
+        &ids::sku("C1"),
+        &ids::order("cancel"),
+        Some("payment failed"),
+    )
+    .await?;
     h.wait_for_archive(5).await?;
     let redis = h.projection.connection();
 
@@ -341,9 +351,13 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
     // the kept deduction can still be rolled back.
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
-    let late = p.deduct("C1", "gone", 1).await?;
+    let late = p
+        .deduct(&ids::sku("C1"), &ids::order("gone"), ids::qty(1), None)
+        .await?;
     assert_eq!(reader.wait(&late, wait).await?.result, ResultCode::Applied);
-    let undo = p.rollback("C1", "kept", None).await?;
+    let undo = p
+        .rollback(&ids::sku("C1"), &ids::order("kept"), None)
+        .await?;
     let undone = reader.wait(&undo, wait).await?;
     assert_eq!(
         (undone.result, undone.delta, undone.available),
@@ -362,7 +376,7 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
 
     let h = Harness::new("state-lost", 2).await?;
     let applier = h.start_applier();
-    let records = restock_all(&h.producer).await? + workload(&h.producer, 0, 20).await?;
+    let records = restock_all(&h.ledger).await? + workload(&h.ledger, 0, 20).await?;
     wait_until("every record applied", CATCH_UP, || async {
         Ok((h.applied(&SKUS).await? == records).then_some(()))
     })
@@ -379,7 +393,14 @@ async fn an_applier_refuses_a_redis_that_lost_its_state_until_a_replay_rebuilds_
     let redis = h.projection.connection();
     // Redis "restarts empty": every key of the projection is gone.
     delete_prefix(&redis, &h.ns.prefix).await?;
-    h.producer.deduct("R1", "after-the-loss", 1).await?;
+    h.ledger
+        .deduct(
+            &ids::sku("R1"),
+            &ids::order("after-the-loss"),
+            ids::qty(1),
+            None,
+        )
+        .await?;
     wait_until("the applier to stop by itself", CATCH_UP, || async {
         Ok(applier.is_finished().then_some(()))
     })

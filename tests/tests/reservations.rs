@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use stockledger_client::producer::{ProducerError, Receipt};
 use stockledger_client::{OrderChecks, RedisDecisions, SoldOutGuard};
-use stockledger_core::{CommandBody, Decision, OrderStatus, RestockMode, ResultCode};
+use stockledger_core::{
+    CommandBody, Decision, OrderStatus, Quantity, RestockMode, ResultCode, UserId,
+};
 use stockledger_runtime::clock::now_ms;
+use stockledger_testkit::ids;
 use stockledger_testkit::{wait_until, Harness};
 
 async fn decided(reader: &RedisDecisions, receipt: Receipt) -> anyhow::Result<Decision> {
@@ -31,20 +34,29 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let wait = Duration::from_secs(30);
 
-    let p = &h.producer;
+    let p = &h.ledger;
     assert_eq!(
         decided(
             &reader,
-            p.restock("SKU-R", "a0", RestockMode::Set, 5).await?
+            p.restock(
+                &ids::sku("SKU-R"),
+                &ids::adjustment("a0"),
+                RestockMode::Set,
+                5
+            )
+            .await?
         )
         .await?
         .result,
         ResultCode::Applied
     );
     assert_eq!(
-        decided(&reader, p.limit("SKU-R", Some(2)).await?)
-            .await?
-            .result,
+        decided(
+            &reader,
+            p.limit(&ids::sku("SKU-R"), Some(ids::qty(2))).await?
+        )
+        .await?
+        .result,
         ResultCode::Applied
     );
 
@@ -52,13 +64,27 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     let deadline = now_ms() + 1_500;
     let held = decided(
         &reader,
-        p.reserve("SKU-R", "a", 2, Some("u1"), deadline).await?,
+        p.reserve_until(
+            &ids::sku("SKU-R"),
+            &ids::order("a"),
+            ids::qty(2),
+            ids::at_ms(deadline),
+            Some(&ids::user("u1")),
+        )
+        .await?,
     )
     .await?;
     assert_eq!((held.result, held.available), (ResultCode::Applied, 3));
     let over = decided(
         &reader,
-        p.reserve("SKU-R", "b", 1, Some("u1"), deadline).await?,
+        p.reserve_until(
+            &ids::sku("SKU-R"),
+            &ids::order("b"),
+            ids::qty(1),
+            ids::at_ms(deadline),
+            Some(&ids::user("u1")),
+        )
+        .await?,
     )
     .await?;
     assert_eq!(over.result, ResultCode::RejectedLimit);
@@ -66,28 +92,51 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     let c_deadline = now_ms() + 60_000;
     decided(
         &reader,
-        p.reserve("SKU-R", "c", 2, Some("u2"), c_deadline).await?,
+        p.reserve_until(
+            &ids::sku("SKU-R"),
+            &ids::order("c"),
+            ids::qty(2),
+            ids::at_ms(c_deadline),
+            Some(&ids::user("u2")),
+        )
+        .await?,
     )
     .await?;
     assert_eq!(
-        decided(&reader, p.confirm("SKU-R", "c").await?)
-            .await?
-            .result,
+        decided(
+            &reader,
+            p.confirm(&ids::sku("SKU-R"), &ids::order("c")).await?
+        )
+        .await?
+        .result,
         ResultCode::Confirmed
     );
     assert_eq!(
-        decided(&reader, p.refund("SKU-R", "c", Some(1)).await?)
-            .await?
-            .result,
+        decided(
+            &reader,
+            p.refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(1)))
+                .await?
+        )
+        .await?
+        .result,
         ResultCode::Refunded
     );
     assert_eq!(
-        decided(&reader, p.refund("SKU-R", "c", Some(1)).await?)
-            .await?
-            .result,
+        decided(
+            &reader,
+            p.refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(1)))
+                .await?
+        )
+        .await?
+        .result,
         ResultCode::Duplicate
     );
-    let too_much = decided(&reader, p.refund("SKU-R", "c", Some(3)).await?).await?;
+    let too_much = decided(
+        &reader,
+        p.refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(3)))
+            .await?,
+    )
+    .await?;
     assert_eq!(too_much.result, ResultCode::RejectedRefund);
 
     // Nothing more is sent for SKU-R: the expirer must end hold "a".
@@ -105,25 +154,46 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     assert_eq!((state.available, state.reserved, state.total), (4, 0, 5));
     assert_eq!(state.users.get("u1"), None, "expired units stop counting");
     assert_eq!(state.users.get("u2"), Some(&1));
-    let late = decided(&reader, p.confirm("SKU-R", "a").await?).await?;
+    let late = decided(
+        &reader,
+        p.confirm(&ids::sku("SKU-R"), &ids::order("a")).await?,
+    )
+    .await?;
     assert_eq!(late.result, ResultCode::RejectedExpired);
     // With the order checks, a refund above what was bought, and a confirm
     // or refund of an unknown order, are refused before they are published
     // (no hold is left to expire, so the log must not grow).
-    let checked = p
-        .clone()
-        .with_order_checks(OrderChecks::new(h.projection.clone()));
+    let checked = h
+        .ledger_builder()
+        .order_checks_from(OrderChecks::new(h.projection.clone()))
+        .build()
+        .await?;
     let logged = h.read(&h.ns.topic).await?.len();
     assert_eq!(
-        refused_field(checked.refund("SKU-R", "c", Some(3)).await.unwrap_err()),
+        refused_field(
+            checked
+                .refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(3)))
+                .await
+                .unwrap_err()
+        ),
         "quantity"
     );
     assert_eq!(
-        refused_field(checked.confirm("SKU-R", "nobody").await.unwrap_err()),
+        refused_field(
+            checked
+                .confirm(&ids::sku("SKU-R"), &ids::order("nobody"))
+                .await
+                .unwrap_err()
+        ),
         "order_id"
     );
     assert_eq!(
-        refused_field(checked.refund("SKU-R", "nobody", None).await.unwrap_err()),
+        refused_field(
+            checked
+                .refund(&ids::sku("SKU-R"), &ids::order("nobody"), None)
+                .await
+                .unwrap_err()
+        ),
         "order_id"
     );
     assert_eq!(
@@ -139,33 +209,36 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     // Bad input is refused before anything is sent.
     assert_eq!(
         refused_field(
-            p.reserve("SKU-R", "d", 1, None, now_ms() - 1)
-                .await
-                .unwrap_err()
+            p.reserve_until(
+                &ids::sku("SKU-R"),
+                &ids::order("d"),
+                ids::qty(1),
+                ids::at_ms(now_ms() - 1),
+                None
+            )
+            .await
+            .unwrap_err()
         ),
         "expires_at"
     );
     let far = now_ms() + 8 * 24 * 3_600_000;
     assert_eq!(
-        refused_field(p.reserve("SKU-R", "d", 1, None, far).await.unwrap_err()),
+        refused_field(
+            p.reserve_until(
+                &ids::sku("SKU-R"),
+                &ids::order("d"),
+                ids::qty(1),
+                ids::at_ms(far),
+                None
+            )
+            .await
+            .unwrap_err()
+        ),
         "expires_at"
     );
-    assert_eq!(
-        refused_field(p.limit("SKU-R", Some(0)).await.unwrap_err()),
-        "per_user"
-    );
-    assert_eq!(
-        refused_field(p.refund("SKU-R", "c", Some(0)).await.unwrap_err()),
-        "quantity"
-    );
-    assert_eq!(
-        refused_field(
-            p.reserve("SKU-R", "d", 1, Some(" u"), far)
-                .await
-                .unwrap_err()
-        ),
-        "user_id"
-    );
+    // A quantity or user id the rules refuse cannot be made.
+    assert_eq!(Quantity::new(0).unwrap_err().field, "quantity");
+    assert_eq!(UserId::new(" u").unwrap_err().field, "user_id");
 
     // The archive keeps the buyer, the deadline and the expiry.
     let rows: Vec<(String, String, Option<String>, Option<i64>)> =
@@ -226,31 +299,65 @@ async fn the_sold_out_fast_path_refuses_without_logging_only_when_nothing_can_co
     let applier = h.start_applier();
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
     let guard = SoldOutGuard::new(h.projection.clone());
-    let p = h.producer.clone().with_sold_out_guard(guard.clone());
+    let p = h
+        .ledger_builder()
+        .sold_out_guard_from(guard.clone())
+        .build()
+        .await?;
 
     // No state yet: not sold out (the first restock may be on its way).
-    let early = decided(&reader, p.deduct("SKU-S", "o0", 1).await?).await?;
+    let early = decided(
+        &reader,
+        p.deduct(&ids::sku("SKU-S"), &ids::order("o0"), ids::qty(1), None)
+            .await?,
+    )
+    .await?;
     assert_eq!(early.result, ResultCode::RejectedInsufficient);
     decided(
         &reader,
-        p.restock("SKU-S", "a0", RestockMode::Set, 1).await?,
+        p.restock(
+            &ids::sku("SKU-S"),
+            &ids::adjustment("a0"),
+            RestockMode::Set,
+            1,
+        )
+        .await?,
     )
     .await?;
     let hold = decided(
         &reader,
-        p.reserve("SKU-S", "o1", 1, None, now_ms() + 60_000).await?,
+        p.reserve_until(
+            &ids::sku("SKU-S"),
+            &ids::order("o1"),
+            ids::qty(1),
+            ids::at_ms(now_ms() + 60_000),
+            None,
+        )
+        .await?,
     )
     .await?;
     assert_eq!((hold.result, hold.available), (ResultCode::Applied, 0));
     // Nothing available but a unit held that may come back: logged.
-    let logged = decided(&reader, p.deduct("SKU-S", "o2", 1).await?).await?;
+    let logged = decided(
+        &reader,
+        p.deduct(&ids::sku("SKU-S"), &ids::order("o2"), ids::qty(1), None)
+            .await?,
+    )
+    .await?;
     assert_eq!(logged.result, ResultCode::RejectedInsufficient);
     assert_eq!(guard.refused(), 0);
-    decided(&reader, p.confirm("SKU-S", "o1").await?).await?;
+    decided(
+        &reader,
+        p.confirm(&ids::sku("SKU-S"), &ids::order("o1")).await?,
+    )
+    .await?;
 
     // Sold: refused here, and the log does not grow.
     let before = h.read(&h.ns.topic).await?.len();
-    match p.deduct("SKU-S", "o3", 1).await {
+    match p
+        .deduct(&ids::sku("SKU-S"), &ids::order("o3"), ids::qty(1), None)
+        .await
+    {
         Err(ProducerError::SoldOut(s)) => {
             assert_eq!(s.sku, "SKU-S");
             assert!(format!("{}", ProducerError::SoldOut(s)).contains("not logged"));
@@ -259,10 +366,20 @@ async fn the_sold_out_fast_path_refuses_without_logging_only_when_nothing_can_co
     }
     assert_eq!(guard.refused(), 1);
     // Other commands pass the guard.
-    decided(&reader, p.refund("SKU-S", "o1", None).await?).await?;
+    decided(
+        &reader,
+        p.refund(&ids::sku("SKU-S"), &ids::order("o1"), None)
+            .await?,
+    )
+    .await?;
     assert_eq!(h.read(&h.ns.topic).await?.len(), before + 1);
     // The refund brought a unit back: deducts are logged again.
-    let again = decided(&reader, p.deduct("SKU-S", "o4", 1).await?).await?;
+    let again = decided(
+        &reader,
+        p.deduct(&ids::sku("SKU-S"), &ids::order("o4"), ids::qty(1), None)
+            .await?,
+    )
+    .await?;
     assert_eq!(again.result, ResultCode::Applied);
     applier.stop().await?;
     Ok(())
@@ -292,17 +409,30 @@ async fn with_the_applier_down_past_the_deadlines_holds_end_by_expires_logged_on
     let applier = h.start_applier();
     let archiver = h.start_archiver();
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
-    let p = &h.producer;
+    let p = &h.ledger;
     decided(
         &reader,
-        p.restock("SKU-D", "d0", RestockMode::Set, 10).await?,
+        p.restock(
+            &ids::sku("SKU-D"),
+            &ids::adjustment("d0"),
+            RestockMode::Set,
+            10,
+        )
+        .await?,
     )
     .await?;
     let deadline = now_ms() + 2_000;
     for order in ["kept", "late"] {
         let held = decided(
             &reader,
-            p.reserve("SKU-D", order, 2, Some("u1"), deadline).await?,
+            p.reserve_until(
+                &ids::sku("SKU-D"),
+                &ids::order(order),
+                ids::qty(2),
+                ids::at_ms(deadline),
+                Some(&ids::user("u1")),
+            )
+            .await?,
         )
         .await?;
         assert_eq!(held.result, ResultCode::Applied, "{order}");
@@ -316,7 +446,7 @@ async fn with_the_applier_down_past_the_deadlines_holds_end_by_expires_logged_on
     })
     .await?;
     // A confirm reaches the log after the deadline, ahead of any expire.
-    let late_confirm = p.confirm("SKU-D", "late").await?;
+    let late_confirm = p.confirm(&ids::sku("SKU-D"), &ids::order("late")).await?;
     for order in ["kept", "late"] {
         assert_eq!(
             status(&h, "SKU-D", order).await?,
@@ -369,14 +499,28 @@ async fn an_expire_lost_on_its_way_is_sent_again_after_five_seconds() -> anyhow:
     let applier = h.start_applier();
     let archiver = h.start_archiver();
     let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
-    let p = &h.producer;
+    let p = &h.ledger;
     decided(
         &reader,
-        p.restock("SKU-L", "l0", RestockMode::Set, 10).await?,
+        p.restock(
+            &ids::sku("SKU-L"),
+            &ids::adjustment("l0"),
+            RestockMode::Set,
+            10,
+        )
+        .await?,
     )
     .await?;
     let deadline = now_ms() + 2_000;
-    let hold = p.reserve("SKU-L", "lost", 3, None, deadline).await?;
+    let hold = p
+        .reserve_until(
+            &ids::sku("SKU-L"),
+            &ids::order("lost"),
+            ids::qty(3),
+            ids::at_ms(deadline),
+            None,
+        )
+        .await?;
     let partition = hold.position.partition;
     decided(&reader, hold).await?;
     applier.stop().await?;

@@ -56,7 +56,7 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
     for show in shows {
         let seats: Vec<String> = (0..SEATS).map(seat).collect();
         let body = CommandBody::Restock(Restock::units(AdjustmentId::new("hall")?, &seats)?);
-        let added = decided(&reader, h.producer.send(Sku::new(show)?, body).await?).await?;
+        let added = decided(&reader, h.ledger.send(&Sku::new(show)?, body).await?).await?;
         assert_eq!(added.result, ResultCode::Applied, "{added:?}");
     }
     // Buyer n wants 2 or 3 adjacent seats starting at a seat that walks
@@ -66,7 +66,7 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
     let dying = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for n in 0..BUYERS {
-        let producer = h.producer.clone();
+        let producer = h.ledger.clone();
         let reader = reader.clone();
         let dying = dying.clone();
         let show = shows[n % shows.len()].to_owned();
@@ -79,9 +79,7 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
                 ..Deduct::for_units(OrderId::new(order.clone())?, &seats)?
             };
             let sku = Sku::new(show.clone())?;
-            let sent = producer
-                .send(sku.clone(), CommandBody::Deduct(deduct))
-                .await?;
+            let sent = producer.send(&sku, CommandBody::Deduct(deduct)).await?;
             let held = decided(&reader, sent).await?;
             let mut buyer = Buyer {
                 show,
@@ -108,7 +106,7 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
             } else {
                 CommandBody::Rollback(Rollback::new(order_id, Some("changed my mind".into()))?)
             };
-            let ended = decided(&reader, producer.send(sku, body).await?).await?;
+            let ended = decided(&reader, producer.send(&sku, body).await?).await?;
             buyer.paid = match ended.result {
                 ResultCode::Confirmed => Some(true),
                 ResultCode::Applied => Some(false),

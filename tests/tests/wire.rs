@@ -18,6 +18,7 @@ use stockledger_core::{
 use stockledger_kafka::topic::LogRecord;
 use stockledger_maintenance::reconcile::reconcile;
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};
 use stockledger_testkit::{wait_until, Harness};
 
@@ -72,8 +73,13 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
     let h = Harness::new("bad-frames", 1).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    h.producer
-        .restock("SKU-B", "a", RestockMode::Set, 5)
+    h.ledger
+        .restock(
+            &ids::sku("SKU-B"),
+            &ids::adjustment("a"),
+            RestockMode::Set,
+            5,
+        )
         .await?;
     let good = codec::encode_command(&deduct("SKU-B", "o-1", 1))?;
 
@@ -113,7 +119,15 @@ async fn each_bad_record_is_dead_lettered_with_what_is_wrong_and_nothing_after_i
     for (key, payload, _) in &bad {
         offsets.push(h.send_raw(key, payload).await?.1);
     }
-    let after = h.producer.deduct("SKU-B", "after-the-bad-ones", 2).await?;
+    let after = h
+        .ledger
+        .deduct(
+            &ids::sku("SKU-B"),
+            &ids::order("after-the-bad-ones"),
+            ids::qty(2),
+            None,
+        )
+        .await?;
     h.wait_for_archive(7).await?;
 
     let dead = h.read(&h.ns.dlq_topic).await?;
@@ -152,13 +166,26 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
         .map(|i| format!("N{i}"))
         .find(|s| home_partition(s.as_bytes(), 2) == away)
         .unwrap_or_default();
-    h.producer
-        .restock("SKU-M", "a", RestockMode::Set, 5)
+    h.ledger
+        .restock(
+            &ids::sku("SKU-M"),
+            &ids::adjustment("a"),
+            RestockMode::Set,
+            5,
+        )
         .await?;
-    h.producer
-        .restock(&neighbour, "a", RestockMode::Set, 5)
+    h.ledger
+        .restock(
+            &ids::sku(&neighbour),
+            &ids::adjustment("a"),
+            RestockMode::Set,
+            5,
+        )
         .await?;
-    let first = h.producer.deduct("SKU-M", "o-1", 1).await?;
+    let first = h
+        .ledger
+        .deduct(&ids::sku("SKU-M"), &ids::order("o-1"), ids::qty(1), None)
+        .await?;
     assert_eq!(
         first.position.partition, home,
         "the library routes by murmur2"
@@ -169,7 +196,10 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
     let payload = codec::encode_command(&deduct("SKU-M", "o-2", 1))?;
     let (partition, offset) = h.send_raw_to(Some(away), "SKU-M", &payload).await?;
     assert_eq!(partition, away);
-    let later = h.producer.deduct(&neighbour, "o-1", 1).await?;
+    let later = h
+        .ledger
+        .deduct(&ids::sku(&neighbour), &ids::order("o-1"), ids::qty(1), None)
+        .await?;
     assert_eq!(later.position.partition, away);
     h.wait_for_archive(5).await?;
 
@@ -237,8 +267,12 @@ async fn a_log_written_by_the_previous_release_and_this_one_replays_to_the_same_
     let skus = ["V0", "V1", "V2", "V3"];
     let mut records = 0;
     for sku in skus {
-        h.producer.restock(sku, "a", RestockMode::Set, 10).await?;
-        h.producer.deduct(sku, "new-1", 2).await?;
+        h.ledger
+            .restock(&ids::sku(sku), &ids::adjustment("a"), RestockMode::Set, 10)
+            .await?;
+        h.ledger
+            .deduct(&ids::sku(sku), &ids::order("new-1"), ids::qty(2), None)
+            .await?;
         records += 2;
     }
     for sku in skus {
@@ -329,9 +363,12 @@ async fn a_producers_traceparent_reaches_the_outcome_and_the_archive_row_and_a_b
             Quantity::new(1).unwrap_or_else(|e| panic!("{e}")),
         ))
     };
-    h.producer.restock("T-1", "a", RestockMode::Set, 5).await?;
+    h.ledger
+        .restock(&ids::sku("T-1"), &ids::adjustment("a"), RestockMode::Set, 5)
+        .await?;
     let sent = h
-        .producer
+        .ledger
+        .producer()
         .send_traced(Sku::new("T-1")?, body("o-1"), traced, false)
         .await?;
     // A traceparent no tracer would accept is not carried (upper-case hex).
@@ -345,7 +382,8 @@ async fn a_producers_traceparent_reaches_the_outcome_and_the_archive_row_and_a_b
     .await?;
     // The library refuses one, naming the field, and sends nothing.
     let refused = h
-        .producer
+        .ledger
+        .producer()
         .send_traced(Sku::new("T-1")?, body("o-3"), "00-abc", false)
         .await;
     assert!(
@@ -414,8 +452,13 @@ async fn a_record_one_byte_short_or_with_a_nul_is_dead_lettered_and_the_archive_
     let h = Harness::new("strict-wire", 1).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    h.producer
-        .restock("SKU-T", "a", RestockMode::Set, 5)
+    h.ledger
+        .restock(
+            &ids::sku("SKU-T"),
+            &ids::adjustment("a"),
+            RestockMode::Set,
+            5,
+        )
         .await?;
     let whole = codec::encode_command(&deduct("SKU-T", "o2", 1))?;
     let short = &whole[..whole.len() - 1];
@@ -428,7 +471,10 @@ async fn a_record_one_byte_short_or_with_a_nul_is_dead_lettered_and_the_archive_
     })?;
     h.send_raw("SKU-T", short).await?;
     h.send_raw("SKU-T", &nul).await?;
-    let after = h.producer.deduct("SKU-T", "after", 1).await?;
+    let after = h
+        .ledger
+        .deduct(&ids::sku("SKU-T"), &ids::order("after"), ids::qty(1), None)
+        .await?;
     h.wait_for_archive(4).await?;
 
     let writer = format!("Command.v{}", schema::current(Subject::Command).version);
@@ -467,7 +513,9 @@ async fn a_record_one_byte_short_or_with_a_nul_is_dead_lettered_and_the_archive_
     poisoned.rollback_reason = Some("a\0b".into());
     h.send_raw_outcome("SKU-P", &codec::encode_outcome(&poisoned)?)
         .await?;
-    h.producer.deduct("SKU-T", "later", 1).await?;
+    h.ledger
+        .deduct(&ids::sku("SKU-T"), &ids::order("later"), ids::qty(1), None)
+        .await?;
     h.wait_for_archive(6).await?;
     let rows = query::history(&h.pool, &h.ns.topic, &HistoryOf::Sku("SKU-P".into()), 10).await?;
     assert_eq!(rows.len(), 1);

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use stockledger_cli::Global;
-use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, Settler};
-use stockledger_client::RedisDecisions;
+use stockledger_client::basket::{self, BasketHold, BasketStatus, Line};
+use stockledger_client::Ledger;
 use stockledger_core::{BasketId, Quantity, Sku};
 
 use crate::contract::projection_differs;
@@ -34,11 +34,7 @@ pub(crate) async fn basket(
     // Twice the average: every hold is granted, so every basket is held.
     let per_sku = (2 * (baskets * LINES / skus as u64) + 10) as i64;
     let pipeline = Pipeline::start(g, args, run_id, name, skus, per_sku, true).await?;
-    let settler = Settler {
-        producer: pipeline.waiting_producer()?,
-        reader: RedisDecisions::connect(&g.redis_url, pipeline.prefix.clone()).await?,
-        wait: Duration::from_secs(60),
-    };
+    let settler = (pipeline.waiting_ledger(Some((&g.redis_url, Duration::from_secs(60))))).await?;
     let buyers = args.concurrency.clamp(1, baskets as usize);
     let started = Instant::now();
     let machine = crate::cpu::MachineCpu::now();
@@ -85,7 +81,7 @@ pub(crate) async fn basket(
 /// One buyer: the baskets numbered `numbers`, each held and then
 /// confirmed; how long the holds and the confirms took (µs).
 async fn buy(
-    settler: &Settler,
+    settler: &Ledger,
     run_id: &str,
     skus: &[String],
     numbers: impl Iterator<Item = u64>,

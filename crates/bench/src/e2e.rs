@@ -7,6 +7,7 @@ use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
 use stockledger_client::decisions::{DecisionSource, TopicDecisions};
 use stockledger_client::RedisDecisions;
+use stockledger_testkit::ids;
 
 use crate::contract::{archive, projection_differs};
 use crate::pipeline::Pipeline;
@@ -174,11 +175,18 @@ pub(crate) async fn latency(
             TopicDecisions::start(&pipeline.kafka, &pipeline.outcomes_topic).await?,
         ),
     };
-    let producer = pipeline.waiting_producer()?;
+    let producer = pipeline.waiting_ledger(None).await?;
     let offer = |i: u64| {
         let (producer, decisions, sku) = (producer.clone(), decisions.clone(), pipeline.sku(i));
         async move {
-            let receipt = producer.deduct(&sku, &format!("order-{i}"), 1).await?;
+            let receipt = producer
+                .deduct(
+                    &ids::sku(&sku),
+                    &ids::order(format!("order-{i}")),
+                    ids::qty(1),
+                    None,
+                )
+                .await?;
             let acknowledged = tokio::time::Instant::now();
             decisions.wait(&receipt, Duration::from_secs(60)).await?;
             anyhow::Ok(Some(acknowledged))

@@ -24,6 +24,7 @@ use stockledger_cli::Global;
 use stockledger_core::{codec, RestockMode};
 use stockledger_kafka::admin::{create_topics, TopicSpec};
 use stockledger_kafka::topic::{partition_count, read_topic, record_count, replication_of};
+use stockledger_testkit::ids;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::cpu::{broker_pid, pid_cpu, shown_per_million, MachineCpu};
@@ -208,19 +209,44 @@ async fn rules_log(g: &Global, args: &BenchArgs, run_id: &str) -> anyhow::Result
         .map(|i| {
             let (p, sku) = (&pipeline.producer, pipeline.sku(i));
             async move {
-                p.deduct(&sku, "o1", 2).await?;
-                p.deduct(&sku, "o2", 2).await?;
-                p.deduct(&sku, "o1", 1).await?;
-                p.rollback(&sku, "o3", None).await?;
-                p.deduct(&sku, "o3", 1).await?;
-                p.rollback(&sku, "o1", None).await?;
-                p.rollback(&sku, "o1", None).await?;
-                p.deduct(&sku, "o2", 2).await?;
-                p.restock(&sku, "initial", RestockMode::Set, 3).await?;
-                p.restock(&sku, "more", RestockMode::Add, 2).await?;
-                p.restock(&sku, "less", RestockMode::Set, 1).await?;
-                p.deduct(&sku, "o4", 3).await?;
-                p.deduct(&sku, "o5", 1).await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o1"), ids::qty(2), None)
+                    .await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o2"), ids::qty(2), None)
+                    .await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o1"), ids::qty(1), None)
+                    .await?;
+                p.rollback(&ids::sku(&sku), &ids::order("o3"), None).await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o3"), ids::qty(1), None)
+                    .await?;
+                p.rollback(&ids::sku(&sku), &ids::order("o1"), None).await?;
+                p.rollback(&ids::sku(&sku), &ids::order("o1"), None).await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o2"), ids::qty(2), None)
+                    .await?;
+                p.restock(
+                    &ids::sku(&sku),
+                    &ids::adjustment("initial"),
+                    RestockMode::Set,
+                    3,
+                )
+                .await?;
+                p.restock(
+                    &ids::sku(&sku),
+                    &ids::adjustment("more"),
+                    RestockMode::Add,
+                    2,
+                )
+                .await?;
+                p.restock(
+                    &ids::sku(&sku),
+                    &ids::adjustment("less"),
+                    RestockMode::Set,
+                    1,
+                )
+                .await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o4"), ids::qty(3), None)
+                    .await?;
+                p.deduct(&ids::sku(&sku), &ids::order("o5"), ids::qty(1), None)
+                    .await?;
                 anyhow::Ok(13u64)
             }
         })

@@ -8,10 +8,11 @@ use anyhow::Context;
 use futures::stream::{self, StreamExt};
 use stockledger_cli::{applier_config, Global};
 use stockledger_client::producer::Tuning;
-use stockledger_client::LedgerProducer;
+use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
 use stockledger_core::RestockMode;
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_kafka::topic::committed_offsets;
+use stockledger_testkit::ids;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -126,7 +127,7 @@ pub(crate) struct Pipeline {
     pub(crate) group: String,
     pub(crate) prefix: String,
     pub(crate) skus: usize,
-    pub(crate) producer: LedgerProducer,
+    pub(crate) producer: Ledger,
     pub(crate) restocks: i64,
     pub(crate) applier: Applier,
     /// The settings of an applier process, for more of them in its group.
@@ -204,7 +205,9 @@ impl Pipeline {
         };
         // The scenarios that time a caller's wait make producers of their
         // own; these publish as much as they can.
-        let producer = LedgerProducer::tuned(&kafka, topic.clone(), Tuning::Throughput)?;
+        let producer = (Self::builder(&kafka, &topic).tuning(Tuning::Throughput))
+            .build()
+            .await?;
         let pipeline = Self {
             kafka,
             topic,
@@ -218,28 +221,54 @@ impl Pipeline {
             applier_env,
             more_appliers: Vec::new(),
         };
-        stream::iter(0..skus as u64)
-            .map(|i| {
-                let p = &pipeline;
-                async move {
-                    p.producer
-                        .restock(&p.sku(i), "initial", RestockMode::Set, per_sku)
-                        .await
-                }
-            })
-            .buffer_unordered(args.in_flight)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+        pipeline.stock_every_sku(per_sku, args.in_flight).await?;
         pipeline.wait_applied(0).await?;
         Ok(pipeline)
     }
 
-    /// A producer tuned as an order service's, for scenarios timing callers
-    /// that wait on each command (the pipeline's own publishes in bulk).
-    pub(crate) fn waiting_producer(&self) -> anyhow::Result<LedgerProducer> {
-        Ok(LedgerProducer::new(&self.kafka, self.topic.clone())?)
+    /// Sets every SKU's stock to `per_sku`, `in_flight` restocks at a time.
+    async fn stock_every_sku(&self, per_sku: i64, in_flight: usize) -> anyhow::Result<()> {
+        stream::iter(0..self.skus as u64)
+            .map(|i| async move {
+                self.producer
+                    .restock(
+                        &ids::sku(self.sku(i)),
+                        &ids::adjustment("initial"),
+                        RestockMode::Set,
+                        per_sku,
+                    )
+                    .await
+            })
+            .buffer_unordered(in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+
+    fn builder(kafka: &KafkaConfig, topic: &str) -> LedgerBuilder {
+        Ledger::builder()
+            .kafka(kafka.clone())
+            .topic(topic)
+            .without_decisions()
+    }
+
+    /// A ledger's client tuned as an order service's, for scenarios timing
+    /// callers that wait on each command (the pipeline's own publishes in
+    /// bulk); it reads no decisions unless `decisions` gives the Redis
+    /// URL to read them from and how long to wait for each.
+    pub(crate) async fn waiting_ledger(
+        &self,
+        decisions: Option<(&str, Duration)>,
+    ) -> anyhow::Result<Ledger> {
+        let mut builder = Self::builder(&self.kafka, &self.topic);
+        if let Some((redis_url, wait)) = decisions {
+            builder = builder
+                .decisions_from_redis(redis_url, &self.prefix)
+                .decision_timeout(wait);
+        }
+        Ok(builder.build().await?)
     }
 
     /// One more `stockledger apply` process in the applier's group, under a
@@ -326,7 +355,7 @@ impl Pipeline {
     /// another use than the bulk loading the pipeline's own is).
     pub(crate) async fn publish_by(
         &self,
-        producer: &LedgerProducer,
+        producer: &Ledger,
         range: std::ops::Range<u64>,
         in_flight: usize,
     ) -> anyhow::Result<()> {
@@ -337,11 +366,20 @@ impl Pipeline {
                 if i % ROLLBACK_EVERY == 0 && i >= lag {
                     let order = i - lag + 1;
                     producer
-                        .rollback(&self.sku(order), &format!("order-{order}"), None)
+                        .rollback(
+                            &ids::sku(self.sku(order)),
+                            &ids::order(format!("order-{order}")),
+                            None,
+                        )
                         .await
                 } else {
                     producer
-                        .deduct(&self.sku(i), &format!("order-{i}"), 1)
+                        .deduct(
+                            &ids::sku(self.sku(i)),
+                            &ids::order(format!("order-{i}")),
+                            ids::qty(1),
+                            None,
+                        )
                         .await
                 }
             })
@@ -365,9 +403,13 @@ impl Pipeline {
                 let (round, sku) = (i / skus, self.sku(i));
                 let order = format!("order-{}", round / 2);
                 if round % 2 == 0 {
-                    self.producer.deduct(&sku, &order, 1).await
+                    self.producer
+                        .deduct(&ids::sku(&sku), &ids::order(&order), ids::qty(1), None)
+                        .await
                 } else {
-                    self.producer.rollback(&sku, &order, None).await
+                    self.producer
+                        .rollback(&ids::sku(&sku), &ids::order(&order), None)
+                        .await
                 }
             })
             .buffer_unordered(in_flight.min(self.skus).max(1))

@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sqlx::PgPool;
 use stockledger_analysts::query;
-use stockledger_client::{LedgerProducer, ProducerError, RedisDecisions};
-use stockledger_core::{OrderStatus, ResultCode};
+use stockledger_client::{Ledger, ProducerError};
+use stockledger_core::{OrderId, OrderStatus, Quantity, ResultCode, Sku, UnitId, UserId};
 use stockledger_kafka::topic;
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;
@@ -35,8 +35,9 @@ pub fn seat_name(n: usize) -> String {
     format!("R{}-{}", n / SEATS_PER_ROW + 1, n % SEATS_PER_ROW + 1)
 }
 
-/// How long a buyer waits for the decision on their reservation.
-const DECISION_WAIT: Duration = Duration::from_secs(60);
+/// How long a buyer waits for the decision on their reservation: the
+/// demo's ledger's decision timeout.
+pub const DECISION_WAIT: Duration = Duration::from_secs(60);
 
 /// Who buys, and how they behave. Order `i` is placed by user
 /// `user-{i / 2}` (each user tries twice, so a per-user limit of one
@@ -95,30 +96,29 @@ impl std::ops::AddAssign for Sent {
 }
 
 /// Lets `workload.buyers` concurrent tasks check out their orders of one
-/// unit of [`HOT_SKU`] through `producer`: each reserves, waits for the
-/// ledger's answer (read through `reader`), and when granted pays,
-/// cancels, abandons, or pays and is refunded. A reservation the
-/// producer's sold-out guard refuses is counted, not sent. Returns what
-/// was sent.
-pub async fn buy(
-    producer: &LedgerProducer,
-    reader: &RedisDecisions,
-    workload: &Workload,
-) -> anyhow::Result<Sent> {
+/// unit of [`HOT_SKU`] through `ledger`: each reserves, waits for the
+/// ledger's answer, and when granted pays, cancels, abandons, or pays and
+/// is refunded. A reservation the ledger's sold-out guard refuses is
+/// counted, not sent. Returns what was sent.
+pub async fn buy(ledger: &Ledger, workload: &Workload) -> anyhow::Result<Sent> {
     anyhow::ensure!(workload.buyers > 0, "buyers must be at least 1");
     let buyers = (0..workload.buyers).map(|buyer| async move {
         let w = workload;
         let mut rng = StdRng::seed_from_u64(w.seed.wrapping_add(buyer as u64));
         let mut sent = Sent::default();
+        let sku = Sku::new(HOT_SKU)?;
+        let (one, hold) = (
+            Quantity::new(1)?,
+            Duration::from_millis(w.hold_ms.unsigned_abs()),
+        );
         for order in (buyer..w.orders).step_by(w.buyers) {
-            let order_id = format!("order-{order}");
-            let user = format!("user-{}", order / 2);
-            let reserve =
-                || producer.reserve(HOT_SKU, &order_id, 1, Some(&user), now_ms() + w.hold_ms);
+            let order_id = OrderId::new(format!("order-{order}"))?;
+            let user = UserId::new(format!("user-{}", order / 2))?;
+            let reserve = || ledger.reserve(&sku, &order_id, one, hold, Some(&user));
             let roll: u32 = rng.random_range(0..100);
             if roll < w.early_rollback_percent {
-                producer
-                    .rollback(HOT_SKU, &order_id, Some("cancelled before reserving"))
+                ledger
+                    .rollback(&sku, &order_id, Some("cancelled before reserving"))
                     .await?;
                 sent.early_rollbacks += 1;
                 sent.records += 1;
@@ -146,26 +146,26 @@ pub async fn buy(
                 }
                 sent.duplicated += 1;
             }
-            let decision = reader.wait(&receipt, DECISION_WAIT).await?;
+            let decision = ledger.decision(&receipt).await?;
             if decision.result != ResultCode::Applied {
                 continue;
             }
             sent.reserved += 1;
             let then: u32 = rng.random_range(0..100);
             if then < w.cancel_percent {
-                producer
-                    .rollback(HOT_SKU, &order_id, Some("changed their mind"))
+                ledger
+                    .rollback(&sku, &order_id, Some("changed their mind"))
                     .await?;
                 sent.cancelled += 1;
                 sent.records += 1;
             } else if then < w.cancel_percent + w.abandon_percent {
                 sent.abandoned += 1;
             } else {
-                producer.confirm(HOT_SKU, &order_id).await?;
+                ledger.confirm(&sku, &order_id).await?;
                 sent.paid += 1;
                 sent.records += 1;
                 if then < w.cancel_percent + w.abandon_percent + w.refund_percent {
-                    producer.refund(HOT_SKU, &order_id, None).await?;
+                    ledger.refund(&sku, &order_id, None).await?;
                     sent.refunded += 1;
                     sent.records += 1;
                 }
@@ -198,62 +198,53 @@ pub struct BasketsSent {
 /// held `hold_ms`: when held, 70 % are paid, 15 % released, 15 %
 /// abandoned (their holds expire).
 pub async fn buy_baskets(
-    producer: &LedgerProducer,
-    reader: &RedisDecisions,
+    ledger: &Ledger,
     run_id: &str,
     baskets: usize,
     shoppers: usize,
     hold_ms: i64,
     seed: u64,
 ) -> anyhow::Result<BasketsSent> {
-    use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, Settler};
-    use stockledger_core::{BasketId, Quantity, Sku};
-    let settler = Settler {
-        producer: producer.clone(),
-        reader: reader.clone(),
-        wait: DECISION_WAIT,
-    };
+    use stockledger_client::basket::{self, BasketHold, BasketStatus, Line};
+    use stockledger_core::BasketId;
     let shoppers = shoppers.clamp(1, baskets.max(1));
-    let tasks = (0..shoppers).map(|shopper| {
-        let settler = &settler;
-        async move {
-            let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1_000_000 + shopper as u64));
-            let mut sent = BasketsSent::default();
-            for i in (shopper..baskets).step_by(shoppers) {
-                let id = BasketId::new(format!("{run_id}-basket-{i}"))?;
-                let lines = BASKET_SKUS
-                    .iter()
-                    .map(|sku| {
-                        Ok(Line {
-                            sku: Sku::new(*sku)?,
-                            quantity: Quantity::new(1)?,
-                        })
+    let tasks = (0..shoppers).map(|shopper| async move {
+        let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1_000_000 + shopper as u64));
+        let mut sent = BasketsSent::default();
+        for i in (shopper..baskets).step_by(shoppers) {
+            let id = BasketId::new(format!("{run_id}-basket-{i}"))?;
+            let lines = BASKET_SKUS
+                .iter()
+                .map(|sku| {
+                    Ok(Line {
+                        sku: Sku::new(*sku)?,
+                        quantity: Quantity::new(1)?,
                     })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                let hold = BasketHold::new(id.clone(), None, now_ms() + hold_ms, lines)?;
-                sent.ids.push(id.clone());
-                let held = basket::hold(settler, &hold).await?;
-                if held.status != BasketStatus::Held {
-                    sent.refused += 1;
-                    continue;
-                }
-                sent.held += 1;
-                let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
-                match rng.random_range(0..100) {
-                    0..70 => match basket::confirm(settler, &id, &skus).await?.status {
-                        BasketStatus::Confirmed => sent.paid += 1,
-                        _ => sent.failed += 1,
-                    },
-                    70..85 => {
-                        let why = stockledger_core::Reason::new("changed their mind")?;
-                        basket::release(settler, &id, &skus, Some(&why)).await?;
-                        sent.released += 1;
-                    }
-                    _ => sent.abandoned += 1,
-                }
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let hold = BasketHold::new(id.clone(), None, now_ms() + hold_ms, lines)?;
+            sent.ids.push(id.clone());
+            let held = basket::hold(ledger, &hold).await?;
+            if held.status != BasketStatus::Held {
+                sent.refused += 1;
+                continue;
             }
-            anyhow::Ok(sent)
+            sent.held += 1;
+            let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
+            match rng.random_range(0..100) {
+                0..70 => match basket::confirm(ledger, &id, &skus).await?.status {
+                    BasketStatus::Confirmed => sent.paid += 1,
+                    _ => sent.failed += 1,
+                },
+                70..85 => {
+                    let why = stockledger_core::Reason::new("changed their mind")?;
+                    basket::release(ledger, &id, &skus, Some(&why)).await?;
+                    sent.released += 1;
+                }
+                _ => sent.abandoned += 1,
+            }
         }
+        anyhow::Ok(sent)
     });
     let mut all = BasketsSent::default();
     for s in try_join_all(tasks).await? {
@@ -297,15 +288,14 @@ pub struct SeatsSent {
 /// all or none, for `hold_ms`; when held, 70 % pay, 15 % cancel, 15 %
 /// never come back (their holds expire).
 pub async fn buy_seats(
-    producer: &LedgerProducer,
-    reader: &RedisDecisions,
+    ledger: &Ledger,
     run_id: &str,
     (seats, parties, tasks): (usize, usize, usize),
     hold_ms: i64,
     seed: u64,
 ) -> anyhow::Result<SeatsSent> {
-    use stockledger_core::{CommandBody, Confirm, Deduct, OrderId, Rollback, Sku};
     let tasks = tasks.clamp(1, parties.max(1));
+    let hold = Duration::from_millis(hold_ms.unsigned_abs());
     let work = (0..tasks).map(|task| async move {
         let mut rng = StdRng::seed_from_u64(seed.wrapping_add(2_000_000 + task as u64));
         let mut sent = SeatsSent::default();
@@ -315,17 +305,14 @@ pub async fn buy_seats(
             let in_row = (seats - row_start).min(SEATS_PER_ROW);
             let first = row_start + rng.random_range(0..=in_row.saturating_sub(size));
             let wanted: Vec<String> = (first..first + size.min(in_row)).map(seat_name).collect();
+            let units = (wanted.iter().map(UnitId::new)).collect::<Result<Vec<_>, _>>()?;
             let order = OrderId::new(format!("{run_id}-party-{party}"))?;
-            let hold = Deduct {
-                expires_at: Some(now_ms() + hold_ms),
-                ..Deduct::for_units(order.clone(), &wanted)?
-            };
             let sku = Sku::new(SHOW_SKU)?;
-            let sent_hold = producer
-                .send(sku.clone(), CommandBody::Deduct(hold))
+            let sent_hold = ledger
+                .take_units(&sku, &order, &units, Some(hold), None)
                 .await?;
             sent.records += 1;
-            let decision = reader.wait(&sent_hold, DECISION_WAIT).await?;
+            let decision = ledger.decision(&sent_hold).await?;
             if decision.result != ResultCode::Applied {
                 sent.refused += 1;
                 continue;
@@ -334,11 +321,8 @@ pub async fn buy_seats(
             match rng.random_range(0..100) {
                 0..70 => {
                     sent.records += 1;
-                    let body = CommandBody::Confirm(Confirm {
-                        order_id: order.clone(),
-                    });
-                    let paid = reader
-                        .wait(&producer.send(sku, body).await?, DECISION_WAIT)
+                    let paid = ledger
+                        .decision(&ledger.confirm(&sku, &order).await?)
                         .await?;
                     if paid.result == ResultCode::Confirmed {
                         sent.paid += 1;
@@ -353,10 +337,9 @@ pub async fn buy_seats(
                 }
                 70..85 => {
                     sent.records += 1;
-                    let why = Some("the party changed its plans".to_owned());
-                    let body = CommandBody::Rollback(Rollback::new(order, why)?);
-                    reader
-                        .wait(&producer.send(sku, body).await?, DECISION_WAIT)
+                    let why = Some("the party changed its plans");
+                    ledger
+                        .decision(&ledger.rollback(&sku, &order, why).await?)
                         .await?;
                     sent.released += 1;
                 }

@@ -10,12 +10,13 @@ pub mod progress;
 pub mod secrets;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use stockledger_applier::ApplierConfig;
 use stockledger_archiver::ArchiverConfig;
-use stockledger_client::KafkaConfig;
+use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
 use stockledger_kafka::config::parse_property;
 use stockledger_projection::keys;
 
@@ -204,6 +205,24 @@ impl Global {
             brokers: self.brokers.clone(),
             properties: self.kafka_properties.clone(),
         }
+    }
+
+    /// The ledger's client for a command that sends: these brokers, this
+    /// command topic, and no decisions read unless asked for
+    /// ([`Global::deciding`]).
+    pub fn ledger(&self) -> LedgerBuilder {
+        Ledger::builder()
+            .kafka(self.kafka())
+            .topic(self.topic.clone())
+            .without_decisions()
+    }
+
+    /// `builder` reading decisions from the projection under `--prefix`,
+    /// waiting up to `wait` for each.
+    pub fn deciding(&self, builder: LedgerBuilder, wait: Duration) -> LedgerBuilder {
+        builder
+            .decisions_from_redis(&self.redis_url, &self.prefix)
+            .decision_timeout(wait)
     }
 }
 

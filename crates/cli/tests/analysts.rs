@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use stockledger_core::RestockMode;
+use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
 
 fn stockledger(h: &Harness, args: &[&str]) -> std::io::Result<Output> {
@@ -38,12 +39,17 @@ fn json_lines(stdout: &str) -> anyhow::Result<Vec<Value>> {
 /// The SKU's ledger: restock 5 (offset 0), deduct o1 ×2, o2 ×3, refused o3
 /// ×1, rollback o1 "payment failed" (offsets 1–4): sold out at offset 2.
 async fn sell(h: &Harness) -> anyhow::Result<()> {
-    let p = &h.producer;
-    p.restock("A", "r1", RestockMode::Set, 5).await?;
-    p.deduct("A", "o1", 2).await?;
-    p.deduct("A", "o2", 3).await?;
-    p.deduct("A", "o3", 1).await?;
-    p.rollback("A", "o1", Some("payment failed")).await?;
+    let p = &h.ledger;
+    p.restock(&ids::sku("A"), &ids::adjustment("r1"), RestockMode::Set, 5)
+        .await?;
+    p.deduct(&ids::sku("A"), &ids::order("o1"), ids::qty(2), None)
+        .await?;
+    p.deduct(&ids::sku("A"), &ids::order("o2"), ids::qty(3), None)
+        .await?;
+    p.deduct(&ids::sku("A"), &ids::order("o3"), ids::qty(1), None)
+        .await?;
+    p.rollback(&ids::sku("A"), &ids::order("o1"), Some("payment failed"))
+        .await?;
     h.wait_for_archive(5).await
 }
 
@@ -407,7 +413,9 @@ async fn the_analysts_role_reads_the_archive_and_cannot_write_it() -> anyhow::Re
     let h = Harness::new("analyst-role", 1).await?;
     let archiver = h.start_archiver();
     let applier = h.start_applier();
-    h.producer.restock("R", "r0", RestockMode::Set, 3).await?;
+    h.ledger
+        .restock(&ids::sku("R"), &ids::adjustment("r0"), RestockMode::Set, 3)
+        .await?;
     h.wait_for_archive(1).await?;
     applier.stop().await?;
     archiver.stop().await?;

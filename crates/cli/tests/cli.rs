@@ -4,6 +4,7 @@ mod common;
 
 use std::process::Output;
 
+use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
 
 fn stockledger(h: &Harness, args: &[&str]) -> std::io::Result<Output> {
@@ -336,15 +337,33 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
     use stockledger_core::RestockMode;
 
     let h = Harness::new("status", 2).await?;
-    h.producer
-        .restock("ST-1", "a-1", RestockMode::Set, 10)
+    h.ledger
+        .restock(
+            &ids::sku("ST-1"),
+            &ids::adjustment("a-1"),
+            RestockMode::Set,
+            10,
+        )
         .await?;
     for i in 0..4 {
-        h.producer.deduct("ST-1", &format!("o-{i}"), 1).await?;
+        h.ledger
+            .deduct(
+                &ids::sku("ST-1"),
+                &ids::order(format!("o-{i}")),
+                ids::qty(1),
+                None,
+            )
+            .await?;
     }
     let in_ten_minutes = stockledger_runtime::clock::now_ms() + 600_000;
-    h.producer
-        .reserve("ST-1", "held", 1, None, in_ten_minutes)
+    h.ledger
+        .reserve_until(
+            &ids::sku("ST-1"),
+            &ids::order("held"),
+            ids::qty(1),
+            ids::at_ms(in_ten_minutes),
+            None,
+        )
         .await?;
 
     // Nothing applies yet: the applier's lag is the whole log.
@@ -497,7 +516,9 @@ async fn dlq_redrive_sends_back_what_is_now_a_command_once_and_leaves_what_is_no
     let h = Harness::new("redrive", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    h.producer.restock("R-1", "a", RestockMode::Set, 5).await?;
+    h.ledger
+        .restock(&ids::sku("R-1"), &ids::adjustment("a"), RestockMode::Set, 5)
+        .await?;
     // A valid deduct on the partition R-1 does not live on (a producer with
     // another partitioner): misrouted, dead-lettered; and bytes that are no
     // command at all.
@@ -757,10 +778,10 @@ async fn kafka_properties_from_the_environment_and_minus_x_add_up() -> anyhow::R
 async fn progress_is_drawn_on_a_terminal_and_nothing_is_said_in_a_pipe() -> anyhow::Result<()> {
     let h = Harness::new("progress", 1).await?;
     for i in 0..3 {
-        h.producer
+        h.ledger
             .restock(
-                &format!("P-{i}"),
-                "a",
+                &ids::sku(format!("P-{i}")),
+                &ids::adjustment("a"),
                 stockledger_core::RestockMode::Set,
                 1,
             )

@@ -2,9 +2,9 @@
 //! pipeline: the contract's checks pass, and they fail on a broken state.
 
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
-use stockledger_client::RedisDecisions;
 use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku};
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,21 +13,38 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
     let h = Harness::new("demo-sale", 4).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let reader = RedisDecisions::connect(&h.redis_url, h.ns.prefix.clone()).await?;
-    h.producer
-        .restock(HOT_SKU, "initial", RestockMode::Set, 40)
+    let buyers = h
+        .ledger_builder()
+        .decisions_from_redis(&h.redis_url, &h.ns.prefix)
+        .decision_timeout(demo::DECISION_WAIT)
+        .build()
         .await?;
-    h.producer.limit(HOT_SKU, Some(1)).await?;
+    h.ledger
+        .restock(
+            &ids::sku(HOT_SKU),
+            &ids::adjustment("initial"),
+            RestockMode::Set,
+            40,
+        )
+        .await?;
+    h.ledger
+        .limit(&ids::sku(HOT_SKU), Some(ids::qty(1)))
+        .await?;
     for (sku, stock) in demo::BASKET_SKUS.into_iter().zip([20, 15]) {
-        h.producer
-            .restock(sku, "initial", RestockMode::Set, stock)
+        h.ledger
+            .restock(
+                &ids::sku(sku),
+                &ids::adjustment("initial"),
+                RestockMode::Set,
+                stock,
+            )
             .await?;
     }
     // A small hall: 30 seats for 40 parties of 1 to 4.
     let hall: Vec<String> = (0..30).map(demo::seat_name).collect();
     let seats_on_sale = CommandBody::Restock(Restock::units(AdjustmentId::new("hall")?, &hall)?);
-    h.producer
-        .send(Sku::new(demo::SHOW_SKU)?, seats_on_sale)
+    h.ledger
+        .send(&Sku::new(demo::SHOW_SKU)?, seats_on_sale)
         .await?;
     let workload = Workload {
         orders: 300,
@@ -41,9 +58,9 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         seed: 7,
     };
     let (sent, baskets, seats) = tokio::try_join!(
-        demo::buy(&h.producer, &reader, &workload),
-        demo::buy_baskets(&h.producer, &reader, "demo-test", 60, 10, 1_000, 7),
-        demo::buy_seats(&h.producer, &reader, "demo-test", (30, 40, 8), 1_000, 7)
+        demo::buy(&buyers, &workload),
+        demo::buy_baskets(&buyers, "demo-test", 60, 10, 1_000, 7),
+        demo::buy_seats(&buyers, "demo-test", (30, 40, 8), 1_000, 7)
     )?;
     assert!(
         seats.paid > 0 && seats.refused > 0 && !seats.sold.is_empty(),

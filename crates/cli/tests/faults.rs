@@ -14,12 +14,13 @@ use common::{log_path, spawn, terminate, Running};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use stockledger_client::producer::ProducerError;
-use stockledger_client::{KafkaConfig, LedgerProducer};
+use stockledger_client::{KafkaConfig, Ledger};
 use stockledger_core::{Alerts, CommandBody, Quantity, RestockMode, Sku, StockEventKind};
 use stockledger_kafka::admin::topic_config;
 use stockledger_kafka::topic::{committed_offsets, record_count};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
+use stockledger_testkit::ids;
 use stockledger_testkit::services::{signal_broker, start_own_broker};
 use stockledger_testkit::{poison, wait_until, Harness};
 
@@ -49,11 +50,11 @@ const SESSION_AND_REBALANCE: Duration = Duration::from_secs(45 + 15);
 /// (`stockledger_kafka::group`), then a rebalance or two.
 const TAKEOVER: Duration = Duration::from_secs(45 + 5 + 5 + 45);
 
-async fn restock(producer: &LedgerProducer) -> anyhow::Result<u64> {
+async fn restock(producer: &Ledger) -> anyhow::Result<u64> {
     stockledger_testkit::traffic::restock_all(producer, &SKUS, 200).await
 }
 
-async fn traffic(producer: &LedgerProducer, first: usize, orders: usize) -> anyhow::Result<u64> {
+async fn traffic(producer: &Ledger, first: usize, orders: usize) -> anyhow::Result<u64> {
     stockledger_testkit::traffic::orders(producer, &SKUS, first, orders).await
 }
 
@@ -97,7 +98,7 @@ async fn wait_exit(
 /// Orders sent in chunks until `stop` is set (at most `most` of them);
 /// returns the records sent.
 fn traffic_until(
-    producer: &LedgerProducer,
+    producer: &Ledger,
     stop: &Arc<AtomicBool>,
     most: usize,
 ) -> tokio::task::JoinHandle<anyhow::Result<u64>> {
@@ -116,11 +117,11 @@ fn traffic_until(
 /// 32 tasks at once (the contract check folds the log in whatever order
 /// it holds them).
 async fn backlog(h: &Harness, records: usize) -> anyhow::Result<u64> {
-    let sent = stockledger_testkit::traffic::restock_all(&h.producer, &SKUS, 1_000_000).await?;
+    let sent = stockledger_testkit::traffic::restock_all(&h.ledger, &SKUS, 1_000_000).await?;
     let per_task = records * 10 / 14 / 32; // about 1.4 records per order
     let tasks: Vec<_> = (0..32)
         .map(|k| {
-            let producer = h.producer.clone();
+            let producer = h.ledger.clone();
             tokio::spawn(async move { traffic(&producer, k * per_task, per_task).await })
         })
         .collect();
@@ -154,9 +155,9 @@ async fn an_applier_killed_ten_times_while_producers_run_loses_and_doubles_nothi
 ) -> anyhow::Result<()> {
     let h = Harness::new("kill-applier", 4).await?;
     let archiver = h.start_archiver();
-    let restocked = restock(&h.producer).await?;
+    let restocked = restock(&h.ledger).await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let traffic = traffic_until(&h.producer, &stop, 20_000);
+    let traffic = traffic_until(&h.ledger, &stop, 20_000);
     let mut rng = StdRng::seed_from_u64(11);
     let (mut last, mut under_traffic) = (0, 0);
     for cycle in 0..10 {
@@ -236,23 +237,29 @@ async fn stock_events_are_published_once_each_through_kill_9_mid_batch() -> anyh
     // goes low, each rollback brings it back, three events a round.
     let mut sent = 0;
     for sku in SKUS {
-        h.producer.restock(sku, "one", RestockMode::Set, 1).await?;
+        h.ledger
+            .restock(&ids::sku(sku), &ids::adjustment("one"), RestockMode::Set, 1)
+            .await?;
         let alerts = Alerts {
             low_stock_below: Some(Quantity::new(1)?),
         };
-        h.producer
-            .send(Sku::new(sku)?, CommandBody::Alerts(alerts))
+        h.ledger
+            .send(&Sku::new(sku)?, CommandBody::Alerts(alerts))
             .await?;
         sent += 2;
     }
     let rounds: Vec<_> = SKUS
         .map(|sku| {
-            let producer = h.producer.clone();
+            let producer = h.ledger.clone();
             tokio::spawn(async move {
                 for round in 0..EVENT_ROUNDS {
                     let order = format!("o{round}");
-                    producer.deduct(sku, &order, 1).await?;
-                    producer.rollback(sku, &order, None).await?;
+                    producer
+                        .deduct(&ids::sku(sku), &ids::order(&order), ids::qty(1), None)
+                        .await?;
+                    producer
+                        .rollback(&ids::sku(sku), &ids::order(&order), None)
+                        .await?;
                 }
                 anyhow::Ok(2 * EVENT_ROUNDS as u64)
             })
@@ -320,14 +327,14 @@ async fn a_dynamic_member_killed_and_restarted_waits_out_its_old_session() -> an
     let archiver = h.start_archiver();
     let dynamic = [&APPLY[..], &["--dynamic-membership"]].concat();
     let mut first = Running(spawn(&h, &dynamic)?);
-    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 50).await?;
+    let sent = restock(&h.ledger).await? + traffic(&h.ledger, 0, 50).await?;
     wait_applied(&h, sent).await?;
     first.0.kill()?;
     first.0.wait()?;
 
     let mut second = Running(spawn(&h, &dynamic)?);
     let started = tokio::time::Instant::now();
-    let total = sent + traffic(&h.producer, 50, 50).await?;
+    let total = sent + traffic(&h.ledger, 50, 50).await?;
     // Without a `group.instance.id` the broker keeps the killed member's
     // partitions until its session ends: the static member's bound is
     // missed...
@@ -360,13 +367,13 @@ async fn three_appliers_share_the_partitions_and_per_sku_order_holds_through_reb
     let mut a = Running(member("a")?);
     let mut b = Running(member("b")?);
     let mut c = Running(member("c")?);
-    let mut sent = restock(&h.producer).await? + traffic(&h.producer, 0, 200).await?;
+    let mut sent = restock(&h.ledger).await? + traffic(&h.ledger, 0, 200).await?;
     wait_applied(&h, sent).await?;
 
     // One is killed mid-stream and restarted at once under its own name:
     // it takes its partitions back without waiting out its old session.
     let more = tokio::spawn({
-        let producer = h.producer.clone();
+        let producer = h.ledger.clone();
         async move { traffic(&producer, 200, 200).await }
     });
     wait_applied(&h, sent + 20).await?;
@@ -383,12 +390,12 @@ async fn three_appliers_share_the_partitions_and_per_sku_order_holds_through_reb
     assert!(wait_exit(&mut a.0, Duration::from_secs(20))
         .await?
         .success());
-    sent += traffic(&h.producer, 400, 200).await?;
+    sent += traffic(&h.ledger, 400, 200).await?;
     wait_applied_within(&h, sent, TAKEOVER).await?;
 
     // And comes back: the group rebalances once more.
     a = Running(member("a")?);
-    sent += traffic(&h.producer, 600, 200).await?;
+    sent += traffic(&h.ledger, 600, 200).await?;
     wait_applied(&h, sent).await?;
     for member in [&mut a, &mut b, &mut c] {
         terminate(&member.0)?;
@@ -447,14 +454,14 @@ async fn redis_away_for_a_while_the_applier_retries_and_commits_nothing_meanwhil
     config.redis_url = via_port(&h.redis_url, proxy.port());
     let applier = h.start_applier_with(config);
     let archiver = h.start_archiver();
-    let first = restock(&h.producer).await? + traffic(&h.producer, 0, 60).await?;
+    let first = restock(&h.ledger).await? + traffic(&h.ledger, 0, 60).await?;
     wait_until("the first records committed", CATCH_UP, || async {
         Ok((committed(&h).await? == first as i64).then_some(()))
     })
     .await?;
 
     proxy.pause();
-    traffic(&h.producer, 60, 60).await?;
+    traffic(&h.ledger, 60, 60).await?;
     // The applier is seen trying Redis again, more than once, while it is
     // away.
     wait_retries(&proxy, "the applier", "Redis").await?;
@@ -484,12 +491,12 @@ async fn postgres_away_for_a_while_the_archiver_retries_without_gap_or_duplicate
     config.database_url = via_port(&h.services.database_url, proxy.port());
     let archiver = h.start_archiver_with(config);
     let applier = h.start_applier();
-    let first = restock(&h.producer).await? + traffic(&h.producer, 0, 60).await?;
+    let first = restock(&h.ledger).await? + traffic(&h.ledger, 0, 60).await?;
     h.wait_for_archive(first as i64).await?;
     let before = h.archiver_progress().await?;
 
     proxy.pause();
-    let second = traffic(&h.producer, 60, 60).await?;
+    let second = traffic(&h.ledger, 60, 60).await?;
     wait_applied(&h, first + second).await?;
     wait_retries(&proxy, "the archiver", "PostgreSQL").await?;
     assert_eq!(h.archived_rows().await?, first as i64);
@@ -522,7 +529,7 @@ async fn a_broker_outage_surfaces_undelivered_commands_and_everyone_reconnects(
     .await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    let first = restock(&h.producer).await? + traffic(&h.producer, 0, 40).await?;
+    let first = restock(&h.ledger).await? + traffic(&h.ledger, 0, 40).await?;
     h.wait_for_archive(first as i64).await?;
 
     signal_broker(port, "STOP")?;
@@ -530,8 +537,15 @@ async fn a_broker_outage_surfaces_undelivered_commands_and_everyone_reconnects(
     impatient
         .properties
         .push(("message.timeout.ms".into(), "2000".into()));
-    let producer = LedgerProducer::new(&impatient, h.ns.topic.clone())?;
-    let failed = producer.deduct("F1", "during-the-outage", 1).await;
+    let producer = Harness::ledger_on(&impatient, &h.ns.topic).await?;
+    let failed = producer
+        .deduct(
+            &ids::sku("F1"),
+            &ids::order("during-the-outage"),
+            ids::qty(1),
+            None,
+        )
+        .await;
     // The outage itself, not a wait for something.
     tokio::time::sleep(BROKER_OUTAGE).await;
     signal_broker(port, "CONT")?;
@@ -558,7 +572,14 @@ async fn a_broker_outage_surfaces_undelivered_commands_and_everyone_reconnects(
     // librdkafka moved the producer's epoch on the timeout; a broker that
     // does not follow (tansu 0.6) fences it, and the producer goes on with
     // a new producer id rather than failing every later command.
-    let after = producer.deduct("F1", "after-the-outage", 1).await;
+    let after = producer
+        .deduct(
+            &ids::sku("F1"),
+            &ids::order("after-the-outage"),
+            ids::qty(1),
+            None,
+        )
+        .await;
     assert!(
         after.is_ok(),
         "the producer recovers after the outage: {after:?}"
@@ -568,7 +589,7 @@ async fn a_broker_outage_surfaces_undelivered_commands_and_everyone_reconnects(
     // outage is applied, committed and archived.
     // (The command handed back may still have reached the log: the broker
     // reads it from its socket once resumed. The log says what it holds.)
-    traffic(&h.producer, 40, 40).await?;
+    traffic(&h.ledger, 40, 40).await?;
     let total = record_count(&h.kafka, &h.ns.topic).await? as u64;
     assert!(total > first + 1, "{total} records");
     let committed_all = wait_until("the applier to commit again", CATCH_UP, || async {
@@ -596,8 +617,11 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     let h = Harness::new("poison", 2).await?;
     let applier = h.start_applier();
     let archiver = h.start_archiver();
-    restock(&h.producer).await?;
-    let valid = h.producer.deduct("F1", "valid", 1).await?;
+    restock(&h.ledger).await?;
+    let valid = h
+        .ledger
+        .deduct(&ids::sku("F1"), &ids::order("valid"), ids::qty(1), None)
+        .await?;
     let mut rng = StdRng::seed_from_u64(3);
     let mut poisons: Vec<Vec<u8>> = (0..20)
         .map(|_| (0..rng.random_range(0..64)).map(|_| rng.random()).collect())
@@ -628,8 +652,13 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     for (i, payload) in poisons.iter().enumerate() {
         let headers: &[(&str, &[u8])] = if i == tagged { &theirs } else { &[] };
         h.send_raw_with(None, "F1", payload, headers).await?;
-        h.producer
-            .deduct(SKUS[i % SKUS.len()], &format!("between-{i}"), 1)
+        h.ledger
+            .deduct(
+                &ids::sku(SKUS[i % SKUS.len()]),
+                &ids::order(format!("between-{i}")),
+                ids::qty(1),
+                None,
+            )
             .await?;
     }
     h.assert_contract().await?;
@@ -764,19 +793,19 @@ async fn an_applier_in_a_crash_loop_applies_again_well_within_a_session_of_its_l
     let h = Harness::new("crash-loop-applier", 4).await?;
     let archiver = h.start_archiver();
     let mut first = Running(spawn(&h, &APPLY)?);
-    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 100).await?;
+    let sent = restock(&h.ledger).await? + traffic(&h.ledger, 0, 100).await?;
     wait_applied(&h, sent).await?;
     first.0.kill()?;
     first.0.wait()?;
 
-    let more = traffic(&h.producer, 100, 100).await?;
+    let more = traffic(&h.ledger, 100, 100).await?;
     let mut last = crash_loop(&h, &APPLY).await?;
     // On Apache Kafka a static member restarted under its instance id gets
     // its partitions back at once, so the short-lived ones may have applied
     // all of it: only records sent after the last start show that the last
     // one works.
     let started = tokio::time::Instant::now();
-    let after = traffic(&h.producer, 200, 100).await?;
+    let after = traffic(&h.ledger, 200, 100).await?;
     wait_applied_within(&h, sent + more + after, RESTART).await?;
     eprintln!(
         "applier: everything applied {:?} after its last start",
@@ -798,17 +827,17 @@ async fn an_archiver_in_a_crash_loop_archives_again_well_within_a_session_of_its
     let applier = h.start_applier();
     let archive = ["archive", "--stats-interval-s", "1"];
     let mut first = Running(spawn(&h, &archive)?);
-    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 100).await?;
+    let sent = restock(&h.ledger).await? + traffic(&h.ledger, 0, 100).await?;
     h.wait_for_archive(sent as i64).await?;
     first.0.kill()?;
     first.0.wait()?;
 
-    let more = traffic(&h.producer, 100, 100).await?;
+    let more = traffic(&h.ledger, 100, 100).await?;
     wait_applied(&h, sent + more).await?;
     let mut last = crash_loop(&h, &archive).await?;
     // Rows decided after the last start: only the last archiver can write them.
     let started = tokio::time::Instant::now();
-    let after = traffic(&h.producer, 200, 100).await?;
+    let after = traffic(&h.ledger, 200, 100).await?;
     wait_applied(&h, sent + more + after).await?;
     let total = (sent + more + after) as i64;
     wait_until(&format!("{total} rows archived"), RESTART, || async {
@@ -840,7 +869,7 @@ async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bou
     .await?;
     let mut applier = Running(spawn(&h, &["apply"])?);
     let mut archiver = Running(spawn(&h, &["archive"])?);
-    let sent = restock(&h.producer).await? + traffic(&h.producer, 0, 40).await?;
+    let sent = restock(&h.ledger).await? + traffic(&h.ledger, 0, 40).await?;
     h.wait_for_archive(sent as i64).await?;
 
     signal_broker(port, "STOP")?;
@@ -878,7 +907,7 @@ async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bou
     .await?;
     let mut applier = Running(spawn(&h, &["apply"])?);
     let mut archiver = Running(spawn(&h, &["archive"])?);
-    traffic(&h.producer, 40, 40).await?;
+    traffic(&h.ledger, 40, 40).await?;
     h.assert_contract().await?;
     for process in [&mut applier, &mut archiver] {
         terminate(&process.0)?;
@@ -893,10 +922,17 @@ async fn with_the_broker_unreachable_sigterm_still_ends_apply_and_archive_in_bou
 async fn an_applier_told_to_publish_no_stock_events_decides_them_and_publishes_none(
 ) -> anyhow::Result<()> {
     let h = Harness::new("no-events", 1).await?;
-    h.producer
-        .restock("QUIET", "one", RestockMode::Set, 1)
+    h.ledger
+        .restock(
+            &ids::sku("QUIET"),
+            &ids::adjustment("one"),
+            RestockMode::Set,
+            1,
+        )
         .await?;
-    h.producer.deduct("QUIET", "o1", 1).await?;
+    h.ledger
+        .deduct(&ids::sku("QUIET"), &ids::order("o1"), ids::qty(1), None)
+        .await?;
     let _applier = Running(spawn(&h, &["apply", "--no-stock-events"])?);
     wait_until("both records applied", CATCH_UP, || async {
         Ok((h.applied(&["QUIET"]).await? == 2).then_some(()))

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 
 use common::{spawn, stockledger, terminate};
 use stockledger_applier::{check, ApplierError};
-use stockledger_client::LedgerProducer;
 use stockledger_kafka::admin::{create_topics, topic_config, TopicSpec};
 use stockledger_kafka::topic::{committed_offsets, partition_count, LogRecord};
 use stockledger_kafka::KafkaConfig;
@@ -49,8 +48,8 @@ async fn a_grown_command_topic_is_refused_and_repartition_then_replay_rebuild_it
 ) -> anyhow::Result<()> {
     let h = Harness::new("grow", 4).await?;
     let applier = h.start_applier();
-    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
-    sent += traffic::orders(&h.producer, &SKUS, 0, 150).await?;
+    let mut sent = traffic::restock_all(&h.ledger, &SKUS, 500).await?;
+    sent += traffic::orders(&h.ledger, &SKUS, 0, 150).await?;
     wait_until("the first records applied", CATCH_UP, || async {
         Ok((h.applied(&SKUS).await? >= sent).then_some(()))
     })
@@ -84,7 +83,7 @@ async fn a_grown_command_topic_is_refused_and_repartition_then_replay_rebuild_it
     assert!(check::compare(&h.projection, &before).await?.is_empty());
 
     // Producers go on: their SKUs now map over 8 partitions.
-    let grown = LedgerProducer::new(&h.kafka, h.ns.topic.clone())?;
+    let grown = Harness::ledger_on(&h.kafka, &h.ns.topic).await?;
     traffic::orders(&grown, &SKUS, 150, 150).await?;
     let log = h.read(&h.ns.topic).await?;
 
@@ -122,7 +121,7 @@ async fn a_grown_command_topic_is_refused_and_repartition_then_replay_rebuild_it
     config.prefix = new_prefix.clone();
     config.group_id = format!("{}.by8", h.ns.applier_group);
     let applier = h.start_applier_with(config);
-    let moved = LedgerProducer::new(&h.kafka, new_topic.clone())?;
+    let moved = Harness::ledger_on(&h.kafka, &new_topic).await?;
     traffic::orders(&moved, &SKUS, 300, 100).await?;
 
     let rebuilt = Projection::connect(&h.redis_url, new_prefix).await?;
@@ -270,8 +269,8 @@ fn positions(log: &[LogRecord]) -> Vec<Identity> {
 /// then stopped; how many records were sent.
 async fn first_traffic_applied(h: &Harness) -> anyhow::Result<u64> {
     let applier = h.start_applier();
-    let mut sent = traffic::restock_all(&h.producer, &SKUS, 500).await?;
-    sent += traffic::orders(&h.producer, &SKUS, 0, 100).await?;
+    let mut sent = traffic::restock_all(&h.ledger, &SKUS, 500).await?;
+    sent += traffic::orders(&h.ledger, &SKUS, 0, 100).await?;
     wait_until("the first records applied", CATCH_UP, || async {
         Ok((h.applied(&SKUS).await? >= sent).then_some(()))
     })
@@ -439,7 +438,7 @@ async fn the_local_stacks_log_survives_down_and_up_and_the_applier_resumes_where
 
     // The applier resumes from its offsets and goes on with new traffic.
     let applier = h.start_applier();
-    sent += traffic::orders(&h.producer, &SKUS, 100, 100).await?;
+    sent += traffic::orders(&h.ledger, &SKUS, 100, 100).await?;
     wait_until("the new records applied", CATCH_UP, || async {
         Ok((h.applied(&SKUS).await? >= sent).then_some(()))
     })
@@ -506,7 +505,7 @@ async fn after_the_broker_loses_its_log_the_applier_refuses_the_fold_of_the_lost
         .args(["topics", "create", "--partitions", "2"])
         .output()?;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let producer = LedgerProducer::new(&h.kafka, h.ns.topic.clone())?;
+    let producer = Harness::ledger_on(&h.kafka, &h.ns.topic).await?;
     traffic::orders(&producer, &SKUS, 100, 10).await?;
 
     let refused = stockledger_applier::run(h.applier_config(), std::future::pending()).await;

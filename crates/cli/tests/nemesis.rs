@@ -24,12 +24,13 @@ use common::{log_path, stockledger, Running};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
-use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, LineState, Settler};
-use stockledger_client::{LedgerProducer, Receipt, RedisDecisions};
+use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, LineState};
+use stockledger_client::{Ledger, Receipt};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{codec, BasketId, CommandKind, Quantity, RestockMode, ResultCode, Sku};
 use stockledger_testkit::cluster::RedisCluster;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
+use stockledger_testkit::ids;
 use stockledger_testkit::kafka_cluster::KafkaCluster;
 use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, SplitMix64, Step};
 use stockledger_testkit::services::free_port;
@@ -469,8 +470,13 @@ impl World {
         {
             world
                 .h
-                .producer
-                .restock(sku, "initial", RestockMode::Set, 1_000_000)
+                .ledger
+                .restock(
+                    &ids::sku(sku),
+                    &ids::adjustment("initial"),
+                    RestockMode::Set,
+                    1_000_000,
+                )
                 .await?;
         }
         Ok(Arc::new(Self {
@@ -574,7 +580,10 @@ impl World {
         let order = format!("probe-{n}");
         let sent = async {
             for sku in &self.probes {
-                self.h.producer.deduct(sku, &order, 1).await?;
+                self.h
+                    .ledger
+                    .deduct(&ids::sku(sku), &ids::order(&order), ids::qty(1), None)
+                    .await?;
             }
             wait_until("decisions on every partition", RECOVERY_LIMIT, || async {
                 for sku in &self.probes {
@@ -667,12 +676,7 @@ fn caller_rng(seed: u64, stream: u64) -> SplitMix64 {
 /// deducts, holds of one to four seconds (confirmed, rolled back or left
 /// to expire), refunds after confirms, restocks. A send that fails is
 /// given up (it may or may not be in the log; it was not acknowledged).
-async fn library_caller(
-    producer: LedgerProducer,
-    caller: u64,
-    seed: u64,
-    until: Instant,
-) -> Vec<Ack> {
+async fn library_caller(producer: Ledger, caller: u64, seed: u64, until: Instant) -> Vec<Ack> {
     let mut rng = caller_rng(seed, caller + 1);
     let mut acks = Vec::new();
     let mut i = 0u64;
@@ -684,37 +688,71 @@ async fn library_caller(
         let mut sent: Vec<Result<Receipt, _>> = Vec::new();
         match rng.below(100) {
             0..=34 => {
-                sent.push(producer.deduct(sku, &order, quantity).await);
+                sent.push(
+                    producer
+                        .deduct(
+                            &ids::sku(sku),
+                            &ids::order(&order),
+                            ids::qty(quantity),
+                            None,
+                        )
+                        .await,
+                );
                 if rng.chance(25) {
-                    sent.push(producer.rollback(sku, &order, Some("cancelled")).await);
+                    sent.push(
+                        producer
+                            .rollback(&ids::sku(sku), &ids::order(&order), Some("cancelled"))
+                            .await,
+                    );
                 }
             }
             35..=44 => {
-                sent.push(producer.rollback(sku, &order, None).await);
-                sent.push(producer.deduct(sku, &order, quantity).await);
+                sent.push(
+                    producer
+                        .rollback(&ids::sku(sku), &ids::order(&order), None)
+                        .await,
+                );
+                sent.push(
+                    producer
+                        .deduct(
+                            &ids::sku(sku),
+                            &ids::order(&order),
+                            ids::qty(quantity),
+                            None,
+                        )
+                        .await,
+                );
             }
             45..=89 => {
                 let hold = rng.between(1_000, 4_000) as i64;
                 let user = format!("u{}", rng.below(5));
                 sent.push(
                     producer
-                        .reserve(
-                            sku,
-                            &order,
-                            quantity,
-                            Some(&user),
-                            stockledger_runtime::clock::now_ms() + hold,
+                        .reserve_until(
+                            &ids::sku(sku),
+                            &ids::order(&order),
+                            ids::qty(quantity),
+                            ids::at_ms(stockledger_runtime::clock::now_ms() + hold),
+                            Some(&ids::user(&user)),
                         )
                         .await,
                 );
                 match rng.below(3) {
                     0 => {
-                        sent.push(producer.confirm(sku, &order).await);
+                        sent.push(producer.confirm(&ids::sku(sku), &ids::order(&order)).await);
                         if rng.chance(50) {
-                            sent.push(producer.refund(sku, &order, None).await);
+                            sent.push(
+                                producer
+                                    .refund(&ids::sku(sku), &ids::order(&order), None)
+                                    .await,
+                            );
                         }
                     }
-                    1 => sent.push(producer.rollback(sku, &order, None).await),
+                    1 => sent.push(
+                        producer
+                            .rollback(&ids::sku(sku), &ids::order(&order), None)
+                            .await,
+                    ),
                     _ => {} // left to expire
                 }
             }
@@ -722,7 +760,12 @@ async fn library_caller(
                 let adjustment = format!("r{caller}-{i}");
                 sent.push(
                     producer
-                        .restock(sku, &adjustment, RestockMode::Add, 20)
+                        .restock(
+                            &ids::sku(sku),
+                            &ids::adjustment(&adjustment),
+                            RestockMode::Add,
+                            20,
+                        )
                         .await,
                 );
             }
@@ -792,19 +835,12 @@ async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Ve
 /// asked again, as the protocol tells callers to, until it does; a hold
 /// that cannot is left (its lines expire). Returns the baskets used.
 async fn basket_caller(
-    producer: LedgerProducer,
-    redis_url: String,
-    prefix: String,
+    settler: Ledger,
     caller: u64,
     seed: u64,
     until: Instant,
 ) -> anyhow::Result<Vec<BasketId>> {
     let mut rng = caller_rng(seed, caller + 201);
-    let settler = Settler {
-        producer,
-        reader: RedisDecisions::connect(&redis_url, prefix).await?,
-        wait: Duration::from_secs(5),
-    };
     let give_up = until + QUIESCENCE / 2;
     let mut baskets = Vec::new();
     let mut i = 0u64;
@@ -859,7 +895,7 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
 
     let mut callers = Vec::new();
     for caller in 0..LIBRARY_CALLERS {
-        let producer = world.h.producer.clone();
+        let producer = world.h.ledger.clone();
         callers.push(tokio::spawn(library_caller(producer, caller, seed, until)));
     }
     for caller in 0..HTTP_CALLERS {
@@ -868,14 +904,12 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     }
     let mut basket_callers = Vec::new();
     for caller in 0..BASKET_CALLERS {
-        basket_callers.push(tokio::spawn(basket_caller(
-            world.h.producer.clone(),
-            world.redis_url.clone(),
-            world.h.ns.prefix.clone(),
-            caller,
-            seed,
-            until,
-        )));
+        let settler = (world.h.ledger_builder())
+            .decisions_from_redis(&world.redis_url, &world.h.ns.prefix)
+            .decision_timeout(Duration::from_secs(5))
+            .build()
+            .await?;
+        basket_callers.push(tokio::spawn(basket_caller(settler, caller, seed, until)));
     }
     let supervisor = {
         let world = world.clone();

@@ -125,12 +125,13 @@ impl TopicDecisions {
     /// use std::time::Duration;
     ///
     /// use stockledger_client::decisions::TopicDecisions;
-    /// use stockledger_client::{KafkaConfig, LedgerProducer};
+    /// use stockledger_client::{CommandBody, Deduct, KafkaConfig, LedgerProducer, OrderId, Quantity, Sku};
     ///
     /// let kafka = KafkaConfig::new("127.0.0.1:9092");
     /// let decisions = TopicDecisions::start(&kafka, "stock.ledger.outcomes").await?;
     /// let producer = LedgerProducer::new(&kafka, "stock.ledger")?;
-    /// let receipt = producer.deduct("SKU-1", "order-42", 1).await?;
+    /// let body = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?));
+    /// let receipt = producer.send(Sku::new("SKU-1")?, body).await?;
     /// let decision = decisions.wait(&receipt, Duration::from_secs(5)).await?;
     /// println!("{}", decision.result);
     /// # Ok(())

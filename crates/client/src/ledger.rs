@@ -31,21 +31,21 @@
 //! # }
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stockledger_core::ids::{
     AdjustmentId, BasketId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId, UserId,
 };
 use stockledger_core::{
-    Alerts, CommandBody, Confirm, Decision, Deduct, Limit, Refund, Restock, RestockMode, Rollback,
-    Transfer,
+    Alerts, CommandBody, Confirm, Decision, Deduct, Expire, Limit, Refund, Restock, RestockMode,
+    Rollback, Transfer,
 };
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::ProjectionError;
 
 use crate::decisions::{DecisionSource, TopicDecisions, WatchError};
 use crate::outcome::OutcomeError;
-use crate::producer::{now_millis, LedgerProducer, ProducerError, Receipt};
+use crate::producer::{now_millis, LedgerProducer, ProducerError, Receipt, Tuning};
 use crate::{OrderChecks, RedisDecisions, SoldOutGuard};
 
 /// Why a [`Ledger`] could not be built.
@@ -98,9 +98,20 @@ pub struct LedgerBuilder {
     /// Redis URL and key prefix of the projection decisions are read
     /// from, instead of the outcomes topic.
     decisions_from_redis: Option<(String, String)>,
-    /// Redis URL and key prefix of the projection the checks read.
-    order_checks: Option<(String, String)>,
-    sold_out_guard: Option<(String, String)>,
+    /// The checks before a confirm or refund is sent.
+    order_checks: Option<Reach<OrderChecks>>,
+    /// The sold-out fast path.
+    sold_out_guard: Option<Reach<SoldOutGuard>>,
+    tuning: Tuning,
+}
+
+/// A piece of the builder that reads the projection: where to connect to
+/// it, or one the caller made.
+#[derive(Debug, Clone)]
+enum Reach<T> {
+    /// Redis URL and key prefix.
+    At(String, String),
+    Ready(T),
 }
 
 impl Default for LedgerBuilder {
@@ -114,6 +125,7 @@ impl Default for LedgerBuilder {
             decisions_from_redis: None,
             order_checks: None,
             sold_out_guard: None,
+            tuning: Tuning::default(),
         }
     }
 }
@@ -189,8 +201,10 @@ impl LedgerBuilder {
         self
     }
 
-    /// Send only: do not read the outcomes topic ([`Ledger::decision`]
-    /// then fails with [`OutcomeError::WatcherStopped`]).
+    /// Send only: read no decisions ([`Ledger::decision`] then fails with
+    /// [`OutcomeError::WatcherStopped`]). Of this and
+    /// [`decisions_from_redis`](Self::decisions_from_redis), the last one
+    /// called holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -210,6 +224,7 @@ impl LedgerBuilder {
     /// ```
     pub fn without_decisions(mut self) -> Self {
         self.read_decisions = false;
+        self.decisions_from_redis = None;
         self
     }
 
@@ -218,7 +233,9 @@ impl LedgerBuilder {
     /// announces each batch there, instead of from the outcomes topic: for
     /// a service that reaches Redis, about 2.6 ms sooner at p50 at 5,000
     /// commands/s on the benchmark machine (docs/BENCHMARKS.md,
-    /// "Latency"). See [`DecisionSource`].
+    /// "Latency"). See [`DecisionSource`]. Of this and
+    /// [`without_decisions`](Self::without_decisions), the last one called
+    /// holds.
     ///
     /// ```
     /// let builder = stockledger_client::Ledger::builder()
@@ -230,6 +247,7 @@ impl LedgerBuilder {
         prefix: impl Into<String>,
     ) -> Self {
         self.decisions_from_redis = Some((redis_url.into(), prefix.into()));
+        self.read_decisions = true;
         self
     }
 
@@ -242,7 +260,22 @@ impl LedgerBuilder {
     ///     .order_checks("redis://127.0.0.1:6379", "stockledger");
     /// ```
     pub fn order_checks(mut self, redis_url: impl Into<String>, prefix: impl Into<String>) -> Self {
-        self.order_checks = Some((redis_url.into(), prefix.into()));
+        self.order_checks = Some(Reach::At(redis_url.into(), prefix.into()));
+        self
+    }
+
+    /// [`order_checks`](Self::order_checks) with checks the caller made
+    /// (on a projection it already holds).
+    ///
+    /// ```no_run
+    /// # async fn example(projection: stockledger_projection::Projection) {
+    /// use stockledger_client::{Ledger, OrderChecks};
+    ///
+    /// let builder = Ledger::builder().order_checks_from(OrderChecks::new(projection));
+    /// # }
+    /// ```
+    pub fn order_checks_from(mut self, checks: OrderChecks) -> Self {
+        self.order_checks = Some(Reach::Ready(checks));
         self
     }
 
@@ -258,7 +291,37 @@ impl LedgerBuilder {
         redis_url: impl Into<String>,
         prefix: impl Into<String>,
     ) -> Self {
-        self.sold_out_guard = Some((redis_url.into(), prefix.into()));
+        self.sold_out_guard = Some(Reach::At(redis_url.into(), prefix.into()));
+        self
+    }
+
+    /// [`sold_out_guard`](Self::sold_out_guard) with a guard the caller
+    /// made: on a projection it already holds, or kept to read its count
+    /// of refusals ([`SoldOutGuard::refused`]).
+    ///
+    /// ```no_run
+    /// # async fn example(projection: stockledger_projection::Projection) {
+    /// use stockledger_client::{Ledger, SoldOutGuard};
+    ///
+    /// let guard = SoldOutGuard::new(projection);
+    /// let builder = Ledger::builder().sold_out_guard_from(guard.clone());
+    /// # }
+    /// ```
+    pub fn sold_out_guard_from(mut self, guard: SoldOutGuard) -> Self {
+        self.sold_out_guard = Some(Reach::Ready(guard));
+        self
+    }
+
+    /// What the producer is tuned for: callers that wait on each command
+    /// (the default), or a loader that sends many at once ([`Tuning`]).
+    ///
+    /// ```
+    /// use stockledger_client::producer::Tuning;
+    ///
+    /// let loader = stockledger_client::Ledger::builder().tuning(Tuning::Throughput);
+    /// ```
+    pub fn tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
         self
     }
 
@@ -272,12 +335,21 @@ impl LedgerBuilder {
     /// # }
     /// ```
     pub async fn build(self) -> Result<Ledger, BuildError> {
-        let mut producer = LedgerProducer::new(&self.kafka, self.topic)?;
-        if let Some((url, prefix)) = &self.order_checks {
-            producer = producer.with_order_checks(OrderChecks::connect(url, prefix).await?);
+        let mut producer = LedgerProducer::tuned(&self.kafka, self.topic, self.tuning)?;
+        match self.order_checks {
+            Some(Reach::At(url, prefix)) => {
+                producer = producer.with_order_checks(OrderChecks::connect(&url, &prefix).await?);
+            }
+            Some(Reach::Ready(checks)) => producer = producer.with_order_checks(checks),
+            None => {}
         }
-        if let Some((url, prefix)) = &self.sold_out_guard {
-            producer = producer.with_sold_out_guard(SoldOutGuard::connect(url, prefix).await?);
+        match self.sold_out_guard {
+            Some(Reach::At(url, prefix)) => {
+                producer =
+                    producer.with_sold_out_guard(SoldOutGuard::connect(&url, &prefix).await?);
+            }
+            Some(Reach::Ready(guard)) => producer = producer.with_sold_out_guard(guard),
+            None => {}
         }
         let decisions = match (self.read_decisions, &self.decisions_from_redis) {
             (false, _) => None,
@@ -382,6 +454,39 @@ impl Ledger {
         let body = CommandBody::Deduct(Deduct {
             user_id: user.cloned(),
             expires_at: Some(now_millis().saturating_add(hold_ms)),
+            ..Deduct::new(order.clone(), quantity)
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// [`reserve`](Self::reserve) with a deadline of the caller's instead
+    /// of a span from now (a payment window's end, say): after now and at
+    /// most 7 days ahead, or refused naming `expires_at`.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// use stockledger_client::{OrderId, Quantity, Sku};
+    ///
+    /// let window_ends = SystemTime::now() + Duration::from_secs(600);
+    /// let (sku, order) = (Sku::new("SKU-1")?, OrderId::new("o-3")?);
+    /// ledger.reserve_until(&sku, &order, Quantity::new(1)?, window_ends, None).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reserve_until(
+        &self,
+        sku: &Sku,
+        order: &OrderId,
+        quantity: Quantity,
+        until: SystemTime,
+        user: Option<&UserId>,
+    ) -> Result<Receipt, ProducerError> {
+        let since_epoch = until.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let body = CommandBody::Deduct(Deduct {
+            user_id: user.cloned(),
+            expires_at: Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)),
             ..Deduct::new(order.clone(), quantity)
         });
         self.producer.send(sku.clone(), body).await
@@ -667,6 +772,41 @@ impl Ledger {
         low_stock_below: Option<Quantity>,
     ) -> Result<Receipt, ProducerError> {
         let body = CommandBody::Alerts(Alerts { low_stock_below });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Sends a command whose body was made elsewhere (parsed from a
+    /// request, read from a file): checked as the typed methods' are.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{CommandBody, Deduct, OrderId, Quantity, Sku};
+    ///
+    /// let body = CommandBody::Deduct(Deduct::new(OrderId::new("o-9")?, Quantity::new(1)?));
+    /// let sent = ledger.send(&Sku::new("SKU-1")?, body).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send(&self, sku: &Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Asks the ledger to end the hold of `order` on `sku`: it does once
+    /// the record's time is past the hold's deadline (`IGNORED_NOT_DUE`
+    /// before). The applier sends these itself; an operator may too.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{OrderId, Sku};
+    ///
+    /// ledger.expire(&Sku::new("SKU-1")?, &OrderId::new("o-2")?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn expire(&self, sku: &Sku, order: &OrderId) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Expire(Expire {
+            order_id: order.clone(),
+        });
         self.producer.send(sku.clone(), body).await
     }
 

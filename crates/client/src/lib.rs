@@ -1,14 +1,16 @@
 //! The library order services link to talk to the stock ledger.
 //!
-//! - [`ledger`]: [`Ledger`], built with [`Ledger::builder`], is where to
-//!   start: typed commands, holds as [`Duration`](std::time::Duration)s,
+//! - [`ledger`]: [`Ledger`], built with [`Ledger::builder`], is the one
+//!   handle: typed commands, holds as [`Duration`](std::time::Duration)s,
 //!   and their decisions read from the outcomes topic (Kafka is all it
-//!   needs). `examples/checkout.rs` is a whole checkout with it.
+//!   needs) or from Redis. `examples/checkout.rs` is a whole checkout
+//!   with it.
 //! - [`basket`]: several SKUs held together, all or none, confirmed or
 //!   released together ([`Ledger::hold_basket`] and its siblings).
 //! - [`decisions`]: [`TopicDecisions`], the
 //!   reader of the outcomes topic underneath.
-//! - [`producer`]: [`LedgerProducer`] validates a command, appends it to the
+//! - [`producer`]: [`LedgerProducer`], the transport under [`Ledger`]
+//!   ([`Ledger::producer`]): validates a command, appends it to the
 //!   command topic keyed by SKU with the idempotent producer, and returns
 //!   its log position once the brokers hold it.
 //! - [`outcome`]: [`RedisDecisions`] waits, with a deadline, for the decision
@@ -21,7 +23,7 @@
 //! [`KafkaConfig`] (where the brokers are, pass-through librdkafka settings),
 //! the identifiers a command is made of ([`Sku`], [`OrderId`], [`UserId`],
 //! [`AdjustmentId`], [`Quantity`], each checked when made, with
-//! [`ValidationError`] naming the field; the bodies [`LedgerProducer::send`]
+//! [`ValidationError`] naming the field; the bodies [`Ledger::send`]
 //! takes, [`CommandBody`] and its parts) and the ledger's answers
 //! ([`Decision`], [`ResultCode`], [`LogPosition`], with [`RestockMode`] to
 //! ask for a restock) come from `stockledger-kafka` and `stockledger-core`

@@ -17,12 +17,15 @@ use stockledger_projection::{Projection, ProjectionError};
 /// Reads an order's state before a confirm or refund of it is sent.
 ///
 /// ```no_run
-/// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
-/// use stockledger_client::{OrderChecks, ProducerError};
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use stockledger_client::{Ledger, OrderId, ProducerError, Quantity, Sku};
 ///
-/// let checks = OrderChecks::connect("redis://127.0.0.1:6379", "stockledger").await?;
-/// let producer = producer.with_order_checks(checks);
-/// match producer.refund("SKU-1", "order-42", Some(5)).await {
+/// let ledger = Ledger::builder()
+///     .order_checks("redis://127.0.0.1:6379", "stockledger")
+///     .build()
+///     .await?;
+/// let (sku, order) = (Sku::new("SKU-1")?, OrderId::new("order-42")?);
+/// match ledger.refund(&sku, &order, Some(Quantity::new(5)?)).await {
 ///     Err(ProducerError::Invalid(e)) => println!("not sent: {e}"),
 ///     other => println!("{:?}", other?.position),
 /// }

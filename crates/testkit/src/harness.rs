@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 use stockledger_applier::{ApplierConfig, ApplierStats};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
-use stockledger_client::{KafkaConfig, LedgerProducer};
+use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
 use stockledger_kafka::admin::{
     command_topic_spec, create_topics, ledger_topic_specs, LedgerTopics, Retention,
 };
@@ -106,7 +106,9 @@ pub struct Harness {
     /// The Redis of this test (the shared one unless [`Harness::with_redis`]).
     pub redis_url: String,
     pub ns: Namespace,
-    pub producer: LedgerProducer,
+    /// The ledger's client on this test's command topic (send only: a
+    /// test reads decisions from Redis or the outcomes topic itself).
+    pub ledger: Ledger,
     pub projection: Projection,
     pub pool: PgPool,
 }
@@ -155,6 +157,24 @@ impl Drop for Harness {
 }
 
 impl Harness {
+    /// A send-only [`Ledger`] on `topic` of `kafka`'s brokers.
+    pub async fn ledger_on(kafka: &KafkaConfig, topic: &str) -> anyhow::Result<Ledger> {
+        Ok(Self::builder_on(kafka, topic).build().await?)
+    }
+
+    fn builder_on(kafka: &KafkaConfig, topic: &str) -> LedgerBuilder {
+        Ledger::builder()
+            .kafka(kafka.clone())
+            .topic(topic)
+            .without_decisions()
+    }
+
+    /// A builder of a [`Ledger`] like [`Harness::ledger`], to be given
+    /// more (order checks, the sold-out guard, decisions).
+    pub fn ledger_builder(&self) -> LedgerBuilder {
+        Self::builder_on(&self.kafka, &self.ns.topic)
+    }
+
     /// Creates the namespace's topics (`partitions` each for commands and
     /// outcomes) and connects the clients.
     pub async fn new(test: &str, partitions: i32) -> anyhow::Result<Self> {
@@ -243,7 +263,7 @@ impl Harness {
             .await
             .with_context(|| format!("connecting to {}", services.database_url))?;
         Ok(Self {
-            producer: LedgerProducer::new(&kafka, ns.topic.clone())?,
+            ledger: Harness::ledger_on(&kafka, &ns.topic).await?,
             projection: Projection::connect(&redis_url, ns.prefix.clone())
                 .await
                 .with_context(|| {
@@ -348,8 +368,8 @@ impl Harness {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>>,
     {
-        let mut sent = crate::traffic::restock_all(&self.producer, skus, 500).await?;
-        let producer = self.producer.clone();
+        let mut sent = crate::traffic::restock_all(&self.ledger, skus, 500).await?;
+        let producer = self.ledger.clone();
         let load =
             tokio::spawn(async move { crate::traffic::orders(&producer, skus, 0, 600).await });
         wait_until("the load under way", CATCH_UP, || async {

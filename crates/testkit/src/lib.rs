@@ -8,6 +8,7 @@
 //! - [`harness`]: a fresh namespace per test (topics, key prefix, consumer
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
+//! - [`ids`]: identifiers made from literals, for commands in tests.
 //! - [`cluster`]: a local Redis Cluster of the test's own.
 //! - [`kafka_cluster`]: a replicated Apache Kafka (three KRaft nodes) of the
 //!   test's own, whose nodes can be killed and started again.
@@ -22,6 +23,7 @@
 pub mod cluster;
 pub mod fault;
 pub mod harness;
+pub mod ids;
 pub mod kafka_cluster;
 pub mod log;
 pub mod nemesis;

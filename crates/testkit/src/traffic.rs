@@ -1,20 +1,21 @@
 //! Order traffic for end-to-end and fault tests.
 
-use stockledger_client::LedgerProducer;
+use stockledger_client::Ledger;
 use stockledger_core::RestockMode;
 
 /// How long [`orders`]' reservations hold: longer than any test runs.
 const HOLD_MS: i64 = 10 * 60 * 1000;
 
 /// Sets every SKU's stock to `units`; returns the records sent.
-pub async fn restock_all(
-    producer: &LedgerProducer,
-    skus: &[&str],
-    units: i64,
-) -> anyhow::Result<u64> {
+pub async fn restock_all(producer: &Ledger, skus: &[&str], units: i64) -> anyhow::Result<u64> {
     for sku in skus {
         producer
-            .restock(sku, "initial", RestockMode::Set, units)
+            .restock(
+                &crate::ids::sku(sku),
+                &crate::ids::adjustment("initial"),
+                RestockMode::Set,
+                units,
+            )
             .await?;
     }
     Ok(skus.len() as u64)
@@ -28,7 +29,7 @@ pub async fn restock_all(
 /// one of those not rolled back is confirmed, and every other confirmed
 /// one refunded. Returns the records sent.
 pub async fn orders(
-    producer: &LedgerProducer,
+    producer: &Ledger,
     skus: &[&str],
     first: usize,
     orders: usize,
@@ -38,7 +39,9 @@ pub async fn orders(
         let sku = skus[i % skus.len()];
         let order = format!("o{i}");
         if i % 9 == 0 {
-            producer.rollback(sku, &order, None).await?;
+            producer
+                .rollback(&crate::ids::sku(sku), &crate::ids::order(&order), None)
+                .await?;
             sent += 1;
         }
         let quantity = 1 + (i % 3) as i64;
@@ -46,20 +49,43 @@ pub async fn orders(
             let user = format!("u{}", i % 7);
             let deadline = stockledger_runtime::clock::now_ms() + HOLD_MS;
             producer
-                .reserve(sku, &order, quantity, Some(&user), deadline)
+                .reserve_until(
+                    &crate::ids::sku(sku),
+                    &crate::ids::order(&order),
+                    crate::ids::qty(quantity),
+                    crate::ids::at_ms(deadline),
+                    Some(&crate::ids::user(&user)),
+                )
                 .await?;
         } else {
-            producer.deduct(sku, &order, quantity).await?;
+            producer
+                .deduct(
+                    &crate::ids::sku(sku),
+                    &crate::ids::order(&order),
+                    crate::ids::qty(quantity),
+                    None,
+                )
+                .await?;
         }
         sent += 1;
         if i % 4 == 0 {
-            producer.rollback(sku, &order, Some("cancelled")).await?;
+            producer
+                .rollback(
+                    &crate::ids::sku(sku),
+                    &crate::ids::order(&order),
+                    Some("cancelled"),
+                )
+                .await?;
             sent += 1;
         } else if i % 10 == 2 {
-            producer.confirm(sku, &order).await?;
+            producer
+                .confirm(&crate::ids::sku(sku), &crate::ids::order(&order))
+                .await?;
             sent += 1;
             if i % 20 == 2 {
-                producer.refund(sku, &order, None).await?;
+                producer
+                    .refund(&crate::ids::sku(sku), &crate::ids::order(&order), None)
+                    .await?;
                 sent += 1;
             }
         }

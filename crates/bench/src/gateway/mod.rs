@@ -3,7 +3,8 @@
 //! `deploy/local/bench.sh`), next to the producer library on the same
 //! pipeline.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -12,7 +13,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use stockledger_cli::Global;
+use stockledger_client::Ledger;
 use stockledger_redis::RedisConn;
+use stockledger_testkit::ids;
 
 mod http1;
 mod serve;
@@ -90,7 +93,7 @@ pub(crate) async fn throughput(
         Pipeline::start(g, args, run_id, scenario, SKUS, 3 * records as i64, true).await?;
     // At the gateway's concurrency the library is tuned as the gateway's
     // producer is (for latency); at the e2e scenarios' as a bulk loader.
-    let like_the_gateway = pipeline.waiting_producer()?;
+    let like_the_gateway = pipeline.waiting_ledger(None).await?;
     let mut library = Vec::new();
     for (producer, in_flight) in [
         (&like_the_gateway, CLIENTS),
@@ -274,6 +277,33 @@ pub(crate) async fn pipelined(
 /// SKUs the fan-out scenario's streams follow, a share each.
 const FANOUT_SKUS: usize = 10;
 
+/// Sends `records` commands, one every `1/rate` s, one after another (a
+/// SKU's rollback never overtakes its deduct): a round of deducts of every
+/// SKU, then a round of their rollbacks, through `producer`. Returns when
+/// each was sent, by its position in the log.
+async fn flip_at(
+    pipeline: &Pipeline,
+    producer: &Ledger,
+    rate: u64,
+    records: u64,
+) -> anyhow::Result<HashMap<(i32, i64), Instant>> {
+    let mut sent = HashMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    for i in 0..records {
+        ticker.tick().await;
+        let (round, sku) = (i / FANOUT_SKUS as u64, ids::sku(pipeline.sku(i)));
+        let order = ids::order(format!("order-{}", round / 2));
+        let at = Instant::now();
+        let receipt = if round % 2 == 0 {
+            producer.deduct(&sku, &order, ids::qty(1), None).await?
+        } else {
+            producer.rollback(&sku, &order, None).await?
+        };
+        sent.insert((receipt.position.partition, receipt.position.offset), at);
+    }
+    Ok(sent)
+}
+
 /// Stock events fanned out to `streams` open event streams of the gateway
 /// (`GET /v1/skus/{sku}/events`, a tenth of them on each of 10 SKUs):
 /// `events` commands offered at `rate` per second, each selling out or
@@ -288,8 +318,6 @@ pub(crate) async fn sse_fanout(
     events: u64,
     rate: u64,
 ) -> anyhow::Result<Measurement> {
-    use std::collections::HashMap;
-
     let name = "sse-fanout";
     let pipeline = Pipeline::start(g, args, run_id, name, FANOUT_SKUS, 1, true).await?;
     let gateway = Gateway::start(g, &pipeline).await?;
@@ -310,33 +338,15 @@ pub(crate) async fn sse_fanout(
             .context("the streams did not all open within 60 s")?
             .context("a stream failed to open")?;
     }
-    let sent: Arc<Mutex<HashMap<(i32, i64), Instant>>> = Arc::default();
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
-    let producer = pipeline.waiting_producer()?;
+    let producer = pipeline.waiting_ledger(None).await?;
     let started = Instant::now();
-    // One after another: a SKU's rollback never overtakes its deduct.
-    for i in 0..per_sku * FANOUT_SKUS as u64 {
-        ticker.tick().await;
-        let (round, sku) = (i / FANOUT_SKUS as u64, pipeline.sku(i));
-        let order = format!("order-{}", round / 2);
-        let at = Instant::now();
-        let receipt = if round % 2 == 0 {
-            producer.deduct(&sku, &order, 1).await?
-        } else {
-            producer.rollback(&sku, &order, None).await?
-        };
-        let position = (receipt.position.partition, receipt.position.offset);
-        sent.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(position, at);
-    }
+    let sent = flip_at(&pipeline, &producer, rate, per_sku * FANOUT_SKUS as u64).await?;
     let mut latencies = Histogram::<u64>::new(3)?;
     let mut failures = Vec::new();
     let mut deliveries = 0u64;
     for client in clients {
         match client.await.context("stream task")? {
             Ok(received) => {
-                let sent = sent.lock().unwrap_or_else(|e| e.into_inner());
                 for (position, at) in received {
                     match sent.get(&position) {
                         Some(sent_at) => {

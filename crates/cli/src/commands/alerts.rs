@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{Quantity, Sku};
 use stockledger_core::{Alerts, CommandBody};
 
@@ -32,7 +31,6 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         .low_stock_below
         .map(|n| Quantity::of_field("low_stock_below", n))
         .transpose()?;
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Alerts(Alerts { low_stock_below });
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, g.ledger(), args.sku, body, &args.wait).await
 }

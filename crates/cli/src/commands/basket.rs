@@ -7,9 +7,8 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Subcommand};
 use serde_json::json;
 use stockledger_client::basket::{
-    self, BasketAnswer, BasketHold, BasketStatus, InputError, Line, LineState, Settler, Unsettled,
+    self, BasketAnswer, BasketHold, BasketStatus, InputError, Line, LineState, Unsettled,
 };
-use stockledger_client::{LedgerProducer, RedisDecisions};
 use stockledger_core::ids::{BasketId, Sku, UserId};
 use stockledger_projection::Projection;
 
@@ -110,13 +109,7 @@ fn parse_lines(given: &[String]) -> Result<Vec<Line>, InputError> {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let projection = Projection::connect(&g.redis_url, g.prefix.clone()).await?;
     let wait = Duration::try_from_secs_f64(args.wait.max(0.001)).unwrap_or(Duration::MAX);
-    let settler = || async {
-        anyhow::Ok(Settler {
-            producer: LedgerProducer::new(&g.kafka(), g.topic.clone())?,
-            reader: RedisDecisions::connect(&g.redis_url, g.prefix.clone()).await?,
-            wait,
-        })
-    };
+    let settler = || async { anyhow::Ok(g.deciding(g.ledger(), wait).build().await?) };
     let known = |id: BasketId| {
         let projection = &projection;
         async move { anyhow::Ok(basket::read(projection, &id).await?) }

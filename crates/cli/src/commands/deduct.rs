@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{LocationId, OrderId, Quantity, Sku, UserId};
 use stockledger_core::{CommandBody, Deduct};
 
@@ -48,7 +47,6 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if let Some(location) = args.location {
         deduct = deduct.at(location)?;
     }
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Deduct(Deduct {
         user_id: args.user,
         expires_at: args
@@ -56,5 +54,5 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
             .map(|hold| stockledger_runtime::clock::now_ms().saturating_add(hold)),
         ..deduct
     });
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, g.ledger(), args.sku, body, &args.wait).await
 }

@@ -9,9 +9,9 @@ use anyhow::Context;
 use clap::Args;
 use sqlx::PgPool;
 use stockledger_analysts::query;
-use stockledger_client::{LedgerProducer, RedisDecisions, SoldOutGuard};
+use stockledger_client::{Ledger, SoldOutGuard};
 use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
-use stockledger_core::{AdjustmentId, CommandBody, Restock, RestockMode, ResultCode, Sku};
+use stockledger_core::{AdjustmentId, Quantity, RestockMode, ResultCode, Sku, UnitId};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
@@ -109,18 +109,22 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     let pool = crate::connect_archive(g, 2).await?;
     let pipeline = Pipeline::start(g, &names, args.partitions).await?;
 
-    let mut producer = LedgerProducer::new(&kafka, names.topic.clone())?;
+    let mut builder = Ledger::builder()
+        .kafka(kafka.clone())
+        .topic(names.topic.clone())
+        .decisions_from_redis(&g.redis_url, &names.prefix)
+        .decision_timeout(demo::DECISION_WAIT);
     let guard = if args.sold_out_fast_path {
         let guard = SoldOutGuard::connect(&g.redis_url, &names.prefix).await?;
-        producer = producer.with_sold_out_guard(guard.clone());
+        builder = builder.sold_out_guard_from(guard.clone());
         Some(guard)
     } else {
         None
     };
-    let reader = RedisDecisions::connect(&g.redis_url, names.prefix.clone()).await?;
+    let ledger = builder.build().await?;
     let timeout = Duration::from_secs(args.timeout);
-    open_sale(&producer, &reader, &names.run_id, &args, timeout).await?;
-    let sold = sell(&producer, &reader, &names.run_id, &args).await?;
+    open_sale(&ledger, &names.run_id, &args, timeout).await?;
+    let sold = sell(&ledger, &names.run_id, &args).await?;
     let projection =
         stockledger_projection::Projection::connect(&g.redis_url, names.prefix.clone()).await?;
     let archived = demo::settle(&kafka, &pool, &projection, &names.topic, timeout).await?;
@@ -182,21 +186,15 @@ struct Sold {
 }
 
 /// The sale: the orders, baskets and seats bought at once.
-async fn sell(
-    producer: &LedgerProducer,
-    reader: &RedisDecisions,
-    run_id: &str,
-    args: &DemoArgs,
-) -> anyhow::Result<Sold> {
+async fn sell(ledger: &Ledger, run_id: &str, args: &DemoArgs) -> anyhow::Result<Sold> {
     let started = Instant::now();
     let shoppers = (args.buyers / 4).max(1);
     let orders = workload(args);
     let parties = args.seats * 2 / 3;
     let (sent, baskets, seats) = tokio::try_join!(
-        demo::buy(producer, reader, &orders),
+        demo::buy(ledger, &orders),
         demo::buy_baskets(
-            producer,
-            reader,
+            ledger,
             run_id,
             args.baskets,
             shoppers,
@@ -204,8 +202,7 @@ async fn sell(
             args.seed
         ),
         demo::buy_seats(
-            producer,
-            reader,
+            ledger,
             run_id,
             (args.seats, parties, shoppers),
             args.hold_ms,
@@ -411,22 +408,17 @@ impl Pipeline {
 /// Puts the hot SKU on sale: its stock and its per-user limit, each
 /// awaited until the applier has taken it.
 async fn open_sale(
-    producer: &LedgerProducer,
-    reader: &RedisDecisions,
+    ledger: &Ledger,
     run_id: &str,
     args: &DemoArgs,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let restock = producer
-        .restock(
-            HOT_SKU,
-            &format!("{run_id}-initial"),
-            RestockMode::Set,
-            args.stock,
-        )
+    let initial = AdjustmentId::new(format!("{run_id}-initial"))?;
+    let restock = ledger
+        .restock(&Sku::new(HOT_SKU)?, &initial, RestockMode::Set, args.stock)
         .await?;
-    let decision = reader
-        .wait(&restock, timeout)
+    let decision = ledger
+        .decision_within(&restock, timeout)
         .await
         .context("waiting for the applier to take the initial restock")?;
     anyhow::ensure!(
@@ -436,15 +428,10 @@ async fn open_sale(
     if args.baskets > 0 {
         let stocks = [args.baskets.div_ceil(3), args.baskets.div_ceil(4)];
         for (sku, stock) in demo::BASKET_SKUS.into_iter().zip(stocks) {
-            let restock = producer
-                .restock(
-                    sku,
-                    &format!("{run_id}-initial"),
-                    RestockMode::Set,
-                    stock as i64,
-                )
+            let restock = ledger
+                .restock(&Sku::new(sku)?, &initial, RestockMode::Set, stock as i64)
                 .await?;
-            let decision = reader.wait(&restock, timeout).await?;
+            let decision = ledger.decision_within(&restock, timeout).await?;
             anyhow::ensure!(
                 decision.result == ResultCode::Applied,
                 "{sku} restock: {decision:?}"
@@ -454,17 +441,20 @@ async fn open_sale(
     let hall: Vec<String> = (0..args.seats).map(demo::seat_name).collect();
     for (k, row) in hall.chunks(MAX_UNITS_PER_RESTOCK).enumerate() {
         let adjustment = AdjustmentId::new(format!("{run_id}-hall-{k}"))?;
-        let body = CommandBody::Restock(Restock::units(adjustment, row)?);
-        let restock = producer.send(Sku::new(demo::SHOW_SKU)?, body).await?;
-        let decision = reader.wait(&restock, timeout).await?;
+        let units = (row.iter().map(UnitId::new)).collect::<Result<Vec<_>, _>>()?;
+        let restock = ledger
+            .add_units(&Sku::new(demo::SHOW_SKU)?, &adjustment, &units)
+            .await?;
+        let decision = ledger.decision_within(&restock, timeout).await?;
         anyhow::ensure!(
             decision.result == ResultCode::Applied,
             "{} seats: {decision:?}",
             demo::SHOW_SKU
         );
     }
-    let limit = producer.limit(HOT_SKU, Some(args.limit_per_user)).await?;
-    let decision = reader.wait(&limit, timeout).await?;
+    let per_user = Quantity::new(args.limit_per_user)?;
+    let limit = ledger.limit(&Sku::new(HOT_SKU)?, Some(per_user)).await?;
+    let decision = ledger.decision_within(&limit, timeout).await?;
     anyhow::ensure!(
         decision.result == ResultCode::Applied,
         "per-user limit: {decision:?}"

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{Quantity, Sku};
 use stockledger_core::{CommandBody, Limit};
 
@@ -28,11 +27,10 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let per_user = args
         .per_user
         .map(|n| Quantity::of_field("per_user", n))
         .transpose()?;
     let body = CommandBody::Limit(Limit { per_user });
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, g.ledger(), args.sku, body, &args.wait).await
 }

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::{LedgerProducer, OrderChecks};
 use stockledger_core::ids::{OrderId, Quantity, Sku};
 use stockledger_core::{CommandBody, Refund};
 
@@ -29,11 +28,10 @@ pub struct Args {
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     // An order the projection does not know (or, for a refund, a total
     // above what it bought) is refused before anything is published.
-    let checks = OrderChecks::connect(&g.redis_url, &g.prefix).await?;
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?.with_order_checks(checks);
+    let ledger = g.ledger().order_checks(&g.redis_url, &g.prefix);
     let body = CommandBody::Refund(Refund {
         order_id: args.order_id,
         quantity: args.total,
     });
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, ledger, args.sku, body, &args.wait).await
 }

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{AdjustmentId, LocationId, Sku};
 use stockledger_core::{CommandBody, Restock, RestockMode};
 
@@ -57,7 +56,6 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         Some(location) => restock.at(location)?,
         None => restock,
     };
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Restock(restock);
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, g.ledger(), args.sku, body, &args.wait).await
 }

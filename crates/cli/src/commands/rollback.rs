@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{OrderId, Sku};
 use stockledger_core::{CommandBody, Rollback};
 
@@ -25,7 +24,6 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     let body = CommandBody::Rollback(Rollback::new(args.order_id, args.reason)?);
-    publish(g, &producer, args.sku, body, &args.wait).await
+    publish(g, g.ledger(), args.sku, body, &args.wait).await
 }

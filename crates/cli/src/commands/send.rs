@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
-use stockledger_client::{CommandBody, Decision, LedgerProducer, Receipt, RedisDecisions, Sku};
+use stockledger_client::{CommandBody, Decision, Ledger, LedgerBuilder, Receipt, Sku};
 use stockledger_core::trace::valid_traceparent;
 
 use super::table::Style;
@@ -40,24 +40,42 @@ fn parse_traceparent(s: &str) -> Result<String, String> {
         })
 }
 
-/// Sends `body` for `sku` through `producer` (with `--traceparent` if
-/// given), then prints what [`report_sent`] prints.
+/// Builds the ledger's client from `builder` (reading decisions from the
+/// projection when `--wait` asks for them), sends `body` for `sku` (with
+/// `--traceparent` if given), then prints what [`report_sent`] prints.
 pub async fn publish(
     g: &Global,
-    producer: &LedgerProducer,
+    builder: LedgerBuilder,
     sku: Sku,
     body: CommandBody,
     wait: &WaitArgs,
 ) -> anyhow::Result<ExitCode> {
-    let receipt = match &wait.traceparent {
-        Some(traceparent) => producer.send_traced(sku, body, traceparent, false).await?,
-        None => producer.send(sku, body).await?,
+    let builder = match wait.timeout() {
+        Some(timeout) => g.deciding(builder, timeout),
+        None => builder,
     };
-    report_sent(g, &receipt, wait).await
+    let ledger = builder.build().await?;
+    let receipt = match &wait.traceparent {
+        Some(traceparent) => {
+            (ledger.producer())
+                .send_traced(sku, body, traceparent, false)
+                .await?
+        }
+        None => ledger.send(&sku, body).await?,
+    };
+    report_sent(&ledger, &receipt, wait).await
 }
 
-pub async fn report_sent(
-    g: &Global,
+impl WaitArgs {
+    /// How long `--wait` waits for the decision, if it was given.
+    fn timeout(&self) -> Option<Duration> {
+        let seconds = self.wait?;
+        Some(Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(Duration::MAX))
+    }
+}
+
+async fn report_sent(
+    ledger: &Ledger,
     receipt: &Receipt,
     wait: &WaitArgs,
 ) -> anyhow::Result<ExitCode> {
@@ -67,12 +85,8 @@ pub async fn report_sent(
             receipt.command_id, receipt.sku, receipt.position
         );
     }
-    let decision = match wait.wait {
-        Some(seconds) => {
-            let reader = RedisDecisions::connect(&g.redis_url, g.prefix.clone()).await?;
-            let timeout = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(Duration::MAX);
-            Some(reader.wait(receipt, timeout).await?)
-        }
+    let decision = match wait.timeout() {
+        Some(_) => Some(ledger.decision(receipt).await?),
         None => None,
     };
     match (wait.format, &decision) {

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_client::LedgerProducer;
 use stockledger_core::ids::{LocationId, Quantity, Sku, TransferId};
 use stockledger_core::{CommandBody, Transfer};
 
@@ -40,10 +39,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         None => TransferId::new(uuid::Uuid::new_v4().to_string())?,
     };
     let moved = Transfer::new(id, args.from, args.to, args.quantity)?;
-    let producer = LedgerProducer::new(&g.kafka(), g.topic.clone())?;
     publish(
         g,
-        &producer,
+        g.ledger(),
         args.sku,
         CommandBody::Transfer(moved),
         &args.wait,

@@ -37,7 +37,7 @@ use stockledger_projection::{Projection, ProjectionError};
 mod settle;
 
 use settle::settle_all;
-pub use settle::{Decide, Settler, Unsettled, ATTEMPTS};
+pub use settle::{Decide, Unsettled, ATTEMPTS};
 
 /// Most lines one basket may have.
 pub const MAX_LINES: usize = 50;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use stockledger_core::{BasketId, CommandBody, Decision, Sku};
 
-use crate::outcome::{OutcomeError, RedisDecisions};
-use crate::producer::{LedgerProducer, ProducerError, Receipt};
+use crate::outcome::OutcomeError;
+use crate::producer::{ProducerError, Receipt};
 
 /// How many times a step of the protocol is tried for one line (a send
 /// that failed, a decision not seen in time) before the call gives up and
@@ -104,24 +104,4 @@ pub(super) async fn settle_all<D: Decide + Sync>(
         .map(|(sku, _)| sku)
         .zip(settled)
         .collect()
-}
-
-/// The protocol over a producer and the projection's decisions, as a tool
-/// with Redis at hand runs it (the CLI).
-#[derive(Debug, Clone)]
-pub struct Settler {
-    pub producer: LedgerProducer,
-    pub reader: RedisDecisions,
-    /// How long one decision is awaited before it is awaited again.
-    pub wait: Duration,
-}
-
-impl Decide for Settler {
-    async fn send(&self, sku: &Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
-        self.producer.send(sku.clone(), body).await
-    }
-
-    async fn wait(&self, receipt: &Receipt) -> Result<Decision, OutcomeError> {
-        self.reader.wait(receipt, self.wait).await
-    }
 }

@@ -11,10 +11,7 @@ use rdkafka::ClientConfig;
 use stockledger_core::codec;
 use stockledger_core::report::Chain;
 use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
-use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit, LogPosition,
-    OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, UserId, ValidationError,
-};
+use stockledger_core::{Command, CommandBody, CommandId, LogPosition, Sku, ValidationError};
 use stockledger_kafka::config::{KafkaConfig, CONTRACT_SETTINGS};
 use tracing::warn;
 
@@ -24,7 +21,6 @@ use error::LoginWatch;
 
 pub use error::{DeliveryFailure, ProducerError};
 
-mod commands;
 mod error;
 
 /// Defaults of every producer; each may be overridden.
@@ -109,29 +105,22 @@ pub struct Receipt {
     pub position: LogPosition,
 }
 
-/// Sends commands to the command topic. Cheap to share: clone it or put it
-/// in an `Arc`; all clones use one librdkafka producer.
-///
-/// A checkout, with an applier running on the default topic and prefix:
+/// Sends commands to the command topic: the transport underneath
+/// [`Ledger`](crate::Ledger), which is where an order service starts (its
+/// typed methods build each command's body). Cheap to share: clone it or
+/// put it in an `Arc`; all clones use one librdkafka producer. Reach it
+/// with [`Ledger::producer`](crate::Ledger::producer) for what only it
+/// offers: [`try_send`](Self::try_send), [`send_traced`](Self::send_traced),
+/// [`send_command`](Self::send_command), [`locate`](Self::locate).
 ///
 /// ```no_run
-/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use stockledger_client::{CommandBody, Deduct, KafkaConfig, LedgerProducer, OrderId, Quantity, Sku};
 ///
-/// use stockledger_client::{KafkaConfig, LedgerProducer, RedisDecisions, ResultCode};
-///
-/// # async fn checkout() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?;
-/// let reader = RedisDecisions::connect("redis://127.0.0.1:6379", "stockledger").await?;
-///
-/// // Hold one unit for user-7 for 15 minutes, then sell it.
-/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
-/// let hold = producer
-///     .reserve("SKU-1", "order-43", 1, Some("user-7"), now_ms + 15 * 60_000)
-///     .await?; // validated, and durable in the log
-/// let decision = reader.wait(&hold, Duration::from_secs(2)).await?;
-/// if decision.result == ResultCode::Applied {
-///     producer.confirm("SKU-1", "order-43").await?;
-/// }
+/// let body = CommandBody::Deduct(Deduct::new(OrderId::new("order-43")?, Quantity::new(1)?));
+/// let sent = producer.send(Sku::new("SKU-1")?, body).await?; // validated, and durable in the log
+/// println!("in the log at {}", sent.position);
 /// # Ok(())
 /// # }
 /// ```
@@ -241,13 +230,14 @@ impl LedgerProducer {
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, OrderChecks};
+    /// use stockledger_client::{CommandBody, Confirm, KafkaConfig, LedgerProducer, OrderChecks, OrderId, Sku};
     ///
     /// let checks = OrderChecks::connect("redis://127.0.0.1:6379", "stockledger").await?;
     /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?
     ///     .with_order_checks(checks);
     /// // Refused here if the ledger holds no reservation of order-42.
-    /// producer.confirm("SKU-1", "order-42").await?;
+    /// let confirm = CommandBody::Confirm(Confirm { order_id: OrderId::new("order-42")? });
+    /// producer.send(Sku::new("SKU-1")?, confirm).await?;
     /// # Ok(())
     /// # }
     /// ```
@@ -261,12 +251,14 @@ impl LedgerProducer {
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stockledger_client::{KafkaConfig, LedgerProducer, ProducerError, SoldOutGuard};
+    /// use stockledger_client::{CommandBody, Deduct, KafkaConfig, LedgerProducer, OrderId};
+    /// use stockledger_client::{ProducerError, Quantity, Sku, SoldOutGuard};
     ///
     /// let guard = SoldOutGuard::connect("redis://127.0.0.1:6379", "stockledger").await?;
     /// let producer = LedgerProducer::new(&KafkaConfig::new("127.0.0.1:9092"), "stock.ledger")?
     ///     .with_sold_out_guard(guard.clone());
-    /// match producer.deduct("SKU-1", "order-42", 1).await {
+    /// let deduct = CommandBody::Deduct(Deduct::new(OrderId::new("order-42")?, Quantity::new(1)?));
+    /// match producer.send(Sku::new("SKU-1")?, deduct).await {
     ///     Err(ProducerError::SoldOut(s)) => println!("{} is sold out (as of offset {})", s.sku, s.offset),
     ///     other => println!("{:?}", other?.position),
     /// }
@@ -571,8 +563,8 @@ impl LedgerProducer {
     /// seed 7 caught a receipt at offset -1001 for such a command.
     ///
     /// ```no_run
-    /// # async fn example(producer: stockledger_client::LedgerProducer) -> Result<(), Box<dyn std::error::Error>> {
-    /// let receipt = producer.deduct("SKU-1", "order-42", 1).await?;
+    /// # async fn example(producer: stockledger_client::LedgerProducer, receipt: stockledger_client::Receipt) -> Result<(), Box<dyn std::error::Error>> {
+    /// // A receipt of this producer's.
     /// let found = producer.locate(&receipt.command_id, receipt.position.partition).await?;
     /// assert_eq!(found, receipt.position.offset);
     /// # Ok(())

@@ -96,7 +96,7 @@ pub(crate) async fn as_of(
             ),
         )),
         StockAsOf::NotArchivedYet { asked, reach } => {
-            let producer = gateway.producer.clone();
+            let producer = gateway.ledger.producer().clone();
             let partition = reach.partition;
             let end = tokio::task::spawn_blocking(move || {
                 producer.log_end(partition, Duration::from_secs(2))

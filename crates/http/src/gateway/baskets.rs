@@ -1,6 +1,6 @@
 //! The baskets' routes: several SKUs held, confirmed or released together
 //! by the protocol of [`stockledger_client::basket`], run here over the
-//! gateway's producer and the projection's decisions.
+//! gateway's ledger client, reading the decisions from the projection.
 //!
 //! Each route waits for every decision it needs (a basket's answer is
 //! meaningless half-way); a line that cannot be settled in time is a `503`
@@ -32,7 +32,7 @@ const LINE_WAIT: Duration = Duration::from_secs(5);
 impl Decide for Gateway {
     async fn send(&self, sku: &Sku, body: CommandBody) -> Result<Receipt, ProducerError> {
         let kind = body.kind().as_str();
-        let sent = self.producer.send(sku.clone(), body).await;
+        let sent = self.ledger.send(sku, body).await;
         if sent.is_ok() {
             metrics::counter!(super::PUBLISHED_METRIC, "command" => kind).increment(1);
         }
@@ -40,8 +40,8 @@ impl Decide for Gateway {
     }
 
     async fn wait(&self, receipt: &Receipt) -> Result<Decision, OutcomeError> {
-        self.reader
-            .wait(receipt, self.max_wait.min(LINE_WAIT))
+        (self.ledger)
+            .decision_within(receipt, self.max_wait.min(LINE_WAIT))
             .await
     }
 }

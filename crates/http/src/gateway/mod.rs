@@ -37,7 +37,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use stockledger_client::{LedgerProducer, ProducerError, RedisDecisions};
+use stockledger_client::outcome::OutcomeError;
+use stockledger_client::{BuildError, Ledger, LedgerProducer, ProducerError, SoldOutGuard};
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;
 use stockledger_redis::RedisConn;
@@ -156,6 +157,8 @@ impl GatewayConfig {
 pub enum GatewayError {
     #[error(transparent)]
     Producer(#[from] ProducerError),
+    #[error("the ledger's client could not be made")]
+    Client(#[source] BuildError),
     #[error("connecting to Redis at {url}")]
     Redis {
         url: String,
@@ -174,8 +177,9 @@ pub enum GatewayError {
 
 /// What every request handler shares.
 pub(crate) struct Gateway {
-    producer: LedgerProducer,
-    reader: RedisDecisions,
+    /// The ledger's client: sends commands and reads their decisions from
+    /// Redis.
+    ledger: Ledger,
     projection: Projection,
     archive: sqlx::PgPool,
     /// The brokers, for reading a record back (a repeated restock's first).
@@ -243,13 +247,12 @@ pub async fn run(
         let _ = stopping.send(true);
     };
     let Services {
-        producer,
+        ledger,
         redis,
-        reader,
         archive,
     } = Services::connect(&config).await?;
     let broker_up = Arc::new(AtomicBool::new(true));
-    let watch = tokio::spawn(watch_brokers(producer.clone(), broker_up.clone()));
+    let watch = tokio::spawn(watch_brokers(ledger.producer().clone(), broker_up.clone()));
     let probes = probes(broker_up.clone(), redis.clone(), archive.clone());
     let events_topic = config
         .events_topic
@@ -262,8 +265,7 @@ pub async fn run(
         stop,
     );
     let gateway = Arc::new(Gateway {
-        producer,
-        reader,
+        ledger,
         projection: Projection::new(redis, config.prefix.clone()),
         archive,
         kafka: config.kafka.clone(),
@@ -288,13 +290,13 @@ pub async fn run(
     Ok(())
 }
 
-/// What the gateway talks to, connected: the producer (with the sold-out
-/// fast path if asked), Redis, the decisions' reader and the archive (read
-/// only, as the analysts' role: the gateway cannot write it).
+/// What the gateway talks to, connected: the ledger's client (reading
+/// decisions from Redis, with the sold-out fast path if asked), Redis and
+/// the archive (read only, as the analysts' role: the gateway cannot write
+/// it).
 struct Services {
-    producer: LedgerProducer,
+    ledger: Ledger,
     redis: RedisConn,
-    reader: RedisDecisions,
     archive: sqlx::PgPool,
 }
 
@@ -307,7 +309,6 @@ impl Services {
                 GATEWAY_MESSAGE_TIMEOUT_MS.into(),
             ));
         }
-        let mut producer = LedgerProducer::new(&kafka, config.topic.clone())?;
         let redis_error = |source| GatewayError::Redis {
             url: redact_url(&config.redis_url).to_string(),
             source,
@@ -315,18 +316,19 @@ impl Services {
         let redis = RedisConn::connect(&config.redis_url)
             .await
             .map_err(redis_error)?;
+        let mut ledger = Ledger::builder()
+            .kafka(kafka)
+            .topic(config.topic.clone())
+            .decisions_from_redis(&config.redis_url, &config.prefix);
         if config.sold_out_fast_path {
-            let projection =
-                stockledger_projection::Projection::new(redis.clone(), config.prefix.clone());
-            producer =
-                producer.with_sold_out_guard(stockledger_client::SoldOutGuard::new(projection));
+            let projection = Projection::new(redis.clone(), config.prefix.clone());
+            ledger = ledger.sold_out_guard_from(SoldOutGuard::new(projection));
         }
-        let reader = RedisDecisions::connect(&config.redis_url, config.prefix.clone())
-            .await
-            .map_err(|e| match e {
-                stockledger_client::outcome::OutcomeError::Redis(source) => redis_error(source),
-                other => GatewayError::Metrics(other.to_string()),
-            })?;
+        let ledger = ledger.build().await.map_err(|e| match e {
+            BuildError::Producer(e) => GatewayError::Producer(e),
+            BuildError::DecisionsFromRedis(OutcomeError::Redis(source)) => redis_error(source),
+            other => GatewayError::Client(other),
+        })?;
         let archive = stockledger_archiver::connect_as(
             &config.database_url,
             4,
@@ -338,9 +340,8 @@ impl Services {
             source,
         })?;
         Ok(Self {
-            producer,
+            ledger,
             redis,
-            reader,
             archive,
         })
     }

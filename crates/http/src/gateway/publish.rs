@@ -183,11 +183,12 @@ impl Gateway {
         }
         let sent = match &traceparent {
             Some(traceparent) => {
-                self.producer
+                self.ledger
+                    .producer()
                     .send_traced(sku.clone(), body, traceparent, true)
                     .await
             }
-            None => self.producer.try_send(sku.clone(), body).await,
+            None => self.ledger.producer().try_send(sku.clone(), body).await,
         };
         let receipt = sent.map_err(|e| {
             let reason = match &e {
@@ -232,7 +233,7 @@ impl Gateway {
         let Some(wait) = wait else {
             return Ok((StatusCode::ACCEPTED, Json(response)).into_response());
         };
-        match self.reader.wait(&receipt, wait).await {
+        match self.ledger.decision_within(&receipt, wait).await {
             Ok(decision) => {
                 response.status = CommandStatus::Decided;
                 if decision.result == ResultCode::Duplicate {
