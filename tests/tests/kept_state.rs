@@ -1,7 +1,7 @@
-//! What the fold keeps between batches (the stock hashes of recent SKUs)
-//! is never decided on once Redis holds something else: a restore that
-//! takes a SKU back is seen at the next write, and compaction, which
-//! prunes orders the fold reads afresh each batch, changes nothing kept.
+//! What the fold keeps between batches (the stock hashes of recent SKUs,
+//! and the other hashes of those known whole) is never decided on once
+//! Redis holds something else: a restore that takes a SKU back is seen at
+//! the next write, and an order compaction may prune is read afresh.
 
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock,
@@ -137,9 +137,52 @@ async fn orders_compaction_pruned_under_the_applier_are_not_found_again() -> any
         .ok_or_else(|| anyhow::anyhow!("C has no state"))?;
     let at = stockledger_core::Placement::home(0);
     let expected = fresh.apply(at, 4, T0 + 4, &log[4].body);
+    let reads = projection.reads_of_skus();
     let decided = apply(&projection, 4, &log[4]).await?;
     assert_eq!(decided, expected, "decided on what Redis holds");
     assert_eq!(decided.result, ResultCode::Applied);
     assert_eq!(projection.moved_skus(), 0);
+    assert_eq!(
+        projection.reads_of_skus(),
+        reads + 1,
+        "the kept order was rolled back, so prunable: it was read"
+    );
+    delete_prefix(&conn, &prefix).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_known_whole_is_decided_from_memory_as_redis_would() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let prefix = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let projection = Projection::new(conn.clone(), prefix.clone());
+    let log = [
+        command("W", 0, restock("a", 3)?)?,
+        command("W", 1, deduct("o1", 1)?)?,
+        command("W", 2, deduct("o2", 1)?)?,
+        command("W", 3, deduct("o1", 1)?)?,
+        command("W", 4, restock("a", 9)?)?,
+        command("W", 5, deduct("o3", 5)?)?,
+    ];
+    let mut reference = Ledger::new(1);
+    let mut reads = Vec::new();
+    for (offset, record) in log.iter().enumerate() {
+        let offset = i64::try_from(offset)?;
+        let decided = apply(&projection, offset, record).await?;
+        let expected = reference.apply(0, offset, T0 + offset, record);
+        assert_eq!(decided, expected, "record {offset}");
+        reads.push(projection.reads_of_skus());
+    }
+    // W had no state when first read: from then on its orders and its
+    // restocks are known whole, and nothing of it is read again, not even
+    // the orders a deduct names and Redis lacks.
+    assert_eq!(reads, vec![1; log.len()], "reads after each record");
+    assert_eq!(projection.cached_fields(), 3, "o1, o2 and the restock a");
+    // A second member, knowing nothing, decides the next record as the
+    // one that kept W in memory would.
+    let other = Projection::new(conn.clone(), prefix.clone());
+    let next = command("W", 6, deduct("o2", 1)?)?;
+    let decided = apply(&other, 6, &next).await?;
+    assert_eq!(decided, reference.apply(0, 6, T0 + 6, &next));
+    assert_eq!(other.reads_of_skus(), 1);
     delete_prefix(&conn, &prefix).await
 }

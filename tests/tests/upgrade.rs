@@ -281,7 +281,7 @@ async fn a_redis_the_lua_release_filled_is_applied_onto_correctly() -> anyhow::R
 async fn a_redis_that_forgot_the_scripts_gets_them_again() -> anyhow::Result<()> {
     let conn = RedisConn::connect(redis_url().await?).await?;
     let prefix = format!("noscript:{}", uuid::Uuid::new_v4().simple());
-    let projection = Projection::new(conn.clone(), prefix.clone()).caching(0);
+    let projection = Projection::new(conn.clone(), prefix.clone()).caching(0, 0);
     let command = |n: usize, body| -> anyhow::Result<Command> {
         Ok(Command {
             command_id: CommandId::new(format!("c{n}"))?,

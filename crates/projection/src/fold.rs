@@ -3,8 +3,9 @@
 //! [`Projection::prepare`] takes a batch once: it groups the commands by
 //! SKU, notes which holds each command may take or end and how far each
 //! partition was read, and owns all of it, so the result can be applied
-//! from another task. [`Projection::apply`] then reads from Redis the part
-//! of each SKU's state the batch's records need (`lua/load.lua`), decides
+//! from another task. [`Projection::apply`] then takes the part of each
+//! SKU's state the batch's records need, from what the projection keeps
+//! in memory (see `heads`) or else from Redis (`lua/load.lua`), decides
 //! every record with the core's machine
 //! ([`stockledger_core::SkuState::apply`], the one place a rule is
 //! written), and writes what changed in one fenced call (`lua/write.lua`):
@@ -27,6 +28,7 @@ use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
+use crate::heads::Change;
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
 use crate::stage::{Record, SkuStage, SkuWrite, Wanted};
@@ -263,49 +265,42 @@ impl Projection {
         let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
         let mut pending: Vec<usize> = (0..batch.skus.len()).collect();
         for attempt in 1.. {
-            let cached = self.heads.get(pending.iter().map(|&s| &batch.skus[s].0));
-            let mut stages = Vec::with_capacity(pending.len());
-            for (&s, cached) in pending.iter().zip(cached) {
-                let (sku, home, records) = &batch.skus[s];
-                let mut stage = SkuStage::new(&self.prefix, sku, *home, cached)?;
-                stage.records.clone_from(records);
-                stages.push(stage);
-            }
-            let first: Vec<Wanted> = stages.iter().map(|s| s.wanted(&batch.records)).collect();
-            self.read(&mut stages, first).await?;
-            let next: Vec<Wanted> = stages
-                .iter()
-                .map(|s| s.wanted_next(&batch.records))
-                .collect();
-            if next.iter().any(|w| !w.is_empty()) {
-                self.read(&mut stages, next).await?;
-            }
+            let mut stages = self.staged(batch, &pending).await?;
             let mut writes = Vec::new();
-            let mut heads = Vec::with_capacity(stages.len());
-            for (k, mut stage) in stages.into_iter().enumerate() {
+            let mut changes = Vec::with_capacity(stages.len());
+            for (k, mut stage) in stages.drain(..).enumerate() {
+                let start_whole = stage.fresh();
                 stage.decide(&batch.records, &mut decided);
-                let (write, head) = stage.finish();
+                let (write, stock) = stage.finish();
                 if let Some(write) = write {
-                    writes.push((pending[k], write));
+                    writes.push((k, write));
                 }
-                heads.push((pending[k], head));
+                changes.push(Change {
+                    stock,
+                    start_whole,
+                    hashes: Default::default(),
+                });
             }
-            let moved = match self.write(batch, &writes).await {
-                Ok(moved) => moved,
+            let moved: Vec<usize> = match self.write(batch, &writes).await {
+                Ok(moved) => moved.into_iter().map(|k| pending[k]).collect(),
                 Err(e) => {
                     // Whether anything landed is unknown: read it again.
                     self.heads.clear();
                     return Err(e);
                 }
             };
+            for (k, write) in writes {
+                let [_, orders, adjustments, _] = write.hashes;
+                changes[k].hashes = [
+                    (orders.deletes, orders.sets),
+                    (adjustments.deletes, adjustments.sets),
+                ];
+            }
             self.heads.put(
-                heads
-                    .into_iter()
-                    .map(|(s, head)| {
-                        (
-                            batch.skus[s].0.clone(),
-                            (!moved.contains(&s)).then_some(head),
-                        )
+                (pending.iter().zip(changes))
+                    .map(|(&s, change)| {
+                        let kept = (!moved.contains(&s)).then_some(change);
+                        (batch.skus[s].0.clone(), kept)
                     })
                     .collect(),
             );
@@ -324,32 +319,117 @@ impl Projection {
         Ok(decided.into_iter().flatten().collect())
     }
 
+    /// The stages of the batch's SKUs numbered `pending`, each with the
+    /// part of its state its records need: what is kept in memory (see
+    /// `heads`), the rest read from Redis.
+    async fn staged(
+        &self,
+        batch: &Prepared,
+        pending: &[usize],
+    ) -> Result<Vec<SkuStage>, ProjectionError> {
+        let kept = self.heads.get(pending.iter().map(|&s| &batch.skus[s].0));
+        let mut stages = Vec::with_capacity(pending.len());
+        let mut whole = Vec::with_capacity(pending.len());
+        for (&s, kept) in pending.iter().zip(kept) {
+            let (sku, home, records) = &batch.skus[s];
+            let (stock, known) = kept.map_or((None, false), |(stock, known)| (Some(stock), known));
+            let mut stage = SkuStage::new(&self.prefix, sku, *home, stock)?;
+            stage.records.clone_from(records);
+            stages.push(stage);
+            whole.push(known.then_some(sku.as_str()));
+        }
+        let first: Vec<Wanted> = stages.iter().map(|s| s.wanted(&batch.records)).collect();
+        let first = self.answer_from_memory(&mut stages, &whole, first)?;
+        self.read(&mut stages, first).await?;
+        let next: Vec<Wanted> = stages
+            .iter()
+            .map(|s| s.wanted_next(&batch.records))
+            .collect();
+        let next = self.answer_from_memory(&mut stages, &whole, next)?;
+        self.read(&mut stages, next).await?;
+        Ok(stages)
+    }
+
+    /// Loads into each stage of a SKU kept whole (`whole[k]` its name) the
+    /// fields of `wanted` that memory answers; returns what is left to
+    /// read from Redis.
+    fn answer_from_memory(
+        &self,
+        stages: &mut [SkuStage],
+        whole: &[Option<&str>],
+        wanted: Vec<Wanted>,
+    ) -> Result<Vec<Wanted>, ProjectionError> {
+        let mut left = Vec::with_capacity(wanted.len());
+        for ((stage, sku), mut want) in stages.iter_mut().zip(whole).zip(wanted) {
+            let Some(sku) = sku else {
+                left.push(want);
+                continue;
+            };
+            let mut known = Wanted::default();
+            let mut values: [Vec<Option<String>>; 4] = Default::default();
+            for (hash, (fields, known_fields)) in [
+                (&mut want.orders, &mut known.orders),
+                (&mut want.adjustments, &mut known.adjustments),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let answers = self.heads.answer(sku, hash, fields);
+                let mut unknown = Vec::new();
+                for (field, answer) in std::mem::take(fields).into_iter().zip(answers) {
+                    match answer {
+                        Some(value) => {
+                            known_fields.push(field);
+                            values[hash + 1].push(value);
+                        }
+                        None => unknown.push(field),
+                    }
+                }
+                *fields = unknown;
+            }
+            if !known.is_empty() {
+                stage.load(&known, values)?;
+            }
+            left.push(want);
+        }
+        Ok(left)
+    }
+
     /// Reads each stage's `wanted` fields into it: on a single Redis in a
     /// few calls of many SKUs, on a cluster one call per SKU (a script's
-    /// keys must share a slot, and a SKU's keys share its hash tag).
+    /// keys must share a slot, and a SKU's keys share its hash tag). A
+    /// stage that wants nothing is left out.
     async fn read(
         &self,
         stages: &mut [SkuStage],
         wanted: Vec<Wanted>,
     ) -> Result<(), ProjectionError> {
+        let asking: Vec<usize> = (0..stages.len())
+            .filter(|&k| !wanted[k].is_empty())
+            .collect();
+        if asking.is_empty() {
+            return Ok(());
+        }
+        self.reads
+            .fetch_add(asking.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let per_call = if self.redis.is_cluster() {
             1
         } else {
             CALL_SKUS
         };
         let calls = || {
-            (0..stages.len())
-                .step_by(per_call)
-                .map(|from| {
-                    let to = (from + per_call).min(stages.len());
+            asking
+                .chunks(per_call)
+                .map(|chunk| {
                     let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(LOAD.get_hash()).arg(4 * (to - from));
-                    for stage in &stages[from..to] {
-                        for key in stage.keys.as_array() {
+                    cmd.arg(LOAD.get_hash()).arg(4 * chunk.len());
+                    for &k in chunk {
+                        for key in stages[k].keys.as_array() {
                             cmd.arg(key);
                         }
                     }
-                    for want in &wanted[from..to] {
+                    for &k in chunk {
+                        let want = &wanted[k];
                         cmd.arg(want.stock.len()).arg(&want.stock);
                         for fields in [&want.orders, &want.adjustments, &want.decisions] {
                             cmd.arg(fields.len()).arg(fields);
@@ -361,10 +441,10 @@ impl Projection {
         };
         let replies: Vec<Vec<Vec<Option<String>>>> = self.run(&LOAD, calls).await?;
         let mut values = replies.into_iter().flatten();
-        for (stage, want) in stages.iter_mut().zip(&wanted) {
+        for &k in &asking {
             let mut four = || values.next().unwrap_or_default();
             let read = [four(), four(), four(), four()];
-            stage.load(want, read)?;
+            stages[k].load(&wanted[k], read)?;
         }
         Ok(())
     }

@@ -1,69 +1,178 @@
-//! The stock hashes of SKUs a projection wrote or read lately, kept so a
-//! batch need not read them again: the fold reads only the orders its
-//! records name.
+//! What a projection keeps of the SKUs it wrote or read lately, so a batch
+//! need not read it again: each SKU's stock hash and, when known whole,
+//! its orders and adjustments hashes. A batch then reads from Redis only
+//! what is not kept: for a SKU kept whole, nothing but the orders whose
+//! state is final (see below) and the decisions of redelivered records.
 //!
-//! A cached stock hash is never trusted beyond the fenced write: the write
-//! lands only if the stock hash in Redis still holds the offset the cached
-//! one does, and a SKU's stock hash is a function of that offset (the fold
-//! of its log up to there: a restore or a swap that puts another state in
-//! puts another offset in, and compaction never touches it). A SKU whose
-//! write was refused is dropped and read again.
+//! Nothing kept is trusted beyond the fenced write: the write lands only
+//! if the stock hash in Redis still holds the offset the kept one does,
+//! and a SKU's state is a function of that offset (the fold of its log up
+//! to there: a restore or a swap that puts another state in puts another
+//! offset in). A SKU whose write was refused is dropped and read again.
+//! Compaction is the one rewrite that keeps the offset: it removes orders
+//! whose state is final (rolled back, cancelled, expired) once they are
+//! archived and old. So a kept order in a final state is never answered
+//! from memory; its field is read from Redis, where it may be gone.
+//!
+//! A SKU's orders and adjustments hashes are known whole from its first
+//! record on (a SKU with no offset has no hashes), and stay so while they
+//! are kept: the fold is their only writer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// The default bound, in SKUs: about 55 MB (a SKU's stock hash costs about
-/// 550 bytes kept, measured; docs/operators.md).
+/// The default bound, in SKUs: about 55 MB of stock hashes (a SKU's
+/// costs about 550 bytes kept, measured; docs/operators.md).
 pub const DEFAULT_CACHED_SKUS: usize = 100_000;
 
-/// A bounded map of SKU to its stock hash's fields (as
-/// `stage::STOCK_FIELDS`), shared by a projection's clones.
+/// The default bound on the fields of orders and adjustments hashes kept
+/// whole, over every SKU: about 165 MB (a field costs about 165 bytes
+/// kept, measured; docs/operators.md).
+pub const DEFAULT_CACHED_FIELDS: usize = 1_000_000;
+
+/// One SKU as kept.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Kept {
+    /// The stock hash's fields, as `stage::STOCK_FIELDS`.
+    pub stock: Vec<Option<String>>,
+    /// The orders and adjustments hashes, when known whole: a field not
+    /// here is not in Redis.
+    pub whole: Option<[HashMap<String, String>; 2]>,
+}
+
+impl Kept {
+    fn fields(&self) -> usize {
+        self.whole
+            .as_ref()
+            .map_or(0, |[orders, adjustments]| orders.len() + adjustments.len())
+    }
+}
+
+/// Whether a value of the orders hash may be gone from Redis while kept:
+/// an order in a final state, which compaction prunes. Fields starting
+/// with a brace (users' counters, units, the seat map) are never pruned.
+pub(crate) fn prunable(field: &str, value: &str) -> bool {
+    !field.starts_with('{') && matches!(value.as_bytes().first(), Some(b'R' | b'C' | b'X'))
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    skus: HashMap<String, Kept>,
+    /// The fields of every hash kept whole.
+    fields: usize,
+}
+
+/// A bounded map of SKU to what is kept of it, shared by a projection's
+/// clones.
 #[derive(Debug, Clone)]
 pub(crate) struct Heads {
-    inner: Arc<Mutex<HashMap<String, Vec<Option<String>>>>>,
+    inner: Arc<Mutex<Map>>,
     capacity: usize,
+    field_capacity: usize,
 }
 
 impl Heads {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, field_capacity: usize) -> Self {
         Self {
             inner: Arc::default(),
             capacity,
+            field_capacity,
         }
     }
 
-    /// The cached stock hash of each of `skus` that has one.
+    fn map(&self) -> std::sync::MutexGuard<'_, Map> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept stock hash of each of `skus` that has one, and whether its
+    /// other hashes are kept whole.
     pub fn get(
         &self,
         skus: impl Iterator<Item = impl AsRef<str>>,
-    ) -> Vec<Option<Vec<Option<String>>>> {
-        let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        skus.map(|sku| map.get(sku.as_ref()).cloned()).collect()
+    ) -> Vec<Option<(Vec<Option<String>>, bool)>> {
+        let map = self.map();
+        skus.map(|sku| {
+            let kept = map.skus.get(sku.as_ref())?;
+            Some((kept.stock.clone(), kept.whole.is_some()))
+        })
+        .collect()
     }
 
-    /// Keeps `heads` (`None` forgets the SKU); when the bound is passed,
-    /// forgets SKUs not among these until a quarter of the room is free.
-    pub fn put(&self, heads: Vec<(String, Option<Vec<Option<String>>>)>) {
+    /// The values of `fields` of `sku`'s orders (`hash` 0) or adjustments
+    /// (1) hash, for a SKU kept whole: `None` for a field that must be
+    /// read from Redis, else its value (`None` inside: not in the hash).
+    pub fn answer(&self, sku: &str, hash: usize, fields: &[String]) -> Vec<Option<Option<String>>> {
+        let map = self.map();
+        let whole = map.skus.get(sku).and_then(|k| k.whole.as_ref());
+        fields
+            .iter()
+            .map(|field| {
+                let kept = whole?[hash].get(field);
+                match kept {
+                    Some(value) if hash == 0 && prunable(field, value) => None,
+                    kept => Some(kept.cloned()),
+                }
+            })
+            .collect()
+    }
+
+    /// Keeps what each SKU's batch left (`None` forgets the SKU); when a
+    /// bound is passed, forgets SKUs, or their whole hashes, not among
+    /// these until a quarter of the room is free.
+    pub fn put(&self, kept: Vec<(String, Option<Change>)>) {
         if self.capacity == 0 {
             return;
         }
-        let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let fresh: Vec<String> = heads.iter().map(|(sku, _)| sku.clone()).collect();
-        for (sku, head) in heads {
-            match head {
-                Some(head) => map.insert(sku, head),
-                None => map.remove(&sku),
+        let mut map = self.map();
+        let fresh: HashSet<String> = kept.iter().map(|(sku, _)| sku.clone()).collect();
+        for (sku, change) in kept {
+            let before = map.skus.get(&sku).map_or(0, Kept::fields);
+            let after = match change {
+                Some(change) => {
+                    let entry = map.skus.entry(sku).or_default();
+                    change.apply(entry);
+                    entry.fields()
+                }
+                None => {
+                    map.skus.remove(&sku);
+                    0
+                }
             };
+            map.fields = map.fields - before + after;
         }
-        if map.len() > self.capacity {
-            let keep: std::collections::HashSet<&String> = fresh.iter().collect();
+        self.bound(&mut map, &fresh);
+    }
+
+    fn bound(&self, map: &mut Map, fresh: &HashSet<String>) {
+        let Map { skus, fields } = map;
+        if *fields > self.field_capacity {
+            let target = self.field_capacity - self.field_capacity / 4;
+            for (sku, kept) in skus.iter_mut() {
+                if *fields <= target {
+                    break;
+                }
+                if !fresh.contains(sku) {
+                    *fields -= kept.fields();
+                    kept.whole = None;
+                }
+            }
+            // The batch's own SKUs last: one SKU may hold more than all.
+            for (sku, kept) in skus.iter_mut() {
+                if *fields > self.field_capacity && fresh.contains(sku) {
+                    *fields -= kept.fields();
+                    kept.whole = None;
+                }
+            }
+        }
+        if skus.len() > self.capacity {
             let target = self.capacity - self.capacity / 4;
-            let mut over = map.len().saturating_sub(target);
-            map.retain(|sku, _| {
-                if over == 0 || keep.contains(sku) {
+            let mut over = skus.len().saturating_sub(target);
+            skus.retain(|sku, kept| {
+                if over == 0 || fresh.contains(sku) {
                     return true;
                 }
                 over -= 1;
+                *fields -= kept.fields();
                 false
             });
         }
@@ -71,17 +180,130 @@ impl Heads {
 
     /// Forgets every SKU.
     pub fn clear(&self) {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        let mut map = self.map();
+        map.skus.clear();
+        map.fields = 0;
     }
 
     /// How many SKUs are kept.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.map().skus.len()
+    }
+
+    /// How many fields of orders and adjustments hashes are kept whole.
+    pub fn fields(&self) -> usize {
+        self.map().fields
+    }
+}
+
+/// The fields of a hash deleted, and those set with their values.
+pub(crate) type HashChange = (Vec<String>, Vec<(String, String)>);
+
+/// What a batch did to one kept SKU.
+#[derive(Debug)]
+pub(crate) struct Change {
+    /// Its stock hash now.
+    pub stock: Vec<Option<String>>,
+    /// Whether its orders and adjustments hashes are known whole from now
+    /// (a SKU the batch found with no state).
+    pub start_whole: bool,
+    /// The fields of its orders and adjustments hashes the batch deleted,
+    /// and those it set.
+    pub hashes: [HashChange; 2],
+}
+
+impl Change {
+    fn apply(self, kept: &mut Kept) {
+        kept.stock = self.stock;
+        if self.start_whole && kept.whole.is_none() {
+            kept.whole = Some(Default::default());
+        }
+        let Some(whole) = kept.whole.as_mut() else {
+            return;
+        };
+        for (hash, (deletes, sets)) in whole.iter_mut().zip(self.hashes) {
+            for field in deletes {
+                hash.remove(&field);
+            }
+            hash.extend(sets);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(orders: &[(&str, &str)], start_whole: bool) -> Change {
+        Change {
+            stock: vec![Some("1".into())],
+            start_whole,
+            hashes: [
+                (
+                    Vec::new(),
+                    orders
+                        .iter()
+                        .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                (Vec::new(), Vec::new()),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_sku_known_whole_answers_absent_fields_but_not_final_orders() {
+        let heads = Heads::new(10, 100);
+        heads.put(vec![(
+            "A".into(),
+            Some(change(
+                &[("o1", "D|1|5"), ("o2", "R|1|6"), ("{u:x", "1")],
+                true,
+            )),
+        )]);
+        let fields: Vec<String> = ["o1", "o2", "o3", "{u:x"].map(str::to_owned).to_vec();
+        let answers = heads.answer("A", 0, &fields);
+        assert_eq!(
+            answers,
+            vec![
+                Some(Some("D|1|5".into())),
+                None, // rolled back: compaction may have pruned it
+                Some(None),
+                Some(Some("1".into())),
+            ]
+        );
+        // A SKU not known whole answers nothing.
+        heads.put(vec![("B".into(), Some(change(&[("o1", "D|1|5")], false)))]);
+        assert_eq!(heads.answer("B", 0, &fields[..1]), vec![None]);
+        assert_eq!(heads.get(["A", "B", "C"].iter()).len(), 3);
+        assert_eq!(heads.fields(), 3);
+    }
+
+    #[test]
+    fn the_field_bound_drops_whole_hashes_and_keeps_stock() {
+        let heads = Heads::new(10, 4);
+        heads.put(vec![(
+            "A".into(),
+            Some(change(&[("o1", "D|1|1"), ("o2", "D|1|2")], true)),
+        )]);
+        heads.put(vec![(
+            "B".into(),
+            Some(change(&[("o1", "D|1|1"), ("o2", "D|1|2")], true)),
+        )]);
+        assert_eq!(heads.fields(), 4);
+        heads.put(vec![("C".into(), Some(change(&[("o1", "D|1|1")], true)))]);
+        assert!(heads.fields() <= 3, "{}", heads.fields());
+        let kept = heads.get(["A", "B", "C"].iter());
+        assert!(kept.iter().all(Option::is_some), "stock stays: {kept:?}");
+        assert_eq!(
+            kept[2].as_ref().map(|k| k.1),
+            Some(true),
+            "the batch's own stays whole"
+        );
+        // Forgetting a SKU gives its fields back.
+        heads.put(vec![("C".into(), None)]);
+        assert_eq!(heads.len(), 2);
+        heads.clear();
+        assert_eq!((heads.len(), heads.fields()), (0, 0));
     }
 }

@@ -27,5 +27,5 @@ mod projection;
 mod stage;
 
 pub use fold::{Entry, Prepared};
-pub use heads::DEFAULT_CACHED_SKUS;
+pub use heads::{DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 pub use projection::{BasketLine, Marker, Projection, ProjectionError, SkuExport, SkuPages, Stock};

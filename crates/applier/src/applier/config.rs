@@ -46,9 +46,13 @@ pub struct ApplierConfig {
     pub batch_wait: Duration,
     /// How often throughput and lag are logged.
     pub stats_interval: Duration,
-    /// Most SKUs whose stock hash is kept between batches, so a batch reads
-    /// only the orders its records name (0: none kept).
+    /// Most SKUs kept between batches (their stock hashes, and their
+    /// orders and adjustments hashes while known whole), so a batch reads
+    /// only what is not kept (0: none kept).
     pub cached_skus: usize,
+    /// Most fields of orders and adjustments hashes kept whole, over all
+    /// SKUs; past it, SKUs are kept by their stock hash alone.
+    pub cached_fields: usize,
     /// The partitions this member holds, kept up to date while it runs
     /// (clone it before `run` to probe readiness).
     pub assignment: Assignment,
@@ -72,6 +76,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("batch_wait", &self.batch_wait)
             .field("stats_interval", &self.stats_interval)
             .field("cached_skus", &self.cached_skus)
+            .field("cached_fields", &self.cached_fields)
             .finish()
     }
 }
@@ -99,6 +104,7 @@ impl ApplierConfig {
             batch_wait: Duration::from_millis(1),
             stats_interval: Duration::from_secs(10),
             cached_skus: stockledger_projection::DEFAULT_CACHED_SKUS,
+            cached_fields: stockledger_projection::DEFAULT_CACHED_FIELDS,
             assignment: Assignment::new(),
         }
     }

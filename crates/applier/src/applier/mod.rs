@@ -272,7 +272,7 @@ impl Applier {
             .await?
             .guarded()
             .announcing(config.topic.clone())
-            .caching(config.cached_skus);
+            .caching(config.cached_skus, config.cached_fields);
         check_marker(&config, &projection, partitions).await?;
         if config.stock_events {
             prepare_events_topic(&config, partitions).await?;

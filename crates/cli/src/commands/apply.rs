@@ -34,11 +34,15 @@ pub struct Args {
     /// received are taken in any case).
     #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 1)]
     pub batch_wait_ms: u64,
-    /// Most SKUs whose stock hash the applier keeps between batches, so a
-    /// batch reads only the orders its records name (0: none; about 550
-    /// bytes each).
+    /// Most SKUs the applier keeps between batches, so a batch reads only
+    /// what is not kept (0: none; about 550 bytes each for the stock hash).
     #[arg(long, env = "STOCKLEDGER_CACHED_SKUS", default_value_t = stockledger_projection::DEFAULT_CACHED_SKUS)]
     pub cached_skus: usize,
+    /// Most fields of the kept SKUs' orders and adjustments hashes held
+    /// whole in memory, over all SKUs (an order, a user's count, a restock
+    /// id: each a field); past it, SKUs are kept by their stock hash alone.
+    #[arg(long, env = "STOCKLEDGER_CACHED_FIELDS", default_value_t = stockledger_projection::DEFAULT_CACHED_FIELDS)]
+    pub cached_fields: usize,
     /// Seconds between progress logs (throughput, lag).
     #[arg(long, env = "STOCKLEDGER_STATS_INTERVAL_S", default_value_t = 10)]
     pub stats_interval_s: u64,
@@ -60,6 +64,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
     config.cached_skus = args.cached_skus;
+    config.cached_fields = args.cached_fields;
     config.stock_events = !args.no_stock_events;
     let _endpoint = observe::start(&args.metrics, || {
         Probes::new()

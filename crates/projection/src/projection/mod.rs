@@ -24,7 +24,7 @@ use crate::encoding::{
     unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW,
     NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
-use crate::heads::{Heads, DEFAULT_CACHED_SKUS};
+use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 use crate::keys::{self, SkuKeys};
 
 mod holds;
@@ -121,6 +121,8 @@ pub struct Projection {
     /// SKUs whose write this projection's folds had refused by the fence
     /// and decided again (shared by its clones).
     pub(crate) moved: Arc<AtomicU64>,
+    /// SKUs whose state a batch read from Redis (see `reads_of_skus`).
+    pub(crate) reads: Arc<AtomicU64>,
     /// The stock hashes of SKUs written or read lately (see `heads`).
     pub(crate) heads: Heads,
 }
@@ -150,21 +152,29 @@ impl Projection {
             guarded: false,
             announce_on: None,
             moved: Arc::default(),
-            heads: Heads::new(DEFAULT_CACHED_SKUS),
+            reads: Arc::default(),
+            heads: Heads::new(DEFAULT_CACHED_SKUS, DEFAULT_CACHED_FIELDS),
         }
     }
 
-    /// This projection, keeping the stock hashes of at most `skus` SKUs
-    /// between batches (0: none; each batch reads them) instead of
-    /// [`DEFAULT_CACHED_SKUS`].
-    pub fn caching(mut self, skus: usize) -> Self {
-        self.heads = Heads::new(skus);
+    /// This projection, keeping what it knows of at most `skus` SKUs
+    /// between batches (0: nothing; each batch reads what it needs), and
+    /// at most `fields` fields of their orders and adjustments hashes kept
+    /// whole, instead of [`DEFAULT_CACHED_SKUS`] and
+    /// [`DEFAULT_CACHED_FIELDS`].
+    pub fn caching(mut self, skus: usize, fields: usize) -> Self {
+        self.heads = Heads::new(skus, fields);
         self
     }
 
-    /// How many SKUs' stock hashes are kept between batches.
+    /// How many SKUs are kept between batches.
     pub fn cached_skus(&self) -> usize {
         self.heads.len()
+    }
+
+    /// How many fields of orders and adjustments hashes are kept whole.
+    pub fn cached_fields(&self) -> usize {
+        self.heads.fields()
     }
 
     /// This projection, refusing to apply once its marker is gone.
@@ -252,6 +262,14 @@ impl Projection {
     /// again. Two members race so only while a partition changes hands.
     pub fn moved_skus(&self) -> u64 {
         self.moved.load(Ordering::Relaxed)
+    }
+
+    /// How many times a batch read part of a SKU's state from Redis since
+    /// this projection was made (its clones count together); a SKU kept
+    /// whole in memory is read only for a redelivered record's decision or
+    /// an order compaction may have pruned.
+    pub fn reads_of_skus(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 
     pub fn prefix(&self) -> &str {
