@@ -177,12 +177,23 @@ async fn a_sku_known_whole_is_decided_from_memory_as_redis_would() -> anyhow::Re
     // the orders a deduct names and Redis lacks.
     assert_eq!(reads, vec![1; log.len()], "reads after each record");
     assert_eq!(projection.cached_fields(), 3, "o1, o2 and the restock a");
-    // A second member, knowing nothing, decides the next record as the
-    // one that kept W in memory would.
+    // A second member, knowing nothing, reads W once, whole (it is
+    // small), and decides the next records as the one that kept W would.
     let other = Projection::new(conn.clone(), prefix.clone());
-    let next = command("W", 6, deduct("o2", 1)?)?;
-    let decided = apply(&other, 6, &next).await?;
-    assert_eq!(decided, reference.apply(0, 6, T0 + 6, &next));
-    assert_eq!(other.reads_of_skus(), 1);
+    for (offset, body) in [(6, deduct("o2", 1)?), (7, deduct("o9", 1)?)] {
+        let next = command("W", offset, body)?;
+        let decided = apply(&other, offset, &next).await?;
+        assert_eq!(decided, reference.apply(0, offset, T0 + offset, &next));
+    }
+    assert_eq!(other.reads_of_skus(), 1, "read once, then kept whole");
+    assert_eq!(other.cached_fields(), 4, "o1, o2, o9 and the restock a");
+    // Without keeping anything, every batch reads.
+    let forgetful = Projection::new(conn.clone(), prefix.clone()).caching(0, 0);
+    let next = command("W", 8, deduct("o10", 1)?)?;
+    let decided = apply(&forgetful, 8, &next).await?;
+    assert_eq!(decided, reference.apply(0, 8, T0 + 8, &next));
+    let next = command("W", 9, deduct("o11", 1)?)?;
+    apply(&forgetful, 9, &next).await?;
+    assert_eq!(forgetful.reads_of_skus(), 2);
     delete_prefix(&conn, &prefix).await
 }

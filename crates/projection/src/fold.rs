@@ -28,7 +28,7 @@ use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
-use crate::heads::Change;
+use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
 use crate::stage::{Record, SkuStage, SkuWrite, Wanted};
@@ -265,10 +265,10 @@ impl Projection {
         let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
         let mut pending: Vec<usize> = (0..batch.skus.len()).collect();
         for attempt in 1.. {
-            let mut stages = self.staged(batch, &pending).await?;
+            let (stages, loaded) = self.staged(batch, &pending).await?;
             let mut writes = Vec::new();
             let mut changes = Vec::with_capacity(stages.len());
-            for (k, mut stage) in stages.drain(..).enumerate() {
+            for (k, (mut stage, loaded)) in stages.into_iter().zip(loaded).enumerate() {
                 let start_whole = stage.fresh();
                 stage.decide(&batch.records, &mut decided);
                 let (write, stock) = stage.finish();
@@ -278,6 +278,7 @@ impl Projection {
                 changes.push(Change {
                     stock,
                     start_whole,
+                    loaded,
                     hashes: Default::default(),
                 });
             }
@@ -321,12 +322,13 @@ impl Projection {
 
     /// The stages of the batch's SKUs numbered `pending`, each with the
     /// part of its state its records need: what is kept in memory (see
-    /// `heads`), the rest read from Redis.
+    /// `heads`), the rest read from Redis; and, for each, its orders and
+    /// adjustments hashes when this read took them whole.
     async fn staged(
         &self,
         batch: &Prepared,
         pending: &[usize],
-    ) -> Result<Vec<SkuStage>, ProjectionError> {
+    ) -> Result<(Vec<SkuStage>, Vec<Option<Whole>>), ProjectionError> {
         let kept = self.heads.get(pending.iter().map(|&s| &batch.skus[s].0));
         let mut stages = Vec::with_capacity(pending.len());
         let mut whole = Vec::with_capacity(pending.len());
@@ -338,33 +340,35 @@ impl Projection {
             stages.push(stage);
             whole.push(known.then_some(sku.as_str()));
         }
+        let mut loaded: Vec<Option<Whole>> = vec![None; stages.len()];
         let first: Vec<Wanted> = stages.iter().map(|s| s.wanted(&batch.records)).collect();
-        let first = self.answer_from_memory(&mut stages, &whole, first)?;
-        self.read(&mut stages, first).await?;
+        let first = self.answer_from_memory(&mut stages, &whole, &loaded, first)?;
+        self.read(&mut stages, first, &mut loaded).await?;
         let next: Vec<Wanted> = stages
             .iter()
             .map(|s| s.wanted_next(&batch.records))
             .collect();
-        let next = self.answer_from_memory(&mut stages, &whole, next)?;
-        self.read(&mut stages, next).await?;
-        Ok(stages)
+        let next = self.answer_from_memory(&mut stages, &whole, &loaded, next)?;
+        self.read(&mut stages, next, &mut loaded).await?;
+        Ok((stages, loaded))
     }
 
-    /// Loads into each stage of a SKU kept whole (`whole[k]` its name) the
-    /// fields of `wanted` that memory answers; returns what is left to
-    /// read from Redis.
+    /// Loads into each stage of a SKU known whole (kept, `whole[k]` its
+    /// name, or `loaded[k]` by this batch) the fields of `wanted` that
+    /// memory answers; returns what is left to read from Redis.
     fn answer_from_memory(
         &self,
         stages: &mut [SkuStage],
         whole: &[Option<&str>],
+        loaded: &[Option<Whole>],
         wanted: Vec<Wanted>,
     ) -> Result<Vec<Wanted>, ProjectionError> {
         let mut left = Vec::with_capacity(wanted.len());
-        for ((stage, sku), mut want) in stages.iter_mut().zip(whole).zip(wanted) {
-            let Some(sku) = sku else {
+        for (k, mut want) in wanted.into_iter().enumerate() {
+            if whole[k].is_none() && loaded[k].is_none() {
                 left.push(want);
                 continue;
-            };
+            }
             let mut known = Wanted::default();
             let mut values: [Vec<Option<String>>; 4] = Default::default();
             for (hash, (fields, known_fields)) in [
@@ -374,7 +378,13 @@ impl Projection {
             .into_iter()
             .enumerate()
             {
-                let answers = self.heads.answer(sku, hash, fields);
+                let answers = match (&loaded[k], whole[k]) {
+                    (Some(maps), _) => (fields.iter())
+                        .map(|field| answer_in(&maps[hash], hash == 0, field))
+                        .collect(),
+                    (None, Some(sku)) => self.heads.answer(sku, hash, fields),
+                    (None, None) => vec![None; fields.len()],
+                };
                 let mut unknown = Vec::new();
                 for (field, answer) in std::mem::take(fields).into_iter().zip(answers) {
                     match answer {
@@ -388,7 +398,7 @@ impl Projection {
                 *fields = unknown;
             }
             if !known.is_empty() {
-                stage.load(&known, values)?;
+                stages[k].load(&known, values)?;
             }
             left.push(want);
         }
@@ -398,11 +408,14 @@ impl Projection {
     /// Reads each stage's `wanted` fields into it: on a single Redis in a
     /// few calls of many SKUs, on a cluster one call per SKU (a script's
     /// keys must share a slot, and a SKU's keys share its hash tag). A
-    /// stage that wants nothing is left out.
+    /// stage that wants nothing is left out. A stage read for the first
+    /// time (its stock hash wanted) also asks for its orders and
+    /// adjustments hashes whole, which `loaded` gets when both are small.
     async fn read(
         &self,
         stages: &mut [SkuStage],
         wanted: Vec<Wanted>,
+        loaded: &mut [Option<Whole>],
     ) -> Result<(), ProjectionError> {
         let asking: Vec<usize> = (0..stages.len())
             .filter(|&k| !wanted[k].is_empty())
@@ -412,6 +425,7 @@ impl Projection {
         }
         self.reads
             .fetch_add(asking.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let limit = self.heads.whole_on_miss();
         let per_call = if self.redis.is_cluster() {
             1
         } else {
@@ -428,12 +442,20 @@ impl Projection {
                             cmd.arg(key);
                         }
                     }
+                    cmd.arg(limit);
                     for &k in chunk {
                         let want = &wanted[k];
-                        cmd.arg(want.stock.len()).arg(&want.stock);
-                        for fields in [&want.orders, &want.adjustments, &want.decisions] {
-                            cmd.arg(fields.len()).arg(fields);
-                        }
+                        let whole = if limit > 0 && !want.stock.is_empty() {
+                            "1"
+                        } else {
+                            "0"
+                        };
+                        cmd.arg("0").arg(want.stock.len()).arg(&want.stock);
+                        cmd.arg(whole).arg(want.orders.len()).arg(&want.orders);
+                        cmd.arg(whole).arg(want.adjustments.len());
+                        cmd.arg(&want.adjustments);
+                        cmd.arg("0").arg(want.decisions.len());
+                        cmd.arg(&want.decisions);
                     }
                     cmd
                 })
@@ -443,8 +465,14 @@ impl Projection {
         let mut values = replies.into_iter().flatten();
         for &k in &asking {
             let mut four = || values.next().unwrap_or_default();
-            let read = [four(), four(), four(), four()];
-            stages[k].load(&wanted[k], read)?;
+            let mut read = [four(), four(), four(), four()];
+            let want = &wanted[k];
+            let orders = split_whole(&mut read[1], want.orders.len());
+            let adjustments = split_whole(&mut read[2], want.adjustments.len());
+            if let (Some(orders), Some(adjustments)) = (orders, adjustments) {
+                loaded[k] = Some([orders, adjustments]);
+            }
+            stages[k].load(want, read)?;
         }
         Ok(())
     }
@@ -550,6 +578,22 @@ pub(crate) fn write_call(
         }
     }
     cmd
+}
+
+/// Takes off `read` (a hash's reply from the load script, the values of
+/// the `asked` fields first) the hash read whole after them, if it was.
+fn split_whole(read: &mut Vec<Option<String>>, asked: usize) -> Option<HashMap<String, String>> {
+    if read.get(asked).and_then(Option::as_deref) != Some("*") {
+        return None;
+    }
+    let pairs = read.split_off(asked + 1);
+    read.truncate(asked);
+    let mut pairs = pairs.into_iter().flatten();
+    let mut whole = HashMap::new();
+    while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+        whole.insert(field, value);
+    }
+    Some(whole)
 }
 
 /// The writes that keep the [`keys::holds_key`] index of live reservations

@@ -15,8 +15,9 @@
 //! from memory; its field is read from Redis, where it may be gone.
 //!
 //! A SKU's orders and adjustments hashes are known whole from its first
-//! record on (a SKU with no offset has no hashes), and stay so while they
-//! are kept: the fold is their only writer.
+//! record on (a SKU with no offset has no hashes), or from a read that
+//! took them whole (a SKU not kept, whose hashes are small), and stay so
+//! while they are kept: the fold is their only writer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,6 +40,10 @@ pub const DEFAULT_CACHED_FIELDS: usize = 1_000_000;
 /// the runs' spread; docs/BENCHMARKS.md).
 pub(crate) const MAX_WHOLE_FIELDS: usize = 10_000;
 
+/// The most fields a hash may have to be read whole on a miss (a SKU the
+/// projection keeps nothing of), so that it is kept whole from then on.
+const LOAD_WHOLE_FIELDS: usize = 1_000;
+
 /// One SKU as kept.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Kept {
@@ -46,7 +51,7 @@ pub(crate) struct Kept {
     pub stock: Vec<Option<String>>,
     /// The orders and adjustments hashes, when known whole: a field not
     /// here is not in Redis.
-    pub whole: Option<[HashMap<String, String>; 2]>,
+    pub whole: Option<Whole>,
 }
 
 impl Kept {
@@ -54,6 +59,20 @@ impl Kept {
         self.whole
             .as_ref()
             .map_or(0, |[orders, adjustments]| orders.len() + adjustments.len())
+    }
+}
+
+/// The value of `field` of a hash known whole (`orders`: the orders hash):
+/// `None` when it must be read from Redis, else its value (`None` inside:
+/// not in the hash).
+pub(crate) fn answer_in(
+    hash: &HashMap<String, String>,
+    orders: bool,
+    field: &str,
+) -> Option<Option<String>> {
+    match hash.get(field) {
+        Some(value) if orders && prunable(field, value) => None,
+        kept => Some(kept.cloned()),
     }
 }
 
@@ -115,14 +134,18 @@ impl Heads {
         let whole = map.skus.get(sku).and_then(|k| k.whole.as_ref());
         fields
             .iter()
-            .map(|field| {
-                let kept = whole?[hash].get(field);
-                match kept {
-                    Some(value) if hash == 0 && prunable(field, value) => None,
-                    kept => Some(kept.cloned()),
-                }
-            })
+            .map(|field| answer_in(&whole?[hash], hash == 0, field))
             .collect()
+    }
+
+    /// The most fields a SKU's orders or adjustments hash may have to be
+    /// read whole on a miss (0: none is, nothing being kept).
+    pub fn whole_on_miss(&self) -> usize {
+        if self.capacity == 0 || self.field_capacity == 0 {
+            0
+        } else {
+            LOAD_WHOLE_FIELDS
+        }
     }
 
     /// Keeps what each SKU's batch left (`None` forgets the SKU); when a
@@ -205,6 +228,9 @@ impl Heads {
     }
 }
 
+/// A SKU's orders and adjustments hashes, whole.
+pub(crate) type Whole = [HashMap<String, String>; 2];
+
 /// The fields of a hash deleted, and those set with their values.
 pub(crate) type HashChange = (Vec<String>, Vec<(String, String)>);
 
@@ -216,6 +242,9 @@ pub(crate) struct Change {
     /// Whether its orders and adjustments hashes are known whole from now
     /// (a SKU the batch found with no state).
     pub start_whole: bool,
+    /// Its orders and adjustments hashes as the batch read them whole,
+    /// before its writes.
+    pub loaded: Option<Whole>,
     /// The fields of its orders and adjustments hashes the batch deleted,
     /// and those it set.
     pub hashes: [HashChange; 2],
@@ -224,8 +253,12 @@ pub(crate) struct Change {
 impl Change {
     fn apply(self, kept: &mut Kept) {
         kept.stock = self.stock;
-        if self.start_whole && kept.whole.is_none() {
-            kept.whole = Some(Default::default());
+        if kept.whole.is_none() {
+            if let Some(loaded) = self.loaded {
+                kept.whole = Some(loaded);
+            } else if self.start_whole {
+                kept.whole = Some(Default::default());
+            }
         }
         let Some(whole) = kept.whole.as_mut() else {
             return;
@@ -250,6 +283,7 @@ mod tests {
         Change {
             stock: vec![Some("1".into())],
             start_whole,
+            loaded: None,
             hashes: [
                 (
                     Vec::new(),
