@@ -177,6 +177,14 @@ async fn a_sku_known_whole_is_decided_from_memory_as_redis_would() -> anyhow::Re
     // the orders a deduct names and Redis lacks.
     assert_eq!(reads, vec![1; log.len()], "reads after each record");
     assert_eq!(projection.cached_fields(), 3, "o1, o2 and the restock a");
+    // The member loses partition 1, then 0 (W's): it forgets W.
+    let forget = |p: i32| projection.forget_partitions(&std::collections::BTreeSet::from([p]));
+    assert_eq!(forget(1), 0);
+    assert_eq!((projection.cached_skus(), forget(0)), (1, 1));
+    assert_eq!(
+        (projection.cached_skus(), projection.cached_fields()),
+        (0, 0)
+    );
     // A second member, knowing nothing, reads W once, whole (it is
     // small), and decides the next records as the one that kept W would.
     let other = Projection::new(conn.clone(), prefix.clone());

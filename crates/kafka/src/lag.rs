@@ -21,7 +21,11 @@ pub const ASSIGNED_GAUGE: &str = "stockledger_partitions_assigned";
 /// consumer's rebalance callbacks. Cheap to clone; a readiness probe reads
 /// it while the member runs.
 #[derive(Debug, Clone, Default)]
-pub struct Assignment(Arc<AtomicUsize>);
+pub struct Assignment {
+    held: Arc<AtomicUsize>,
+    /// Partitions revoked since [`Assignment::take_revoked`] last took them.
+    revoked: Arc<Mutex<BTreeSet<i32>>>,
+}
 
 impl Assignment {
     pub fn new() -> Self {
@@ -31,7 +35,13 @@ impl Assignment {
     /// Partitions held now (0 before the first assignment and while the
     /// group rebalances).
     pub fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The partitions revoked since the last call (and not assigned back
+    /// since), for a member that drops what it kept of them.
+    pub fn take_revoked(&self) -> BTreeSet<i32> {
+        std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -119,16 +129,23 @@ impl ConsumerContext for LagContext {
                 .map(|e| e.partition())
                 .collect()
         };
+        let mut revoked = (self.assignment.revoked.lock()).unwrap_or_else(|e| e.into_inner());
         match rebalance {
-            Rebalance::Assign(list) => held.extend(ours(list)),
+            Rebalance::Assign(list) => {
+                for partition in ours(list) {
+                    held.insert(partition);
+                    revoked.remove(&partition);
+                }
+            }
             Rebalance::Revoke(list) => {
                 for partition in ours(list) {
                     held.remove(&partition);
+                    revoked.insert(partition);
                 }
             }
             Rebalance::Error(_) => {}
         }
-        self.assignment.0.store(held.len(), Ordering::Relaxed);
+        self.assignment.held.store(held.len(), Ordering::Relaxed);
         metrics::gauge!(ASSIGNED_GAUGE, "topic" => self.topic.clone()).set(held.len() as f64);
     }
 }

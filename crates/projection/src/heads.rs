@@ -210,6 +210,22 @@ impl Heads {
         }
     }
 
+    /// Forgets the SKUs `gone` says are gone (those of partitions this
+    /// member no longer holds); returns how many.
+    pub fn forget(&self, gone: impl Fn(&Kept) -> bool) -> usize {
+        let mut map = self.map();
+        let Map { skus, fields } = &mut *map;
+        let before = skus.len();
+        skus.retain(|_, kept| {
+            let keep = !gone(kept);
+            if !keep {
+                *fields -= kept.fields();
+            }
+            keep
+        });
+        before - skus.len()
+    }
+
     /// Forgets every SKU.
     pub fn clear(&self) {
         let mut map = self.map();

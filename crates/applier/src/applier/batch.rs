@@ -134,6 +134,11 @@ impl Applier {
     /// Applies `batch` to Redis from a task of its own, retrying while
     /// Redis is unreachable until asked to stop.
     pub(super) fn start_apply(&self, (batch, prepared): (Decoded, Prepared)) -> Applying {
+        let revoked = self.config.assignment.take_revoked();
+        if !revoked.is_empty() {
+            let forgotten = self.projection.forget_partitions(&revoked);
+            debug!(?revoked, forgotten, "forgot the SKUs of partitions revoked");
+        }
         let projection = self.projection.clone();
         let mut stop = self.stop.clone();
         let task = tokio::spawn(async move {

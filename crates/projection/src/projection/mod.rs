@@ -172,6 +172,19 @@ impl Projection {
         self.heads.len()
     }
 
+    /// Forgets what is kept of the SKUs of `partitions` (this member no
+    /// longer holds them: their next owner reads them as Redis holds them,
+    /// and should they come back, so does this one); returns how many.
+    pub fn forget_partitions(&self, partitions: &std::collections::BTreeSet<i32>) -> usize {
+        let at = crate::stage::STOCK_FIELDS
+            .iter()
+            .position(|f| *f == PARTITION);
+        self.heads.forget(|kept| {
+            let partition = at.and_then(|at| kept.stock.get(at)?.as_deref()?.parse().ok());
+            partition.is_some_and(|p: i32| partitions.contains(&p))
+        })
+    }
+
     /// How many fields of orders and adjustments hashes are kept whole.
     pub fn cached_fields(&self) -> usize {
         self.heads.fields()
