@@ -1,9 +1,10 @@
 //! The reference fold of the command log, and comparing the Redis
 //! projection with it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use stockledger_core::{Ledger, SkuState};
+use stockledger_core::{Decision, Ledger, SkuState};
 use stockledger_kafka::topic::LogRecord;
 
 use crate::record::interpret;
@@ -13,14 +14,26 @@ use stockledger_projection::{Projection, ProjectionError};
 /// the reference state machine, skipping those that are not valid commands
 /// (the applier dead-letters them).
 pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
+    fold_deciding(records, partitions).0
+}
+
+/// [`fold`], with the reference decision of every valid command record, by
+/// its partition and offset: what each of its outcomes must say, field by
+/// field.
+pub fn fold_deciding(
+    records: &[LogRecord],
+    partitions: i32,
+) -> (Ledger, BTreeMap<(i32, i64), Decision>) {
     let mut ledger = Ledger::new(partitions);
+    let mut decisions = BTreeMap::new();
     for record in records {
         if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
             let timestamp = record.timestamp.unwrap_or_default();
-            ledger.apply(record.partition, record.offset, timestamp, &command);
+            let decision = ledger.apply(record.partition, record.offset, timestamp, &command);
+            decisions.insert((record.partition, record.offset), decision);
         }
     }
-    ledger
+    (ledger, decisions)
 }
 
 /// One SKU whose Redis state differs from the reference.

@@ -6,6 +6,12 @@ use stockledger_core::{
     Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, StockEvents, Unit, UnitState,
 };
 
+/// The stock hash's fields, in the order a SKU's first record writes them
+/// (the last two only once set).
+pub(crate) const STOCK_FIELDS: [&str; 9] = [
+    AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW,
+];
+
 /// Fields of the stock hash.
 pub const AVAILABLE: &str = "available";
 pub const TOTAL: &str = "total";

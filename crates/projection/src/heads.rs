@@ -47,7 +47,7 @@ const LOAD_WHOLE_FIELDS: usize = 1_000;
 /// One SKU as kept.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Kept {
-    /// The stock hash's fields, as `stage::STOCK_FIELDS`.
+    /// The stock hash's fields, as `encoding::STOCK_FIELDS`.
     pub stock: Vec<Option<String>>,
     /// The orders and adjustments hashes, when known whole: a field not
     /// here is not in Redis.

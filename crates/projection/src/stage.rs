@@ -19,16 +19,11 @@ use crate::encoding::{
     decode_decision, decode_locations, decode_order, decode_unit, encode_decision,
     encode_locations, encode_order, encode_unit, seat_letter, unit_of_field, user_of_field,
     ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION,
-    RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
+    RESERVED, SEATMAP_FIELD, STOCK_FIELDS, TOTAL, UNITS_FIELD, UNIT_FIELD_PREFIX,
+    USER_FIELD_PREFIX,
 };
 use crate::keys::SkuKeys;
 use crate::projection::ProjectionError;
-
-/// The stock hash's fields, in the order a SKU's first record writes them
-/// (the last two only once set).
-pub(crate) const STOCK_FIELDS: [&str; 9] = [
-    AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW,
-];
 
 /// The value of stock field `name` in `stock`, a stock hash's fields as
 /// [`STOCK_FIELDS`].

@@ -651,7 +651,10 @@ impl Harness {
     /// The contract, checked against the reference fold of the log once the
     /// pipeline has caught up: Redis equals the fold; stock never went below
     /// zero; every record has exactly one archived row; every record has an
-    /// outcome on the outcomes topic (duplicates allowed, none missing);
+    /// outcome on the outcomes topic (duplicates allowed, none missing),
+    /// and every copy of a valid command's says what the fold decided,
+    /// every field of it (result, delta, available, total, reason,
+    /// location, stock events);
     /// every stock event the fold raised is on the events topic, once as a
     /// consumer reads it ([`Harness::assert_stock_events_match_log`]).
     pub async fn assert_contract(&self) -> anyhow::Result<()> {
@@ -663,17 +666,44 @@ impl Harness {
         anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
         let expected: std::collections::BTreeSet<(i32, i64)> =
             log.iter().map(|r| (r.partition, r.offset)).collect();
+        let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
+        let (_, decided) = stockledger_applier::check::fold_deciding(&log, partitions);
         let mut published = std::collections::BTreeSet::new();
+        let mut differ = Vec::new();
         for record in self.read(&self.ns.outcomes_topic).await? {
-            let outcome = stockledger_core::codec::decode_outcome(
-                record.payload.as_deref().unwrap_or_default(),
-            )?;
+            let payload = record.payload.as_deref().unwrap_or_default();
+            let outcome = stockledger_core::codec::decode_outcome(payload)?;
             anyhow::ensure!(
                 outcome.position.topic == self.ns.topic,
                 "outcome of another topic: {outcome:?}"
             );
-            published.insert((outcome.position.partition, outcome.position.offset));
+            let at = (outcome.position.partition, outcome.position.offset);
+            // Every copy of a valid command's outcome says, field by field,
+            // what the reference fold of the log decided; one a previous
+            // release wrote, in an older schema, what that schema holds.
+            let current = stockledger_core::codec::fingerprint_of(payload)
+                == Some(stockledger_core::codec::outcome_fingerprint());
+            let held = |d: &stockledger_core::Decision| (d.result, d.delta, d.available, d.total);
+            if let Some(expected) = decided.get(&at) {
+                let same = if current {
+                    outcome.decision == *expected
+                } else {
+                    held(&outcome.decision) == held(expected)
+                };
+                if !same {
+                    differ.push(format!(
+                        "{}: {:?}, the fold {expected:?}",
+                        outcome.position, outcome.decision
+                    ));
+                }
+            }
+            published.insert(at);
         }
+        anyhow::ensure!(
+            differ.is_empty(),
+            "{} outcomes differ from the fold of the log: {differ:#?}",
+            differ.len()
+        );
         let missing: Vec<_> = expected.difference(&published).collect();
         anyhow::ensure!(
             missing.is_empty(),

@@ -176,7 +176,7 @@ impl Projection {
     /// longer holds them: their next owner reads them as Redis holds them,
     /// and should they come back, so does this one); returns how many.
     pub fn forget_partitions(&self, partitions: &std::collections::BTreeSet<i32>) -> usize {
-        let at = crate::stage::STOCK_FIELDS
+        let at = crate::encoding::STOCK_FIELDS
             .iter()
             .position(|f| *f == PARTITION);
         self.heads.forget(|kept| {
