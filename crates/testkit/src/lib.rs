@@ -9,6 +9,8 @@
 //!   groups) so tests run in parallel, with the applier and archiver run
 //!   in-process and stopped deterministically.
 //! - [`ids`]: identifiers made from literals, for commands in tests.
+//! - [`contract`]: the contract checked against the reference fold of the
+//!   log, as [`Harness`] methods (`assert_contract` and its parts).
 //! - [`cluster`]: a local Redis Cluster of the test's own.
 //! - [`kafka_cluster`]: a replicated Apache Kafka (three KRaft nodes) of the
 //!   test's own, whose nodes can be killed and started again.
@@ -21,6 +23,7 @@
 //! - [`redis_dump`]: every key of a prefix, dumped, for byte-level comparison.
 
 pub mod cluster;
+pub mod contract;
 pub mod fault;
 pub mod harness;
 pub mod ids;

@@ -1,0 +1,178 @@
+//! The contract, checked against the reference fold of the log: Redis
+//! holds the fold, every outcome says what the fold decided, every stock
+//! event the fold raised is on its topic.
+
+use std::time::Duration;
+
+use stockledger_kafka::topic;
+
+use crate::harness::Harness;
+
+impl Harness {
+    /// The reference fold of the command topic as it is now.
+    pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::Ledger> {
+        let records = self.read(&self.ns.topic).await?;
+        let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
+        Ok(stockledger_applier::check::fold(&records, partitions))
+    }
+
+    /// Fails unless Redis holds exactly the reference fold of the log.
+    pub async fn assert_projection_matches_log(&self) -> anyhow::Result<()> {
+        let reference = self.fold_log().await?;
+        let mismatches = stockledger_applier::check::compare(&self.projection, &reference).await?;
+        anyhow::ensure!(
+            mismatches.is_empty(),
+            "Redis differs from the reference fold of the log: {mismatches:#?}"
+        );
+        Ok(())
+    }
+
+    /// The stock events the reference fold of the log raised, each as
+    /// (partition, offset, kind) of its causing record.
+    pub async fn expected_stock_events(
+        &self,
+    ) -> anyhow::Result<std::collections::BTreeSet<(i32, i64, stockledger_core::StockEventKind)>>
+    {
+        let reference = self.fold_log().await?;
+        let mut expected = std::collections::BTreeSet::new();
+        for state in reference.skus.values() {
+            let Some(partition) = state.partition else {
+                continue;
+            };
+            for (offset, decision) in &state.decisions {
+                expected.extend(decision.events.kinds().map(|k| (partition, *offset, k)));
+            }
+        }
+        Ok(expected)
+    }
+
+    /// Fails unless the stock events topic holds exactly the events the
+    /// reference fold of the log raised, each on the partition of its
+    /// causing record, in log order there. `strict`: each once. Otherwise
+    /// an event that repeats one already there (not after the last event of
+    /// its partition: its position and kind are not greater) is skipped, as
+    /// a consumer skips it: that is what an applier that lost its
+    /// partitions while frozen may still send when it wakes.
+    pub async fn assert_stock_events_match_log(&self, strict: bool) -> anyhow::Result<()> {
+        let expected = self.expected_stock_events().await?;
+        // A batch's events may reach the brokers just after its outcomes
+        // were archived: what is missing is awaited, the rest fails.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.stock_events_against(&expected, strict).await? {
+                None => return Ok(()),
+                Some(missing) if std::time::Instant::now() > deadline => {
+                    anyhow::bail!("stock events missing: {missing}")
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// What of `expected` the events topic lacks (`None`: nothing); fails
+    /// on an event not expected, one on the wrong partition, and, when
+    /// `strict`, one that repeats an earlier one.
+    async fn stock_events_against(
+        &self,
+        expected: &std::collections::BTreeSet<(i32, i64, stockledger_core::StockEventKind)>,
+        strict: bool,
+    ) -> anyhow::Result<Option<String>> {
+        let mut published = std::collections::BTreeSet::new();
+        let mut dedupe = stockledger_core::EventDedupe::default();
+        for record in self.read(&self.ns.events_topic).await? {
+            let event = stockledger_core::codec::decode_stock_event(
+                record.payload.as_deref().unwrap_or_default(),
+            )?;
+            let at = &event.position;
+            anyhow::ensure!(
+                at.topic == self.ns.topic && at.partition == record.partition,
+                "event {event:?} on partition {} of the events topic",
+                record.partition
+            );
+            if !dedupe.keep(&event) {
+                anyhow::ensure!(
+                    !strict,
+                    "{event:?} repeats or precedes an event already published on partition {}",
+                    at.partition
+                );
+                continue;
+            }
+            published.insert((at.partition, at.offset, event.kind));
+        }
+        let extra: Vec<_> = published.difference(expected).collect();
+        anyhow::ensure!(
+            extra.is_empty(),
+            "stock events not raised by the log: {extra:?}"
+        );
+        let missing: Vec<_> = expected.difference(&published).collect();
+        Ok((!missing.is_empty()).then(|| format!("{missing:?}")))
+    }
+
+    /// The contract, checked against the reference fold of the log once the
+    /// pipeline has caught up: Redis equals the fold; stock never went below
+    /// zero; every record has exactly one archived row; every record has an
+    /// outcome on the outcomes topic (duplicates allowed, none missing),
+    /// and every copy of a valid command's says what the fold decided,
+    /// every field of it (result, delta, available, total, reason,
+    /// location, stock events);
+    /// every stock event the fold raised is on the events topic, once as a
+    /// consumer reads it ([`Harness::assert_stock_events_match_log`]).
+    pub async fn assert_contract(&self) -> anyhow::Result<()> {
+        let log = self.read(&self.ns.topic).await?;
+        self.wait_for_archive(log.len() as i64).await?;
+        self.assert_projection_matches_log().await?;
+        self.assert_stock_events_match_log(false).await?;
+        let lowest = stockledger_analysts::query::min_available(&self.pool, &self.ns.topic).await?;
+        anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
+        let expected: std::collections::BTreeSet<(i32, i64)> =
+            log.iter().map(|r| (r.partition, r.offset)).collect();
+        let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
+        let (_, decided) = stockledger_applier::check::fold_deciding(&log, partitions);
+        let mut published = std::collections::BTreeSet::new();
+        let mut differ = Vec::new();
+        for record in self.read(&self.ns.outcomes_topic).await? {
+            let payload = record.payload.as_deref().unwrap_or_default();
+            let outcome = stockledger_core::codec::decode_outcome(payload)?;
+            anyhow::ensure!(
+                outcome.position.topic == self.ns.topic,
+                "outcome of another topic: {outcome:?}"
+            );
+            let at = (outcome.position.partition, outcome.position.offset);
+            // Every copy of a valid command's outcome says, field by field,
+            // what the reference fold of the log decided; one a previous
+            // release wrote, in an older schema, what that schema holds.
+            let current = stockledger_core::codec::fingerprint_of(payload)
+                == Some(stockledger_core::codec::outcome_fingerprint());
+            let held = |d: &stockledger_core::Decision| (d.result, d.delta, d.available, d.total);
+            if let Some(expected) = decided.get(&at) {
+                let same = if current {
+                    outcome.decision == *expected
+                } else {
+                    held(&outcome.decision) == held(expected)
+                };
+                if !same {
+                    differ.push(format!(
+                        "{}: {:?}, the fold {expected:?}",
+                        outcome.position, outcome.decision
+                    ));
+                }
+            }
+            published.insert(at);
+        }
+        anyhow::ensure!(
+            differ.is_empty(),
+            "{} outcomes differ from the fold of the log: {differ:#?}",
+            differ.len()
+        );
+        let missing: Vec<_> = expected.difference(&published).collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "records without an outcome: {missing:?}"
+        );
+        anyhow::ensure!(
+            published == expected,
+            "outcomes for positions not in the log"
+        );
+        Ok(())
+    }
+}
