@@ -2,7 +2,10 @@
 //! holds the fold, every outcome says what the fold decided, every stock
 //! event the fold raised is on its topic.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use stockledger_core::Decision;
 
 use stockledger_kafka::topic;
 
@@ -112,9 +115,9 @@ impl Harness {
     /// pipeline has caught up: Redis equals the fold; stock never went below
     /// zero; every record has exactly one archived row; every record has an
     /// outcome on the outcomes topic (duplicates allowed, none missing),
-    /// and every copy of a valid command's says what the fold decided,
-    /// every field of it (result, delta, available, total, reason,
-    /// location, stock events);
+    /// and every copy of a valid command's, and its archived row, says
+    /// what the fold decided, every field of it (result, delta, available,
+    /// total, reason, location, stock events);
     /// every stock event the fold raised is on the events topic, once as a
     /// consumer reads it ([`Harness::assert_stock_events_match_log`]).
     pub async fn assert_contract(&self) -> anyhow::Result<()> {
@@ -172,6 +175,61 @@ impl Harness {
         anyhow::ensure!(
             published == expected,
             "outcomes for positions not in the log"
+        );
+        self.assert_rows_match(&decided).await
+    }
+
+    /// Fails unless the archived row of every valid command holds what the
+    /// fold `decided`, field by field (result, delta, available, total,
+    /// reason, location, stock events).
+    async fn assert_rows_match(
+        &self,
+        decided: &BTreeMap<(i32, i64), Decision>,
+    ) -> anyhow::Result<()> {
+        use sqlx::Row;
+        let rows = sqlx::query(
+            "SELECT partition, log_offset, result, delta, available_after, total_after, reason,
+                    location, events
+             FROM ledger_entries WHERE topic = $1",
+        )
+        .bind(&self.ns.topic)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut differ = Vec::new();
+        for row in rows {
+            let at: (i32, i64) = (row.try_get("partition")?, row.try_get("log_offset")?);
+            let Some(d) = decided.get(&at) else {
+                continue;
+            };
+            let archived = (
+                row.try_get::<String, _>("result")?,
+                row.try_get::<i64, _>("delta")?,
+                row.try_get::<i64, _>("available_after")?,
+                row.try_get::<i64, _>("total_after")?,
+                row.try_get::<Option<String>, _>("reason")?,
+                row.try_get::<Option<String>, _>("location")?,
+                (row.try_get::<Option<Vec<String>>, _>("events")?).unwrap_or_default(),
+            );
+            let fold = (
+                d.result.as_str().to_owned(),
+                d.delta,
+                d.available,
+                d.total,
+                d.reason.clone(),
+                d.location.clone(),
+                d.events.kinds().map(|k| k.as_str().to_owned()).collect(),
+            );
+            if archived != fold {
+                differ.push(format!(
+                    "{}@{}: row {archived:?}, the fold {fold:?}",
+                    at.0, at.1
+                ));
+            }
+        }
+        anyhow::ensure!(
+            differ.is_empty(),
+            "{} archived rows differ from the fold of the log: {differ:#?}",
+            differ.len()
         );
         Ok(())
     }
