@@ -269,7 +269,6 @@ impl Projection {
             let mut writes = Vec::new();
             let mut changes = Vec::with_capacity(stages.len());
             for (k, (mut stage, loaded)) in stages.into_iter().zip(loaded).enumerate() {
-                let start_whole = stage.fresh();
                 stage.decide(&batch.records, &mut decided);
                 let (write, stock) = stage.finish();
                 if let Some(write) = write {
@@ -277,7 +276,6 @@ impl Projection {
                 }
                 changes.push(Change {
                     stock,
-                    start_whole,
                     loaded,
                     hashes: Default::default(),
                 });

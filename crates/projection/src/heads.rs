@@ -14,10 +14,10 @@
 //! archived and old. So a kept order in a final state is never answered
 //! from memory; its field is read from Redis, where it may be gone.
 //!
-//! A SKU's orders and adjustments hashes are known whole from its first
-//! record on (a SKU with no offset has no hashes), or from a read that
-//! took them whole (a SKU not kept, whose hashes are small), and stay so
-//! while they are kept: the fold is their only writer.
+//! A SKU's orders and adjustments hashes are known whole from a read that
+//! took them whole (a SKU not kept, whose hashes are small: a new SKU's
+//! are empty), and stay so while they are kept: the fold is their only
+//! writer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -255,11 +255,8 @@ pub(crate) type HashChange = (Vec<String>, Vec<(String, String)>);
 pub(crate) struct Change {
     /// Its stock hash now.
     pub stock: Vec<Option<String>>,
-    /// Whether its orders and adjustments hashes are known whole from now
-    /// (a SKU the batch found with no state).
-    pub start_whole: bool,
     /// Its orders and adjustments hashes as the batch read them whole,
-    /// before its writes.
+    /// before its writes (empty for a SKU with no state yet).
     pub loaded: Option<Whole>,
     /// The fields of its orders and adjustments hashes the batch deleted,
     /// and those it set.
@@ -270,11 +267,7 @@ impl Change {
     fn apply(self, kept: &mut Kept) {
         kept.stock = self.stock;
         if kept.whole.is_none() {
-            if let Some(loaded) = self.loaded {
-                kept.whole = Some(loaded);
-            } else if self.start_whole {
-                kept.whole = Some(Default::default());
-            }
+            kept.whole = self.loaded;
         }
         let Some(whole) = kept.whole.as_mut() else {
             return;
@@ -295,11 +288,10 @@ impl Change {
 mod tests {
     use super::*;
 
-    fn change(orders: &[(&str, &str)], start_whole: bool) -> Change {
+    fn change(orders: &[(&str, &str)], whole: bool) -> Change {
         Change {
             stock: vec![Some("1".into())],
-            start_whole,
-            loaded: None,
+            loaded: whole.then(Whole::default),
             hashes: [
                 (
                     Vec::new(),

@@ -237,12 +237,6 @@ impl SkuStage {
         Ok(stage)
     }
 
-    /// Whether the SKU had no state when read: no offset, so none of its
-    /// hashes holds anything (every record applied writes the offset).
-    pub fn fresh(&self) -> bool {
-        !self.cached && stock_field(&self.stock, OFFSET).is_none()
-    }
-
     /// What to read first: the stock hash (unless cached), and the fields
     /// of the orders and adjustments hashes that the records name; the
     /// stock per location and the seat map when the SKU or a record has
