@@ -8,7 +8,7 @@ use anyhow::Context;
 use futures::stream::{self, StreamExt};
 use stockledger_cli::{applier_config, Global};
 use stockledger_client::producer::Tuning;
-use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
+use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder, ProducerError, Receipt};
 use stockledger_core::RestockMode;
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_kafka::topic::committed_offsets;
@@ -397,27 +397,30 @@ impl Pipeline {
     /// rollback is sent once at least `skus` commands after its deduct
     /// were, so with at most that many in flight its deduct is delivered.
     pub(crate) async fn publish_flips(&self, records: u64, in_flight: usize) -> anyhow::Result<()> {
-        let skus = self.skus as u64;
         stream::iter(0..records)
-            .map(|i| async move {
-                let (round, sku) = (i / skus, self.sku(i));
-                let order = format!("order-{}", round / 2);
-                if round % 2 == 0 {
-                    self.producer
-                        .deduct(&ids::sku(&sku), &ids::order(&order), ids::qty(1), None)
-                        .await
-                } else {
-                    self.producer
-                        .rollback(&ids::sku(&sku), &ids::order(&order), None)
-                        .await
-                }
-            })
+            .map(|i| self.flip(&self.producer, i))
             .buffer_unordered(in_flight.min(self.skus).max(1))
             .collect::<Vec<_>>()
             .await
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?;
         Ok(())
+    }
+
+    /// Command `i` of [`Pipeline::publish_flips`] through `producer`: in
+    /// round `i / skus`, a deduct of SKU `i`'s one unit (even rounds) or its
+    /// rollback (odd ones).
+    pub(crate) async fn flip(&self, producer: &Ledger, i: u64) -> Result<Receipt, ProducerError> {
+        let round = i / self.skus as u64;
+        let (sku, order) = (
+            ids::sku(self.sku(i)),
+            ids::order(format!("order-{}", round / 2)),
+        );
+        if round.is_multiple_of(2) {
+            producer.deduct(&sku, &order, ids::qty(1), None).await
+        } else {
+            producer.rollback(&sku, &order, None).await
+        }
     }
 
     pub(crate) async fn stop(self) -> anyhow::Result<()> {

@@ -15,7 +15,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use stockledger_cli::Global;
 use stockledger_client::Ledger;
 use stockledger_redis::RedisConn;
-use stockledger_testkit::ids;
 
 mod http1;
 mod serve;
@@ -277,9 +276,9 @@ pub(crate) async fn pipelined(
 /// SKUs the fan-out scenario's streams follow, a share each.
 const FANOUT_SKUS: usize = 10;
 
-/// Sends `records` commands, one every `1/rate` s, one after another (a
-/// SKU's rollback never overtakes its deduct): a round of deducts of every
-/// SKU, then a round of their rollbacks, through `producer`. Returns when
+/// Sends `records` commands of [`Pipeline::flip`], one every `1/rate` s,
+/// one after another (a SKU's rollback never overtakes its deduct),
+/// through `producer`. Returns when
 /// each was sent, by its position in the log.
 async fn flip_at(
     pipeline: &Pipeline,
@@ -291,14 +290,8 @@ async fn flip_at(
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
     for i in 0..records {
         ticker.tick().await;
-        let (round, sku) = (i / FANOUT_SKUS as u64, ids::sku(pipeline.sku(i)));
-        let order = ids::order(format!("order-{}", round / 2));
         let at = Instant::now();
-        let receipt = if round % 2 == 0 {
-            producer.deduct(&sku, &order, ids::qty(1), None).await?
-        } else {
-            producer.rollback(&sku, &order, None).await?
-        };
+        let receipt = pipeline.flip(producer, i).await?;
         sent.insert((receipt.position.partition, receipt.position.offset), at);
     }
     Ok(sent)
