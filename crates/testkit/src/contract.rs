@@ -2,12 +2,11 @@
 //! holds the fold, every outcome says what the fold decided, every stock
 //! event the fold raised is on its topic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use stockledger_core::Decision;
-
-use stockledger_kafka::topic;
+use stockledger_core::{codec, Decision, StockEventKind};
+use stockledger_kafka::topic::{self, LogRecord};
 
 use crate::harness::Harness;
 
@@ -127,26 +126,83 @@ impl Harness {
         self.assert_stock_events_match_log(false).await?;
         let lowest = stockledger_analysts::query::min_available(&self.pool, &self.ns.topic).await?;
         anyhow::ensure!(lowest.unwrap_or(0) >= 0, "stock went down to {lowest:?}");
-        let expected: std::collections::BTreeSet<(i32, i64)> =
-            log.iter().map(|r| (r.partition, r.offset)).collect();
+        let expected: BTreeSet<(i32, i64)> = log.iter().map(|r| (r.partition, r.offset)).collect();
+        let differences = self.differences_in(&log).await?;
+        anyhow::ensure!(
+            differences.oversold.is_empty(),
+            "stock said to go below zero: {:#?}",
+            differences.oversold
+        );
+        anyhow::ensure!(
+            differences.outcomes.is_empty(),
+            "{} outcomes differ from the fold of the log: {:#?}",
+            differences.outcomes.len(),
+            differences.outcomes
+        );
+        let missing: Vec<_> = expected.difference(&differences.published).collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "records without an outcome: {missing:?}"
+        );
+        anyhow::ensure!(
+            differences.published == expected,
+            "outcomes for positions not in the log"
+        );
+        anyhow::ensure!(
+            differences.rows.is_empty(),
+            "{} archived rows differ from the fold of the log: {:#?}",
+            differences.rows.len(),
+            differences.rows
+        );
+        Ok(())
+    }
+
+    /// Every outcome copy and archived row of the command topic as it is
+    /// now, compared by content with what the reference fold decided.
+    pub async fn differences(&self) -> anyhow::Result<Differences> {
+        let log = self.read(&self.ns.topic).await?;
+        self.differences_in(&log).await
+    }
+
+    async fn differences_in(&self, log: &[LogRecord]) -> anyhow::Result<Differences> {
         let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
-        let (_, decided) = stockledger_applier::check::fold_deciding(&log, partitions);
-        let mut published = std::collections::BTreeSet::new();
-        let mut differ = Vec::new();
+        let (_, decided) = stockledger_applier::check::fold_deciding(log, partitions);
+        let mut differences = Differences {
+            sold_out_crossings: decided
+                .values()
+                .filter(|d| d.events.kinds().any(|k| k == StockEventKind::SoldOut))
+                .count(),
+            ..Differences::default()
+        };
+        self.outcomes_against(&decided, &mut differences).await?;
+        self.rows_against(&decided, &mut differences).await?;
+        Ok(differences)
+    }
+
+    /// Every copy of a valid command's outcome says, field by field, what
+    /// the fold `decided`; one a previous release wrote, in an older
+    /// schema, what that schema holds.
+    async fn outcomes_against(
+        &self,
+        decided: &BTreeMap<(i32, i64), Decision>,
+        into: &mut Differences,
+    ) -> anyhow::Result<()> {
         for record in self.read(&self.ns.outcomes_topic).await? {
             let payload = record.payload.as_deref().unwrap_or_default();
-            let outcome = stockledger_core::codec::decode_outcome(payload)?;
+            let outcome = codec::decode_outcome(payload)?;
             anyhow::ensure!(
                 outcome.position.topic == self.ns.topic,
                 "outcome of another topic: {outcome:?}"
             );
             let at = (outcome.position.partition, outcome.position.offset);
-            // Every copy of a valid command's outcome says, field by field,
-            // what the reference fold of the log decided; one a previous
-            // release wrote, in an older schema, what that schema holds.
-            let current = stockledger_core::codec::fingerprint_of(payload)
-                == Some(stockledger_core::codec::outcome_fingerprint());
-            let held = |d: &stockledger_core::Decision| (d.result, d.delta, d.available, d.total);
+            if outcome.decision.available < 0 {
+                into.oversold.push(format!(
+                    "outcome {}: {:?}",
+                    outcome.position, outcome.decision
+                ));
+            }
+            let current = codec::fingerprint_of(payload) == Some(codec::outcome_fingerprint());
+            let held = |d: &Decision| (d.result, d.delta, d.available, d.total);
             if let Some(expected) = decided.get(&at) {
                 let same = if current {
                     outcome.decision == *expected
@@ -154,37 +210,24 @@ impl Harness {
                     held(&outcome.decision) == held(expected)
                 };
                 if !same {
-                    differ.push(format!(
+                    into.outcomes.push(format!(
                         "{}: {:?}, the fold {expected:?}",
                         outcome.position, outcome.decision
                     ));
                 }
             }
-            published.insert(at);
+            into.published.insert(at);
         }
-        anyhow::ensure!(
-            differ.is_empty(),
-            "{} outcomes differ from the fold of the log: {differ:#?}",
-            differ.len()
-        );
-        let missing: Vec<_> = expected.difference(&published).collect();
-        anyhow::ensure!(
-            missing.is_empty(),
-            "records without an outcome: {missing:?}"
-        );
-        anyhow::ensure!(
-            published == expected,
-            "outcomes for positions not in the log"
-        );
-        self.assert_rows_match(&decided).await
+        Ok(())
     }
 
-    /// Fails unless the archived row of every valid command holds what the
-    /// fold `decided`, field by field (result, delta, available, total,
-    /// reason, location, stock events).
-    async fn assert_rows_match(
+    /// The archived row of every valid command holds what the fold
+    /// `decided`, field by field (result, delta, available, total, reason,
+    /// location, stock events).
+    async fn rows_against(
         &self,
         decided: &BTreeMap<(i32, i64), Decision>,
+        into: &mut Differences,
     ) -> anyhow::Result<()> {
         use sqlx::Row;
         let rows = sqlx::query(
@@ -195,12 +238,8 @@ impl Harness {
         .bind(&self.ns.topic)
         .fetch_all(&self.pool)
         .await?;
-        let mut differ = Vec::new();
         for row in rows {
             let at: (i32, i64) = (row.try_get("partition")?, row.try_get("log_offset")?);
-            let Some(d) = decided.get(&at) else {
-                continue;
-            };
             let archived = (
                 row.try_get::<String, _>("result")?,
                 row.try_get::<i64, _>("delta")?,
@@ -210,6 +249,13 @@ impl Harness {
                 row.try_get::<Option<String>, _>("location")?,
                 (row.try_get::<Option<Vec<String>>, _>("events")?).unwrap_or_default(),
             );
+            if archived.2 < 0 {
+                into.oversold
+                    .push(format!("row {}@{}: {archived:?}", at.0, at.1));
+            }
+            let Some(d) = decided.get(&at) else {
+                continue;
+            };
             let fold = (
                 d.result.as_str().to_owned(),
                 d.delta,
@@ -220,17 +266,30 @@ impl Harness {
                 d.events.kinds().map(|k| k.as_str().to_owned()).collect(),
             );
             if archived != fold {
-                differ.push(format!(
+                into.rows.push(format!(
                     "{}@{}: row {archived:?}, the fold {fold:?}",
                     at.0, at.1
                 ));
             }
         }
-        anyhow::ensure!(
-            differ.is_empty(),
-            "{} archived rows differ from the fold of the log: {differ:#?}",
-            differ.len()
-        );
         Ok(())
     }
+}
+
+/// What the outcomes and the archive say that the reference fold of the
+/// log does not, by content ([`Harness::differences`]).
+#[derive(Debug, Default)]
+pub struct Differences {
+    /// Outcome copies whose decision is not the fold's.
+    pub outcomes: Vec<String>,
+    /// Archived rows whose fields are not the fold's decision's.
+    pub rows: Vec<String>,
+    /// Outcome copies and archived rows that say available stock went
+    /// below zero.
+    pub oversold: Vec<String>,
+    /// The positions that have an outcome.
+    pub published: BTreeSet<(i32, i64)>,
+    /// Decisions of the fold that sold a SKU out: how often the point
+    /// where stock could be oversold was reached.
+    pub sold_out_crossings: usize,
 }

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stockledger_core::ids::{AdjustmentId, OrderId, Quantity, Sku, UserId};
+use stockledger_core::ids::{
+    AdjustmentId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId, UserId,
+};
 
 #[track_caller]
 pub fn sku(value: impl AsRef<str>) -> Sku {
@@ -24,6 +26,21 @@ pub fn user(value: impl AsRef<str>) -> UserId {
 #[track_caller]
 pub fn adjustment(value: impl AsRef<str>) -> AdjustmentId {
     AdjustmentId::new(value.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[track_caller]
+pub fn location(value: impl AsRef<str>) -> LocationId {
+    LocationId::new(value.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[track_caller]
+pub fn transfer(value: impl AsRef<str>) -> TransferId {
+    TransferId::new(value.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[track_caller]
+pub fn unit(value: impl AsRef<str>) -> UnitId {
+    UnitId::new(value.as_ref()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[track_caller]
