@@ -1,7 +1,8 @@
 //! Named seats under contention: many buyers of overlapping seat sets at
 //! once, some dying before they pay (their holds expire by themselves),
-//! some paying, some cancelling, some buying outright. No seat is held or
-//! sold twice; every seat ends available or sold to the one order that
+//! some paying, some cancelling, some buying outright. No seat is ever
+//! given to two live orders at once, by the ledger's own decisions in log
+//! order; every seat ends available or sold to the one order that
 //! bought it; the projection agrees with the pure fold of the log and a
 //! replay rebuilds it; the archive tells each seat's story.
 
@@ -14,8 +15,8 @@ use stockledger_analysts::query::{history, HistoryOf};
 use stockledger_applier::replay::replay;
 use stockledger_client::{Receipt, RedisDecisions};
 use stockledger_core::{
-    AdjustmentId, CommandBody, Confirm, Decision, Deduct, OrderId, Restock, ResultCode, Rollback,
-    Sku, Unit,
+    codec, AdjustmentId, CommandBody, Confirm, Decision, Deduct, Expire, OrderId, Restock,
+    ResultCode, Rollback, Sku, Unit,
 };
 use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
@@ -141,9 +142,9 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
         Ok((live == 0).then_some(()))
     })
     .await?;
-    // No seat was ever held by two live orders at once: the applied holds
-    // of one show, in log order, never take a seat another still has.
-    // (Checked here from the outside, by what each buyer was told.)
+    let given = assert_no_seat_given_twice(&h).await?;
+    assert!(given >= held, "{given} seat takes in the log, {held} told");
+    // Every seat sold went to the one buyer told it was theirs.
     let mut sold: BTreeMap<(String, String), String> = BTreeMap::new();
     for b in buyers.iter().filter(|b| b.paid == Some(true)) {
         for s in &b.seats {
@@ -224,4 +225,62 @@ async fn buyers_of_overlapping_seats_never_share_one_and_every_seat_ends_free_or
     h.assert_projection_matches_log().await?;
     archiver.stop().await?;
     Ok(())
+}
+
+/// No seat was ever held or sold to two live orders at once, as the
+/// ledger told it: walking each show's records in log order with the
+/// decision the ledger published for each, a take of seats is applied
+/// only while none of them belongs to a live order; a rollback applied
+/// or an expiry gives the order's seats back. Returns the takes applied.
+async fn assert_no_seat_given_twice(h: &Harness) -> anyhow::Result<usize> {
+    let mut results: BTreeMap<(i32, i64), ResultCode> = BTreeMap::new();
+    for record in h.read(&h.ns.outcomes_topic).await? {
+        let outcome = codec::decode_outcome(record.payload.as_deref().unwrap_or_default())?;
+        let at = (outcome.position.partition, outcome.position.offset);
+        results.insert(at, outcome.decision.result);
+    }
+    let mut log = h.read(&h.ns.topic).await?;
+    log.sort_by_key(|r| (r.partition, r.offset));
+    // (show, seat) → the order that has it; (show, order) → its seats.
+    let mut taken: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut seats_of: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut takes = 0;
+    for record in log {
+        let Ok(command) = codec::decode_command(record.payload.as_deref().unwrap_or_default())
+        else {
+            continue;
+        };
+        let at = (record.partition, record.offset);
+        let result = *results
+            .get(&at)
+            .ok_or_else(|| anyhow::anyhow!("no decision published for {at:?}"))?;
+        let show = command.sku.as_str().to_owned();
+        match (&command.body, result) {
+            (CommandBody::Deduct(d), ResultCode::Applied) if !d.units.is_empty() => {
+                let order = d.order_id.as_str().to_owned();
+                let seats: Vec<String> = d.units.iter().map(|u| u.as_str().to_owned()).collect();
+                for seat in &seats {
+                    let key = (show.clone(), seat.clone());
+                    if let Some(other) = taken.insert(key, order.clone()) {
+                        anyhow::bail!(
+                            "{show}/{seat} given to {order} at {at:?} while {other} had it"
+                        );
+                    }
+                }
+                seats_of.insert((show, order), seats);
+                takes += 1;
+            }
+            (CommandBody::Rollback(Rollback { order_id, .. }), ResultCode::Applied)
+            | (CommandBody::Expire(Expire { order_id }), ResultCode::Expired) => {
+                for seat in seats_of
+                    .remove(&(show.clone(), order_id.as_str().to_owned()))
+                    .unwrap_or_default()
+                {
+                    taken.remove(&(show.clone(), seat));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(takes)
 }
