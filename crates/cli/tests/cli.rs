@@ -4,6 +4,7 @@ mod common;
 
 use std::process::Output;
 
+use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
 
@@ -771,7 +772,47 @@ async fn kafka_properties_from_the_environment_and_minus_x_add_up() -> anyhow::R
     h.assert_contract().await?;
     applier.stop().await?;
     archiver.stop().await?;
+    // And they take effect: an applier joins its group under the client
+    // id the environment gives, or -X's over it. Each joins a group of its
+    // own: a static member that takes another's place keeps the client id
+    // that place was first joined with.
+    for (extra, expected) in [
+        (vec![], "from-environment"),
+        (vec!["-X", "client.id=from-x"], "from-x"),
+    ] {
+        let args = [&extra[..], &["apply"]].concat();
+        let group = format!("{}-{expected}", h.ns.applier_group);
+        let log = std::fs::File::create(common::log_path(&h, &args))?;
+        let _applier = common::Running(
+            common::stockledger(&h)
+                .env("KAFKA_PROPERTIES", "client.id=from-environment")
+                .env("STOCKLEDGER_APPLIER_GROUP", &group)
+                .args(&args)
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()?,
+        );
+        let seen = format!("a member of {group} with client id {expected}");
+        stockledger_testkit::wait_until(&seen, CATCH_UP, || async {
+            let ids = client_ids(&h, &group)?;
+            Ok(ids.contains(&expected.to_owned()).then_some(()))
+        })
+        .await?;
+    }
     Ok(())
+}
+
+/// The client ids of `group`'s members, as the group coordinator has them.
+fn client_ids(h: &Harness, group: &str) -> anyhow::Result<Vec<String>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = h.kafka.client_config(&[]).create()?;
+    let groups = consumer.fetch_group_list(Some(group), std::time::Duration::from_secs(10))?;
+    Ok(groups
+        .groups()
+        .iter()
+        .flat_map(|g| g.members())
+        .map(|m| m.client_id().to_owned())
+        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
