@@ -482,6 +482,41 @@ async fn redis_away_for_a_while_the_applier_retries_and_commits_nothing_meanwhil
     Ok(())
 }
 
+/// Redis cut off as the applier starts, PostgreSQL as the archiver does:
+/// each tries again until it answers, rather than ending (unavailable, 69)
+/// and leaving the restart to an orchestrator; then everything sent
+/// meanwhile is decided and archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn started_while_redis_and_postgres_are_away_the_services_wait_for_them() -> anyhow::Result<()>
+{
+    let h = Harness::new("start-away", 2).await?;
+    let redis = Proxy::start(address_of(&h.redis_url)?).await?;
+    let postgres = Proxy::start(address_of(&h.services.database_url)?).await?;
+    redis.pause();
+    postgres.pause();
+    let mut config = h.applier_config();
+    config.redis_url = via_port(&h.redis_url, redis.port());
+    let applier = h.start_applier_with(config);
+    let mut config = h.archiver_config();
+    config.database_url = via_port(&h.services.database_url, postgres.port());
+    let archiver = h.start_archiver_with(config);
+    restock(&h.ledger).await?;
+    traffic(&h.ledger, 0, 30).await?;
+    wait_retries(&redis, "the applier", "Redis").await?;
+    wait_retries(&postgres, "the archiver", "PostgreSQL").await?;
+    assert!(
+        !applier.is_finished() && !archiver.is_finished(),
+        "the services wait for what they need instead of failing"
+    );
+    redis.resume();
+    postgres.resume();
+
+    h.assert_contract().await?;
+    applier.stop().await?;
+    archiver.stop().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_away_for_a_while_the_archiver_retries_without_gap_or_duplicate(
 ) -> anyhow::Result<()> {

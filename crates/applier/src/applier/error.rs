@@ -132,10 +132,11 @@ impl ApplierError {
     /// change.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Offsets(_)
-            | Self::Partitions { .. }
-            | Self::TopicConfig(_)
-            | Self::Events { .. } => true,
+            // A topic that does not exist is a setting to fix, not a wait.
+            Self::Offsets(e) | Self::Partitions { source: e, .. } => {
+                !matches!(e, stockledger_kafka::topic::LogError::NoSuchTopic(_))
+            }
+            Self::TopicConfig(_) | Self::Events { .. } => true,
             Self::Projection(e) => e.is_transient(),
             Self::Client { .. }
             | Self::Subscribe { .. }

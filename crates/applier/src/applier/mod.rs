@@ -98,7 +98,9 @@ pub async fn run(
     let stop = stockledger_runtime::stop::stop_flag(shutdown);
     describe_metrics();
     let mut total = ApplierStats::default();
-    let mut applier = Applier::start(config.clone(), stop.clone()).await?;
+    let Some(mut applier) = start_when_possible(&config, &stop).await? else {
+        return Ok(total);
+    };
     loop {
         let (stats, fenced) = applier.run().await?;
         total.records += stats.records;
@@ -115,21 +117,30 @@ pub async fn run(
             "the brokers fenced this member (its session ended while it could not reach \
              them); rejoining with a new consumer"
         );
-        // The brokers were just unreachable and may not lead their
-        // partitions yet: the start's checks are tried again until they
-        // can be made, rather than ending an applier that ran well.
-        let restarted = retry::until_stopped(
-            || Applier::start(config.clone(), stop.clone()),
-            ApplierError::is_transient,
-            |e, wait| warn!(error = %Chain(&e), retry_in = ?wait, "cannot restart the applier yet"),
-            &mut stop.clone(),
-        )
-        .await?;
-        match restarted {
+        match start_when_possible(&config, &stop).await? {
             Some(fresh) => applier = fresh,
             None => return Ok(total),
         }
     }
+}
+
+/// Starts an applier once its checks can be made: while a broker or Redis
+/// does not answer (a broker restarting or leaderless, Redis cut off or
+/// failing over) the start is tried again with backoff, logged each time,
+/// rather than ending the process; an error waiting does not cure (a
+/// missing topic, a projection of another log) ends it at once. `None`:
+/// stopped before it could start.
+async fn start_when_possible(
+    config: &ApplierConfig,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<Applier>, ApplierError> {
+    retry::until_stopped(
+        || Applier::start(config.clone(), stop.clone()),
+        ApplierError::is_transient,
+        |e, wait| warn!(error = %Chain(&e), retry_in = ?wait, "cannot start the applier yet"),
+        &mut stop.clone(),
+    )
+    .await
 }
 
 /// Gives each of the applier's metrics its help text, and each counter its

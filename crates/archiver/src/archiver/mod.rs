@@ -33,7 +33,7 @@ use stockledger_kafka::group::{
 };
 use stockledger_kafka::lag::{Assignment, LagContext};
 use stockledger_kafka::KafkaConfig;
-use stockledger_runtime::redact_url;
+use stockledger_runtime::{redact_url, retry};
 use tracing::{info, warn};
 
 use page::{record, write_page_in_shares};
@@ -190,8 +190,9 @@ pub async fn run(
     let mut stop = stockledger_runtime::stop::stop_flag(shutdown);
     describe_metrics();
     info!(config = ?config, "starting the archiver");
-    let pool = open_archive(&config).await?;
-    let mut progress = load_progress(&pool, &config).await?;
+    let Some((pool, mut progress)) = open_when_possible(&config, &stop).await? else {
+        return Ok(ArchiverStats::default());
+    };
     // Months whose partition of ledger_entries this run knows exists.
     let mut months = HashSet::new();
     let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
@@ -274,6 +275,28 @@ pub async fn run(
 
 /// Brings the archive's schema up to date as the login, then opens the
 /// pool the pages are written with, acting as the archiver's role only.
+/// The archive's pool and this group's progress, once PostgreSQL answers:
+/// while it does not (cut off, restarting) the start is tried again with
+/// backoff, logged each time, rather than ending the process; an error
+/// waiting does not cure (a failed migration, a refused password) ends it
+/// at once. `None`: stopped before PostgreSQL answered.
+async fn open_when_possible(
+    config: &ArchiverConfig,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<(PgPool, HashMap<i32, i64>)>, ArchiverError> {
+    retry::until_stopped(
+        || async {
+            let pool = open_archive(config).await?;
+            let progress = load_progress(&pool, config).await?;
+            Ok((pool, progress))
+        },
+        |e| matches!(e, ArchiverError::Database(e) if page::is_transient(e)),
+        |e, wait| warn!(error = %Chain(e), retry_in = ?wait, "cannot start the archiver yet"),
+        &mut stop.clone(),
+    )
+    .await
+}
+
 async fn open_archive(config: &ArchiverConfig) -> Result<PgPool, ArchiverError> {
     crate::connect(&config.database_url, 1)
         .await
