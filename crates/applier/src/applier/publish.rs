@@ -17,6 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec;
 use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
 use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent};
+use stockledger_runtime::retry;
 use tokio::sync::watch;
 use tokio::task::JoinError;
 use tracing::{debug, instrument, warn};
@@ -379,7 +380,24 @@ impl Applier {
             if follows && self.events.published.contains_key(&partition) {
                 continue;
             }
-            let through = self.events_through(partition).await?;
+            // A broker restarting or without a leader is waited for, as
+            // Redis is: the batch is published once the events partition
+            // can be read back.
+            let through = retry::until_stopped(
+                || self.events_through(partition),
+                ApplierError::is_transient,
+                |e, wait| {
+                    warn!(error = %Chain(e), retry_in = ?wait, partition, "cannot read back the stock events yet");
+                },
+                &mut self.stop.clone(),
+            )
+            .await?;
+            let Some(through) = through else {
+                return Err(ApplierError::Events {
+                    events: self.config.events_topic(),
+                    source: "stopped before the events partition could be read back".into(),
+                });
+            };
             self.events.published.insert(partition, through);
         }
         for (&partition, &next) in &batch.next {
