@@ -1,7 +1,8 @@
 //! A Redis Cluster of the test's own: `redis-server` processes in cluster
 //! mode on free loopback ports, the slots split evenly over the masters,
-//! with or without a replica for each, which can take over from its master
-//! (`CLUSTER FAILOVER`). The nodes stop once the test process is gone.
+//! with or without a replica for each, which can take over from its master,
+//! handed over (`CLUSTER FAILOVER`) or after the master is killed (the
+//! cluster's own failover). The nodes stop once the test process is gone.
 
 use std::time::Duration;
 
@@ -16,8 +17,11 @@ const SLOTS: u16 = 16_384;
 /// A running cluster.
 #[derive(Debug, Clone)]
 pub struct RedisCluster {
-    /// Each master's client port, in slot order.
+    /// Each node's client port: the masters in slot order, then their
+    /// replicas.
     pub ports: Vec<u16>,
+    /// Each node's cluster bus port, in the order of `ports`.
+    buses: Vec<u16>,
 }
 
 impl RedisCluster {
@@ -72,6 +76,7 @@ impl RedisCluster {
         }
         let cluster = Self {
             ports: nodes.iter().map(|(port, _)| *port).collect(),
+            buses: nodes.iter().map(|(_, bus)| *bus).collect(),
         };
         cluster.wait_until_whole(count).await?;
         if replicas {
@@ -113,7 +118,16 @@ impl RedisCluster {
 
     /// Waits until every node sees `count` nodes and every slot served.
     async fn wait_until_whole(&self, count: usize) -> anyhow::Result<()> {
-        for &port in &self.ports {
+        self.wait_until(&self.ports, Some(count)).await
+    }
+
+    /// Waits until each of `ports` sees every slot served.
+    async fn wait_until_serving(&self, ports: &[u16]) -> anyhow::Result<()> {
+        self.wait_until(ports, None).await
+    }
+
+    async fn wait_until(&self, ports: &[u16], count: Option<usize>) -> anyhow::Result<()> {
+        for &port in ports {
             let conn = node(port).await?;
             wait_until(
                 &format!("cluster node {port} to see the whole cluster"),
@@ -125,10 +139,11 @@ impl RedisCluster {
                             .arg("INFO")
                             .query_async(&mut conn)
                             .await?;
-                        let ok = info.lines().any(|l| l.trim() == "cluster_state:ok")
-                            && info
-                                .lines()
-                                .any(|l| l.trim() == format!("cluster_known_nodes:{count}"));
+                        let known = count.is_none_or(|count| {
+                            info.lines()
+                                .any(|l| l.trim() == format!("cluster_known_nodes:{count}"))
+                        });
+                        let ok = info.lines().any(|l| l.trim() == "cluster_state:ok") && known;
                         Ok(ok.then_some(()))
                     }
                 },
@@ -145,9 +160,92 @@ impl RedisCluster {
     /// until the promoted node says it is a master and the cluster serves
     /// every slot. Returns the promoted node's port.
     pub async fn failover(&self, n: usize) -> anyhow::Result<u16> {
+        let (_, port) = self.master_and_replica(n).await?;
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async(&mut node(port).await?)
+            .await
+            .with_context(|| format!("failing over to node {port}"))?;
+        wait_to_lead(port).await?;
+        self.wait_until_whole(self.ports.len()).await?;
+        Ok(port)
+    }
+
+    /// Kills the `n`th master (by address, modulo the masters) with
+    /// SIGKILL, as a crash does: no handover. Its replica is promoted by
+    /// the cluster's own failover once the other masters have seen it fail
+    /// ([`NODE_TIMEOUT`]); waits for that. What the master acknowledged and
+    /// had not sent its replica yet is lost, as Redis replication is
+    /// asynchronous. Returns the killed node's port and the promoted one's.
+    pub async fn kill_master(&self, n: usize) -> anyhow::Result<(u16, u16)> {
+        let (master, replica) = self.master_and_replica(n).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut node(master).await?)
+            .await?;
+        let pid: i32 = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("process_id:"))
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("node {master} gave no process id"))?;
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .with_context(|| format!("killing node {master} (pid {pid})"))?;
+        anyhow::ensure!(killed.success(), "kill -KILL {pid} (node {master}) failed");
+        wait_to_lead(replica).await?;
+        let alive: Vec<u16> = self
+            .ports
+            .iter()
+            .copied()
+            .filter(|&p| p != master)
+            .collect();
+        self.wait_until_serving(&alive).await?;
+        Ok((master, replica))
+    }
+
+    /// Starts the node on `port` again (killed by
+    /// [`RedisCluster::kill_master`]) with the cluster configuration it
+    /// kept: it comes back empty, rejoins as a replica of the node that
+    /// took its slots and copies it. Waits until it has caught up and
+    /// every node sees the whole cluster.
+    pub async fn restart(&self, port: u16) -> anyhow::Result<()> {
+        let at = self
+            .ports
+            .iter()
+            .position(|&p| p == port)
+            .with_context(|| format!("no node of this cluster has port {port}"))?;
+        let bus = self.buses[at];
+        tokio::task::spawn_blocking(move || {
+            let log = start_node_in(port, bus, Keep::Config)?;
+            crate::services::wait_for_port(port, "a restarted cluster node", &log)
+        })
+        .await
+        .context("cluster restart task")??;
+        wait_until(
+            &format!("node {port} to rejoin as a replica that has caught up"),
+            Duration::from_secs(60),
+            || async move {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut node(port).await?)
+                    .await?;
+                let caught_up = info.lines().any(|l| l.trim() == "role:slave")
+                    && info.lines().any(|l| l.trim() == "master_link_status:up");
+                Ok(caught_up.then_some(()))
+            },
+        )
+        .await?;
+        self.wait_until_whole(self.ports.len()).await
+    }
+
+    /// The client ports of the `n`th master (by address, modulo the
+    /// masters) and of its replica.
+    async fn master_and_replica(&self, n: usize) -> anyhow::Result<(u16, u16)> {
+        let alive = node_of(&self.ports).await?;
         let nodes: String = redis::cmd("CLUSTER")
             .arg("NODES")
-            .query_async(&mut node(self.ports[0]).await?)
+            .query_async(&mut node(alive).await?)
             .await?;
         // <id> <ip:port@bus> <flags> <master id or -> …
         let fields: Vec<Vec<&str>> = nodes
@@ -157,42 +255,19 @@ impl RedisCluster {
             .collect();
         let mut masters: Vec<&Vec<&str>> = fields
             .iter()
-            .filter(|f| f[2].split(',').any(|flag| flag == "master"))
+            .filter(|f| {
+                let flags: Vec<&str> = f[2].split(',').collect();
+                flags.contains(&"master") && !flags.contains(&"fail")
+            })
             .collect();
         masters.sort_by_key(|f| f[1]);
         anyhow::ensure!(!masters.is_empty(), "no master in {nodes}");
-        let master = masters[n % masters.len()][0];
+        let master = masters[n % masters.len()];
         let replica = fields
             .iter()
-            .find(|f| f[3] == master)
-            .with_context(|| format!("master {master} has no replica: {nodes}"))?;
-        let port: u16 = replica[1]
-            .split(['@', ':'])
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .with_context(|| format!("no port in {}", replica[1]))?;
-        let _: () = redis::cmd("CLUSTER")
-            .arg("FAILOVER")
-            .query_async(&mut node(port).await?)
-            .await
-            .with_context(|| format!("failing over to node {port}"))?;
-        wait_until(
-            &format!("node {port} to take over as master"),
-            Duration::from_secs(30),
-            || async move {
-                let role: Vec<redis::Value> = redis::cmd("ROLE")
-                    .query_async(&mut node(port).await?)
-                    .await?;
-                let master = matches!(
-                    role.first(),
-                    Some(redis::Value::BulkString(b)) if b.as_slice() == b"master"
-                );
-                Ok(master.then_some(()))
-            },
-        )
-        .await?;
-        self.wait_until_whole(self.ports.len()).await?;
-        Ok(port)
+            .find(|f| f[3] == master[0] && !f[2].split(',').any(|flag| flag == "fail"))
+            .with_context(|| format!("master {} has no replica: {nodes}", master[0]))?;
+        Ok((port_of(master[1])?, port_of(replica[1])?))
     }
 
     /// The seed URLs of every node, comma-separated, as `REDIS_URL` takes
@@ -204,6 +279,48 @@ impl RedisCluster {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// How long a master may not answer before the others hold it failed and
+/// its replica takes over (`cluster-node-timeout`; Redis's default is 15 s).
+pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Waits until the node on `port` says it is a master.
+async fn wait_to_lead(port: u16) -> anyhow::Result<()> {
+    wait_until(
+        &format!("node {port} to take over as master"),
+        NODE_TIMEOUT + Duration::from_secs(30),
+        || async move {
+            let role: Vec<redis::Value> = redis::cmd("ROLE")
+                .query_async(&mut node(port).await?)
+                .await?;
+            let master = matches!(
+                role.first(),
+                Some(redis::Value::BulkString(b)) if b.as_slice() == b"master"
+            );
+            Ok(master.then_some(()))
+        },
+    )
+    .await
+}
+
+/// The first of `ports` whose node answers.
+async fn node_of(ports: &[u16]) -> anyhow::Result<u16> {
+    for &port in ports {
+        if node(port).await.is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no node of the cluster answers")
+}
+
+/// The client port in a `CLUSTER NODES` address, `ip:port@bus`.
+fn port_of(address: &str) -> anyhow::Result<u16> {
+    address
+        .split(['@', ':'])
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .with_context(|| format!("no port in {address}"))
 }
 
 async fn node(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
@@ -229,13 +346,29 @@ fn start_node() -> anyhow::Result<(u16, u16)> {
     bail!("a redis-server cluster node found its ports taken three times")
 }
 
+/// What a node started on a port keeps of an earlier node there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Nothing: a nodes.conf left by an earlier run that got the same
+    /// port would bring back that node's slots ("slot already busy").
+    Nothing,
+    /// Its cluster configuration (id, epoch, peers): the same node again.
+    Config,
+}
+
 /// Starts a cluster-mode node on `port` and `bus`; returns its log's path.
 fn start_node_on(port: u16, bus: u16) -> anyhow::Result<String> {
-    // A fresh directory: a nodes.conf left by an earlier run that got the
-    // same port would bring back that node's slots ("slot already busy").
+    start_node_in(port, bus, Keep::Nothing)
+}
+
+/// Starts a cluster-mode node on `port` and `bus` in its directory, kept
+/// or emptied; returns its log's path.
+fn start_node_in(port: u16, bus: u16, keep: Keep) -> anyhow::Result<String> {
     let dir =
         std::env::temp_dir().join(format!("stockledger-cluster-{}-{port}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep == Keep::Nothing {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let log = dir.join("redis.log").to_string_lossy().into_owned();
     let arg = |s: &str| s.to_owned();
@@ -250,6 +383,8 @@ fn start_node_on(port: u16, bus: u16) -> anyhow::Result<String> {
             arg("yes"),
             arg("--cluster-port"),
             bus.to_string(),
+            arg("--cluster-node-timeout"),
+            NODE_TIMEOUT.as_millis().to_string(),
             arg("--cluster-config-file"),
             dir.join("nodes.conf").to_string_lossy().into_owned(),
             arg("--dir"),

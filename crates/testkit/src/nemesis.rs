@@ -96,6 +96,10 @@ pub enum Fault {
     /// A Redis Cluster master's replica takes over from it
     /// (`CLUSTER FAILOVER`); on a single Redis there is none.
     FailoverRedis,
+    /// `kill -9` of a Redis Cluster master: the cluster's own failover
+    /// promotes its replica once the node timeout has passed; the killed
+    /// node is started again `lasting` later and rejoins as a replica.
+    KillRedis,
 }
 
 impl Fault {
@@ -112,11 +116,12 @@ impl Fault {
             Self::Cut(Path::Postgres) => "cut-postgres",
             Self::Rebalance => "rebalance",
             Self::FailoverRedis => "failover-redis",
+            Self::KillRedis => "kill-redis",
         }
     }
 
     /// Every kind, in the order figures are reported.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill(Process::Applier),
         Fault::Kill(Process::Archiver),
         Fault::Kill(Process::Gateway),
@@ -125,20 +130,24 @@ impl Fault {
         Fault::PauseApplier,
         Fault::Cut(Path::Redis),
         Fault::FailoverRedis,
+        Fault::KillRedis,
         Fault::Cut(Path::Postgres),
         Fault::Rebalance,
     ];
 
     /// The kinds a run draws from, in [`Fault::ALL`]'s order: on a Redis
-    /// Cluster with replicas a master fails over; on one Redis (behind a
-    /// proxy) its path is cut instead.
+    /// Cluster with replicas a master is handed over or killed; on one
+    /// Redis (behind a proxy) its path is cut instead.
     pub fn drawn_on(redis_cluster: bool) -> Vec<Fault> {
-        let left_out = if redis_cluster {
-            Fault::Cut(Path::Redis)
+        let left_out: &[Fault] = if redis_cluster {
+            &[Fault::Cut(Path::Redis)]
         } else {
-            Fault::FailoverRedis
+            &[Fault::FailoverRedis, Fault::KillRedis]
         };
-        Fault::ALL.into_iter().filter(|&k| k != left_out).collect()
+        Fault::ALL
+            .into_iter()
+            .filter(|k| !left_out.contains(k))
+            .collect()
     }
 
     /// What the fault puts out of action: two faults on one target never
@@ -150,7 +159,7 @@ impl Fault {
             Self::Kill(Process::Archiver) => "archiver",
             Self::Kill(Process::Gateway) => "gateway",
             Self::KillBroker { .. } => "broker",
-            Self::Cut(Path::Redis) | Self::FailoverRedis => "redis",
+            Self::Cut(Path::Redis) | Self::FailoverRedis | Self::KillRedis => "redis",
             Self::Cut(Path::Postgres) => "postgres",
             Self::Rebalance => "second-applier",
         }
@@ -170,6 +179,8 @@ impl Fault {
             // Over once the replica has taken over; a little time for the
             // clients to follow before the next one.
             Self::FailoverRedis => s(5),
+            // How long the killed node stays down once its replica leads.
+            Self::KillRedis => rng.duration(s(1), s(10)),
         }
     }
 }
@@ -316,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn each_redis_draws_every_kind_but_the_one_it_cannot_have() {
+    fn each_redis_draws_every_kind_but_those_it_cannot_have() {
         use Fault::*;
         let common = [
             Kill(Process::Applier),
@@ -326,9 +337,10 @@ mod tests {
             KillBroker { leader: false },
             PauseApplier,
         ];
-        let tail = |redis| [&common[..], &[redis, Cut(Path::Postgres), Rebalance]].concat();
-        assert_eq!(Fault::drawn_on(false), tail(Cut(Path::Redis)));
-        assert_eq!(Fault::drawn_on(true), tail(FailoverRedis));
+        let tail =
+            |redis: &[Fault]| [&common[..], redis, &[Cut(Path::Postgres), Rebalance]].concat();
+        assert_eq!(Fault::drawn_on(false), tail(&[Cut(Path::Redis)]));
+        assert_eq!(Fault::drawn_on(true), tail(&[FailoverRedis, KillRedis]));
     }
 
     #[test]
