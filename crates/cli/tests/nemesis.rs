@@ -12,8 +12,10 @@
 //! which a failing seed replays with the same schedule.
 
 mod common;
+#[path = "nemesis/workload.rs"]
+mod workload;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,31 +25,27 @@ use anyhow::Context;
 use common::{log_path, stockledger, Running};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::json;
-use stockledger_client::basket::{self, BasketHold, BasketStatus, Line, LineState};
-use stockledger_client::{Ledger, Receipt};
+use stockledger_client::basket::{self, LineState};
 use stockledger_core::partition::home_partition;
-use stockledger_core::{codec, BasketId, CommandKind, Quantity, RestockMode, ResultCode, Sku};
+use stockledger_core::{codec, Command, CommandKind, ResultCode};
+use stockledger_kafka::topic;
 use stockledger_testkit::cluster::RedisCluster;
+use stockledger_testkit::contract::Differences;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::ids;
 use stockledger_testkit::kafka_cluster::KafkaCluster;
-use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, SplitMix64, Step};
+use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, Step};
 use stockledger_testkit::services::free_port;
 use stockledger_testkit::{wait_until, Harness};
 use tokio::time::Instant;
+use workload::{Ack, Baskets};
 
-/// The SKUs of the workload; six over three partitions.
-const SKUS: [&str; 6] = ["N-0", "N-1", "N-2", "N-3", "N-4", "N-5"];
 const PARTITIONS: i32 = 3;
 /// Callers sending through the library, and through the gateway.
 const LIBRARY_CALLERS: u64 = 3;
 const HTTP_CALLERS: u64 = 1;
 /// Callers checking out baskets of two SKUs through the library.
 const BASKET_CALLERS: u64 = 1;
-/// A caller's pause between commands: the load stays a few hundred
-/// commands a second, so a long run's log is read back in seconds.
-const PACE: Duration = Duration::from_millis(10);
 /// How long, after a fault heals, decisions may take to flow again before
 /// the recovery is reported as not seen.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(180);
@@ -116,9 +114,7 @@ enum Redis {
 
 /// What a run found.
 struct Report {
-    seed: u64,
-    length: Duration,
-    schedule: Schedule,
+    run: Run,
     acknowledged: usize,
     records: usize,
     /// Acknowledged commands not in the log at their position, or without
@@ -129,17 +125,26 @@ struct Report {
     doubled: Vec<String>,
     /// Units still held once every hold's deadline has passed.
     held: i64,
-    /// Baskets the basket callers used.
+    /// Baskets the basket callers tried to hold, and those held.
     baskets: usize,
+    baskets_held: usize,
     /// Baskets with some lines sold and others not.
     partial_baskets: Vec<String>,
+    /// Outcomes and archived rows compared by content with the fold.
+    differences: Differences,
     /// The contract check's failure, if it failed.
     contract: Option<String>,
     /// Processes that exited when nobody asked them to (restarted, as an
     /// orchestrator would): reported, not a breach by themselves.
     exits: Vec<String>,
-    recoveries: Vec<Recovery>,
 }
+
+/// What a run must have done for its verdict to mean something: commands
+/// acknowledged per second of the run, baskets held, and how often a
+/// scarce SKU sold out.
+const ACKNOWLEDGED_PER_SECOND: f64 = 20.0;
+const BASKETS_HELD: usize = 5;
+const SOLD_OUT_CROSSINGS: usize = 20;
 
 impl Report {
     fn ensure(&self) -> anyhow::Result<()> {
@@ -148,23 +153,72 @@ impl Report {
         }
         println!("{}", self.figures());
         println!("{}", self.summary());
+        let d = &self.differences;
         anyhow::ensure!(
             self.lost.is_empty()
                 && self.doubled.is_empty()
                 && self.held == 0
                 && self.partial_baskets.is_empty()
+                && d.oversold.is_empty()
+                && d.outcomes.is_empty()
+                && d.rows.is_empty()
                 && self.contract.is_none(),
             "the nemesis of seed {} broke the contract; lost: {:?}; doubled: {:?}; \
-             {} units still held; baskets partly sold: {:?}; contract: {:?}\n{}",
-            self.seed,
+             {} units still held; baskets partly sold: {:?}; oversold: {:?}; \
+             outcomes differ: {:?}; rows differ: {:?}; contract: {:?}\n{}",
+            self.run.seed,
             first(&self.lost),
             first(&self.doubled),
             self.held,
             first(&self.partial_baskets),
+            first(&d.oversold),
+            first(&d.outcomes),
+            first(&d.rows),
             self.contract,
-            self.schedule
+            self.run.schedule
+        );
+        let short = self.short_of();
+        anyhow::ensure!(
+            short.is_empty(),
+            "the nemesis of seed {} proved too little: {short:?}",
+            self.run.seed
         );
         Ok(())
+    }
+
+    /// The minimums this run fell short of.
+    fn short_of(&self) -> Vec<String> {
+        let mut short = Vec::new();
+        let wanted = (ACKNOWLEDGED_PER_SECOND * self.run.length.as_secs_f64()) as usize;
+        if self.acknowledged < wanted {
+            short.push(format!(
+                "{} acknowledged, {wanted} wanted",
+                self.acknowledged
+            ));
+        }
+        if self.baskets_held < BASKETS_HELD {
+            short.push(format!(
+                "{} baskets held, {BASKETS_HELD} wanted",
+                self.baskets_held
+            ));
+        }
+        let crossings = self.differences.sold_out_crossings;
+        if crossings < SOLD_OUT_CROSSINGS {
+            short.push(format!(
+                "{crossings} sold-out crossings, {SOLD_OUT_CROSSINGS} wanted"
+            ));
+        }
+        for (kind, injected) in self.run.schedule.counts() {
+            let healed = (self.run.recoveries.iter())
+                .filter(|r| r.kind == kind && r.took.is_some())
+                .count();
+            if injected == 0 || healed < injected {
+                short.push(format!(
+                    "{kind}: {injected} injected, {healed} after which decisions flowed again"
+                ));
+            }
+        }
+        short
     }
 
     /// Per kind: faults injected, and the time from healing until
@@ -176,8 +230,9 @@ impl Report {
             "{:<14} {:>8} {:>18} {:>18}\n",
             "fault", "injected", "recovery p50/max", "alone: n p50/max"
         );
-        for (kind, injected) in self.schedule.counts() {
-            let all: Vec<&Recovery> = self.recoveries.iter().filter(|r| r.kind == kind).collect();
+        let recoveries = &self.run.recoveries;
+        for (kind, injected) in self.run.schedule.counts() {
+            let all: Vec<&Recovery> = recoveries.iter().filter(|r| r.kind == kind).collect();
             let alone: Vec<&Recovery> = all.iter().copied().filter(|r| r.alone).collect();
             out += &format!(
                 "{kind:<14} {injected:>8} {:>18} {:>18}\n",
@@ -189,19 +244,26 @@ impl Report {
     }
 
     fn summary(&self) -> String {
+        let d = &self.differences;
         format!(
             "nemesis: seed {}, {:.1} min, {} faults, {} acknowledged, {} records, lost {}, \
-             doubled {}, held {}, baskets {} (partly sold {}), exits {}, contract {}",
-            self.seed,
-            self.length.as_secs_f64() / 60.0,
-            self.schedule.steps.len(),
+             doubled {}, held {}, baskets {} (held {}, partly sold {}), sold-out crossings {}, \
+             oversold {}, outcomes differ {}, rows differ {}, exits {}, contract {}",
+            self.run.seed,
+            self.run.length.as_secs_f64() / 60.0,
+            self.run.schedule.steps.len(),
             self.acknowledged,
             self.records,
             self.lost.len(),
             self.doubled.len(),
             self.held,
             self.baskets,
+            self.baskets_held,
             self.partial_baskets.len(),
+            d.sold_out_crossings,
+            d.oversold.len(),
+            d.outcomes.len(),
+            d.rows.len(),
             self.exits.len(),
             if self.contract.is_none() {
                 "held"
@@ -393,6 +455,8 @@ struct World {
     /// SKUs whose orders tell that decisions flow, one per partition.
     probes: Vec<String>,
     probe_count: AtomicU64,
+    /// The probes the ledger acknowledged.
+    probe_acks: Mutex<Vec<Ack>>,
     /// When the schedule's clock started.
     started: Instant,
 }
@@ -453,6 +517,7 @@ impl World {
             redis_url: redis_url.clone(),
             probes: (0..PARTITIONS).map(probe_sku).collect(),
             probe_count: AtomicU64::new(0),
+            probe_acks: Mutex::new(Vec::new()),
             started: Instant::now(),
             h,
             cluster,
@@ -463,22 +528,7 @@ impl World {
         for managed in [&world.applier, &world.archiver, &world.gateway] {
             lock(managed)?.start(&world.h)?;
         }
-        for sku in SKUS
-            .iter()
-            .copied()
-            .chain(world.probes.iter().map(String::as_str))
-        {
-            world
-                .h
-                .ledger
-                .restock(
-                    &ids::sku(sku),
-                    &ids::adjustment("initial"),
-                    RestockMode::Set,
-                    1_000_000,
-                )
-                .await?;
-        }
+        workload::stock(&world.h.ledger, &world.probes).await?;
         Ok(Arc::new(Self {
             started: Instant::now(),
             ..world
@@ -540,10 +590,21 @@ impl World {
                 let node = if leader {
                     // The metadata may be a moment behind a restart: asked
                     // again until a node answers with a leader.
-                    wait_until("the leader of partition 0", RECOVERY_LIMIT, || async {
-                        Ok(self.cluster.leader(&self.h.ns.topic, 0).ok())
-                    })
-                    .await?
+                    let topic = &self.h.ns.topic;
+                    let (partition, leader) = wait_until(
+                        "the leader of the busiest partition",
+                        RECOVERY_LIMIT,
+                        || async {
+                            let Ok(partition) = self.busiest().await else {
+                                return Ok(None);
+                            };
+                            let leader = self.cluster.leader(topic, partition).ok();
+                            Ok(leader.map(|leader| (partition, leader)))
+                        },
+                    )
+                    .await?;
+                    println!("node {leader} leads {topic}/{partition}, the busiest partition");
+                    leader
                 } else {
                     1 + (index % self.cluster.nodes.len()) as i32
                 };
@@ -555,11 +616,14 @@ impl World {
             Fault::Cut(path) => self.proxy(path)?.pause(),
             Fault::Rebalance => lock(&self.second_applier)?.start(&self.h)?,
             Fault::FailoverRedis => {
-                let redis = self
-                    .redis_cluster
-                    .as_ref()
-                    .context("a run on one Redis has no replica to fail over to")?;
-                redis.failover(index).await?;
+                self.redis_cluster()?.failover(index).await?;
+            }
+            Fault::KillRedis => {
+                let redis = self.redis_cluster()?;
+                let (killed, promoted) = redis.kill_master(index).await?;
+                println!("Redis node {killed} killed; node {promoted} leads in its place");
+                tokio::time::sleep(step.lasting).await;
+                return redis.restart(killed).await;
             }
         }
         tokio::time::sleep(step.lasting).await;
@@ -568,26 +632,51 @@ impl World {
             Fault::PauseApplier => lock(&self.applier)?.signal(Signal::SIGCONT)?,
             Fault::Cut(path) => self.proxy(path)?.resume(),
             Fault::Rebalance => lock(&self.second_applier)?.terminate()?,
-            Fault::KillBroker { .. } | Fault::FailoverRedis => {}
+            Fault::KillBroker { .. } | Fault::FailoverRedis | Fault::KillRedis => {}
         }
         Ok(())
     }
 
-    /// How long until a deduct sent now on each partition is decided.
+    fn redis_cluster(&self) -> anyhow::Result<&RedisCluster> {
+        (self.redis_cluster.as_ref()).context("a run on one Redis has no replica to take over")
+    }
+
+    /// The partition of the command topic that holds the most records.
+    async fn busiest(&self) -> anyhow::Result<i32> {
+        let marks = topic::watermarks_of(&self.h.kafka, &self.h.ns.topic).await?;
+        marks
+            .into_iter()
+            .max_by_key(|&(_, (low, high))| high - low)
+            .map(|(partition, _)| partition)
+            .context("the command topic has no partition")
+    }
+
+    /// How long until a deduct sent now on each partition is decided. A
+    /// send that fails (a broker down) is sent again, as a caller would:
+    /// the time is the ledger's, not one probe's bad luck.
     async fn recovery(&self) -> Option<Duration> {
         let started = Instant::now();
         let n = self.probe_count.fetch_add(1, Ordering::SeqCst);
-        let order = format!("probe-{n}");
+        let order = ids::order(format!("probe-{n}"));
         let sent = async {
-            for sku in &self.probes {
-                self.h
-                    .ledger
-                    .deduct(&ids::sku(sku), &ids::order(&order), ids::qty(1), None)
-                    .await?;
+            for sku in self.probes.iter().map(ids::sku) {
+                let receipt = loop {
+                    match self.h.ledger.deduct(&sku, &order, ids::qty(1), None).await {
+                        Ok(receipt) => break receipt,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                };
+                lock_acks(&self.probe_acks)?.push(Ack::from(receipt));
             }
             wait_until("decisions on every partition", RECOVERY_LIMIT, || async {
                 for sku in &self.probes {
-                    if self.h.projection.order(sku, &order).await?.is_none() {
+                    if self
+                        .h
+                        .projection
+                        .order(sku, order.as_str())
+                        .await?
+                        .is_none()
+                    {
                         return Ok(None);
                     }
                 }
@@ -622,6 +711,11 @@ impl World {
         ]
     }
 
+    /// The probes the ledger acknowledged so far.
+    fn probe_acks(&self) -> anyhow::Result<Vec<Ack>> {
+        Ok(lock_acks(&self.probe_acks)?.clone())
+    }
+
     /// Exits nobody asked for, per process.
     fn exits(&self) -> anyhow::Result<Vec<String>> {
         let mut exits = Vec::new();
@@ -640,249 +734,17 @@ fn lock(m: &Mutex<Managed>) -> anyhow::Result<std::sync::MutexGuard<'_, Managed>
         .map_err(|_| anyhow::anyhow!("a fault task panicked holding a process"))
 }
 
+fn lock_acks(m: &Mutex<Vec<Ack>>) -> anyhow::Result<std::sync::MutexGuard<'_, Vec<Ack>>> {
+    m.lock()
+        .map_err(|_| anyhow::anyhow!("a probe panicked writing down its receipt"))
+}
+
 /// A SKU whose home is `partition`.
 fn probe_sku(partition: i32) -> String {
     (0..)
         .map(|i| format!("P-{partition}-{i}"))
         .find(|sku| home_partition(sku.as_bytes(), PARTITIONS) == partition)
         .unwrap_or_default()
-}
-
-/// A command the ledger acknowledged: where it is and what it was.
-#[derive(Debug, Clone)]
-struct Ack {
-    partition: i32,
-    offset: i64,
-    command_id: String,
-}
-
-impl From<Receipt> for Ack {
-    fn from(r: Receipt) -> Self {
-        Self {
-            partition: r.position.partition,
-            offset: r.position.offset,
-            command_id: r.command_id.as_str().to_owned(),
-        }
-    }
-}
-
-/// The numbers of caller `stream` (library callers from 1, HTTP callers
-/// from 101), drawn from the run's seed.
-fn caller_rng(seed: u64, stream: u64) -> SplitMix64 {
-    SplitMix64::new(seed ^ stream.wrapping_mul(0x2545_F491_4F6C_DD1D))
-}
-
-/// One library caller until `until`: deducts, rollbacks before their
-/// deducts, holds of one to four seconds (confirmed, rolled back or left
-/// to expire), refunds after confirms, restocks. A send that fails is
-/// given up (it may or may not be in the log; it was not acknowledged).
-async fn library_caller(producer: Ledger, caller: u64, seed: u64, until: Instant) -> Vec<Ack> {
-    let mut rng = caller_rng(seed, caller + 1);
-    let mut acks = Vec::new();
-    let mut i = 0u64;
-    while Instant::now() < until {
-        i += 1;
-        let sku = SKUS[rng.below(SKUS.len() as u64) as usize];
-        let order = format!("c{caller}-{i}");
-        let quantity = rng.between(1, 3) as i64;
-        let mut sent: Vec<Result<Receipt, _>> = Vec::new();
-        match rng.below(100) {
-            0..=34 => {
-                sent.push(
-                    producer
-                        .deduct(
-                            &ids::sku(sku),
-                            &ids::order(&order),
-                            ids::qty(quantity),
-                            None,
-                        )
-                        .await,
-                );
-                if rng.chance(25) {
-                    sent.push(
-                        producer
-                            .rollback(&ids::sku(sku), &ids::order(&order), Some("cancelled"))
-                            .await,
-                    );
-                }
-            }
-            35..=44 => {
-                sent.push(
-                    producer
-                        .rollback(&ids::sku(sku), &ids::order(&order), None)
-                        .await,
-                );
-                sent.push(
-                    producer
-                        .deduct(
-                            &ids::sku(sku),
-                            &ids::order(&order),
-                            ids::qty(quantity),
-                            None,
-                        )
-                        .await,
-                );
-            }
-            45..=89 => {
-                let hold = rng.between(1_000, 4_000) as i64;
-                let user = format!("u{}", rng.below(5));
-                sent.push(
-                    producer
-                        .reserve_until(
-                            &ids::sku(sku),
-                            &ids::order(&order),
-                            ids::qty(quantity),
-                            ids::at_ms(stockledger_runtime::clock::now_ms() + hold),
-                            Some(&ids::user(&user)),
-                        )
-                        .await,
-                );
-                match rng.below(3) {
-                    0 => {
-                        sent.push(producer.confirm(&ids::sku(sku), &ids::order(&order)).await);
-                        if rng.chance(50) {
-                            sent.push(
-                                producer
-                                    .refund(&ids::sku(sku), &ids::order(&order), None)
-                                    .await,
-                            );
-                        }
-                    }
-                    1 => sent.push(
-                        producer
-                            .rollback(&ids::sku(sku), &ids::order(&order), None)
-                            .await,
-                    ),
-                    _ => {} // left to expire
-                }
-            }
-            _ => {
-                let adjustment = format!("r{caller}-{i}");
-                sent.push(
-                    producer
-                        .restock(
-                            &ids::sku(sku),
-                            &ids::adjustment(&adjustment),
-                            RestockMode::Add,
-                            20,
-                        )
-                        .await,
-                );
-            }
-        }
-        acks.extend(sent.into_iter().flatten().map(Ack::from));
-        tokio::time::sleep(PACE).await;
-    }
-    acks
-}
-
-/// One caller through the gateway until `until`: deducts and holds, each
-/// retried with the same order id while the gateway is away or answers
-/// 5xx, as an order service retries (the ledger decides a repeat
-/// `DUPLICATE`, so the effect stays once).
-async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -> Vec<Ack> {
-    let mut rng = caller_rng(seed, caller + 101);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap_or_default();
-    let mut acks = Vec::new();
-    let mut i = 0u64;
-    while Instant::now() < until {
-        i += 1;
-        let sku = SKUS[rng.below(SKUS.len() as u64) as usize];
-        let order = format!("h{caller}-{i}");
-        let quantity = rng.between(1, 3);
-        let body = if rng.chance(50) {
-            json!({"quantity": quantity, "hold_ms": rng.between(1_000, 4_000)})
-        } else {
-            json!({"quantity": quantity})
-        };
-        let url = format!("{base}/v1/skus/{sku}/orders/{order}/deduct?wait_ms=1000");
-        for _attempt in 0..40 {
-            let answer = client.post(&url).json(&body).send().await;
-            let Ok(answer) = answer else {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            };
-            let status = answer.status().as_u16();
-            if status >= 500 || status == 429 {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-            let Ok(body) = answer.json::<serde_json::Value>().await else {
-                break;
-            };
-            if let (Some(position), Some(command_id)) =
-                (body.get("position"), body["command_id"].as_str())
-            {
-                acks.push(Ack {
-                    partition: position["partition"].as_i64().unwrap_or(-1) as i32,
-                    offset: position["offset"].as_i64().unwrap_or(-1),
-                    command_id: command_id.to_owned(),
-                });
-            }
-            break;
-        }
-        tokio::time::sleep(PACE).await;
-    }
-    acks
-}
-
-/// One caller of baskets until `until`: two SKUs, one to three units each,
-/// held one to four seconds, then confirmed (60 %), released (20 %) or
-/// left to expire. A confirm or release that cannot settle a line is
-/// asked again, as the protocol tells callers to, until it does; a hold
-/// that cannot is left (its lines expire). Returns the baskets used.
-async fn basket_caller(
-    settler: Ledger,
-    caller: u64,
-    seed: u64,
-    until: Instant,
-) -> anyhow::Result<Vec<BasketId>> {
-    let mut rng = caller_rng(seed, caller + 201);
-    let give_up = until + QUIESCENCE / 2;
-    let mut baskets = Vec::new();
-    let mut i = 0u64;
-    while Instant::now() < until {
-        i += 1;
-        let first = rng.below(SKUS.len() as u64) as usize;
-        let second = (first + 1 + rng.below(SKUS.len() as u64 - 1) as usize) % SKUS.len();
-        let lines = [first, second]
-            .into_iter()
-            .map(|k| {
-                Ok(Line {
-                    sku: Sku::new(SKUS[k])?,
-                    quantity: Quantity::new(rng.between(1, 3) as i64)?,
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let id = BasketId::new(format!("k{caller}-{i}"))?;
-        let deadline = stockledger_runtime::clock::now_ms() + rng.between(1_000, 4_000) as i64;
-        let hold = BasketHold::new(id.clone(), None, deadline, lines)?;
-        baskets.push(id.clone());
-        let Ok(held) = basket::hold(&settler, &hold).await else {
-            continue;
-        };
-        if held.status != BasketStatus::Held {
-            continue;
-        }
-        let skus: Vec<Sku> = held.lines.iter().map(|l| l.sku.clone()).collect();
-        let then = rng.below(5);
-        while then < 4 && Instant::now() < give_up {
-            let settled = if then < 3 {
-                basket::confirm(&settler, &id, &skus).await
-            } else {
-                basket::release(&settler, &id, &skus, None).await
-            };
-            if settled.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        tokio::time::sleep(PACE).await;
-    }
-    Ok(baskets)
 }
 
 async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report> {
@@ -895,13 +757,18 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
 
     let mut callers = Vec::new();
     for caller in 0..LIBRARY_CALLERS {
-        let producer = world.h.ledger.clone();
-        callers.push(tokio::spawn(library_caller(producer, caller, seed, until)));
+        let ledger = world.h.ledger.clone();
+        let called = workload::library_caller(ledger, caller, seed, until);
+        callers.push(tokio::spawn(called));
     }
     for caller in 0..HTTP_CALLERS {
         let base = world.gateway_url.clone();
-        callers.push(tokio::spawn(http_caller(base, caller, seed, until)));
+        callers.push(tokio::spawn(workload::http_caller(
+            base, caller, seed, until,
+        )));
     }
+    let shelf = workload::shelf_caller(world.h.ledger.clone(), seed, until);
+    callers.push(tokio::spawn(shelf));
     let mut basket_callers = Vec::new();
     for caller in 0..BASKET_CALLERS {
         let settler = (world.h.ledger_builder())
@@ -909,7 +776,9 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
             .decision_timeout(Duration::from_secs(5))
             .build()
             .await?;
-        basket_callers.push(tokio::spawn(basket_caller(settler, caller, seed, until)));
+        let give_up = until + QUIESCENCE / 2;
+        let called = workload::basket_caller(settler, caller, seed, until, give_up);
+        basket_callers.push(tokio::spawn(called));
     }
     let supervisor = {
         let world = world.clone();
@@ -936,9 +805,12 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     for caller in callers {
         acks.extend(caller.await?);
     }
-    let mut baskets = Vec::new();
+    let mut baskets = Baskets::default();
     for caller in basket_callers {
-        baskets.extend(caller.await??);
+        let done = caller.await??;
+        baskets.used.extend(done.used);
+        baskets.held += done.held;
+        acks.extend(done.acks);
     }
     // Every fault has healed by the end of the schedule; what exited by
     // itself is started once more.
@@ -946,31 +818,40 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     for managed in world.all() {
         lock(managed)?.restart_if_exited(&world.h)?;
     }
+    acks.extend(world.probe_acks()?);
     println!(
         "{:>7.1}s healed; {} acknowledged; waiting for quiescence",
         started.elapsed().as_secs_f64(),
         acks.len()
     );
-    check(&world, seed, length, schedule, acks, baskets, recoveries).await
+    let run = Run {
+        seed,
+        length,
+        schedule,
+        recoveries,
+    };
+    check(&world, run, acks, baskets).await
+}
+
+/// What a run did before it was checked.
+struct Run {
+    seed: u64,
+    length: Duration,
+    schedule: Schedule,
+    recoveries: Vec<Recovery>,
 }
 
 /// Waits until every record is decided and every hold has ended, then
 /// checks the history.
 async fn check(
     world: &World,
-    seed: u64,
-    length: Duration,
-    schedule: Schedule,
+    run: Run,
     acks: Vec<Ack>,
-    baskets: Vec<BasketId>,
-    recoveries: Vec<Recovery>,
+    baskets: Baskets,
 ) -> anyhow::Result<Report> {
     let h = &world.h;
-    let skus: Vec<&str> = SKUS
-        .iter()
-        .copied()
-        .chain(world.probes.iter().map(String::as_str))
-        .collect();
+    let mut skus: Vec<&str> = workload::skus().collect();
+    skus.extend(world.probes.iter().map(String::as_str));
     // Holds end by expiry records the applier appends, so the log grows
     // until the last one is decided.
     let quiet = wait_until(
@@ -997,15 +878,13 @@ async fn check(
         }
         Ok(()) => h.assert_contract().await.err().map(|e| format!("{e:#}")),
     };
+    let differences = h.differences().await?;
 
-    let logged: BTreeMap<(i32, i64), String> = log
+    let logged: BTreeMap<(i32, i64), Command> = log
         .iter()
         .filter_map(|r| {
             let command = codec::decode_command(r.payload.as_deref()?).ok()?;
-            Some((
-                (r.partition, r.offset),
-                command.command_id.as_str().to_owned(),
-            ))
+            Some(((r.partition, r.offset), command))
         })
         .collect();
     let mut decided: BTreeMap<(i32, i64), BTreeSet<ResultCode>> = BTreeMap::new();
@@ -1032,25 +911,7 @@ async fn check(
             }
         }
     }
-    let mut lost = Vec::new();
-    for ack in &acks {
-        let at = (ack.partition, ack.offset);
-        match logged.get(&at) {
-            Some(id) if *id == ack.command_id => {
-                if !decided.contains_key(&at) {
-                    lost.push(format!("{} at {at:?} has no decision", ack.command_id));
-                }
-            }
-            Some(other) => lost.push(format!(
-                "{} acknowledged at {at:?}, where the log holds {other}",
-                ack.command_id
-            )),
-            None => lost.push(format!(
-                "{} acknowledged at {at:?}, not in the log",
-                ack.command_id
-            )),
-        }
-    }
+    let lost = lost(&acks, &logged, &decided);
     let mut doubled: Vec<String> = decided
         .iter()
         .filter(|(_, results)| results.len() > 1)
@@ -1063,7 +924,7 @@ async fn check(
             .map(|((sku, kind, id), at)| format!("{kind} {sku}/{id} applied at {at:?}")),
     );
     let mut partial_baskets = Vec::new();
-    for id in &baskets {
+    for id in &baskets.used {
         let Some(now) = basket::read(&h.projection, id).await? else {
             continue;
         };
@@ -1077,18 +938,81 @@ async fn check(
         }
     }
     Ok(Report {
-        seed,
-        length,
-        schedule,
+        run,
         acknowledged: acks.len(),
         records: log.len(),
         lost,
         doubled,
         held,
-        baskets: baskets.len(),
+        baskets: baskets.used.len(),
+        baskets_held: baskets.held,
         partial_baskets,
+        differences,
         contract,
         exits: world.exits()?,
-        recoveries,
     })
+}
+
+/// The acknowledged commands that are not in the log where their answer
+/// said, or not at all, or have no decision.
+fn lost(
+    acks: &[Ack],
+    logged: &BTreeMap<(i32, i64), Command>,
+    decided: &BTreeMap<(i32, i64), BTreeSet<ResultCode>>,
+) -> Vec<String> {
+    let by_id: HashMap<&str, (i32, i64)> = logged
+        .iter()
+        .map(|(at, command)| (command.command_id.as_str(), *at))
+        .collect();
+    let mut lost = Vec::new();
+    for ack in acks {
+        let (at, what) = match ack {
+            Ack::At {
+                partition,
+                offset,
+                command_id,
+            } => {
+                let at = (*partition, *offset);
+                match logged.get(&at) {
+                    Some(c) if c.command_id.as_str() == command_id => (at, command_id.clone()),
+                    Some(c) => {
+                        let other = c.command_id.as_str();
+                        lost.push(format!(
+                            "{command_id} acknowledged at {at:?}, where the log holds {other}"
+                        ));
+                        continue;
+                    }
+                    None => {
+                        lost.push(format!(
+                            "{command_id} acknowledged at {at:?}, not in the log"
+                        ));
+                        continue;
+                    }
+                }
+            }
+            Ack::Id(command_id) => match by_id.get(command_id.as_str()) {
+                Some(at) => (*at, command_id.clone()),
+                None => {
+                    lost.push(format!("{command_id} acknowledged, not in the log"));
+                    continue;
+                }
+            },
+            Ack::Repeat { sku, order } => {
+                let held = logged.iter().find(|(_, c)| {
+                    c.sku.as_str() == sku && c.body.order_id().map(|o| o.as_str()) == Some(order)
+                });
+                match held {
+                    Some((at, _)) => (*at, format!("order {sku}/{order}")),
+                    None => {
+                        lost.push(format!("a repeat of {sku}/{order}, which the log lacks"));
+                        continue;
+                    }
+                }
+            }
+        };
+        if !decided.contains_key(&at) {
+            lost.push(format!("{what} at {at:?} has no decision"));
+        }
+    }
+    lost
 }
