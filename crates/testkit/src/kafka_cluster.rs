@@ -33,9 +33,31 @@ pub struct KafkaCluster {
 
 impl KafkaCluster {
     /// Starts `size` nodes and waits until every one is a registered
-    /// broker of the cluster.
+    /// broker of the cluster. A port taken by another process between
+    /// drawing it and a node binding it gets the cluster started again on
+    /// other ports, at most three times.
     pub async fn start(size: usize) -> anyhow::Result<Self> {
         anyhow::ensure!(size > 0, "a cluster needs a node");
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let cluster = Self::on_free_ports(size)?;
+            match cluster.wait_for_brokers(size).await {
+                Ok(()) => return Ok(cluster),
+                Err(e) if tries < 3 && cluster.a_port_was_taken() => {
+                    eprintln!("a Kafka node found its port taken ({e:#}); starting again");
+                    for node in &cluster.nodes {
+                        let _ = cluster.kill(node.id);
+                        await_gone(&cluster.pattern(node.id)).await?;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Spawns `size` nodes on ports free a moment ago.
+    fn on_free_ports(size: usize) -> anyhow::Result<Self> {
         let nodes = (1..=size)
             .map(|id| {
                 Ok(Node {
@@ -53,8 +75,15 @@ impl KafkaCluster {
         for node in &cluster.nodes {
             cluster.spawn(node)?;
         }
-        cluster.wait_for_brokers(size).await?;
         Ok(cluster)
+    }
+
+    /// Whether a node's log says it could not bind its port.
+    fn a_port_was_taken(&self) -> bool {
+        self.nodes.iter().any(|node| {
+            std::fs::read_to_string(self.node_dir(node.id).join("server.log"))
+                .is_ok_and(|log| log.contains("Address already in use"))
+        })
     }
 
     /// The bootstrap servers, every node.
