@@ -2,22 +2,26 @@
 # The nemesis: the whole pipeline on a replicated Apache Kafka (three KRaft
 # nodes of its own, topics replicated three times with two in sync), its
 # processes run as `stockledger apply | archive | serve`, Redis and
-# PostgreSQL reached through proxies, under a mixed workload while a seeded
-# schedule kills appliers, archivers, gateways and brokers (the leader of a
-# busy partition included), pauses the applier past its session timeout,
-# cuts the path to PostgreSQL, fails a Redis Cluster master over to its
-# replica (or, with --redis one, cuts the path to the one Redis), and adds
-# and removes an applier.
+# PostgreSQL reached through proxies, under a mixed workload (scarce SKUs
+# that sell out again and again, limits, holds, seats, locations, baskets)
+# while a seeded schedule kills appliers, archivers, gateways and brokers
+# (the leader of the busiest partition included), pauses the applier past
+# its session timeout, cuts the path to PostgreSQL, hands a Redis Cluster
+# master over to its replica or kills it (or, with --redis one, cuts the
+# path to the one Redis), and adds and removes an applier.
 # At the end it heals everything, waits until every record is decided and
-# every hold has ended, and checks the history against the fold of the log.
+# every hold has ended, and compares every outcome and archived row with
+# the fold of the log.
 #
 #   deploy/local/nemesis.sh --minutes 30 --seed 42
 #   deploy/local/nemesis.sh --minutes 5          # a seed drawn and printed
 #   deploy/local/nemesis.sh --minutes 5 --redis one
 #
 # The schedule is printed first; the same seed replays the same schedule.
-# The last line begins `nemesis:` and says `lost N` and `doubled N`; the
-# exit status is 0 only if every check held. The whole output is kept in
+# The last line begins `nemesis:` and says `lost N`, `doubled N`,
+# `sold-out crossings N`, `oversold N`, `outcomes differ N` and `rows
+# differ N`; the exit status is 0 only if every check held and the run
+# reached its minimums. The whole output is kept in
 # ~/.stockledger/nemesis/seed-S-REDIS.log, each process's log in the system's
 # temporary directory (named in the output).
 set -euo pipefail
