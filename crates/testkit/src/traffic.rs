@@ -1,6 +1,6 @@
 //! Order traffic for end-to-end and fault tests.
 
-use stockledger_client::Ledger;
+use stockledger_client::{Ledger, Receipt};
 use stockledger_core::RestockMode;
 
 /// How long [`orders`]' reservations hold: longer than any test runs.
@@ -8,17 +8,26 @@ const HOLD_MS: i64 = 10 * 60 * 1000;
 
 /// Sets every SKU's stock to `units`; returns the records sent.
 pub async fn restock_all(producer: &Ledger, skus: &[&str], units: i64) -> anyhow::Result<u64> {
+    Ok(restock_all_receipts(producer, skus, units).await?.len() as u64)
+}
+
+/// [`restock_all`], returning the receipt of each record sent.
+pub async fn restock_all_receipts(
+    producer: &Ledger,
+    skus: &[&str],
+    units: i64,
+) -> anyhow::Result<Vec<Receipt>> {
+    let mut receipts = Vec::new();
     for sku in skus {
-        producer
-            .restock(
-                &crate::ids::sku(sku),
-                &crate::ids::adjustment("initial"),
-                RestockMode::Set,
-                units,
-            )
-            .await?;
+        let sku = crate::ids::sku(sku);
+        let initial = crate::ids::adjustment("initial");
+        receipts.push(
+            producer
+                .restock(&sku, &initial, RestockMode::Set, units)
+                .await?,
+        );
     }
-    Ok(skus.len() as u64)
+    Ok(receipts)
 }
 
 /// Sends orders `first..first + orders` round-robin over `skus`: a deduct
@@ -34,59 +43,38 @@ pub async fn orders(
     first: usize,
     orders: usize,
 ) -> anyhow::Result<u64> {
-    let mut sent = 0;
+    Ok(order_receipts(producer, skus, first, orders).await?.len() as u64)
+}
+
+/// [`orders`], returning the receipt of each record sent.
+pub async fn order_receipts(
+    producer: &Ledger,
+    skus: &[&str],
+    first: usize,
+    orders: usize,
+) -> anyhow::Result<Vec<Receipt>> {
+    let mut sent = Vec::new();
     for i in first..first + orders {
-        let sku = skus[i % skus.len()];
-        let order = format!("o{i}");
+        let sku = crate::ids::sku(skus[i % skus.len()]);
+        let order = crate::ids::order(format!("o{i}"));
         if i % 9 == 0 {
-            producer
-                .rollback(&crate::ids::sku(sku), &crate::ids::order(&order), None)
-                .await?;
-            sent += 1;
+            sent.push(producer.rollback(&sku, &order, None).await?);
         }
-        let quantity = 1 + (i % 3) as i64;
+        let quantity = crate::ids::qty(1 + (i % 3) as i64);
         if i % 5 == 2 {
-            let user = format!("u{}", i % 7);
-            let deadline = stockledger_runtime::clock::now_ms() + HOLD_MS;
-            producer
-                .reserve_until(
-                    &crate::ids::sku(sku),
-                    &crate::ids::order(&order),
-                    crate::ids::qty(quantity),
-                    crate::ids::at_ms(deadline),
-                    Some(&crate::ids::user(&user)),
-                )
-                .await?;
+            let user = crate::ids::user(format!("u{}", i % 7));
+            let deadline = crate::ids::at_ms(stockledger_runtime::clock::now_ms() + HOLD_MS);
+            let held = producer.reserve_until(&sku, &order, quantity, deadline, Some(&user));
+            sent.push(held.await?);
         } else {
-            producer
-                .deduct(
-                    &crate::ids::sku(sku),
-                    &crate::ids::order(&order),
-                    crate::ids::qty(quantity),
-                    None,
-                )
-                .await?;
+            sent.push(producer.deduct(&sku, &order, quantity, None).await?);
         }
-        sent += 1;
         if i % 4 == 0 {
-            producer
-                .rollback(
-                    &crate::ids::sku(sku),
-                    &crate::ids::order(&order),
-                    Some("cancelled"),
-                )
-                .await?;
-            sent += 1;
+            sent.push(producer.rollback(&sku, &order, Some("cancelled")).await?);
         } else if i % 10 == 2 {
-            producer
-                .confirm(&crate::ids::sku(sku), &crate::ids::order(&order))
-                .await?;
-            sent += 1;
+            sent.push(producer.confirm(&sku, &order).await?);
             if i % 20 == 2 {
-                producer
-                    .refund(&crate::ids::sku(sku), &crate::ids::order(&order), None)
-                    .await?;
-                sent += 1;
+                sent.push(producer.refund(&sku, &order, None).await?);
             }
         }
     }
