@@ -34,7 +34,7 @@ use stockledger_testkit::contract::Differences;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::ids;
 use stockledger_testkit::kafka_cluster::KafkaCluster;
-use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, Step};
+use stockledger_testkit::nemesis::{Fault, Path, Process, Schedule, Since, Step, QUIET};
 use stockledger_testkit::services::free_port;
 use stockledger_testkit::{wait_until, Harness};
 use tokio::time::Instant;
@@ -115,6 +115,8 @@ enum Redis {
 /// What a run found.
 struct Report {
     run: Run,
+    /// How long decisions stopped, for each fault alone and over the run.
+    availability: Availability,
     acknowledged: usize,
     records: usize,
     /// Acknowledged commands not in the log at their position, or without
@@ -222,24 +224,44 @@ impl Report {
     }
 
     /// Per kind: faults injected, and the time from healing until
-    /// decisions flowed again on every partition (p50 and max), over all
-    /// of them and over those no other fault overlapped (from the strike
-    /// until decisions flowed again).
+    /// decisions flowed again on every partition (p50 and max) by the
+    /// probes; then, for the faults scheduled alone, the longest a
+    /// partition went without a decision from the strike until the fault's
+    /// goal (p50 and max) against that goal ([`Fault::goal`]).
     fn figures(&self) -> String {
         let mut out = format!(
-            "{:<14} {:>8} {:>18} {:>18}\n",
-            "fault", "injected", "recovery p50/max", "alone: n p50/max"
+            "{:<14} {:>8} {:>18} {:>7} {:>18} {:>10}\n",
+            "fault", "injected", "recovery p50/max", "alone", "stopped p50/max", "goal met"
         );
         let recoveries = &self.run.recoveries;
         for (kind, injected) in self.run.schedule.counts() {
             let all: Vec<&Recovery> = recoveries.iter().filter(|r| r.kind == kind).collect();
-            let alone: Vec<&Recovery> = all.iter().copied().filter(|r| r.alone).collect();
+            let alone: Vec<&Alone> = (self.availability.alone.iter())
+                .filter(|a| a.kind == kind)
+                .collect();
+            let mut stopped: Vec<f64> = alone.iter().map(|a| a.stopped).collect();
+            stopped.sort_by(f64::total_cmp);
+            let stopped = match (
+                stopped.get(stopped.len().saturating_sub(1) / 2),
+                stopped.last(),
+            ) {
+                (Some(p50), Some(max)) => format!("{p50:.1}/{max:.1}s"),
+                _ => "-".to_owned(),
+            };
+            let goal = alone.first().map_or("-".to_owned(), |a| {
+                let met = alone.iter().filter(|a| a.met()).count();
+                format!("{met}/{} ≤{:.0}s", alone.len(), a.goal)
+            });
             out += &format!(
-                "{kind:<14} {injected:>8} {:>18} {:>18}\n",
+                "{kind:<14} {injected:>8} {:>18} {:>7} {stopped:>18} {goal:>10}\n",
                 spread(&all),
-                format!("{} {}", alone.len(), spread(&alone))
+                alone.len()
             );
         }
+        out += &format!(
+            "longest stretch without a decision on a partition: {:.1}s",
+            self.availability.longest
+        );
         out
     }
 
@@ -274,6 +296,74 @@ impl Report {
     }
 }
 
+/// How long decisions stopped: for each fault scheduled alone, and the
+/// longest stretch of the run.
+struct Availability {
+    alone: Vec<Alone>,
+    /// The longest a partition went without a decision during the run,
+    /// in seconds.
+    longest: f64,
+}
+
+/// A fault alone: the longest a partition went without a decision from
+/// its strike until its goal (and [`QUIET`] after), against the goal, all
+/// in seconds.
+struct Alone {
+    kind: &'static str,
+    stopped: f64,
+    goal: f64,
+}
+
+impl Alone {
+    fn met(&self) -> bool {
+        self.stopped <= self.goal
+    }
+}
+
+impl Availability {
+    /// From each partition's decision times (epoch milliseconds, in
+    /// order) and the run's start.
+    fn of(run: &Run, started_ms: i64, decided_at: &BTreeMap<i32, Vec<i64>>) -> Self {
+        let at = |d: Duration| started_ms + d.as_millis() as i64;
+        let alone = (run.schedule.steps.iter())
+            .filter(|step| step.alone)
+            .map(|step| {
+                let (goal, since) = step.fault.goal();
+                let goal = match since {
+                    Since::Strike => goal,
+                    Since::Heal => goal + step.lasting,
+                };
+                let window = (at(step.at), at(step.due_at() + QUIET));
+                Alone {
+                    kind: step.fault.kind(),
+                    stopped: longest_gap(decided_at, window),
+                    goal: goal.as_secs_f64(),
+                }
+            })
+            .collect();
+        let longest = longest_gap(decided_at, (started_ms, at(run.length)));
+        Self { alone, longest }
+    }
+}
+
+/// The longest time, in seconds, that a partition went without a decision
+/// within `(from, to)` (epoch milliseconds), its edges counted as gaps'.
+fn longest_gap(decided_at: &BTreeMap<i32, Vec<i64>>, (from, to): (i64, i64)) -> f64 {
+    let mut longest = 0;
+    for times in decided_at.values() {
+        let inside = times.iter().copied().filter(|&t| t > from && t < to);
+        let edges = std::iter::once(from)
+            .chain(inside)
+            .chain(std::iter::once(to));
+        let stops: Vec<i64> = edges.collect();
+        longest = stops
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(longest, i64::max);
+    }
+    longest as f64 / 1000.0
+}
+
 /// `p50/max` of the recoveries' times, in seconds; a recovery not seen
 /// within the limit counts as the limit, marked `>`.
 fn spread(recoveries: &[&Recovery]) -> String {
@@ -304,24 +394,6 @@ struct Recovery {
     /// From the healing until a deduct on each partition was decided
     /// (`None`: not within [`RECOVERY_LIMIT`]).
     took: Option<Duration>,
-    /// When it struck, and when decisions flowed again (seconds from the
-    /// start).
-    struck: f64,
-    flowing: f64,
-    /// No other fault struck or was in force from this one's strike until
-    /// decisions flowed again: the time is this fault's own.
-    alone: bool,
-}
-
-/// Marks each recovery that no other fault overlapped.
-fn mark_alone(recoveries: &mut [Recovery]) {
-    let spans: Vec<(f64, f64)> = recoveries.iter().map(|r| (r.struck, r.flowing)).collect();
-    for (i, r) in recoveries.iter_mut().enumerate() {
-        r.alone = spans
-            .iter()
-            .enumerate()
-            .all(|(j, &(from, to))| j == i || to <= r.struck || from >= r.flowing);
-    }
 }
 
 /// A `stockledger` process the nemesis kills, pauses and starts again.
@@ -457,8 +529,10 @@ struct World {
     probe_count: AtomicU64,
     /// The probes the ledger acknowledged.
     probe_acks: Mutex<Vec<Ack>>,
-    /// When the schedule's clock started.
+    /// When the schedule's clock started, and the same moment in
+    /// milliseconds since the Unix epoch (as record timestamps are).
     started: Instant,
+    started_ms: i64,
 }
 
 impl World {
@@ -519,6 +593,7 @@ impl World {
             probe_count: AtomicU64::new(0),
             probe_acks: Mutex::new(Vec::new()),
             started: Instant::now(),
+            started_ms: stockledger_runtime::clock::now_ms(),
             h,
             cluster,
             redis,
@@ -531,6 +606,7 @@ impl World {
         workload::stock(&world.h.ledger, &world.probes).await?;
         Ok(Arc::new(Self {
             started: Instant::now(),
+            started_ms: stockledger_runtime::clock::now_ms(),
             ..world
         }))
     }
@@ -559,10 +635,8 @@ impl World {
     }
 
     /// Strikes `step`, waits its length, heals it, and returns how long
-    /// decisions then took to flow again, and whether it healed with no
-    /// other fault still in force.
+    /// decisions then took to flow again.
     async fn strike(&self, index: usize, step: Step) -> anyhow::Result<Recovery> {
-        let struck = self.since_start();
         self.strike_and_heal(index, step).await?;
         let healed = self.since_start();
         let took = self.recovery().await;
@@ -576,9 +650,6 @@ impl World {
         Ok(Recovery {
             kind: step.fault.kind(),
             took,
-            struck,
-            flowing: healed + took.unwrap_or(RECOVERY_LIMIT).as_secs_f64(),
-            alone: false,
         })
     }
 
@@ -800,7 +871,6 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
     for fault in faults {
         recoveries.push(fault.await??);
     }
-    mark_alone(&mut recoveries);
     let mut acks = Vec::new();
     for caller in callers {
         acks.extend(caller.await?);
@@ -891,9 +961,14 @@ async fn check(
     // (SKU, kind, order or adjustment id) → the positions that applied it.
     type Effect = (String, &'static str, String);
     let mut applied: BTreeMap<Effect, BTreeSet<(i32, i64)>> = BTreeMap::new();
+    // When each partition's decisions were published, in order.
+    let mut decided_at: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     for record in h.read(&h.ns.outcomes_topic).await? {
         let outcome = codec::decode_outcome(record.payload.as_deref().unwrap_or_default())?;
         let at = (outcome.position.partition, outcome.position.offset);
+        if let Some(ms) = record.timestamp {
+            decided_at.entry(at.0).or_default().push(ms);
+        }
         decided
             .entry(at)
             .or_default()
@@ -937,7 +1012,12 @@ async fn check(
             partial_baskets.push(format!("{id}: {now:?}"));
         }
     }
+    for times in decided_at.values_mut() {
+        times.sort_unstable();
+    }
+    let availability = Availability::of(&run, world.started_ms, &decided_at);
     Ok(Report {
+        availability,
         run,
         acknowledged: acks.len(),
         records: log.len(),

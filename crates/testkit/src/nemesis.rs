@@ -185,6 +185,39 @@ impl Fault {
     }
 }
 
+/// Where a fault's availability goal is counted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// The strike: decisions should flow while the fault is in force.
+    Strike,
+    /// The healing: the fault stops decisions while it lasts (the applier
+    /// dead or cut off from Redis), so the goal is how soon they resume.
+    Heal,
+}
+
+impl Fault {
+    /// How soon decisions should flow on every partition again, with
+    /// default client settings, and from when: the availability goal.
+    pub fn goal(self) -> (Duration, Since) {
+        let s = Duration::from_secs;
+        match self {
+            // Not on the path of a decision: they never stop (the probe's
+            // own time).
+            Self::Kill(Process::Gateway | Process::Archiver) | Self::Cut(Path::Postgres) => {
+                (s(2), Since::Strike)
+            }
+            Self::Kill(Process::Applier) => (s(10), Since::Heal),
+            Self::KillBroker { .. } | Self::Rebalance => (s(15), Since::Strike),
+            // The default session timeout (45 s), and 15 s.
+            Self::PauseApplier => (s(60), Since::Strike),
+            // The test cluster's node timeout (5 s), and 10 s.
+            Self::KillRedis => (s(15), Since::Strike),
+            Self::FailoverRedis => (s(10), Since::Strike),
+            Self::Cut(Path::Redis) => (s(10), Since::Heal),
+        }
+    }
+}
+
 /// One fault at its moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
@@ -192,6 +225,9 @@ pub struct Step {
     pub at: Duration,
     pub fault: Fault,
     pub lasting: Duration,
+    /// Scheduled with no other fault in force from its strike until its
+    /// goal has passed, so that its recovery is its own.
+    pub alone: bool,
 }
 
 impl Step {
@@ -199,16 +235,28 @@ impl Step {
     pub fn heals_at(&self) -> Duration {
         self.at + self.lasting
     }
+
+    /// When decisions should flow again at the latest, from the start of
+    /// the run ([`Fault::goal`]), and never before the fault heals.
+    pub fn due_at(&self) -> Duration {
+        let (goal, since) = self.fault.goal();
+        let from = match since {
+            Since::Strike => self.at,
+            Since::Heal => self.heals_at(),
+        };
+        (from + goal).max(self.heals_at())
+    }
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:>7.1}s {:<13} for {:.1}s",
+            "{:>7.1}s {:<13} for {:.1}s{}",
             self.at.as_secs_f64(),
             self.fault.kind(),
-            self.lasting.as_secs_f64()
+            self.lasting.as_secs_f64(),
+            if self.alone { ", alone" } else { "" }
         )
     }
 }
@@ -226,21 +274,46 @@ impl Schedule {
     /// The faults of a run of `length` drawn from `kinds`: every 2 to 8
     /// seconds one fault, or now and then two at once, each kind in turn
     /// from a shuffled deck so that every kind comes up within each round.
+    /// In a run of [`ALONE_FROM`] or longer, every [`ALONE_EVERY`]th fault
+    /// is one alone, from a deck of its own:
+    /// it strikes once every fault before it has healed and passed its
+    /// goal, and the next strikes [`QUIET`] after its own goal has passed.
     /// A fault whose target is still out of action moves to the next
     /// moment; every fault has healed by the end of `length`.
     pub fn generate(seed: u64, length: Duration, kinds: &[Fault]) -> Self {
         let mut rng = SplitMix64::new(seed);
-        let mut deck: Vec<Fault> = Vec::new();
+        let (mut deck, mut alone_deck): (Vec<Fault>, Vec<Fault>) = (Vec::new(), Vec::new());
         let mut steps: Vec<Step> = Vec::new();
         let mut at = Duration::from_secs(5);
+        let mut slot = 0;
         while at < length {
+            slot += 1;
+            if length >= ALONE_FROM && slot % ALONE_EVERY == 0 {
+                let clear = steps
+                    .iter()
+                    .map(|s| s.due_at() + QUIET)
+                    .fold(at, Duration::max);
+                let Some(fault) = draw(&mut alone_deck, kinds, &mut rng) else {
+                    break;
+                };
+                let step = Step {
+                    at: clear,
+                    fault,
+                    lasting: fault.lasting(&mut rng),
+                    alone: true,
+                };
+                if step.due_at() + QUIET <= length {
+                    at = step.due_at() + QUIET;
+                    steps.push(step);
+                    continue;
+                }
+                alone_deck.push(fault); // no room left for it alone
+            }
             let at_once = if rng.chance(25) { 2 } else { 1 };
             for _ in 0..at_once {
-                if deck.is_empty() {
-                    deck = kinds.to_vec();
-                    shuffle(&mut deck, &mut rng);
-                }
-                let Some(fault) = deck.pop() else { break };
+                let Some(fault) = draw(&mut deck, kinds, &mut rng) else {
+                    break;
+                };
                 let lasting = fault.lasting(&mut rng);
                 let busy = steps
                     .iter()
@@ -249,7 +322,12 @@ impl Schedule {
                     deck.insert(0, fault); // its turn comes again
                     continue;
                 }
-                steps.push(Step { at, fault, lasting });
+                steps.push(Step {
+                    at,
+                    fault,
+                    lasting,
+                    alone: false,
+                });
             }
             at += rng.duration(Duration::from_secs(2), Duration::from_secs(8));
         }
@@ -289,6 +367,25 @@ impl fmt::Display for Schedule {
         }
         Ok(())
     }
+}
+
+/// One fault in every this many is scheduled alone, in a run this long at
+/// least: a shorter one (the suite's) is faults on top of each other, so
+/// that every kind strikes within it.
+pub const ALONE_EVERY: usize = 2;
+pub const ALONE_FROM: Duration = Duration::from_secs(300);
+
+/// How long the schedule stays quiet after a fault alone has passed its
+/// goal, and before one, after the faults before it have.
+pub const QUIET: Duration = Duration::from_secs(5);
+
+/// The next fault of `deck`, refilled from `kinds` (shuffled) when empty.
+fn draw(deck: &mut Vec<Fault>, kinds: &[Fault], rng: &mut SplitMix64) -> Option<Fault> {
+    if deck.is_empty() {
+        *deck = kinds.to_vec();
+        shuffle(deck, rng);
+    }
+    deck.pop()
 }
 
 /// Fisher–Yates, drawn from `rng`.
@@ -376,6 +473,27 @@ mod tests {
                         assert!(b.at >= a.heals_at(), "seed {seed}: {a} and {b} overlap");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn faults_alone_have_the_run_to_themselves_until_their_goal_and_every_kind_gets_one() {
+        for (seed, cluster) in (0..50).flat_map(|seed| [(seed, false), (seed, true)]) {
+            let schedule = Schedule::generate(seed, TEN_MINUTES, &Fault::drawn_on(cluster));
+            for (i, a) in schedule.steps.iter().enumerate().filter(|(_, s)| s.alone) {
+                for (j, b) in schedule.steps.iter().enumerate() {
+                    let apart = b.at >= a.due_at() || b.due_at() <= a.at;
+                    assert!(i == j || apart, "seed {seed}: {a} alone, {b} in its time");
+                }
+            }
+            for kind in Fault::drawn_on(cluster) {
+                let alone = schedule.steps.iter().filter(|s| s.alone && s.fault == kind);
+                assert!(
+                    alone.count() >= 1,
+                    "seed {seed}: no {} alone in ten minutes",
+                    kind.kind()
+                );
             }
         }
     }
