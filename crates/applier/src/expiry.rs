@@ -33,6 +33,12 @@ const PAGE: usize = 1_000;
 /// Counter: expire records the expirer appended to the command log.
 pub const EXPIRES_METRIC: &str = "stockledger_applier_expires_sent_total";
 
+/// Gauge: at the expirer's last look, how long past its deadline (or past
+/// the time its lost expire was to be sent again) the most overdue hold
+/// was, in seconds; 0 when none was due. While the applier keeps up it
+/// stays under a second.
+pub const HOLD_OVERDUE_METRIC: &str = "stockledger_applier_hold_overdue_seconds";
+
 pub use stockledger_runtime::clock::now_ms;
 
 /// The expire record for `order_id` of `sku`, stamped `now`; its command
@@ -67,6 +73,11 @@ pub async fn expire_due<C: ClientContext + 'static>(
     let now = now_ms();
     let mut sent_total = 0;
     let due_by_partition = projection.due_holds(partitions, now, PAGE).await?;
+    let earliest = (due_by_partition.iter().flatten())
+        .map(|(_, _, deadline)| *deadline)
+        .min();
+    let overdue_ms = earliest.map_or(0, |deadline| (now - deadline).max(0));
+    metrics::gauge!(HOLD_OVERDUE_METRIC).set(overdue_ms as f64 / 1000.0);
     for (&partition, due) in partitions.iter().zip(due_by_partition) {
         if due.is_empty() {
             continue;

@@ -164,6 +164,11 @@ pub fn describe_metrics() {
         "Expire records the applier appended for holds past their deadline."
     );
     counter!(expiry::EXPIRES_METRIC).absolute(0);
+    metrics::describe_gauge!(
+        expiry::HOLD_OVERDUE_METRIC,
+        "Seconds the most overdue hold was past its deadline at the expirer's last look (0: none due)."
+    );
+    metrics::gauge!(expiry::HOLD_OVERDUE_METRIC).set(0.0);
     describe_counter!(
         crate::baskets::REFUNDS_METRIC,
         "Refunds the applier appended for the sold lines of baskets left partly sold past their deadline."
