@@ -2,6 +2,8 @@
 //! endpoints of `apply` and `archive`, as processes, against real services.
 
 mod common;
+#[path = "common/monitoring.rs"]
+mod monitoring;
 
 use std::time::Duration;
 
@@ -83,6 +85,8 @@ fn archiver(h: &Harness) -> anyhow::Result<(Running, String)> {
         &metrics,
         "--page-wait-ms",
         "10",
+        "--stats-interval-s",
+        "1",
     ];
     Ok((Running(common::spawn(h, &args)?), metrics))
 }
@@ -94,7 +98,13 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
     let apply_metrics = format!("127.0.0.1:{}", free_port()?);
     let _applier = Running(common::spawn(
         &h,
-        &["apply", "--metrics-addr", &apply_metrics],
+        &[
+            "apply",
+            "--metrics-addr",
+            &apply_metrics,
+            "--stats-interval-s",
+            "1",
+        ],
     )?);
     let (_archiver, archive_metrics) = archiver(&h)?;
     let serve_metrics = format!("127.0.0.1:{}", free_port()?);
@@ -321,7 +331,12 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
         ),
         2.0
     );
-    let applier = text(&format!("http://{apply_metrics}/metrics")).await?;
+    // Lag comes with librdkafka's statistics (every second here).
+    let applier = wait_until("the applier's lag exported", CATCH_UP, || async {
+        let text = text(&format!("http://{apply_metrics}/metrics")).await?;
+        Ok(text.contains("stockledger_consumer_lag{").then_some(text))
+    })
+    .await?;
     assert_eq!(
         sample(
             &applier,
@@ -365,6 +380,20 @@ async fn the_gateway_takes_commands_answers_decisions_orders_and_history_and_met
         ("archiver", &archiver),
     ] {
         promtool_check(text).map_err(|e| e.context(format!("the {who}'s metrics")))?;
+    }
+    // Every metric the alerts and the dashboard query is one a service
+    // exports (`up` is Prometheus' own).
+    let exported: std::collections::BTreeSet<String> = [&gateway, &applier, &archiver]
+        .into_iter()
+        .flat_map(|text| monitoring::exported(text))
+        .collect();
+    for (place, query) in monitoring::queries()? {
+        for name in monitoring::selected(&query)? {
+            assert!(
+                name == "up" || exported.contains(&name),
+                "{place} queries {name}, which no service exports: {query}"
+            );
+        }
     }
     assert!(
         applier.contains("stockledger_applier_dead_letters_total 0"),
