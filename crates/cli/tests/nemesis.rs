@@ -723,8 +723,9 @@ impl World {
     }
 
     /// How long until a deduct sent now on each partition is decided. A
-    /// send that fails (a broker down) is sent again, as a caller would:
-    /// the time is the ledger's, not one probe's bad luck.
+    /// send that fails (a broker down) is sent again, as a caller would,
+    /// and a read of the decision that fails is made again: the time is
+    /// the ledger's, not one probe's bad luck.
     async fn recovery(&self) -> Option<Duration> {
         let started = Instant::now();
         let n = self.probe_count.fetch_add(1, Ordering::SeqCst);
@@ -739,15 +740,12 @@ impl World {
                 };
                 lock_acks(&self.probe_acks)?.push(Ack::from(receipt));
             }
+            // A read that fails (a Redis master being replaced) is made
+            // again, as one that finds no order is.
             wait_until("decisions on every partition", RECOVERY_LIMIT, || async {
                 for sku in &self.probes {
-                    if self
-                        .h
-                        .projection
-                        .order(sku, order.as_str())
-                        .await?
-                        .is_none()
-                    {
+                    let read = self.h.projection.order(sku, order.as_str()).await;
+                    if !matches!(read, Ok(Some(_))) {
                         return Ok(None);
                     }
                 }

@@ -207,7 +207,10 @@ impl Fault {
                 (s(2), Since::Strike)
             }
             Self::Kill(Process::Applier) => (s(10), Since::Heal),
-            Self::KillBroker { .. } | Self::Rebalance => (s(15), Since::Strike),
+            Self::KillBroker { .. } => (s(15), Since::Strike),
+            // It joins at the strike and leaves at the healing: the second
+            // rebalance counts from the healing.
+            Self::Rebalance => (s(15), Since::Heal),
             // The default session timeout (45 s), and 15 s.
             Self::PauseApplier => (s(60), Since::Strike),
             // The test cluster's node timeout (5 s), and 10 s.
