@@ -392,11 +392,11 @@ impl Applier {
                 &mut self.stop.clone(),
             )
             .await?;
-            let Some(through) = through else {
-                return Err(ApplierError::Events {
-                    events: self.config.events_topic(),
-                    source: "stopped before the events partition could be read back".into(),
-                });
+            // Asked to stop while waiting: one last try, whose error ends
+            // the run (nothing of the batch was published or committed).
+            let through = match through {
+                Some(through) => through,
+                None => self.events_through(partition).await?,
             };
             self.events.published.insert(partition, through);
         }
