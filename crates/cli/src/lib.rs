@@ -238,11 +238,17 @@ pub enum Command {
     #[command(subcommand)]
     Topics(topics::Command),
     /// Run the ordered applier: fold the command topic into Redis and publish outcomes.
+    ///
+    /// It runs until Ctrl-C or SIGTERM (exit 0). Kafka or Redis not
+    /// answering, at start or later, is waited for and logged, not an exit.
     #[command(
         after_help = "Examples:\n  stockledger apply\n  stockledger apply --instance-id applier-1 --metrics-addr 0.0.0.0:9464"
     )]
     Apply(apply::Args),
     /// Run the archiver: copy outcomes into PostgreSQL in pages.
+    ///
+    /// It runs until Ctrl-C or SIGTERM (exit 0). Kafka or PostgreSQL not
+    /// answering, at start or later, is waited for and logged, not an exit.
     #[command(
         after_help = "Examples:\n  stockledger archive\n  stockledger archive --writers 4 --metrics-addr 0.0.0.0:9465"
     )]
