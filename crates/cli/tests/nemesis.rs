@@ -529,6 +529,11 @@ struct World {
     probe_count: AtomicU64,
     /// The probes the ledger acknowledged.
     probe_acks: Mutex<Vec<Ack>>,
+    /// One lock per fault target, held from a strike until its healing is
+    /// complete (a restarted node back in its cluster): the schedule keeps
+    /// two faults on one target apart by their planned lengths, and a
+    /// healing that takes longer must not meet the next fault there.
+    targets: BTreeMap<&'static str, tokio::sync::Mutex<()>>,
     /// When the schedule's clock started, and the same moment in
     /// milliseconds since the Unix epoch (as record timestamps are).
     started: Instant,
@@ -596,6 +601,10 @@ impl World {
             probes: (0..PARTITIONS).map(probe_sku).collect(),
             probe_count: AtomicU64::new(0),
             probe_acks: Mutex::new(Vec::new()),
+            targets: Fault::ALL
+                .iter()
+                .map(|f| (f.target(), tokio::sync::Mutex::new(())))
+                .collect(),
             started: Instant::now(),
             started_ms: stockledger_runtime::clock::now_ms(),
             h,
@@ -641,7 +650,12 @@ impl World {
     /// Strikes `step`, waits its length, heals it, and returns how long
     /// decisions then took to flow again.
     async fn strike(&self, index: usize, step: Step) -> anyhow::Result<Recovery> {
+        let target =
+            (self.targets.get(step.fault.target())).context("a fault whose target has no lock")?;
+        let held = target.lock().await;
+        println!("{:>7.1}s strikes {step}", self.since_start());
         self.strike_and_heal(index, step).await?;
+        drop(held);
         let healed = self.since_start();
         let took = self.recovery().await;
         println!(
@@ -862,7 +876,6 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
         let world = world.clone();
         faults.push(tokio::spawn(async move {
             tokio::time::sleep_until(started + step.at).await;
-            println!("{:>7.1}s strikes {step}", world.since_start());
             world
                 .strike(index, step)
                 .await

@@ -153,7 +153,7 @@ impl Fault {
     /// What the fault puts out of action: two faults on one target never
     /// overlap (a process is not paused while it is dead; one broker is
     /// down at a time, so the log always has a majority in sync).
-    fn target(self) -> &'static str {
+    pub fn target(self) -> &'static str {
         match self {
             Self::Kill(Process::Applier) | Self::PauseApplier => "applier",
             Self::Kill(Process::Archiver) => "archiver",
