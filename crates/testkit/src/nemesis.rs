@@ -481,7 +481,7 @@ mod tests {
     }
 
     #[test]
-    fn faults_alone_have_the_run_to_themselves_until_their_goal_and_every_kind_gets_one() {
+    fn faults_alone_have_the_run_to_themselves_and_every_kind_gets_one_in_10_minutes_3_in_30() {
         for (seed, cluster) in (0..50).flat_map(|seed| [(seed, false), (seed, true)]) {
             let schedule = Schedule::generate(seed, TEN_MINUTES, &Fault::drawn_on(cluster));
             for (i, a) in schedule.steps.iter().enumerate().filter(|(_, s)| s.alone) {
@@ -495,6 +495,16 @@ mod tests {
                 assert!(
                     alone.count() >= 1,
                     "seed {seed}: no {} alone in ten minutes",
+                    kind.kind()
+                );
+            }
+            let half_hour = Schedule::generate(seed, 3 * TEN_MINUTES, &Fault::drawn_on(cluster));
+            for kind in Fault::drawn_on(cluster) {
+                let alone = (half_hour.steps.iter()).filter(|s| s.alone && s.fault == kind);
+                let n = alone.count();
+                assert!(
+                    n >= 3,
+                    "seed {seed}: {n} {} alone in 30 minutes",
                     kind.kind()
                 );
             }
