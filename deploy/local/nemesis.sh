@@ -60,8 +60,10 @@ if ! [[ $seed =~ ^[0-9]{1,19}$ ]]; then
 fi
 
 deploy/local/stack.sh up
-eval "$(deploy/local/stack.sh env)"
+# The tests' Redis database, as deploy/local/test.sh uses: set before the
+# stack's environment, which puts it in REDIS_URL.
 export STOCKLEDGER_REDIS_DB=${STOCKLEDGER_REDIS_DB:-15}
+eval "$(deploy/local/stack.sh env)"
 export STOCKLEDGER_NEMESIS_SEED=$seed STOCKLEDGER_NEMESIS_MINUTES=$minutes STOCKLEDGER_NEMESIS_REDIS=$redis
 out_dir=${STOCKLEDGER_HOME:-$HOME/.stockledger}/nemesis
 mkdir -p "$out_dir"
