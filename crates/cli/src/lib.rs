@@ -495,13 +495,7 @@ pub async fn connect_archive(g: &Global, max_connections: u32) -> anyhow::Result
 pub async fn connect_analyst(g: &Global, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
     use stockledger_archiver::DbRole;
     let url = stockledger_runtime::redact_url(&g.database_url).to_string();
-    let pool = stockledger_archiver::connect_as(
-        &g.database_url,
-        max_connections,
-        std::time::Duration::from_secs(10),
-        DbRole::Analyst,
-    )
-    .with_context(|| format!("connecting to {url}"))?;
+    let pool = analyst_pool(g, max_connections)?;
     pool.acquire().await.with_context(|| {
         format!(
             "connecting to {url} as {role} (its migrations make the role: run `stockledger \
@@ -510,6 +504,19 @@ pub async fn connect_analyst(g: &Global, max_connections: u32) -> anyhow::Result
         )
     })?;
     Ok(pool)
+}
+
+/// The archive for reading, as the analysts' role, connected on first
+/// use: a PostgreSQL that is away fails the first query, not this.
+pub fn analyst_pool(g: &Global, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
+    let url = stockledger_runtime::redact_url(&g.database_url).to_string();
+    stockledger_archiver::connect_as(
+        &g.database_url,
+        max_connections,
+        std::time::Duration::from_secs(10),
+        stockledger_archiver::DbRole::Analyst,
+    )
+    .with_context(|| format!("connecting to {url}"))
 }
 
 /// A Redis key prefix, checked as [`keys::check_prefix`] does.

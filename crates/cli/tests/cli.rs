@@ -421,6 +421,26 @@ async fn status_says_how_far_each_service_is_behind_and_which_does_not_answer() 
         .filter_map(|o| o["archiver_committed"].as_i64())
         .sum();
     assert_eq!(archived, 6, "{report:#}");
+    // The last minute's decisions, as the archive counts them up to the
+    // moment the report was asked for.
+    let counted: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT result, count(*) FROM ledger_entries WHERE topic = $1
+           AND occurred_at >= $2::timestamptz - interval '60 seconds'
+         GROUP BY result ORDER BY count(*) DESC, result",
+    )
+    .bind(&h.ns.topic)
+    .bind(report["checked_at"].as_str().unwrap_or_default())
+    .fetch_all(&h.pool)
+    .await?;
+    let counted: Vec<serde_json::Value> = counted
+        .into_iter()
+        .map(|(result, count)| serde_json::json!({"result": result, "count": count}))
+        .collect();
+    assert_eq!(
+        report["decisions_last_minute"],
+        serde_json::json!(counted),
+        "{report:#}"
+    );
     applier.stop().await?;
     archiver.stop().await?;
 
@@ -477,6 +497,29 @@ async fn dlq_lists_dead_letters_with_why_and_shows_one_decoded_as_far_as_it_goes
             .is_some_and(|r| r.contains("not Avro single-object encoding")),
         "{listed}"
     );
+
+    // `status` lists the newest dead letters as `dlq list` does.
+    let (_, report) = status(&h, &[])?;
+    assert_eq!(report["dead_letters"], 1, "{report:#}");
+    let newest = &report["newest_dead_letters"];
+    assert_eq!(
+        (
+            &newest[0]["partition"],
+            &newest[0]["offset"],
+            &newest[0]["source"],
+            &newest[0]["reason"],
+            &newest[0]["time"]
+        ),
+        (
+            &listed["partition"],
+            &listed["offset"],
+            &listed["source"],
+            &listed["reason"],
+            &listed["time"]
+        ),
+        "{report:#}"
+    );
+    assert_eq!(newest.as_array().map(Vec::len), Some(1), "{report:#}");
 
     let (p, o) = (
         listed["partition"].to_string(),

@@ -24,6 +24,17 @@ pub struct LogRecord {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
+impl LogRecord {
+    /// The text of the first header named `name`, if there is one (bytes
+    /// that are not UTF-8 shown as U+FFFD).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("a Kafka request failed")]
@@ -413,27 +424,50 @@ pub async fn last_record(
     partition: i32,
     timeout: Duration,
 ) -> Result<Option<LogRecord>, LogError> {
+    Ok(last_records(kafka, topic, partition, 1, timeout)
+        .await?
+        .pop())
+}
+
+/// The last `count` records of `topic`'s `partition` (fewer if it holds
+/// fewer), oldest first, read within `timeout`, as [`last_record`] reads
+/// the last.
+pub async fn last_records(
+    kafka: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<LogRecord>, LogError> {
     let consumer: BaseConsumer = kafka
         .client_config(&[&LOG_READER[..], &[READ_TO_END_FETCH_WAIT_MS]].concat())
         .create()?;
     let topic = topic.to_owned();
+    let keep = count.max(1);
     tokio::task::spawn_blocking(move || {
         let (low, high) = watermarks(&consumer, &topic, partition, timeout)?;
         if high <= low {
-            return Ok(None);
+            return Ok(Vec::new());
         }
+        let back = i64::try_from(keep).unwrap_or(i64::MAX);
+        let from = high.saturating_sub(back).max(low);
         let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&topic, partition, Offset::Offset((high - 1).max(low)))?;
+        assignment.add_partition_offset(&topic, partition, Offset::Offset(from))?;
         consumer.assign(&assignment)?;
         let deadline = Instant::now() + timeout;
-        let mut last = None;
+        let mut last = std::collections::VecDeque::with_capacity(keep);
         loop {
             check_deadline(deadline, &topic, timeout)?;
             match consumer.poll(Duration::from_millis(200)) {
                 None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(last),
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(last.into()),
                 Some(Err(e)) => return Err(e.into()),
-                Some(Ok(message)) => last = Some(LogRecord::of(&message)),
+                Some(Ok(message)) => {
+                    if last.len() == keep {
+                        last.pop_front();
+                    }
+                    last.push_back(LogRecord::of(&message));
+                }
             }
         }
     })

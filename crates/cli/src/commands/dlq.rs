@@ -116,9 +116,9 @@ async fn list(g: &Global, args: ListArgs) -> anyhow::Result<ExitCode> {
                 r.partition.into(),
                 r.offset.into(),
                 r.timestamp.map(format_instant).into(),
-                header(r, DLQ_SOURCE_HEADER).into(),
+                r.header(DLQ_SOURCE_HEADER).into(),
                 key(r).into(),
-                header(r, DLQ_REASON_HEADER).into(),
+                r.header(DLQ_REASON_HEADER).into(),
             ]
         })
         .collect();
@@ -188,7 +188,8 @@ async fn redrive(g: &Global, args: RedriveArgs) -> anyhow::Result<ExitCode> {
             && args.from.is_none_or(|o| r.offset >= o)
             && args.to.is_none_or(|o| r.offset <= o)
             && args.reason_contains.as_deref().is_none_or(|text| {
-                header(r, DLQ_REASON_HEADER).is_some_and(|reason| reason.contains(text))
+                r.header(DLQ_REASON_HEADER)
+                    .is_some_and(|reason| reason.contains(text))
             })
     });
     records.sort_by_key(|r| (r.timestamp, r.partition, r.offset));
@@ -268,14 +269,6 @@ fn verdict_rows(records: &[LogRecord], verdicts: &[Verdict]) -> Vec<Vec<Value>> 
 }
 
 /// A header of `record` as text, if it has it.
-fn header(record: &LogRecord, name: &str) -> Option<String> {
-    record
-        .headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-}
-
 fn key(record: &LogRecord) -> Option<String> {
     record
         .key

@@ -18,7 +18,7 @@ use crate::{shutdown_signal, Global};
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// Address the JSON API listens on (also serving /metrics, /healthz,
-    /// /readyz and /openapi.json).
+    /// /readyz, /openapi.json and the console at /console).
     #[arg(long, env = "STOCKLEDGER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// The keys file (see `stockledger keys new`): every route but
@@ -71,6 +71,10 @@ pub struct Args {
     /// counted in stockledger_client_sold_out_refusals_total.
     #[arg(long, env = "STOCKLEDGER_SOLD_OUT_FAST_PATH")]
     pub sold_out_fast_path: bool,
+    /// The groups whose progress the console's status reports (it counts
+    /// as behind what `stockledger status` does by default).
+    #[command(flatten)]
+    pub groups: super::status::Groups,
     /// The API's port serves /metrics, /healthz and /readyz; this serves
     /// them on another address as well (e.g. one only Prometheus reaches).
     #[command(flatten)]
@@ -109,6 +113,11 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.sold_out_fast_path = args.sold_out_fast_path;
     config.api_keys = api_keys;
     config.cors_origins = args.cors_origins;
+    let names = args.groups.names(g);
+    config.outcomes_topic = names.outcomes_topic;
+    config.dlq_topic = names.dlq_topic;
+    config.applier_group = names.applier_group;
+    config.archiver_group = names.archiver_group;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(Tls::from_pem_files(cert, key).context("--tls-cert/--tls-key")?);
     }

@@ -126,7 +126,8 @@ enum Need {
     /// stock, its seat map, stock event streams (every role: the streams
     /// carry the stock too).
     ReadLive,
-    /// The archive (history, as-of, reports) and metrics.
+    /// The archive (history, as-of, reports), metrics, and the console
+    /// (the page, the pipeline's status, the sale).
     ReadArchive,
 }
 
@@ -155,7 +156,10 @@ fn need(method: &Method, route: &str) -> Need {
             | "/v1/history"
             | "/v1/report"
             | "/v1/report/locations"
-            | "/metrics",
+            | "/metrics"
+            | "/console"
+            | "/v1/status"
+            | "/v1/sale",
         ) => Need::ReadArchive,
         _ => Need::Operate,
     }
@@ -414,18 +418,49 @@ fn find<'k>(keys: &'k [Key], token: &str) -> Option<&'k Key> {
 #[derive(Debug, Clone)]
 pub struct KeyName(pub Arc<str>);
 
-/// The token of an `Authorization: Bearer TOKEN` header.
-fn bearer(request: &Request) -> Option<&str> {
+/// Whether `route` is the console or a read it polls: opened by a
+/// browser, which can only ask its user for a name and a password, so the
+/// key may come as a Basic password too.
+pub fn console_route(route: &str) -> bool {
+    matches!(route, "/console" | "/v1/status" | "/v1/sale")
+}
+
+/// The key of an `Authorization` header: `Bearer TOKEN`; or, where
+/// `basic` allows, `Basic` with the token as the password (any user
+/// name), which is what a browser sends once its user has logged in to
+/// the console.
+fn token(request: &Request, basic: bool) -> Option<String> {
     let value = request
         .headers()
         .get(header::AUTHORIZATION)?
         .to_str()
         .ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|token| !token.is_empty())
+    let (scheme, credentials) = value.split_once(' ')?;
+    let credentials = credentials.trim();
+    let token = if scheme.eq_ignore_ascii_case("bearer") {
+        credentials.to_owned()
+    } else if basic && scheme.eq_ignore_ascii_case("basic") {
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(credentials)
+            .ok()?;
+        let decoded = String::from_utf8(decoded).ok()?;
+        decoded.split_once(':')?.1.to_owned()
+    } else {
+        return None;
+    };
+    (!token.is_empty()).then_some(token)
+}
+
+/// The `WWW-Authenticate` challenge of a 401 on `route` (`unknown`: a key
+/// was sent and is not known): Basic on the console's routes, so that a
+/// browser asks for the key.
+fn challenge(route: &str, unknown: bool) -> &'static str {
+    match (console_route(route), unknown) {
+        (true, _) => "Basic realm=\"stockledger\", charset=\"UTF-8\"",
+        (false, false) => "Bearer realm=\"stockledger\"",
+        (false, true) => "Bearer realm=\"stockledger\", error=\"invalid_token\"",
+    }
 }
 
 fn unauthorized(detail: &str, challenge: &'static str) -> Response {
@@ -464,18 +499,18 @@ pub async fn authorize(State(keys): State<ApiKeys>, request: Request, next: Next
         .into_response();
     }
     let current = keys.current();
-    let Some(token) = bearer(&request) else {
+    let Some(token) = token(&request, console_route(route)) else {
         return unauthorized(
             "this route needs an API key: send Authorization: Bearer TOKEN",
-            "Bearer realm=\"stockledger\"",
+            challenge(route, false),
         );
     };
-    let Some(key) = find(&current, token) else {
+    let Some(key) = find(&current, &token) else {
         warn!(target: "stockledger_http::access", method = %request.method(), route,
             "refused a request with an unknown API key");
         return unauthorized(
             "the API key is not known (it may have been removed)",
-            "Bearer realm=\"stockledger\", error=\"invalid_token\"",
+            challenge(route, true),
         );
     };
     let name = KeyName(key.name.clone());
@@ -681,19 +716,33 @@ mod tests {
     }
 
     #[test]
-    fn only_a_bearer_header_carries_a_token() {
+    fn a_bearer_token_or_on_the_console_a_basic_password_is_the_key() {
         let with = |value: &str| {
             let request = Request::builder()
                 .header(header::AUTHORIZATION, value)
                 .body(axum::body::Body::empty())
                 .unwrap();
-            bearer(&request).map(str::to_owned)
+            let bearer_only = token(&request, false);
+            let basic_too = token(&request, true);
+            if value.to_lowercase().starts_with("basic") {
+                assert_eq!(bearer_only, None, "Basic off the console: {value}");
+            } else {
+                assert_eq!(bearer_only, basic_too, "{value}");
+            }
+            basic_too
         };
         assert_eq!(with("Bearer abc").as_deref(), Some("abc"));
         assert_eq!(with("bearer  abc ").as_deref(), Some("abc"));
-        assert_eq!(with("Basic abc"), None);
         assert_eq!(with("Bearer "), None);
         assert_eq!(with("Bearer"), None);
+        // "anyone:abc", and a password holding a colon.
+        assert_eq!(with("Basic YW55b25lOmFiYw==").as_deref(), Some("abc"));
+        assert_eq!(with("basic YTpiOmM=").as_deref(), Some("b:c"));
+        // No password, no colon, not base64, another scheme.
+        assert_eq!(with("Basic YW55b25lOg=="), None);
+        assert_eq!(with("Basic YWJj"), None);
+        assert_eq!(with("Basic abc!"), None);
+        assert_eq!(with("Digest abc"), None);
     }
 
     #[test]

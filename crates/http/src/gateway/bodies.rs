@@ -396,6 +396,26 @@ pub struct StockBody {
     pub locations: Vec<LocationBody>,
 }
 
+impl StockBody {
+    pub fn new(
+        sku: &Sku,
+        s: &stockledger_projection::Stock,
+        locations: &[stockledger_core::LocationStock],
+    ) -> Self {
+        Self {
+            sku: sku.to_string(),
+            available: s.available,
+            total: s.total,
+            held: s.total - s.available,
+            reserved: s.reserved,
+            limit_per_user: s.limit,
+            partition: s.partition,
+            last_offset: s.offset,
+            locations: locations.iter().map(LocationBody::from).collect(),
+        }
+    }
+}
+
 /// A SKU's stock at one location.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LocationBody {

@@ -190,12 +190,19 @@ fn parameters(operation: &mut Operation) {
             (ParameterIn::Query, "after") => string_matching(CURSOR_PATTERN),
             // The rest keep the type they have, narrowed.
             (ParameterIn::Query, name) => {
-                if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
-                    if ID_QUERY_PARAMETERS.contains(&name) {
-                        as_id(object);
-                    } else if name == "wait_ms" {
-                        object.maximum = Some(DEFAULT_MAX_WAIT_MS.into());
+                match parameter.schema.as_mut() {
+                    Some(RefOr::T(Schema::Object(object))) => {
+                        if ID_QUERY_PARAMETERS.contains(&name) {
+                            as_id(object);
+                        } else if name == "wait_ms" {
+                            object.maximum = Some(DEFAULT_MAX_WAIT_MS.into());
+                        }
                     }
+                    // A repeated id (`?sku=A&sku=B`): each an id.
+                    Some(RefOr::T(Schema::Array(array))) if ID_QUERY_PARAMETERS.contains(&name) => {
+                        array.items = ArrayItems::RefOrSchema(Box::new(RefOr::T(id_schema())));
+                    }
+                    _ => {}
                 }
                 continue;
             }

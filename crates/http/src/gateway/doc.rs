@@ -10,7 +10,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Ser
 use utoipa::OpenApi;
 
 use super::contract::Rules;
-use super::{analysts, auth, baskets, commands, events, problem, reads};
+use super::{analysts, auth, baskets, commands, console, events, problem, reads};
 use crate::observe;
 
 /// The OpenAPI document of the gateway.
@@ -42,6 +42,9 @@ use crate::observe;
         analysts::as_of,
         analysts::report,
         analysts::report_by_location,
+        console::status,
+        console::sale,
+        console::page,
         observe::healthz,
         observe::readyz_doc
     ),
@@ -58,7 +61,8 @@ use crate::observe;
 pub struct ApiDoc;
 
 /// Adds to the document what every route shares: the bearer key scheme
-/// (`serve --api-keys`) with the roles that may use each route
+/// (`serve --api-keys`) and, on the console's routes, the same key as a
+/// Basic password, with the roles that may use each route
 /// ([`auth::Role::allowed`], as OpenAPI 3.1 lets a requirement list roles),
 /// the answers of the door (400 for two keys, 401, 403, 429 of a key over
 /// its rate) and the default server. The probes and the document itself
@@ -67,6 +71,8 @@ struct Doors;
 
 /// The name of the bearer key scheme.
 const SCHEME: &str = "api_key";
+/// The name of the scheme of the key as a Basic password.
+const BASIC_SCHEME: &str = "api_key_basic";
 
 impl utoipa::Modify for Doors {
     fn modify(&self, document: &mut utoipa::openapi::OpenApi) {
@@ -76,6 +82,13 @@ impl utoipa::Modify for Doors {
             "A token from `stockledger keys new`, when the gateway runs with --api-keys".into(),
         );
         components.add_security_scheme(SCHEME, SecurityScheme::Http(bearer));
+        let mut basic = Http::new(HttpAuthScheme::Basic);
+        basic.description = Some(
+            "On the console's routes (/console, /v1/status, /v1/sale), the same key as the \
+             password, with any user name: what a browser sends once its user has logged in"
+                .into(),
+        );
+        components.add_security_scheme(BASIC_SCHEME, SecurityScheme::Http(basic));
         document.servers = Some(vec![Server::builder()
             .url("http://127.0.0.1:8080")
             .description(Some("stockledger serve with its default --listen"))
@@ -95,7 +108,11 @@ impl utoipa::Modify for Doors {
                 }
                 let roles = auth::Role::allowed(&method, path);
                 let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-                operation.security = Some(vec![SecurityRequirement::new(SCHEME, names.clone())]);
+                let mut requirements = vec![SecurityRequirement::new(SCHEME, names.clone())];
+                if auth::console_route(path) {
+                    requirements.push(SecurityRequirement::new(BASIC_SCHEME, names.clone()));
+                }
+                operation.security = Some(requirements);
                 door_answers(operation, &names);
             }
         }

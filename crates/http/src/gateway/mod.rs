@@ -16,6 +16,7 @@ pub mod auth;
 mod baskets;
 pub mod bodies;
 mod commands;
+mod console;
 mod contract;
 mod doc;
 pub mod events;
@@ -102,6 +103,15 @@ pub struct GatewayConfig {
     pub api_keys: Option<auth::ApiKeys>,
     /// Serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN) instead of cleartext.
     pub tls: Option<crate::Tls>,
+    /// The outcomes and dead-letter topics and the two groups, whose
+    /// progress the console's status reports.
+    pub outcomes_topic: String,
+    pub dlq_topic: String,
+    pub applier_group: String,
+    pub archiver_group: String,
+    /// What the console's status counts as behind (each service's time to
+    /// answer is the console's own).
+    pub status_limits: stockledger_status::Limits,
     /// Origins a browser may call the API from (CORS); none by default.
     /// Each is `http(s)://host[:port]`; one that is not a header value is
     /// left out (the CLI refuses it first).
@@ -123,6 +133,11 @@ impl std::fmt::Debug for GatewayConfig {
             .field("sold_out_fast_path", &self.sold_out_fast_path)
             .field("api_keys", &self.api_keys)
             .field("tls", &self.tls.is_some())
+            .field("outcomes_topic", &self.outcomes_topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("applier_group", &self.applier_group)
+            .field("archiver_group", &self.archiver_group)
+            .field("status_limits", &self.status_limits)
             .field("cors_origins", &self.cors_origins)
             .finish()
     }
@@ -148,6 +163,11 @@ impl GatewayConfig {
             sold_out_fast_path: false,
             api_keys: None,
             tls: None,
+            outcomes_topic: "stock.ledger.outcomes".into(),
+            dlq_topic: "stock.ledger.dlq".into(),
+            applier_group: stockledger_applier::applier::DEFAULT_GROUP.into(),
+            archiver_group: stockledger_archiver::DEFAULT_GROUP.into(),
+            status_limits: stockledger_status::Limits::default(),
             cors_origins: Vec::new(),
         }
     }
@@ -190,6 +210,8 @@ pub(crate) struct Gateway {
     broker_up: Arc<AtomicBool>,
     /// The stock events' reader, for the event streams.
     events: Arc<events::Hub>,
+    /// The console's status report and what it needs.
+    console: console::Console,
 }
 
 /// Gives each of the gateway's metrics its help text, and each counter
@@ -273,6 +295,17 @@ pub async fn run(
         max_wait: config.max_wait,
         broker_up,
         events,
+        console: console::Console::new(
+            stockledger_status::Names {
+                topic: config.topic.clone(),
+                outcomes_topic: config.outcomes_topic.clone(),
+                dlq_topic: config.dlq_topic.clone(),
+                prefix: config.prefix.clone(),
+                applier_group: config.applier_group.clone(),
+                archiver_group: config.archiver_group.clone(),
+            },
+            config.status_limits,
+        ),
     });
     let mut observed = observe::routes(recorder, probes);
     if let Some(keys) = &config.api_keys {
@@ -407,6 +440,9 @@ fn routes() -> Router<Arc<Gateway>> {
         .route("/v1/events", get(events::events))
         .route("/v1/report", get(analysts::report))
         .route("/v1/report/locations", get(analysts::report_by_location))
+        .route("/v1/status", get(console::status))
+        .route("/v1/sale", get(console::sale))
+        .route("/console", get(console::page))
         .route("/openapi.json", get(openapi))
 }
 

@@ -34,18 +34,7 @@ pub(crate) async fn stock(
         .await
         .map_err(|e| redis_problem(&e))?;
     match stock {
-        Some((s, locations)) => Ok(Json(StockBody {
-            sku: sku.to_string(),
-            available: s.available,
-            total: s.total,
-            held: s.total - s.available,
-            reserved: s.reserved,
-            limit_per_user: s.limit,
-            partition: s.partition,
-            last_offset: s.offset,
-            locations: locations.iter().map(LocationBody::from).collect(),
-        })
-        .into_response()),
+        Some((s, locations)) => Ok(Json(StockBody::new(&sku, &s, &locations)).into_response()),
         None => Err(Problem::new(
             StatusCode::NOT_FOUND,
             format!("no state for sku {sku} (never restocked?)"),
