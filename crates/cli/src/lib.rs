@@ -253,7 +253,7 @@ pub enum Command {
         after_help = "Examples:\n  stockledger archive\n  stockledger archive --writers 4 --metrics-addr 0.0.0.0:9465"
     )]
     Archive(archive::Args),
-    /// Run the HTTP gateway: commands and reads as a JSON API (OpenAPI at /openapi.json).
+    /// Run the HTTP gateway: commands and reads as a JSON API (OpenAPI at /openapi.json), and the console at /console.
     #[command(
         after_help = "Examples:\n  stockledger serve --listen 127.0.0.1:8080\n  stockledger serve --api-keys keys.toml --tls-cert cert.pem --tls-key key.pem"
     )]
@@ -347,7 +347,7 @@ pub enum Command {
         after_help = "Examples:\n  stockledger reconcile\n  stockledger reconcile --format json || echo \"differences: exit $?\""
     )]
     Reconcile(reconcile::Args),
-    /// How far the applier and the archiver are behind, holds, dead letters, and which service does not answer.
+    /// How far the applier and the archiver are behind, holds, dead letters (and the newest), the last minute's decisions, and which service does not answer.
     Status(status::Args),
     /// The records the applier dead-lettered: list them, show one, send them back.
     #[command(subcommand)]

@@ -7,7 +7,8 @@
 //!   readiness (`/readyz`) for `apply`, `archive` and `serve`.
 //! - [`gateway`]: the JSON API order services call instead of linking the
 //!   Rust library: commands with an optional wait for the decision, stock,
-//!   one order, archived history; its OpenAPI document at `/openapi.json`.
+//!   one order, archived history; the console (`/console`, `/v1/status`,
+//!   `/v1/sale`); its OpenAPI document at `/openapi.json`.
 
 pub mod gateway;
 pub mod observe;

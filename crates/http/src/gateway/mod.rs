@@ -6,7 +6,8 @@
 //! `"status": "pending"` if the wait ends first: the command is in the log
 //! and will be decided). `commands` and `reads` have the routes,
 //! `publish` the way from a command to the log and back, [`bodies`] the
-//! JSON they take and answer, [`analysts`] the archive's reads, [`auth`] the API
+//! JSON they take and answer, [`analysts`] the archive's reads, `console`
+//! the console page and its two reads, [`auth`] the API
 //! keys, their roles and rate limits, [`problem`] the error bodies,
 //! [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
 //! as `docs/openapi.json`.
