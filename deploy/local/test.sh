@@ -13,18 +13,23 @@ eval "$(deploy/local/stack.sh env)"
 # Prometheus' own checker, run by the HTTP tests on every /metrics.
 STOCKLEDGER_PROMTOOL=$(deploy/local/promtool.sh)
 export STOCKLEDGER_PROMTOOL
-# Chromium, headless, for the live stock page's test (installed if missing).
+# Chromium, headless, for the live stock page's and the console's tests
+# (installed if missing).
 STOCKLEDGER_CHROMIUM=$(deploy/local/browser.sh)
 export STOCKLEDGER_CHROMIUM
 # What the tests run in their own processes (appliers, archivers) logs
-# here, a file per test binary, kept until the next run.
+# here, a file per test binary, kept until the next run; the browser tests'
+# screenshots too (screenshots-*/): CI's artifacts.
 export STOCKLEDGER_TEST_LOG_DIR=${STOCKLEDGER_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/test-logs}
 rm -rf "$STOCKLEDGER_TEST_LOG_DIR"
 mkdir -p "$STOCKLEDGER_TEST_LOG_DIR"
 if [ $# -eq 0 ]; then
   set -- --workspace
 fi
-cargo test --locked "$@" && exit 0
+if cargo test --locked "$@"; then
+  echo "test.sh: logs and screenshots kept in $STOCKLEDGER_TEST_LOG_DIR" >&2
+  exit 0
+fi
 # cargo stops at the first test binary that fails: its log is the newest.
 last=$(ls -t "$STOCKLEDGER_TEST_LOG_DIR"/*.log 2>/dev/null | head -n 1)
 if [ -n "$last" ]; then
