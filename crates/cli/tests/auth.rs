@@ -7,38 +7,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{certificate, log_path, sample, serve, stockledger};
+use common::{certificate, log_path, new_key, sample, serve, stockledger};
 use serde_json::{json, Value};
 use stockledger_core::codec::decode_command;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{wait_until, Harness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A key as `keys new` printed it: the token and the stanza for the file.
-struct Made {
-    token: String,
-    stanza: String,
-}
-
-fn new_key(h: &Harness, name: &str, role: &str) -> anyhow::Result<Made> {
-    let out = stockledger(h)
-        .args(["keys", "new", "--name", name, "--role", role])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "keys new: {out:?}");
-    let text = String::from_utf8(out.stdout)?;
-    let token = text
-        .lines()
-        .find(|l| l.starts_with("slk_"))
-        .ok_or_else(|| anyhow::anyhow!("no token in {text}"))?
-        .to_owned();
-    let stanza = text[text.find("[[keys]]").unwrap_or(text.len())..].to_owned();
-    anyhow::ensure!(stanza.contains(&format!("name = \"{name}\"")), "{text}");
-    anyhow::ensure!(
-        !stanza.contains(&token),
-        "the stanza holds the token: {text}"
-    );
-    Ok(Made { token, stanza })
-}
 
 struct Call {
     status: u16,

@@ -6,10 +6,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{serve, stockledger};
+use common::{new_key, screenshots_dir, serve};
 use serde_json::Value;
 use stockledger_core::RestockMode;
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
@@ -17,22 +16,6 @@ use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids::{adjustment, location, order, qty, sku, unit};
 use stockledger_testkit::{poison, wait_until, Harness};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-
-/// A new key's token, and the stanza for the keys file.
-fn new_key(h: &Harness, name: &str, role: &str) -> anyhow::Result<(String, String)> {
-    let out = stockledger(h)
-        .args(["keys", "new", "--name", name, "--role", role])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "keys new: {out:?}");
-    let text = String::from_utf8(out.stdout)?;
-    let token = text
-        .lines()
-        .find(|l| l.starts_with("slk_"))
-        .ok_or_else(|| anyhow::anyhow!("no token in {text}"))?
-        .to_owned();
-    let stanza = text[text.find("[[keys]]").unwrap_or(text.len())..].to_owned();
-    Ok((token, stanza))
-}
 
 /// The sale the console is shown: a counted SKU sold out, given back one
 /// unit and sold out again by a hold; a SKU kept in two places; a SKU of
@@ -164,16 +147,6 @@ async fn ledger_figures(h: &Harness, name: &str) -> anyhow::Result<(i64, i64, i6
     Ok((stock.available, stock.reserved, held - stock.reserved))
 }
 
-/// A directory of this test's own for the screenshots, kept as CI's
-/// artifact under the tests' log directory when there is one.
-fn screenshots_dir(h: &Harness) -> anyhow::Result<PathBuf> {
-    let root =
-        std::env::var_os("STOCKLEDGER_TEST_LOG_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
-    let dir = root.join(format!("screenshots-{}", h.ns.id));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
 async fn status_of(url: &str, auth: Option<&str>) -> anyhow::Result<(u16, String)> {
     let mut request = reqwest::Client::new().get(url);
     if let Some(token) = auth {
@@ -200,10 +173,11 @@ async fn the_console_shows_the_ledgers_figures_and_a_redis_outage_in_headless_ch
     committed_to_end(&h, &h.ns.applier_group, &h.ns.topic).await?;
     committed_to_end(&h, &h.ns.archiver_group, &h.ns.outcomes_topic).await?;
 
-    let (watcher, watcher_stanza) = new_key(&h, "watcher", "analyst")?;
-    let (checkout, checkout_stanza) = new_key(&h, "checkout", "producer")?;
+    let watcher = new_key(&h, "watcher", "analyst")?;
+    let checkout = new_key(&h, "checkout", "producer")?;
     let keys = screenshots_dir(&h)?.join("keys.toml");
-    std::fs::write(&keys, format!("{watcher_stanza}\n{checkout_stanza}"))?;
+    std::fs::write(&keys, format!("{}\n{}", watcher.stanza, checkout.stanza))?;
+    let (watcher, checkout) = (watcher.token, checkout.token);
     // The gateway reaches Redis through a proxy the test can cut.
     let redis = Proxy::start(address_of(&h.redis_url)?).await?;
     let redis_url = via_port(&h.redis_url, redis.port());

@@ -1858,7 +1858,7 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
     let origin = format!("http://127.0.0.1:{port}");
     let (_gateway, base) = serve(&h, &["--cors-origin", &origin])?;
     until_ready(&format!("{base}/readyz")).await?;
-    let shots = screenshots_dir(&h)?;
+    let shots = common::screenshots_dir(&h)?;
     let check = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/browser/run.sh");
     let run = tokio::process::Command::new(check)
         .args([
@@ -1928,14 +1928,4 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
         "the page looked the same low and sold out"
     );
     Ok(())
-}
-
-/// A directory of this test's own, kept for a look: under the tests' log
-/// directory when there is one, else the system's temporary directory.
-fn screenshots_dir(h: &Harness) -> anyhow::Result<std::path::PathBuf> {
-    let root = std::env::var_os("STOCKLEDGER_TEST_LOG_DIR")
-        .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
-    let dir = root.join(format!("screenshots-{}", h.ns.id));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

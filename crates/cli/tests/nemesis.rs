@@ -325,15 +325,19 @@ impl Availability {
     /// order) and the run's start.
     fn of(run: &Run, started_ms: i64, decided_at: &BTreeMap<i32, Vec<i64>>) -> Self {
         let at = |d: Duration| started_ms + d.as_millis() as i64;
+        // Each step's recovery, in the schedule's order: its window runs
+        // from when it really struck, as long as the schedule planned.
         let alone = (run.schedule.steps.iter())
-            .filter(|step| step.alone)
-            .map(|step| {
+            .zip(&run.recoveries)
+            .filter(|(step, _)| step.alone)
+            .map(|(step, recovery)| {
                 let (goal, since) = step.fault.goal();
                 let goal = match since {
                     Since::Strike => goal,
                     Since::Heal => goal + step.lasting,
                 };
-                let window = (at(step.at), at(step.due_at() + QUIET));
+                let late = recovery.struck.saturating_sub(step.at);
+                let window = (at(step.at + late), at(step.due_at() + late + QUIET));
                 Alone {
                     kind: step.fault.kind(),
                     stopped: longest_gap(decided_at, window),
@@ -391,6 +395,8 @@ fn first(items: &[String]) -> &[String] {
 #[derive(Debug, Clone, Copy)]
 struct Recovery {
     kind: &'static str,
+    /// When it struck, from the start of the run.
+    struck: Duration,
     /// From the healing until a deduct on each partition was decided
     /// (`None`: not within [`RECOVERY_LIMIT`]).
     took: Option<Duration>,
@@ -653,7 +659,9 @@ impl World {
         let target =
             (self.targets.get(step.fault.target())).context("a fault whose target has no lock")?;
         let held = target.lock().await;
-        println!("{:>7.1}s strikes {step}", self.since_start());
+        // Later than planned when the target's last fault is still healing.
+        let struck = self.started.elapsed();
+        println!("{:>7.1}s strikes {step}", struck.as_secs_f64());
         self.strike_and_heal(index, step).await?;
         drop(held);
         let healed = self.since_start();
@@ -667,6 +675,7 @@ impl World {
         );
         Ok(Recovery {
             kind: step.fault.kind(),
+            struck,
             took,
         })
     }

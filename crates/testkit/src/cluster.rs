@@ -96,21 +96,7 @@ impl RedisCluster {
                     .with_context(|| format!("making node {replica} a replica of {master}"))?;
             }
             for &replica in &cluster.ports[masters..] {
-                wait_until(
-                    &format!("replica {replica} to catch up with its master"),
-                    Duration::from_secs(30),
-                    || async move {
-                        let info: String = redis::cmd("INFO")
-                            .arg("replication")
-                            .query_async(&mut node(replica).await?)
-                            .await?;
-                        Ok(info
-                            .lines()
-                            .any(|l| l.trim() == "master_link_status:up")
-                            .then_some(()))
-                    },
-                )
-                .await?;
+                wait_caught_up(replica, Duration::from_secs(30)).await?;
             }
         }
         Ok(cluster)
@@ -222,20 +208,7 @@ impl RedisCluster {
         })
         .await
         .context("cluster restart task")??;
-        wait_until(
-            &format!("node {port} to rejoin as a replica that has caught up"),
-            Duration::from_secs(60),
-            || async move {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut node(port).await?)
-                    .await?;
-                let caught_up = info.lines().any(|l| l.trim() == "role:slave")
-                    && info.lines().any(|l| l.trim() == "master_link_status:up");
-                Ok(caught_up.then_some(()))
-            },
-        )
-        .await?;
+        wait_caught_up(port, Duration::from_secs(60)).await?;
         self.wait_until_whole(self.ports.len()).await
     }
 
@@ -284,6 +257,25 @@ impl RedisCluster {
 /// How long a master may not answer before the others hold it failed and
 /// its replica takes over (`cluster-node-timeout`; Redis's default is 15 s).
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Waits until the node on `port` is a replica whose link to its master
+/// is up: it has copied the master's data and follows it.
+async fn wait_caught_up(port: u16, within: Duration) -> anyhow::Result<()> {
+    wait_until(
+        &format!("node {port} to be a replica that has caught up"),
+        within,
+        || async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut node(port).await?)
+                .await?;
+            let caught_up = info.lines().any(|l| l.trim() == "role:slave")
+                && info.lines().any(|l| l.trim() == "master_link_status:up");
+            Ok(caught_up.then_some(()))
+        },
+    )
+    .await
+}
 
 /// Waits until the node on `port` says it is a master.
 async fn wait_to_lead(port: u16) -> anyhow::Result<()> {

@@ -185,3 +185,42 @@ pub fn certificate(dir: &std::path::Path) -> anyhow::Result<(String, String)> {
     anyhow::ensure!(out.status.success(), "openssl: {out:?}");
     Ok((cert, key))
 }
+
+/// A key as `keys new` printed it: the token and the stanza for the file.
+pub struct Made {
+    pub token: String,
+    pub stanza: String,
+}
+
+/// Makes a key with `stockledger keys new`, checking that the stanza for
+/// the keys file names it and does not hold the token.
+pub fn new_key(h: &Harness, name: &str, role: &str) -> anyhow::Result<Made> {
+    let out = stockledger(h)
+        .args(["keys", "new", "--name", name, "--role", role])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "keys new: {out:?}");
+    let text = String::from_utf8(out.stdout)?;
+    let token = text
+        .lines()
+        .find(|l| l.starts_with("slk_"))
+        .ok_or_else(|| anyhow::anyhow!("no token in {text}"))?
+        .to_owned();
+    let stanza = text[text.find("[[keys]]").unwrap_or(text.len())..].to_owned();
+    anyhow::ensure!(stanza.contains(&format!("name = \"{name}\"")), "{text}");
+    anyhow::ensure!(
+        !stanza.contains(&token),
+        "the stanza holds the token: {text}"
+    );
+    Ok(Made { token, stanza })
+}
+
+/// A directory of the test's own for screenshots, kept for a look (CI's
+/// artifacts): under the tests' log directory when there is one, else the
+/// system's temporary directory.
+pub fn screenshots_dir(h: &Harness) -> anyhow::Result<std::path::PathBuf> {
+    let root = std::env::var_os("STOCKLEDGER_TEST_LOG_DIR")
+        .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let dir = root.join(format!("screenshots-{}", h.ns.id));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

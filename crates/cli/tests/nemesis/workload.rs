@@ -292,8 +292,22 @@ pub async fn http_caller(base: String, caller: u64, seed: u64, until: Instant) -
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
-            if let Ok(body) = answer.json::<serde_json::Value>().await {
-                acks.extend(http_ack(&body, sku, &order));
+            let body = answer.json::<serde_json::Value>().await;
+            match (status, body) {
+                (200..=299, Ok(body)) => match http_ack(&body, sku, &order) {
+                    Some(ack) => acks.push(ack),
+                    // An acknowledgement the run cannot find in the log
+                    // would leave a lost command unseen: the run ends.
+                    None => panic!("{status} answer with no position, id or repeat: {body}"),
+                },
+                // The gateway died mid-answer: ask again, as a client
+                // would; a repeat is answered as one.
+                (200..=299, Err(_)) => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                // Refused (sold out before the log, invalid): not in the log.
+                _ => {}
             }
             break;
         }
