@@ -9,7 +9,7 @@
 //! the others told: the page shows an outage as such, never as zeros.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::{RawQuery, State};
@@ -31,6 +31,24 @@ use super::{Answer, Gateway, Shared};
 
 /// The page, with everything it needs: no build step, no CDN.
 const PAGE: &str = include_str!("console.html");
+
+/// The page's Content-Security-Policy: its one script runs (named by its
+/// hash, so a script that found its way into the page would not), its
+/// style applies, it reads only the gateway that served it, nothing is
+/// fetched from elsewhere, and no other site may frame it.
+static POLICY: LazyLock<String> = LazyLock::new(|| {
+    use base64::Engine;
+    use sha2::Digest;
+    let script = PAGE
+        .split_once("<script>")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map_or("", |(script, _)| script);
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script));
+    format!(
+        "default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; \
+         connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
+    )
+});
 
 /// A report this young is answered again rather than gathered anew, so
 /// many open consoles cost the services one gathering a second.
@@ -391,16 +409,62 @@ pub(crate) async fn page(RawQuery(query): RawQuery) -> Answer {
     Ok((
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            // Its script and style are its own; nothing is fetched from
-            // elsewhere, and no other site may frame it.
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                 connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-            ),
+            (header::CONTENT_SECURITY_POLICY, POLICY.as_str()),
             (header::CACHE_CONTROL, "no-store"),
         ],
         PAGE,
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_runs_its_one_script_and_no_other() {
+        assert_eq!(PAGE.matches("<script").count(), 1, "one script");
+        assert!(POLICY.contains("script-src 'sha256-"), "{}", *POLICY);
+        assert!(
+            !POLICY.contains("script-src 'unsafe-inline'"),
+            "{}",
+            *POLICY
+        );
+        // Nothing the page loads comes from elsewhere.
+        for outside in ["http://", "https://", "//cdn"] {
+            let uses = PAGE.matches(outside).count();
+            let namespaced = PAGE.matches("http://www.w3.org/2000/svg").count();
+            assert_eq!(
+                uses,
+                namespaced * usize::from(outside == "http://"),
+                "{outside}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_watch_is_read_or_refused_naming_the_parameter() {
+        let watch = Watch::parse(Some("sku=A&sku=B&minutes=30")).map_err(|p| p.detail);
+        let watch = watch.unwrap_or_else(|e| panic!("{e}"));
+        let skus: Vec<&str> = watch.skus.iter().map(Sku::as_str).collect();
+        assert_eq!((skus, watch.minutes), (vec!["A", "B"], 30));
+        assert_eq!(Watch::parse(None).map(|w| w.minutes).ok(), Some(15));
+        let eleven: Vec<String> = (0..11).map(|i| format!("sku=S{i}")).collect();
+        for (query, field) in [
+            ("sku=", "sku"),
+            ("minutes=0", "minutes"),
+            ("minutes=181", "minutes"),
+            ("minutes=x", "minutes"),
+            ("minutes=5&minutes=6", "minutes"),
+            ("colour=red", "colour"),
+            (eleven.join("&").as_str(), "sku"),
+        ] {
+            let refused = Watch::parse(Some(query)).err();
+            assert_eq!(
+                refused.and_then(|p| p.field).as_deref(),
+                Some(field),
+                "{query}"
+            );
+        }
+    }
 }
