@@ -1,7 +1,7 @@
 //! The console (`/console`, and the `/v1/status` and `/v1/sale` it polls)
 //! under a sale, against real services: who may open it, what it shows in
-//! headless Chromium compared with the ledger's own figures, and an outage
-//! shown as one.
+//! headless Chromium compared with the ledger's own figures, and outages
+//! (Redis cut off, no decision while commands wait) shown as such.
 
 mod common;
 
@@ -163,7 +163,7 @@ async fn status_of(url: &str, auth: Option<&str>) -> anyhow::Result<(u16, String
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_console_shows_the_ledgers_figures_and_a_redis_outage_in_headless_chromium(
+async fn the_console_shows_the_ledgers_figures_and_outages_in_headless_chromium(
 ) -> anyhow::Result<()> {
     let h = Harness::new("console", 2).await?;
     let applier = h.start_applier();
@@ -351,7 +351,22 @@ async fn the_console_shows_the_ledgers_figures_and_a_redis_outage_in_headless_ch
     }
     redis.resume();
 
-    for step in [&page, &down] {
+    // The applier gone while a command waits: the page says for how long
+    // no decision came, on which partition.
+    applier.stop().await?;
+    h.ledger
+        .deduct(&sku("CON-A"), &order("late"), qty(1), None)
+        .await?;
+    browser.tell("stall").await?;
+    let stalled = browser.next().await?;
+    let outage = stalled["outage"][0].as_str().unwrap_or_default();
+    assert!(
+        outage.contains("no decision for") && outage.contains("while 1 command waits"),
+        "{stalled}"
+    );
+    assert_eq!(stalled["services"]["redis"], true, "{stalled}");
+
+    for step in [&page, &down, &stalled] {
         let path = step["screenshot"].as_str().unwrap_or_default();
         let bytes = std::fs::read(path)?;
         assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{path} is no PNG");
@@ -365,7 +380,6 @@ async fn the_console_shows_the_ledgers_figures_and_a_redis_outage_in_headless_ch
             format!("{docs}/console.png"),
         )?;
     }
-    applier.stop().await?;
     archiver.stop().await?;
     Ok(())
 }

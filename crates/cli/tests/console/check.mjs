@@ -8,7 +8,8 @@
 //   node check.mjs --url http://127.0.0.1:8080/console?sku=A --user ops \
 //     --key slk_… --out DIR [--chromium PATH]
 //
-// stdin: `redis` waits for Redis shown as not answering.
+// stdin: `redis` waits for Redis shown as not answering, `stall` for a
+// partition shown without a decision while commands wait.
 import { createInterface } from "node:readline";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -86,14 +87,18 @@ try {
       boxes.every((b) => b.dataset.stock === "known" && b.dataset.taken !== undefined);
   }, { timeout: WAIT_MS });
   await report("console");
-  for await (const line of createInterface({ input: process.stdin })) {
-    const service = line.trim();
-    if (service !== "redis") throw new Error(`unknown outage ${service}`);
-    await page.waitForFunction(() =>
+  // What each outage looks like once the page shows it.
+  const shows = {
+    redis: () =>
       document.querySelector("[data-service=redis]")?.dataset.reachable === "false" &&
       [...document.querySelectorAll("[data-sku]")].every((b) => b.dataset.stock === "unknown"),
-    { timeout: WAIT_MS });
-    await report(`console-${service}-down`);
+    stall: () => document.getElementById("pipeline-outage").textContent.includes("no decision for"),
+  };
+  for await (const line of createInterface({ input: process.stdin })) {
+    const outage = line.trim();
+    if (!shows[outage]) throw new Error(`unknown outage ${outage}`);
+    await page.waitForFunction(shows[outage], { timeout: WAIT_MS });
+    await report(`console-${outage}`);
   }
 } finally {
   await browser.close();
