@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::future::Future;
+use std::time::Duration;
 
 use sqlx::PgPool;
 use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
@@ -17,7 +18,8 @@ use crate::{
     State, DECISIONS_SPAN_MS, NEWEST_DEAD_LETTERS,
 };
 
-type Failure = Box<dyn Error + Send + Sync>;
+/// Why a service's question failed.
+pub type Failure = Box<dyn Error + Send + Sync>;
 
 /// Asks every service and judges the answers against `limits`. `redis` is
 /// the projection, or why it could not be connected to.
@@ -87,13 +89,18 @@ pub async fn gather(
     report
 }
 
-/// Runs `question` within `limits.ask_within`; a failure or silence is
-/// the service's reach.
+/// Runs `question` within `limits.ask_within`: [`reach`].
 async fn ask(limits: &Limits, question: impl Future<Output = Result<(), Failure>>) -> Reach {
-    let error = match tokio::time::timeout(limits.ask_within, question).await {
+    reach(limits.ask_within, question).await
+}
+
+/// Runs `question` within `within`; a failure or silence is the service's
+/// reach, with why.
+pub async fn reach(within: Duration, question: impl Future<Output = Result<(), Failure>>) -> Reach {
+    let error = match tokio::time::timeout(within, question).await {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(format!("{}", Chain(e.as_ref()))),
-        Err(_) => Some(format!("no answer within {:?}", limits.ask_within)),
+        Err(_) => Some(format!("no answer within {within:?}")),
     };
     Reach {
         reachable: error.is_none(),

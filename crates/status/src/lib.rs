@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use gather::gather;
+pub use gather::{gather, reach, Failure};
 
 /// The names that say where the ledger's state is.
 #[derive(Debug, Clone)]

@@ -18,10 +18,9 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
 use stockledger_analysts::live;
-use stockledger_core::report::Chain;
 use stockledger_core::Sku;
 use stockledger_runtime::clock::{now_ms, rfc3339_ms};
-use stockledger_status::{Limits, Names, Reach, Report};
+use stockledger_status::{reach, Failure, Limits, Names, Reach, Report};
 use tokio::sync::Mutex;
 use utoipa::ToSchema;
 
@@ -336,15 +335,15 @@ async fn archive_part(
                     .collect(),
             ));
         }
-        Ok::<_, sqlx::Error>(())
+        Ok::<_, Failure>(())
     };
-    let reach = within(read).await;
-    if !reach.reachable {
+    let answered = reach(ASK_WITHIN, read).await;
+    if !answered.reachable {
         for (_, archived) in &mut skus {
             *archived = None;
         }
     }
-    (skus, reach)
+    (skus, answered)
 }
 
 type Now = (Option<StockBody>, Option<BTreeMap<String, UnitState>>);
@@ -368,29 +367,13 @@ async fn redis_part<'a>(
                     .collect()
             });
         }
-        Ok::<_, stockledger_projection::ProjectionError>(())
+        Ok::<_, Failure>(())
     };
-    let reach = within(read).await;
-    if !reach.reachable {
+    let answered = reach(ASK_WITHIN, read).await;
+    if !answered.reachable {
         now.iter_mut().for_each(|n| *n = (None, None));
     }
-    (now, reach)
-}
-
-/// Runs `read` within [`ASK_WITHIN`]; a failure or silence is the
-/// service's reach.
-async fn within<E: std::error::Error>(
-    read: impl std::future::Future<Output = Result<(), E>>,
-) -> Reach {
-    let error = match tokio::time::timeout(ASK_WITHIN, read).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(Chain(&e).to_string()),
-        Err(_) => Some(format!("no answer within {ASK_WITHIN:?}")),
-    };
-    Reach {
-        reachable: error.is_none(),
-        error,
-    }
+    (now, answered)
 }
 
 /// The console: the pipeline and the sale at a glance, updated every two
