@@ -1,7 +1,9 @@
 //! What the fold keeps between batches (the stock hashes of recent SKUs,
 //! and the other hashes of those known whole) is never decided on once
-//! Redis holds something else: a restore that takes a SKU back is seen at
-//! the next write, and an order compaction may prune is read afresh.
+//! Redis holds something else: a restore or a swap that takes a SKU back
+//! or forward is seen at the next write, a SKU kept before its partition
+//! was this member's is read again, and an order compaction may prune is
+//! read afresh.
 
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock,
@@ -44,13 +46,26 @@ async fn apply(
     offset: i64,
     command: &Command,
 ) -> anyhow::Result<stockledger_core::Decision> {
+    apply_at(projection, (0, 1), offset, command).await
+}
+
+/// Applies `command` at `offset` of partition `at.0` of a topic of `at.1`
+/// partitions, alone in its batch.
+async fn apply_at(
+    projection: &Projection,
+    (partition, partitions): (i32, i32),
+    offset: i64,
+    command: &Command,
+) -> anyhow::Result<stockledger_core::Decision> {
     let entry = Entry {
-        partition: 0,
+        partition,
         offset,
         timestamp: T0 + offset,
         command: Some(command),
     };
-    let decided = projection.apply(&projection.prepare([entry], 1)).await?;
+    let decided = projection
+        .apply(&projection.prepare([entry], partitions))
+        .await?;
     decided
         .into_iter()
         .next()
@@ -93,7 +108,7 @@ async fn a_sku_restored_under_the_applier_is_decided_on_what_was_restored() -> a
         (ResultCode::Applied, 0)
     );
     assert_eq!(
-        projection.moved_skus(),
+        projection.fence_refusals(),
         1,
         "the kept stock hash was refused once"
     );
@@ -141,7 +156,7 @@ async fn orders_compaction_pruned_under_the_applier_are_not_found_again() -> any
     let decided = apply(&projection, 4, &log[4]).await?;
     assert_eq!(decided, expected, "decided on what Redis holds");
     assert_eq!(decided.result, ResultCode::Applied);
-    assert_eq!(projection.moved_skus(), 0);
+    assert_eq!(projection.fence_refusals(), 0);
     assert_eq!(
         projection.reads_of_skus(),
         reads + 1,
@@ -203,5 +218,87 @@ async fn a_sku_known_whole_is_decided_from_memory_as_redis_would() -> anyhow::Re
     let next = command("W", 9, deduct("o11", 1)?)?;
     apply(&forgetful, 9, &next).await?;
     assert_eq!(forgetful.reads_of_skus(), 2);
+    delete_prefix(&conn, &prefix).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_swapped_in_under_the_applier_is_not_applied_twice() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let live = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let rebuilt = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let projection = Projection::new(conn.clone(), live.clone());
+    let replay = Projection::new(conn.clone(), rebuilt.clone());
+    let log = [
+        command("S", 0, restock("a", 5)?)?,
+        command("S", 1, deduct("o1", 2)?)?,
+        command("S", 2, deduct("o2", 2)?)?,
+        command("S", 3, deduct("o3", 1)?)?,
+    ];
+    let mut reference = Ledger::new(1);
+    let mut first = Vec::new();
+    for (offset, record) in log.iter().enumerate() {
+        let offset = i64::try_from(offset)?;
+        first.push(reference.apply(0, offset, T0 + offset, record));
+        apply(&replay, offset, record).await?;
+        if offset < 2 {
+            apply(&projection, offset, record).await?;
+        }
+    }
+    // A replay that went further (offset 3) is swapped in while the live
+    // applier keeps S at offset 1; the applier then reaches offset 2 and
+    // 3, which the swapped-in state holds already.
+    assert!(replay.swap_into("S", &live, None).await?);
+    for offset in [2, 3] {
+        let decided = apply(&projection, offset, &log[usize::try_from(offset)?]).await?;
+        assert_eq!(decided, first[usize::try_from(offset)?], "record {offset}");
+    }
+    assert_eq!(
+        projection.fence_refusals(),
+        1,
+        "refused once, after the swap"
+    );
+    let state = projection.read_sku("S").await?;
+    assert_eq!(
+        state.as_ref(),
+        reference.sku("S"),
+        "each record applied once"
+    );
+    delete_prefix(&conn, &rebuilt).await?;
+    delete_prefix(&conn, &live).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_kept_before_its_partition_was_this_members_is_read_again() -> anyhow::Result<()> {
+    let conn = RedisConn::connect(redis_url().await?).await?;
+    let prefix = format!("kept:{}", uuid::Uuid::new_v4().simple());
+    let (a, b) = (
+        Projection::new(conn.clone(), prefix.clone()),
+        Projection::new(conn.clone(), prefix.clone()),
+    );
+    let home = stockledger_core::partition::home_partition(b"M", 2);
+    let elsewhere = 1 - home;
+    let log = [
+        command("M", 0, deduct("o0", 1)?)?,
+        command("M", 1, restock("a", 3)?)?,
+        command("M", 2, deduct("o1", 1)?)?,
+    ];
+    let mut reference = Ledger::new(2);
+    // Member a owns the other partition, where a producer misrouted M's
+    // first record: a reads M (nothing yet) and keeps it.
+    let decided = apply_at(&a, (elsewhere, 2), 0, &log[0]).await?;
+    assert_eq!(decided, reference.apply(elsewhere, 0, T0, &log[0]));
+    assert_eq!(decided.result, ResultCode::Misrouted);
+    assert_eq!(a.cached_skus(), 1);
+    // Member b, owning M's partition, restocks it; then M's partition is
+    // given to a, which must decide on the restock, not on what it kept.
+    let decided = apply_at(&b, (home, 2), 1, &log[1]).await?;
+    assert_eq!(decided, reference.apply(home, 1, T0 + 1, &log[1]));
+    let decided = apply_at(&a, (home, 2), 2, &log[2]).await?;
+    assert_eq!(decided, reference.apply(home, 2, T0 + 2, &log[2]));
+    assert_eq!(
+        (decided.result, decided.available),
+        (ResultCode::Applied, 2)
+    );
+    assert_eq!(a.read_sku("M").await?.as_ref(), reference.sku("M"));
     delete_prefix(&conn, &prefix).await
 }

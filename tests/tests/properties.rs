@@ -163,7 +163,7 @@ fn two_members_folding_one_log_at_once_decide_as_one() {
             a?;
             b?;
             refused.fetch_add(
-                old.moved_skus() + new.moved_skus(),
+                old.fence_refusals() + new.fence_refusals(),
                 std::sync::atomic::Ordering::Relaxed,
             );
             same_final_state(&new, &reference).await?;

@@ -316,6 +316,6 @@ async fn a_redis_that_forgot_the_scripts_gets_them_again() -> anyhow::Result<()>
         );
     }
     assert_eq!(results, [("APPLIED", 2), ("APPLIED", 1)]);
-    assert_eq!(projection.moved_skus(), 0, "each write ran once");
+    assert_eq!(projection.fence_refusals(), 0, "each write ran once");
     delete_prefix(&conn, &prefix).await
 }

@@ -3,6 +3,9 @@
 -- KEYS[1..4]   live keys      (stock, orders, adjustments, decisions)
 -- KEYS[5..8]   rebuilt keys   (same order)
 -- KEYS[9..12]  where the replaced live keys go (ignored when dropping)
+-- KEYS[13]     the live prefix's marker, on a single Redis: its
+--              generation moves with the swap, so a write an applier
+--              decided on the state swapped out does not land after it
 -- ARGV[1]      '1' to delete the replaced live keys instead of keeping them
 -- Returns 1 when swapped, 0 when the rebuilt state is behind the live one
 -- (the applier applied records the replay has not reached yet: catch up
@@ -24,5 +27,8 @@ for i = 1, 4 do
   if redis.call('EXISTS', KEYS[i + 4]) == 1 then
     redis.call('RENAME', KEYS[i + 4], KEYS[i])
   end
+end
+if KEYS[13] then
+  redis.call('HINCRBY', KEYS[13], 'generation', 1)
 end
 return 1

@@ -1,44 +1,67 @@
 -- Writes what the applier decided for a batch, fenced: it decides
--- nothing, and writes nothing for a SKU whose state is no longer the one
--- its decisions were taken on.
+-- nothing, and writes nothing a member that no longer owns the records'
+-- partitions decided, nor anything decided on state rewritten since.
 --
 -- KEYS     per SKU, its stock, orders, adjustments and decisions hashes;
---          then, when ARGV[1] is '1', the prefix's marker
--- ARGV[1]  '1' when the last key is the marker
--- then per SKU:
---          the offset its stock hash must hold ('' for none: a SKU never
---          written), the fence: only the member that owns the SKU's
---          partition advances it, so a member that lost the partition, or
---          decided on state another writer has since changed, finds
---          another value there
---          then for each of its four hashes: a count and that many fields
---          to delete, then a count and that many field, value pairs to set
---          (in this order: a hash's layout follows the order its fields
---          were first written in, which the applier keeps in log order)
--- then     (field, offset) pairs for the marker, each never lowered,
---          recorded only when every SKU was written
--- Returns the SKUs (numbered from 1) whose stock hash no longer holds the
--- fence, nothing of theirs written; an empty list when all is written.
+--          then, unless ARGV[1] is 'sku', the prefix's marker
+-- ARGV[1]  the fence:
+--          'partition' (a single Redis): ARGV[2] the generation the
+--            marker must hold ('' for none), ARGV[3] a count, then that
+--            many (field, value) pairs of the marker's partition fields and
+--            the offsets they must hold ('' for none). If one differs,
+--            nothing is written and the reply is { 0 }.
+--          'sku' (a Redis Cluster, where the marker is on another slot):
+--            each SKU below starts with the offset its stock hash must
+--            hold ('' for a SKU never written); a SKU whose hash holds
+--            another is not written, and its number (from 1) is in the
+--            reply. There is no marker.
+--          'none': no fence (the marker's marks alone)
+-- then per SKU: (its fence, for 'sku') then for each of its four hashes a
+--          count and that many fields to delete, then a count and that
+--          many field, value pairs to set (in this order: a hash's layout
+--          follows the order its fields were first written in, which the
+--          applier keeps in log order)
+-- then     (field, offset) pairs for the marker, each never lowered
+-- Returns an empty list when everything was written.
 
-local marked = ARGV[1] == '1'
+local mode = ARGV[1]
+local marked = mode ~= 'sku'
 local skus = (#KEYS - (marked and 1 or 0)) / 4
+local a = 2
+if mode == 'partition' then
+  local marker = KEYS[#KEYS]
+  local held = (redis.call('HGET', marker, 'generation') or '') == ARGV[2]
+  local fences = tonumber(ARGV[3])
+  for i = 4, 3 + 2 * fences, 2 do
+    held = held and (redis.call('HGET', marker, ARGV[i]) or '') == ARGV[i + 1]
+  end
+  if not held then
+    return { 0 }
+  end
+  a = 4 + 2 * fences
+end
+
 local starts = {}
 local moved = {}
 local held = {}
-local a = 2
 for s = 1, skus do
-  starts[s] = a
-  local now = redis.call('HGET', KEYS[4 * s - 3], 'offset')
-  held[s] = (now or '') == ARGV[a]
-  if not held[s] then
-    moved[#moved + 1] = s
+  if mode == 'sku' then
+    local now = redis.call('HGET', KEYS[4 * s - 3], 'offset')
+    held[s] = (now or '') == ARGV[a]
+    if not held[s] then
+      moved[#moved + 1] = s
+    end
+    a = a + 1
+  else
+    held[s] = true
   end
-  a = a + 1
+  starts[s] = a
   for _ = 1, 4 do
     a = a + 1 + tonumber(ARGV[a])
     a = a + 1 + 2 * tonumber(ARGV[a])
   end
 end
+local marks = a
 
 -- HDEL or HSET of ARGV[first..last] on `key`, in chunks within Lua's
 -- limit on unpacked arguments (`step` is even for pairs).
@@ -49,7 +72,7 @@ local function chunked(command, key, first, last, step)
 end
 
 for s = 1, skus do
-  a = starts[s] + 1
+  a = starts[s]
   for h = 1, held[s] and 4 or 0 do
     local key = KEYS[4 * s - 4 + h]
     local deletes = tonumber(ARGV[a])
@@ -61,9 +84,9 @@ for s = 1, skus do
   end
 end
 
-if marked and #moved == 0 then
+if marked then
   local marker = KEYS[#KEYS]
-  for i = a, #ARGV, 2 do
+  for i = marks, #ARGV, 2 do
     local current = tonumber(redis.call('HGET', marker, ARGV[i]))
     if current == nil or current < tonumber(ARGV[i + 1]) then
       redis.call('HSET', marker, ARGV[i], ARGV[i + 1])

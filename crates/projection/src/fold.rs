@@ -8,13 +8,16 @@
 //! in memory (see `heads`) or else from Redis (`lua/load.lua`), decides
 //! every record with the core's machine
 //! ([`stockledger_core::SkuState::apply`], the one place a rule is
-//! written), and writes what changed in one fenced call (`lua/write.lua`):
-//! a SKU's changes are written only if its stock hash still holds the
-//! offset they were decided on, and the marker only once every SKU is
-//! written. A SKU whose state another writer moved since it was read (a
-//! member that has not yet noticed it lost the partition, a restore, a
-//! swap) gets nothing written; it is read and decided again on what Redis
-//! holds now, where the records the other writer applied are redeliveries
+//! written), and writes what changed in one fenced call (`lua/write.lua`).
+//! On a single Redis the call lands only if the marker still holds, for
+//! each of the batch's partitions, the offset this projection last saw
+//! there, and the generation restores and swaps move (see `fence`); on a
+//! cluster a SKU's changes land only if its stock hash still holds the
+//! offset they were decided on, and the marker is written once every SKU
+//! is. What another writer moved since it was read (a member that has not
+//! yet noticed it lost the partition, a restore, a swap) gets nothing
+//! written; it is read and decided again on what Redis holds now, where
+//! the records the other writer applied are redeliveries
 //! answered with their stored decisions. Then the fold keeps the index of
 //! live holds and, for a live applier, announces the offsets to waiting
 //! order services. The applier
@@ -28,6 +31,7 @@ use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
+use crate::fence::{Expected, Learned, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
@@ -50,7 +54,19 @@ const CALL_SKUS: usize = 1000;
 /// fails (as a transient error: the applier tries again later). Two
 /// writers race only while a partition changes hands, and the one behind
 /// soon finds nothing left to write.
-const FENCED_ATTEMPTS: usize = 16;
+const FENCED_ATTEMPTS: u32 = 16;
+
+/// How long to wait before deciding a refused batch again, after the
+/// first retry (which goes at once): doubling from 1 ms up to 64 ms, so
+/// a writer racing a faster one (a member with small batches) lets it
+/// finish instead of being refused at every attempt.
+fn fenced_pause(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(if attempt < 2 {
+        0
+    } else {
+        1 << (attempt - 2).min(6)
+    })
+}
 
 /// One record of a batch, as read from the log.
 #[derive(Debug, Clone, Copy)]
@@ -244,8 +260,9 @@ impl Projection {
         if !self.guarded {
             return Ok(());
         }
-        let marked: bool = redis::cmd("EXISTS")
+        let marked: bool = redis::cmd("HEXISTS")
             .arg(self.marker_key())
+            .arg("topic")
             .query_async(&mut self.redis.clone())
             .await?;
         if marked {
@@ -259,12 +276,15 @@ impl Projection {
     }
 
     /// Reads, decides and writes the batch's SKUs, deciding again those
-    /// whose state moved under the decisions; records the marks with the
-    /// last write.
+    /// whose state moved under the decisions (on a single Redis, the whole
+    /// batch when the fence refused it); records the marks with the last
+    /// write.
     async fn decide_and_write(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
         let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
-        let mut pending: Vec<usize> = (0..batch.skus.len()).collect();
-        for attempt in 1.. {
+        let all: Vec<usize> = (0..batch.skus.len()).collect();
+        let mut pending = all.clone();
+        for attempt in 1u32.. {
+            let expected = self.fence_for(batch).await?;
             let (stages, loaded) = self.staged(batch, &pending).await?;
             let mut writes = Vec::new();
             let mut changes = Vec::with_capacity(stages.len());
@@ -280,13 +300,20 @@ impl Projection {
                     hashes: Default::default(),
                 });
             }
-            let moved: Vec<usize> = match self.write(batch, &writes).await {
-                Ok(moved) => moved.into_iter().map(|k| pending[k]).collect(),
+            let written = match self.write(batch, &writes, expected.as_ref()).await {
+                Ok(written) => written,
                 Err(e) => {
                     // Whether anything landed is unknown: read it again.
                     self.heads.clear();
+                    self.fence.reset();
                     return Err(e);
                 }
+            };
+            let refused = written == Written::Refused;
+            let moved: Vec<usize> = match written {
+                Written::Landed => Vec::new(),
+                Written::Moved(moved) => moved.into_iter().map(|k| pending[k]).collect(),
+                Written::Refused => pending.clone(),
             };
             for (k, write) in writes {
                 let [_, orders, adjustments, _] = write.hashes;
@@ -311,11 +338,65 @@ impl Projection {
                     sku: batch.skus[moved[0]].0.clone(),
                 });
             }
-            self.moved
-                .fetch_add(moved.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            pending = moved;
+            self.refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(fenced_pause(attempt)).await;
+            if refused {
+                // Nothing landed, and nothing kept can be trusted: decide
+                // the whole batch again on what Redis holds.
+                self.heads.clear();
+                self.fence.reset();
+                pending.clone_from(&all);
+            } else {
+                pending = moved;
+            }
         }
         Ok(decided.into_iter().flatten().collect())
+    }
+
+    /// On a single Redis, what the batch's write must find in the marker
+    /// (see `fence`): the marker's fields of partitions not known yet are
+    /// read first, before any of their SKUs, and what was kept of those
+    /// SKUs is forgotten (all that was kept, when the generation moved).
+    /// `None` on a cluster, where each SKU is fenced by its stock hash.
+    async fn fence_for(&self, batch: &Prepared) -> Result<Option<Expected>, ProjectionError> {
+        if self.redis.is_cluster() {
+            return Ok(None);
+        }
+        let partitions: Vec<i32> = batch.marks.iter().map(|&(p, _)| p).collect();
+        let unknown = self.fence.unknown(&partitions);
+        if !unknown.is_empty() {
+            let marker = self.marker_key();
+            let mut read = redis::cmd("HMGET");
+            read.arg(&marker).arg(GENERATION_FIELD);
+            for p in &unknown {
+                read.arg(format!("{APPLIED_FIELD}{p}"));
+            }
+            let values: Vec<Option<String>> = read.query_async(&mut self.redis.clone()).await?;
+            let mut values = values.into_iter().map(|value| {
+                value
+                    .map(|v| {
+                        v.parse::<i64>().map_err(|_| ProjectionError::Corrupt {
+                            key: marker.clone(),
+                            value: v,
+                        })
+                    })
+                    .transpose()
+            });
+            let generation = values.next().transpose()?.flatten();
+            let read = (unknown.into_iter())
+                .zip(values)
+                .map(|(p, v)| Ok((p, v?)))
+                .collect::<Result<Vec<_>, ProjectionError>>()?;
+            match self.fence.learn(generation, read) {
+                Learned::Anew => self.heads.clear(),
+                Learned::Partitions(partitions) => {
+                    let partitions = partitions.into_iter().collect();
+                    self.forget_kept(&partitions, true);
+                }
+            }
+        }
+        Ok(Some(self.fence.expected(&partitions)))
     }
 
     /// The stages of the batch's SKUs numbered `pending`, each with the
@@ -476,19 +557,20 @@ impl Projection {
     }
 
     /// Writes `writes` (by SKU number in the batch) fenced, with the
-    /// batch's marks; returns the SKUs to decide again (nothing of theirs
-    /// written). On a single Redis it is one atomic call, the marker
-    /// recorded in it once every SKU is written; on a cluster one call per
-    /// SKU, then the marker's.
+    /// batch's marks. On a single Redis it is one atomic call, fenced by
+    /// the marker (`expected`): it lands whole or not at all. On a cluster
+    /// it is one call per SKU, each fenced by its stock hash, then the
+    /// marker's once every SKU is written.
     async fn write(
         &self,
         batch: &Prepared,
         writes: &[(usize, SkuWrite)],
-    ) -> Result<Vec<usize>, ProjectionError> {
-        if self.redis.is_cluster() {
+        expected: Option<&Expected>,
+    ) -> Result<Written, ProjectionError> {
+        let Some(expected) = expected else {
             let calls = || {
                 (writes.iter())
-                    .map(|(_, write)| write_call(&[write], None))
+                    .map(|(_, write)| write_call(WriteFence::Sku, &[write], None))
                     .collect()
             };
             let replies: Vec<Vec<i64>> = self.run(&WRITE, calls).await?;
@@ -496,24 +578,31 @@ impl Projection {
                 .filter(|(_, moved)| !moved.is_empty())
                 .map(|((s, _), _)| *s)
                 .collect();
-            if moved.is_empty() {
-                self.record_applied(&batch.marks).await?;
+            if !moved.is_empty() {
+                return Ok(Written::Moved(moved));
             }
-            return Ok(moved);
-        }
-        if writes.is_empty() {
             self.record_applied(&batch.marks).await?;
-            return Ok(Vec::new());
+            return Ok(Written::Landed);
+        };
+        if writes.is_empty() && batch.marks.is_empty() {
+            return Ok(Written::Landed);
         }
-        let marker = (!batch.marks.is_empty()).then(|| (self.marker_key(), &batch.marks[..]));
+        let marker = Some((self.marker_key(), &batch.marks[..]));
         let all: Vec<&SkuWrite> = writes.iter().map(|(_, w)| w).collect();
-        let call = || vec![write_call(&all, marker.clone())];
-        let replies: Vec<Vec<usize>> = self.run(&WRITE, call).await?;
-        Ok(replies
-            .into_iter()
-            .flatten()
-            .filter_map(|k| writes.get(k.checked_sub(1)?).map(|(s, _)| *s))
-            .collect())
+        let call = || {
+            vec![write_call(
+                WriteFence::Partition(expected),
+                &all,
+                marker.clone(),
+            )]
+        };
+        let replies: Vec<Vec<i64>> = self.run(&WRITE, call).await?;
+        if replies.iter().all(Vec::is_empty) {
+            self.fence.landed(expected, &batch.marks);
+            Ok(Written::Landed)
+        } else {
+            Ok(Written::Refused)
+        }
     }
 
     /// Runs the calls of `script` that `calls` builds; when Redis forgot
@@ -542,9 +631,31 @@ impl Projection {
     }
 }
 
-/// One call of the write script for the SKUs' `writes` and, when
-/// given, the marker key and the marks to record in it.
+/// What a write must find to land (see `lua/write.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WriteFence<'a> {
+    /// The marker's generation and partition fields (a single Redis).
+    Partition(&'a Expected),
+    /// Each SKU's stock hash offset (a cluster).
+    Sku,
+    /// Nothing: the marks alone, never lowered.
+    None,
+}
+
+/// What became of a batch's fenced write.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    Landed,
+    /// These SKUs (by number in the batch) moved; the others landed.
+    Moved(Vec<usize>),
+    /// Nothing landed: the marker moved.
+    Refused,
+}
+
+/// One call of the write script for the SKUs' `writes`, fenced by `fence`,
+/// and, when given, the marker key and the marks to record in it.
 pub(crate) fn write_call(
+    fence: WriteFence,
     writes: &[&SkuWrite],
     marker: Option<(String, &[(i32, i64)])>,
 ) -> redis::Cmd {
@@ -559,9 +670,28 @@ pub(crate) fn write_call(
     if let Some((key, _)) = &marker {
         cmd.arg(key);
     }
-    cmd.arg(if marker.is_some() { "1" } else { "0" });
+    let text = |value: Option<i64>| value.map(|v| v.to_string()).unwrap_or_default();
+    match fence {
+        WriteFence::Partition(expected) => {
+            cmd.arg("partition")
+                .arg(text(expected.generation))
+                .arg(expected.applied.len());
+            for &(partition, offset) in &expected.applied {
+                cmd.arg(format!("{APPLIED_FIELD}{partition}"))
+                    .arg(text(offset));
+            }
+        }
+        WriteFence::Sku => {
+            cmd.arg("sku");
+        }
+        WriteFence::None => {
+            cmd.arg("none");
+        }
+    }
     for write in writes {
-        cmd.arg(write.fence.as_deref().unwrap_or(""));
+        if matches!(fence, WriteFence::Sku) {
+            cmd.arg(write.fence.as_deref().unwrap_or(""));
+        }
         for hash in &write.hashes {
             cmd.arg(hash.deletes.len()).arg(&hash.deletes);
             cmd.arg(hash.sets.len());

@@ -4,10 +4,15 @@
 //! what is not kept: for a SKU kept whole, nothing but the orders whose
 //! state is final (see below) and the decisions of redelivered records.
 //!
-//! Nothing kept is trusted beyond the fenced write: the write lands only
-//! if the stock hash in Redis still holds the offset the kept one does,
-//! and a SKU's state is a function of that offset (the fold of its log up
-//! to there: a restore or a swap that puts another state in puts another
+//! Nothing kept is trusted beyond the fenced write. On a single Redis the
+//! write lands only if the marker is as this projection last saw it (see
+//! `fence`): no other member folded the batch's partitions since, and no
+//! restore or swap rewrote SKUs; a SKU of a partition is kept only once
+//! the partition's marker field was read, and everything is forgotten
+//! when a write is refused. On a cluster the write of a SKU lands only if
+//! its stock hash in Redis still holds the offset the kept one does, and a
+//! SKU's state is a function of that offset (the fold of its log up to
+//! there: a restore or a swap that puts another state in puts another
 //! offset in). A SKU whose write was refused is dropped and read again.
 //! Compaction is the one rewrite that keeps the offset: it removes orders
 //! whose state is final (rolled back, cancelled, expired) once they are

@@ -14,6 +14,14 @@ pub fn check_prefix(prefix: &str) -> Result<(), ValidationError> {
     check_id("prefix", prefix)
 }
 
+/// The hash marking that `prefix` holds a fold of a log: the command
+/// topic's name and partition count, per partition the furthest offset
+/// folded (`applied:{partition}`), and the generation the fence checks
+/// (counting restores and swaps).
+pub fn marker_key(prefix: &str) -> String {
+    format!("{prefix}:meta")
+}
+
 /// The keys holding one SKU's state under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuKeys {

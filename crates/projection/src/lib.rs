@@ -12,6 +12,8 @@
 //!   [`Projection::apply`], which the applier and replay both take: read
 //!   what a batch needs, decide with the core's machine, write what changed
 //!   in one fenced call.
+//! - `fence` (private): what the projection last saw of its marker, which
+//!   a write on a single Redis must still find there to land.
 //! - `stage` (private to [`fold`]): one SKU's share of a batch: the part of
 //!   its state the records read, the decisions, the fields they changed.
 //! - [`Projection`]: one prefix in one Redis or Redis Cluster, with the Lua
@@ -20,6 +22,7 @@
 //!   rebuilt SKU in, `compact` prunes history, `units` reads a seat map.
 
 pub mod encoding;
+mod fence;
 pub mod fold;
 mod heads;
 pub mod keys;

@@ -16,7 +16,10 @@ use crate::record::{interpret, key_text};
 use stockledger_projection::{Entry, Prepared, ProjectionError};
 
 use super::start::partition_count;
-use super::{Applier, ApplierError, APPLY_SECONDS_METRIC, BATCH_RECORDS_METRIC, BATCH_RUNS_METRIC};
+use super::{
+    Applier, ApplierError, APPLY_SECONDS_METRIC, BATCH_RECORDS_METRIC, BATCH_RUNS_METRIC,
+    FENCE_REFUSALS_METRIC,
+};
 
 /// One record of a batch, decoded or refused.
 pub(super) struct Item {
@@ -193,6 +196,7 @@ impl Applier {
             return Ok(None);
         };
         debug!(runs = batch.runs, offsets = %offsets(), "applied to Redis");
+        metrics::counter!(FENCE_REFUSALS_METRIC).absolute(self.projection.fence_refusals());
         Ok(Some(Decided { batch, decisions }))
     }
 }

@@ -75,6 +75,9 @@ pub const BATCH_RUNS_METRIC: &str = "stockledger_applier_batch_runs";
 /// Histogram: seconds one batch took in Redis (its reads, decisions and
 /// fenced write), per attempt.
 pub const APPLY_SECONDS_METRIC: &str = "stockledger_applier_redis_apply_seconds";
+/// Counter: writes the fence refused (see
+/// [`Projection::fence_refusals`]).
+pub const FENCE_REFUSALS_METRIC: &str = "stockledger_applier_fence_refusals_total";
 
 /// Header of a dead-lettered record: why it was refused.
 pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
@@ -174,6 +177,11 @@ pub fn describe_metrics() {
         "Refunds the applier appended for the sold lines of baskets left partly sold past their deadline."
     );
     counter!(crate::baskets::REFUNDS_METRIC).absolute(0);
+    describe_counter!(
+        FENCE_REFUSALS_METRIC,
+        "Writes to Redis the fence refused, each decided again: another member had folded the partition since, or a restore or swap had rewritten SKUs (a batch on a single Redis, a SKU on a cluster)."
+    );
+    counter!(FENCE_REFUSALS_METRIC).absolute(0);
     describe_histogram!(BATCH_RECORDS_METRIC, "Records per batch.");
     describe_histogram!(BATCH_RUNS_METRIC, "SKUs per batch.");
     describe_histogram!(

@@ -9,7 +9,7 @@
 //! This file holds the handle, its errors, the marker and the applied
 //! marks; the batch itself is in `fold`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::LazyLock;
@@ -24,6 +24,8 @@ use crate::encoding::{
     unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW,
     NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
+use crate::fence::Fence;
+use crate::fold::WriteFence;
 use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 use crate::keys::{self, SkuKeys};
 
@@ -118,13 +120,16 @@ pub struct Projection {
     /// [`keys::applied_channel`] (the live applier's, for waiting order
     /// services).
     pub(crate) announce_on: Option<String>,
-    /// SKUs whose write this projection's folds had refused by the fence
-    /// and decided again (shared by its clones).
-    pub(crate) moved: Arc<AtomicU64>,
+    /// Writes this projection's folds had refused by the fence and decided
+    /// again (shared by its clones).
+    pub(crate) refusals: Arc<AtomicU64>,
     /// SKUs whose state a batch read from Redis (see `reads_of_skus`).
     pub(crate) reads: Arc<AtomicU64>,
     /// The stock hashes of SKUs written or read lately (see `heads`).
     pub(crate) heads: Heads,
+    /// What the marker held at this projection's last read or write (see
+    /// `fence`), under which `heads` is trusted.
+    pub(crate) fence: Fence,
 }
 
 impl std::fmt::Debug for Projection {
@@ -151,9 +156,10 @@ impl Projection {
             prefix: prefix.into(),
             guarded: false,
             announce_on: None,
-            moved: Arc::default(),
+            refusals: Arc::default(),
             reads: Arc::default(),
             heads: Heads::new(DEFAULT_CACHED_SKUS, DEFAULT_CACHED_FIELDS),
+            fence: Fence::default(),
         }
     }
 
@@ -175,13 +181,21 @@ impl Projection {
     /// Forgets what is kept of the SKUs of `partitions` (this member no
     /// longer holds them: their next owner reads them as Redis holds them,
     /// and should they come back, so does this one); returns how many.
-    pub fn forget_partitions(&self, partitions: &std::collections::BTreeSet<i32>) -> usize {
+    pub fn forget_partitions(&self, partitions: &BTreeSet<i32>) -> usize {
+        self.fence.forget(partitions);
+        self.forget_kept(partitions, false)
+    }
+
+    /// Forgets what is kept of the SKUs of `partitions` and, when
+    /// `unplaced`, of SKUs with no state yet (whose partition is not known
+    /// until their first record applies); returns how many.
+    pub(crate) fn forget_kept(&self, partitions: &BTreeSet<i32>, unplaced: bool) -> usize {
         let at = crate::encoding::STOCK_FIELDS
             .iter()
             .position(|f| *f == PARTITION);
         self.heads.forget(|kept| {
             let partition = at.and_then(|at| kept.stock.get(at)?.as_deref()?.parse().ok());
-            partition.is_some_and(|p: i32| partitions.contains(&p))
+            partition.map_or(unplaced, |p: i32| partitions.contains(&p))
         })
     }
 
@@ -208,7 +222,7 @@ impl Projection {
     /// the command topic's name (`topic`) and partition count
     /// (`partitions`), which decided every SKU's home partition.
     pub fn marker_key(&self) -> String {
-        format!("{}:meta", self.prefix)
+        keys::marker_key(&self.prefix)
     }
 
     /// Where the dead letter at `dead_letter` (its `topic/partition@offset`)
@@ -269,12 +283,14 @@ impl Projection {
         Ok(())
     }
 
-    /// How many times a SKU's write was refused by the fence since this
-    /// projection was made (its clones count together): another writer had
-    /// moved the SKU's state since the batch read it, so it was decided
-    /// again. Two members race so only while a partition changes hands.
-    pub fn moved_skus(&self) -> u64 {
-        self.moved.load(Ordering::Relaxed)
+    /// How many writes the fence refused since this projection was made
+    /// (its clones count together), each then decided again on what Redis
+    /// holds: on a single Redis a batch's (another member had folded one of
+    /// its partitions since, or a restore or swap had rewritten SKUs), on
+    /// a cluster a SKU's (its stock hash had moved). Two members race so
+    /// only while a partition changes hands.
+    pub fn fence_refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
     }
 
     /// How many times a batch read part of a SKU's state from Redis since
@@ -302,7 +318,7 @@ impl Projection {
         }
         let call = || {
             let marker = Some((self.marker_key(), marks));
-            vec![crate::fold::write_call(&[], marker)]
+            vec![crate::fold::write_call(WriteFence::None, &[], marker)]
         };
         let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, call).await?;
         Ok(())

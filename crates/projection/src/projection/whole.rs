@@ -2,6 +2,7 @@
 //! archived history (compaction), and swapped in from a rebuilt prefix.
 
 use super::*;
+use crate::fence::GENERATION_FIELD;
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
@@ -51,7 +52,10 @@ impl Projection {
     }
 
     /// Writes exported states under this prefix (a restore from a
-    /// snapshot), laid out as the applier lays them out.
+    /// snapshot), laid out as the applier lays them out. On a single Redis
+    /// the states and a new generation in the marker are written in one
+    /// transaction, so no write an applier decided before it lands after
+    /// it (see `fence`); on a cluster each SKU's new offset fences it.
     pub async fn restore(&self, states: &[SkuExport]) -> Result<(), ProjectionError> {
         let mut writes: Vec<redis::Cmd> = Vec::new();
         for state in states {
@@ -92,7 +96,12 @@ impl Projection {
                 writes.push(redis::Cmd::hset_multiple(&k.adjustments, &adjustments));
             }
         }
-        let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
+        if self.redis.is_cluster() {
+            let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
+        } else if !writes.is_empty() {
+            writes.push(redis::Cmd::hincr(self.marker_key(), GENERATION_FIELD, 1));
+            let _: Vec<redis::Value> = self.redis.transact_each(vec![writes]).await?;
+        }
         Ok(())
     }
 
@@ -111,7 +120,8 @@ impl Projection {
     /// Swaps `sku`'s state under this (rebuilt) prefix in for its state
     /// under `live`, atomically, unless the rebuilt state is behind the live
     /// one; the replaced keys go under `old`, or are deleted when `None`.
-    /// Whether it was swapped.
+    /// On a single Redis the swap moves the live marker's generation in the
+    /// same step (see `fence`). Whether it was swapped.
     pub async fn swap_into(
         &self,
         sku: &str,
@@ -129,6 +139,9 @@ impl Projection {
             .chain(old_keys.as_array())
         {
             invocation.key(key);
+        }
+        if !self.redis.is_cluster() {
+            invocation.key(keys::marker_key(live));
         }
         invocation.arg(if old.is_none() { "1" } else { "0" });
         let done: i64 = invocation.invoke_async(&mut self.redis.clone()).await?;
