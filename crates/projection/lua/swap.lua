@@ -3,9 +3,10 @@
 -- KEYS[1..4]   live keys      (stock, orders, adjustments, decisions)
 -- KEYS[5..8]   rebuilt keys   (same order)
 -- KEYS[9..12]  where the replaced live keys go (ignored when dropping)
--- KEYS[13]     the live prefix's marker, on a single Redis: its
---              generation moves with the swap, so a write an applier
---              decided on the state swapped out does not land after it
+-- KEYS[13]     the live prefix's marker, on a single Redis: when the
+--              prefix is marked (an applier may fold it), its generation
+--              moves with the swap, so a write the applier decided on the
+--              state swapped out does not land after it
 -- ARGV[1]      '1' to delete the replaced live keys instead of keeping them
 -- Returns 1 when swapped, 0 when the rebuilt state is behind the live one
 -- (the applier applied records the replay has not reached yet: catch up
@@ -28,7 +29,7 @@ for i = 1, 4 do
     redis.call('RENAME', KEYS[i + 4], KEYS[i])
   end
 end
-if KEYS[13] then
+if KEYS[13] and redis.call('HEXISTS', KEYS[13], 'topic') == 1 then
   redis.call('HINCRBY', KEYS[13], 'generation', 1)
 end
 return 1

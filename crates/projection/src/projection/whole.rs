@@ -2,11 +2,14 @@
 //! archived history (compaction), and swapped in from a rebuilt prefix.
 
 use super::*;
-use crate::fence::GENERATION_FIELD;
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/compact.lua")));
+
+/// The script that moves a marked prefix's generation; see the file.
+static GENERATION: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/generation.lua")));
 
 /// The script that swaps one SKU's rebuilt keys in; see the file.
 static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/swap.lua")));
@@ -53,9 +56,10 @@ impl Projection {
 
     /// Writes exported states under this prefix (a restore from a
     /// snapshot), laid out as the applier lays them out. On a single Redis
-    /// the states and a new generation in the marker are written in one
-    /// transaction, so no write an applier decided before it lands after
-    /// it (see `fence`); on a cluster each SKU's new offset fences it.
+    /// the states and, in a marked prefix, a new generation in the marker
+    /// are written in one transaction, so no write an applier decided
+    /// before it lands after it (see `fence`); on a cluster each SKU's new
+    /// offset fences it.
     pub async fn restore(&self, states: &[SkuExport]) -> Result<(), ProjectionError> {
         let mut writes: Vec<redis::Cmd> = Vec::new();
         for state in states {
@@ -99,7 +103,18 @@ impl Projection {
         if self.redis.is_cluster() {
             let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
         } else if !writes.is_empty() {
-            writes.push(redis::Cmd::hincr(self.marker_key(), GENERATION_FIELD, 1));
+            // Inside the transaction, so the script must be known before.
+            GENERATION
+                .prepare_invoke()
+                .load_async(&mut self.redis.clone())
+                .await?;
+            writes.push(
+                redis::cmd("EVALSHA")
+                    .arg(GENERATION.get_hash())
+                    .arg(1)
+                    .arg(self.marker_key())
+                    .take(),
+            );
             let _: Vec<redis::Value> = self.redis.transact_each(vec![writes]).await?;
         }
         Ok(())
