@@ -154,10 +154,7 @@ fn corruptions(prefix: &str, last_offset: &str) -> Vec<Corruption> {
         wrong(&[(&counted.orders, &user, Some("3"))], "users"),
         wrong(&[(&counted.orders, "sold", None)], "order sold"),
         wrong(&[(&counted.adjustments, "initial", None)], "adjustments"),
-        wrong(
-            &[(&counted.decisions, last_offset, None)],
-            "decision at offset",
-        ),
+        wrong(&[(&counted.stock, last_offset, None)], "decision at offset"),
         wrong(
             &[
                 (

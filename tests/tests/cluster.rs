@@ -51,8 +51,8 @@ async fn a_redis_cluster_ends_equal_to_a_single_redis_through_apply_replay_and_r
     let holds = on_cluster.keys().filter(|k| k.contains(":holds:")).count();
     assert_eq!(
         on_cluster.len() - holds,
-        SKU_COUNT * 4 + 1,
-        "four hashes per SKU and the marker"
+        SKU_COUNT * 3 + 1,
+        "three hashes per SKU (the stock hash holds the decisions) and the marker"
     );
     assert!(holds > 0, "the traffic's live holds are indexed");
     for port in &cluster.ports {

@@ -38,8 +38,8 @@ async fn replay_after_a_wipe_restores_every_key_byte_for_byte() -> anyhow::Resul
     let holds = before.keys().filter(|k| k.contains(":holds:")).count();
     assert_eq!(
         before.len() - holds,
-        SKUS.len() * 4 + 1,
-        "four hashes per SKU and the marker"
+        SKUS.len() * 3 + 1,
+        "three hashes per SKU (the stock hash holds the decisions) and the marker"
     );
     assert!(
         holds > 0,

@@ -12,7 +12,8 @@
 //! confirms, refunds and expiries of old orders, old users' counters, old
 //! named units and locations, a redelivered old record, a repeated
 //! adjustment) and holds each decision and the final state to the machine
-//! folding the whole log alone.
+//! folding the whole log alone; then looks every record's decision up,
+//! old and new (kept in different hashes), and compacts them all.
 
 use std::collections::BTreeMap;
 
@@ -271,6 +272,23 @@ async fn a_redis_the_lua_release_filled_is_applied_onto_correctly() -> anyhow::R
         let read = projection.read_sku(sku).await?;
         assert_eq!(read.as_ref(), reference.sku(sku), "{sku}: the final state");
     }
+    // Each record's decision is looked up where it is kept: the old ones
+    // in the hash the old release wrote them to, the new ones in the
+    // stock hash. Compaction prunes both.
+    let mut first = Ledger::new(partitions);
+    for (partition, offset, timestamp, command) in old.iter().chain(&new) {
+        let decided = first.apply(*partition, *offset, *timestamp, command);
+        let sku = command.sku.as_str();
+        let looked_up = projection.decision(sku, *partition, *offset).await?;
+        assert_eq!(looked_up, Some(decided), "{sku} at {partition}@{offset}");
+    }
+    let held = projection.decisions_held(&SKUS).await?;
+    assert!(held > new.len() as u64, "old and new decisions: {held}");
+    let mut pruned = 0;
+    for sku in SKUS {
+        pruned += projection.prune(sku, i64::MAX).await?.1;
+    }
+    assert_eq!((pruned, projection.decisions_held(&SKUS).await?), (held, 0));
     delete_prefix(&conn, &prefix).await
 }
 

@@ -1,6 +1,8 @@
 -- Prunes one SKU's archived history older than the retention window.
 --
--- KEYS[1] orders hash, KEYS[2] decisions hash (see apply.lua)
+-- KEYS[1] orders hash, KEYS[2] the decisions hash of earlier releases,
+-- KEYS[3] stock hash, whose fields named by an offset are decisions (see
+-- keys.rs)
 -- ARGV[1] the newest offset whose record is both archived and older than
 --         the retention window
 -- Removes the decisions at or below that offset, and the orders whose final
@@ -29,6 +31,12 @@ local offsets = redis.call('HKEYS', KEYS[2])
 for _, offset in ipairs(offsets) do
   if tonumber(offset) <= cutoff then
     redis.call('HDEL', KEYS[2], offset)
+    decisions = decisions + 1
+  end
+end
+for _, field in ipairs(redis.call('HKEYS', KEYS[3])) do
+  if string.match(field, '^%d+$') and tonumber(field) <= cutoff then
+    redis.call('HDEL', KEYS[3], field)
     decisions = decisions + 1
   end
 end

@@ -2,8 +2,9 @@
 -- nothing, and writes nothing a member that no longer owns the records'
 -- partitions decided, nor anything decided on state rewritten since.
 --
--- KEYS     per SKU, its stock, orders, adjustments and decisions hashes;
---          then, unless ARGV[1] is 'sku', the prefix's marker
+-- KEYS     per SKU, its stock (which holds its decisions too), orders and
+--          adjustments hashes; then, unless ARGV[1] is 'sku', the
+--          prefix's marker
 -- ARGV[1]  the fence:
 --          'partition' (a single Redis): ARGV[2] the generation the
 --            marker must hold ('' for none), ARGV[3] a count, then that
@@ -16,7 +17,7 @@
 --            another is not written, and its number (from 1) is in the
 --            reply. There is no marker.
 --          'none': no fence (the marker's marks alone)
--- then per SKU: (its fence, for 'sku') then for each of its four hashes a
+-- then per SKU: (its fence, for 'sku') then for each of its three hashes a
 --          count and that many fields to delete, then a count and that
 --          many field, value pairs to set (in this order: a hash's layout
 --          follows the order its fields were first written in, which the
@@ -26,7 +27,7 @@
 
 local mode = ARGV[1]
 local marked = mode ~= 'sku'
-local skus = (#KEYS - (marked and 1 or 0)) / 4
+local skus = (#KEYS - (marked and 1 or 0)) / 3
 local a = 2
 if mode == 'partition' then
   local marker = KEYS[#KEYS]
@@ -46,7 +47,7 @@ local moved = {}
 local held = {}
 for s = 1, skus do
   if mode == 'sku' then
-    local now = redis.call('HGET', KEYS[4 * s - 3], 'offset')
+    local now = redis.call('HGET', KEYS[3 * s - 2], 'offset')
     held[s] = (now or '') == ARGV[a]
     if not held[s] then
       moved[#moved + 1] = s
@@ -56,7 +57,7 @@ for s = 1, skus do
     held[s] = true
   end
   starts[s] = a
-  for _ = 1, 4 do
+  for _ = 1, 3 do
     a = a + 1 + tonumber(ARGV[a])
     a = a + 1 + 2 * tonumber(ARGV[a])
   end
@@ -73,8 +74,8 @@ end
 
 for s = 1, skus do
   a = starts[s]
-  for h = 1, held[s] and 4 or 0 do
-    local key = KEYS[4 * s - 4 + h]
+  for h = 1, held[s] and 3 or 0 do
+    local key = KEYS[3 * s - 3 + h]
     local deletes = tonumber(ARGV[a])
     chunked('HDEL', key, a + 1, a + deletes, 1000)
     a = a + 1 + deletes

@@ -170,6 +170,23 @@ pub fn encode_decision(d: &Decision) -> String {
     s
 }
 
+/// The offset whose decision a field of the stock hash holds, if it holds
+/// one: its name is the offset, digits only, which no other field's is.
+///
+/// ```
+/// use stockledger_projection::encoding::decision_offset;
+///
+/// assert_eq!(decision_offset("42"), Some(42));
+/// assert_eq!(decision_offset("available"), None);
+/// assert_eq!(decision_offset("-1"), None);
+/// ```
+pub fn decision_offset(field: &str) -> Option<i64> {
+    if field.is_empty() || !field.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    field.parse().ok()
+}
+
 /// Parses [`encode_decision`]'s form; `None` if it is not one.
 pub fn decode_decision(s: &str) -> Option<Decision> {
     let mut sections = s.split('\t');

@@ -316,7 +316,7 @@ impl Projection {
                 Written::Refused => pending.clone(),
             };
             for (k, write) in writes {
-                let [_, orders, adjustments, _] = write.hashes;
+                let [_, orders, adjustments] = write.hashes;
                 changes[k].hashes = [
                     (orders.deletes, orders.sets),
                     (adjustments.deletes, adjustments.sets),
@@ -529,7 +529,10 @@ impl Projection {
                         } else {
                             "0"
                         };
-                        cmd.arg("0").arg(want.stock.len()).arg(&want.stock);
+                        // A decision is read where this release writes it,
+                        // the stock hash, and where earlier ones did.
+                        cmd.arg("0").arg(want.stock.len() + want.decisions.len());
+                        cmd.arg(&want.stock).arg(&want.decisions);
                         cmd.arg(whole).arg(want.orders.len()).arg(&want.orders);
                         cmd.arg(whole).arg(want.adjustments.len());
                         cmd.arg(&want.adjustments);
@@ -546,6 +549,12 @@ impl Projection {
             let mut four = || values.next().unwrap_or_default();
             let mut read = [four(), four(), four(), four()];
             let want = &wanted[k];
+            let decisions = read[0].split_off(want.stock.len().min(read[0].len()));
+            for (earlier, now) in read[3].iter_mut().zip(decisions) {
+                if now.is_some() {
+                    *earlier = now;
+                }
+            }
             let orders = split_whole(&mut read[1], want.orders.len());
             let adjustments = split_whole(&mut read[2], want.adjustments.len());
             if let (Some(orders), Some(adjustments)) = (orders, adjustments) {
@@ -661,9 +670,9 @@ pub(crate) fn write_call(
 ) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(WRITE.get_hash())
-        .arg(4 * writes.len() + usize::from(marker.is_some()));
+        .arg(3 * writes.len() + usize::from(marker.is_some()));
     for write in writes {
-        for key in write.keys.as_array() {
+        for key in write.keys.written() {
             cmd.arg(key);
         }
     }

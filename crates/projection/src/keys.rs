@@ -26,7 +26,10 @@ pub fn marker_key(prefix: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuKeys {
     /// Hash: `available`, `total`, `partition` (whose records built it),
-    /// `offset` (last record applied there).
+    /// `offset` (last record applied there), and the other fields of
+    /// [`crate::encoding::STOCK_FIELDS`]; and, in fields named by an
+    /// offset (digits only, which no other field is), the decision on
+    /// each record applied ([`stockledger_core::Decision`] compact form).
     pub stock: String,
     /// Hash: order id -> [`stockledger_core::OrderEntry`] compact form;
     /// and, in fields starting with `{` (no order id has one), each user's
@@ -35,7 +38,11 @@ pub struct SkuKeys {
     pub orders: String,
     /// Hash: applied restock adjustment id -> offset that applied it.
     pub adjustments: String,
-    /// Hash: offset -> [`stockledger_core::Decision`] compact form.
+    /// Hash: offset -> [`stockledger_core::Decision`] compact form, where
+    /// releases before decisions moved into [`SkuKeys::stock`] kept them.
+    /// Nothing writes it now: it is read where a decision is not found in
+    /// the stock hash, pruned by compaction and moved by swaps, so a Redis
+    /// an earlier release filled is applied onto and read as before.
     pub decisions: String,
 }
 
@@ -56,7 +63,13 @@ impl SkuKeys {
         }
     }
 
-    /// In the order the load and write scripts take them as `KEYS`.
+    /// The hashes the write script writes, in the order it takes them as
+    /// `KEYS`.
+    pub fn written(&self) -> [&str; 3] {
+        [&self.stock, &self.orders, &self.adjustments]
+    }
+
+    /// In the order the load script takes them as `KEYS`.
     pub fn as_array(&self) -> [&str; 4] {
         [
             &self.stock,

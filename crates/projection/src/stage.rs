@@ -80,8 +80,9 @@ pub(crate) struct SkuWrite {
     /// The stock hash's `offset` the decisions were taken on (`None`: the
     /// SKU had none).
     pub fence: Option<String>,
-    /// Stock, orders, adjustments and decisions, as [`SkuKeys::as_array`].
-    pub hashes: [HashWrite; 4],
+    /// Stock (with the decisions), orders and adjustments, as
+    /// [`SkuKeys::written`].
+    pub hashes: [HashWrite; 3],
 }
 
 /// A hash's fields as a batch changes them. Redis lays a small hash out in
@@ -199,9 +200,12 @@ pub(crate) struct SkuStage {
     /// The list of units as loaded, then as the batch leaves it.
     listed: String,
     orders: Tracker,
-    limits: Tracker,
+    /// The stock hash's fields past the core ones: the limit, the
+    /// threshold and each record's decision (by offset), in log order.
+    extras: Tracker,
     adjustments: Vec<(String, String)>,
-    decisions: Vec<(String, String)>,
+    /// Whether a record of the batch applied (and so wrote a decision).
+    applied: bool,
     /// Whether the stock hash came from the projection's cache, not Redis.
     cached: bool,
 }
@@ -225,9 +229,9 @@ impl SkuStage {
             seatmap: Vec::new(),
             listed: String::new(),
             orders: Tracker::default(),
-            limits: Tracker::default(),
+            extras: Tracker::default(),
             adjustments: Vec::new(),
-            decisions: Vec::new(),
+            applied: false,
             cached: false,
         };
         if let Some(stock) = cached {
@@ -352,8 +356,8 @@ impl SkuStage {
         }
         for (offset, value) in wanted.decisions.iter().zip(decisions.drain(..)) {
             if let Some(value) = value {
-                let decision = decode_decision(&value).ok_or_else(|| self.corrupt(3, &value))?;
-                let offset = offset.parse().map_err(|_| self.corrupt(3, offset))?;
+                let decision = decode_decision(&value).ok_or_else(|| self.corrupt(0, &value))?;
+                let offset = offset.parse().map_err(|_| self.corrupt(0, offset))?;
                 self.state.decisions.insert(offset, decision);
             }
         }
@@ -398,8 +402,8 @@ impl SkuStage {
         self.orders
             .start
             .insert(ALERTS_FIELD.to_owned(), low.clone());
-        self.limits.start.insert(LIMIT.to_owned(), field(LIMIT));
-        self.limits.start.insert(LOW.to_owned(), low);
+        self.extras.start.insert(LIMIT.to_owned(), field(LIMIT));
+        self.extras.start.insert(LOW.to_owned(), low);
         self.state = state;
         self.stock = stock;
         Ok(())
@@ -453,8 +457,8 @@ impl SkuStage {
     /// changed, in a fixed order.
     fn note(&mut self, record: &Record, decision: &Decision) {
         let offset = record.offset.to_string();
-        self.decisions
-            .push((offset.clone(), encode_decision(decision)));
+        self.extras.set(&offset, Some(encode_decision(decision)));
+        self.applied = true;
         let body = &record.command.body;
         let entry = body
             .order_id()
@@ -485,11 +489,11 @@ impl SkuStage {
             }
             CommandBody::Limit(_) => {
                 let limit = self.state.limit.map(|l| l.to_string());
-                self.limits.set(LIMIT, limit);
+                self.extras.set(LIMIT, limit);
             }
             CommandBody::Alerts(_) => {
                 let low = self.state.low_stock_below.map(|l| l.to_string());
-                self.limits.set(LOW, low.clone());
+                self.extras.set(LOW, low.clone());
                 self.orders.set(ALERTS_FIELD, low);
             }
             _ => {}
@@ -565,7 +569,7 @@ impl SkuStage {
     }
 
     fn write(self) -> Option<SkuWrite> {
-        if self.decisions.is_empty() {
+        if !self.applied {
             return None;
         }
         let fence = stock_field(&self.stock, OFFSET).map(str::to_owned);
@@ -586,9 +590,9 @@ impl SkuStage {
                 stock.sets.push((STOCK_FIELDS[k].to_owned(), value));
             }
         }
-        let limits = self.limits.write(|_| String::new());
-        stock.deletes = limits.deletes;
-        stock.sets.extend(limits.sets);
+        let extras = self.extras.write(|_| String::new());
+        stock.deletes = extras.deletes;
+        stock.sets.extend(extras.sets);
         let (seatmap, listed) = (self.seatmap, self.listed);
         let orders = self.orders.write(|field| {
             if field == SEATMAP_FIELD {
@@ -606,10 +610,6 @@ impl SkuStage {
                 HashWrite {
                     deletes: Vec::new(),
                     sets: self.adjustments,
-                },
-                HashWrite {
-                    deletes: Vec::new(),
-                    sets: self.decisions,
                 },
             ],
         })

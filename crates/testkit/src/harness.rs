@@ -342,16 +342,7 @@ impl Harness {
     /// Records applied to `skus` so far: the decisions stored in Redis, one
     /// per applied offset.
     pub async fn applied(&self, skus: &[&str]) -> anyhow::Result<u64> {
-        let lengths: Vec<redis::Cmd> = skus
-            .iter()
-            .map(|sku| {
-                redis::Cmd::hlen(
-                    stockledger_projection::keys::SkuKeys::new(&self.ns.prefix, sku).decisions,
-                )
-            })
-            .collect();
-        let counts: Vec<u64> = self.projection.connection().query_each(lengths).await?;
-        Ok(counts.iter().sum())
+        Ok(self.projection.decisions_held(skus).await?)
     }
 
     /// Restocks `skus`, then sends 600 orders over them

@@ -132,6 +132,8 @@ impl Projection {
                 .map_err(|_| corrupt(&keys.adjustments, &value))?;
             state.adjustments.insert(adjustment, offset);
         }
+        // Decisions an earlier release kept in a hash of their own, then
+        // those the stock hash holds.
         for (offset, value) in decisions {
             let offset = offset
                 .parse()
@@ -140,7 +142,33 @@ impl Projection {
                 decode_decision(&value).ok_or_else(|| corrupt(&keys.decisions, &value))?;
             state.decisions.insert(offset, decision);
         }
+        for (field, value) in &stock {
+            if let Some(offset) = decision_offset(field) {
+                let decision = decode_decision(value).ok_or_else(|| corrupt(&keys.stock, value))?;
+                state.decisions.insert(offset, decision);
+            }
+        }
         Ok(Some(state))
+    }
+
+    /// How many decisions Redis holds for `skus`: one for each record
+    /// applied to them, less those compaction pruned.
+    pub async fn decisions_held(&self, skus: &[&str]) -> Result<u64, ProjectionError> {
+        let reads = (skus.iter())
+            .flat_map(|sku| {
+                let keys = SkuKeys::new(&self.prefix, sku);
+                [
+                    redis::Cmd::hkeys(keys.stock),
+                    redis::Cmd::hkeys(keys.decisions),
+                ]
+            })
+            .collect();
+        let fields: Vec<Vec<String>> = self.redis.query_each(reads).await?;
+        Ok(fields
+            .iter()
+            .flatten()
+            .filter(|field| decision_offset(field).is_some())
+            .count() as u64)
     }
 
     /// Every SKU with state under this prefix (by `SCAN`, so Redis is never
@@ -195,11 +223,14 @@ impl Projection {
         offset: i64,
     ) -> Result<Option<Decision>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
-        let (owner, stored): (Option<String>, Option<String>) = redis::pipe()
-            .hget(&keys.stock, PARTITION)
-            .hget(&keys.decisions, offset)
-            .query_async(&mut self.redis.clone())
-            .await?;
+        // Where this release keeps a decision, then where earlier ones did.
+        let (owner, stored, earlier): (Option<String>, Option<String>, Option<String>) =
+            redis::pipe()
+                .hget(&keys.stock, PARTITION)
+                .hget(&keys.stock, offset)
+                .hget(&keys.decisions, offset)
+                .query_async(&mut self.redis.clone())
+                .await?;
         if let Some(owner) = owner {
             let owner: i32 = owner.parse().map_err(|_| ProjectionError::Corrupt {
                 key: keys.stock.clone(),
@@ -209,13 +240,12 @@ impl Projection {
                 return Ok(Some(misrouted(partition, owner)));
             }
         }
+        let (key, stored) = match stored {
+            Some(stored) => (keys.stock, Some(stored)),
+            None => (keys.decisions, earlier),
+        };
         stored
-            .map(|s| {
-                decode_decision(&s).ok_or(ProjectionError::Corrupt {
-                    key: keys.decisions,
-                    value: s,
-                })
-            })
+            .map(|s| decode_decision(&s).ok_or(ProjectionError::Corrupt { key, value: s }))
             .transpose()
     }
 

@@ -2,6 +2,7 @@
 //! archived history (compaction), and swapped in from a rebuilt prefix.
 
 use super::*;
+use crate::encoding::STOCK_FIELDS;
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
@@ -24,18 +25,26 @@ impl Projection {
             .iter()
             .map(|sku| {
                 let k = SkuKeys::new(&self.prefix, sku);
+                // The stock fields alone: the stock hash holds the
+                // decisions too, which snapshots leave to the archive.
+                let mut stock = redis::cmd("HMGET");
+                stock.arg(k.stock).arg(&STOCK_FIELDS[..]);
                 vec![
-                    redis::Cmd::hgetall(k.stock),
+                    stock,
                     redis::Cmd::hgetall(k.orders),
                     redis::Cmd::hgetall(k.adjustments),
                 ]
             })
             .collect();
-        let hashes: Vec<(Hash, Hash, Hash)> = self.redis.transact_each(reads).await?;
+        let hashes: Vec<(Vec<Option<String>>, Hash, Hash)> =
+            self.redis.transact_each(reads).await?;
         Ok(skus
             .iter()
             .zip(hashes)
             .filter_map(|(sku, (stock, orders, adjustments))| {
+                let stock: Hash = (STOCK_FIELDS.iter().zip(stock))
+                    .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
+                    .collect();
                 let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
                 Some(SkuExport {
                     sku: (*sku).to_owned(),
@@ -127,6 +136,7 @@ impl Projection {
         Ok(COMPACT
             .key(k.orders)
             .key(k.decisions)
+            .key(k.stock)
             .arg(cutoff)
             .invoke_async(&mut self.redis.clone())
             .await?)
