@@ -1,61 +1,41 @@
--- Writes what the applier decided for a batch, fenced: it decides
--- nothing, and writes nothing a member that no longer owns the records'
--- partitions decided, nor anything decided on state rewritten since.
+-- Writes what the applier decided for a batch on a Redis Cluster, fenced
+-- per SKU: it decides nothing, and writes nothing for a SKU whose state is
+-- no longer the one its decisions were taken on. (A single Redis fences a
+-- whole batch through the marker in a transaction instead, and runs no
+-- script: see fence.rs.) Also records marks alone, unfenced.
 --
 -- KEYS     per SKU, its stock (which holds its decisions too), orders and
---          adjustments hashes; then, unless ARGV[1] is 'sku', the
---          prefix's marker
+--          adjustments hashes; then, when ARGV[1] is 'none', the prefix's
+--          marker
 -- ARGV[1]  the fence:
---          'partition' (a single Redis): ARGV[2] the generation the
---            marker must hold ('' for none), ARGV[3] a count, then that
---            many (field, value) pairs of the marker's partition fields and
---            the offsets they must hold ('' for none). If one differs,
---            nothing is written and the reply is { 0 }.
---          'sku' (a Redis Cluster, where the marker is on another slot):
---            each SKU below starts with the offset its stock hash must
---            hold ('' for a SKU never written); a SKU whose hash holds
---            another is not written, and its number (from 1) is in the
---            reply. There is no marker.
---          'none': no fence (the marker's marks alone)
--- then per SKU: (its fence, for 'sku') then for each of its three hashes a
---          count and that many fields to delete, then a count and that
---          many field, value pairs to set (in this order: a hash's layout
---          follows the order its fields were first written in, which the
---          applier keeps in log order)
+--          'sku': each SKU below starts with the offset its stock hash
+--            must hold ('' for a SKU never written); a SKU whose hash
+--            holds another is not written, and its number (from 1) is in
+--            the reply. There is no marker: a cluster keeps it on another
+--            slot.
+--          'none': no SKU, and no fence: the marker's marks alone
+-- then per SKU: its fence, then for each of its three hashes a count and
+--          that many fields to delete, then a count and that many field,
+--          value pairs to set (in this order: a hash's layout follows the
+--          order its fields were first written in, which the applier keeps
+--          in log order)
 -- then     (field, offset) pairs for the marker, each never lowered
 -- Returns an empty list when everything was written.
 
-local mode = ARGV[1]
-local marked = mode ~= 'sku'
+local marked = ARGV[1] == 'none'
 local skus = (#KEYS - (marked and 1 or 0)) / 3
 local a = 2
-if mode == 'partition' then
-  local marker = KEYS[#KEYS]
-  local held = (redis.call('HGET', marker, 'generation') or '') == ARGV[2]
-  local fences = tonumber(ARGV[3])
-  for i = 4, 3 + 2 * fences, 2 do
-    held = held and (redis.call('HGET', marker, ARGV[i]) or '') == ARGV[i + 1]
-  end
-  if not held then
-    return { 0 }
-  end
-  a = 4 + 2 * fences
-end
 
 local starts = {}
 local moved = {}
 local held = {}
 for s = 1, skus do
-  if mode == 'sku' then
-    local now = redis.call('HGET', KEYS[3 * s - 2], 'offset')
-    held[s] = (now or '') == ARGV[a]
-    if not held[s] then
-      moved[#moved + 1] = s
-    end
-    a = a + 1
-  else
-    held[s] = true
+  local now = redis.call('HGET', KEYS[3 * s - 2], 'offset')
+  held[s] = (now or '') == ARGV[a]
+  if not held[s] then
+    moved[#moved + 1] = s
   end
+  a = a + 1
   starts[s] = a
   for _ = 1, 3 do
     a = a + 1 + tonumber(ARGV[a])

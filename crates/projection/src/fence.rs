@@ -1,5 +1,5 @@
 //! The per-partition fence of a single Redis: what a projection last knew
-//! of its marker, and what its next write must find there.
+//! of its marker, what its next write must find there, and the write.
 //!
 //! Only the member that owns a partition folds its records, and every SKU
 //! is written only by records of the one partition that owns it (a record
@@ -13,6 +13,15 @@
 //! step as their writes. Either way the write lands nothing, and the
 //! batch is read again from Redis and decided again.
 //!
+//! The write is a transaction on a connection of its own: `WATCH` the
+//! marker, read its fields and compare, then `MULTI`, the batch's `HDEL`s
+//! and `HSET`s, the marks, `EXEC`. Whatever touches the marker in between
+//! (another member's batch, a restore, a swap) makes `EXEC` write nothing;
+//! the fields are then compared again, and the write sent again if they
+//! still hold (another member folded other partitions). No script runs:
+//! Redis spends a third of what the same writes cost from Lua, which
+//! converts every argument into the interpreter and back.
+//!
 //! What the projection keeps in memory (see `heads`) is trusted only
 //! under this fence: the marker is read before any SKU of a partition the
 //! projection does not know yet, the SKUs it kept of that partition are
@@ -25,6 +34,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::aio::MultiplexedConnection;
+
+use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
+use crate::stage::SkuWrite;
+
+/// How many times a write whose `EXEC` was cut short by another write to
+/// the marker, while this batch's fields still held, is sent again before
+/// the batch is decided again.
+const WATCHED_ATTEMPTS: usize = 16;
 
 /// The marker's field counting rewrites outside the fold (restores,
 /// swaps): a write decided before one of them must not land after it.
@@ -138,6 +157,105 @@ impl Fence {
         if let Some(k) = self.lock().as_mut() {
             k.applied.retain(|p, _| !partitions.contains(p));
         }
+    }
+}
+
+/// The connection a projection's fenced writes go through, shared by its
+/// clones (one write at a time), made on first use and dropped after an
+/// error (a `WATCH` it may still hold goes with it).
+pub(crate) type Writer = Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>;
+
+/// What a fenced write did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Watched {
+    Landed,
+    /// The marker no longer held what was expected: nothing was written.
+    Refused,
+}
+
+impl Projection {
+    /// Writes `writes` and records `marks` in the marker, if the marker
+    /// still holds `expected` (see the module's documentation).
+    pub(crate) async fn write_watched(
+        &self,
+        expected: &Expected,
+        writes: &[&SkuWrite],
+        marks: &[(i32, i64)],
+    ) -> Result<Watched, ProjectionError> {
+        let mut writer = self.writer.lock().await;
+        let conn = match writer.as_mut() {
+            Some(conn) => conn,
+            None => match self.redis.dedicated().await? {
+                Some(conn) => writer.insert(conn),
+                None => unreachable!("a cluster fences each SKU, not through the marker"),
+            },
+        };
+        let done = self.watched(conn, expected, writes, marks).await;
+        if done.is_err() {
+            *writer = None;
+        }
+        done
+    }
+
+    async fn watched(
+        &self,
+        conn: &mut MultiplexedConnection,
+        expected: &Expected,
+        writes: &[&SkuWrite],
+        marks: &[(i32, i64)],
+    ) -> Result<Watched, ProjectionError> {
+        let marker = self.marker_key();
+        let mut look = redis::pipe();
+        look.cmd("WATCH").arg(&marker).ignore();
+        look.cmd("HMGET").arg(&marker).arg(GENERATION_FIELD);
+        for (partition, _) in &expected.applied {
+            look.arg(format!("{APPLIED_FIELD}{partition}"));
+        }
+        let mut write = redis::pipe();
+        write.atomic();
+        for w in writes {
+            for (key, hash) in w.keys.written().into_iter().zip(&w.hashes) {
+                if !hash.deletes.is_empty() {
+                    write.cmd("HDEL").arg(key).arg(&hash.deletes).ignore();
+                }
+                if !hash.sets.is_empty() {
+                    let set = write.cmd("HSET").arg(key);
+                    for (field, value) in &hash.sets {
+                        set.arg(field).arg(value);
+                    }
+                    set.ignore();
+                }
+            }
+        }
+        for &(partition, offset) in marks {
+            let held = (expected.applied.iter())
+                .find(|(p, _)| *p == partition)
+                .and_then(|(_, o)| *o);
+            if held.is_none_or(|held| held < offset) {
+                (write.cmd("HSET").arg(&marker))
+                    .arg(format!("{APPLIED_FIELD}{partition}"))
+                    .arg(offset)
+                    .ignore();
+            }
+        }
+        for _ in 0..WATCHED_ATTEMPTS {
+            let (held,): (Vec<Option<String>>,) = look.query_async(conn).await?;
+            let mut held = held
+                .into_iter()
+                .map(|v| v.and_then(|v| v.parse::<i64>().ok()));
+            let generation = held.next().flatten();
+            let same = generation == expected.generation
+                && (expected.applied.iter()).all(|(_, offset)| held.next().flatten() == *offset);
+            if !same {
+                let () = redis::cmd("UNWATCH").query_async(conn).await?;
+                return Ok(Watched::Refused);
+            }
+            let done: Option<()> = write.query_async(conn).await?;
+            if done.is_some() {
+                return Ok(Watched::Landed);
+            }
+        }
+        Ok(Watched::Refused)
     }
 }
 

@@ -31,7 +31,7 @@ use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
-use crate::fence::{Expected, Learned, GENERATION_FIELD};
+use crate::fence::{Expected, Learned, Watched, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
@@ -566,8 +566,8 @@ impl Projection {
     }
 
     /// Writes `writes` (by SKU number in the batch) fenced, with the
-    /// batch's marks. On a single Redis it is one atomic call, fenced by
-    /// the marker (`expected`): it lands whole or not at all. On a cluster
+    /// batch's marks. On a single Redis it is one transaction, fenced by
+    /// the marker (`expected`, see `fence`): it lands whole or not at all. On a cluster
     /// it is one call per SKU, each fenced by its stock hash, then the
     /// marker's once every SKU is written.
     async fn write(
@@ -596,21 +596,13 @@ impl Projection {
         if writes.is_empty() && batch.marks.is_empty() {
             return Ok(Written::Landed);
         }
-        let marker = Some((self.marker_key(), &batch.marks[..]));
         let all: Vec<&SkuWrite> = writes.iter().map(|(_, w)| w).collect();
-        let call = || {
-            vec![write_call(
-                WriteFence::Partition(expected),
-                &all,
-                marker.clone(),
-            )]
-        };
-        let replies: Vec<Vec<i64>> = self.run(&WRITE, call).await?;
-        if replies.iter().all(Vec::is_empty) {
-            self.fence.landed(expected, &batch.marks);
-            Ok(Written::Landed)
-        } else {
-            Ok(Written::Refused)
+        match self.write_watched(expected, &all, &batch.marks).await? {
+            Watched::Landed => {
+                self.fence.landed(expected, &batch.marks);
+                Ok(Written::Landed)
+            }
+            Watched::Refused => Ok(Written::Refused),
         }
     }
 
@@ -640,11 +632,11 @@ impl Projection {
     }
 }
 
-/// What a write must find to land (see `lua/write.lua`).
+/// What a call of the write script must find to land (see
+/// `lua/write.lua`; a single Redis fences a batch through the marker
+/// instead, see `fence`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum WriteFence<'a> {
-    /// The marker's generation and partition fields (a single Redis).
-    Partition(&'a Expected),
+pub(crate) enum WriteFence {
     /// Each SKU's stock hash offset (a cluster).
     Sku,
     /// Nothing: the marks alone, never lowered.
@@ -679,24 +671,10 @@ pub(crate) fn write_call(
     if let Some((key, _)) = &marker {
         cmd.arg(key);
     }
-    let text = |value: Option<i64>| value.map(|v| v.to_string()).unwrap_or_default();
-    match fence {
-        WriteFence::Partition(expected) => {
-            cmd.arg("partition")
-                .arg(text(expected.generation))
-                .arg(expected.applied.len());
-            for &(partition, offset) in &expected.applied {
-                cmd.arg(format!("{APPLIED_FIELD}{partition}"))
-                    .arg(text(offset));
-            }
-        }
-        WriteFence::Sku => {
-            cmd.arg("sku");
-        }
-        WriteFence::None => {
-            cmd.arg("none");
-        }
-    }
+    cmd.arg(match fence {
+        WriteFence::Sku => "sku",
+        WriteFence::None => "none",
+    });
     for write in writes {
         if matches!(fence, WriteFence::Sku) {
             cmd.arg(write.fence.as_deref().unwrap_or(""));

@@ -13,10 +13,13 @@ use std::fmt;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::AsyncConnectionConfig;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
 /// Requests a cluster connection keeps in flight for one
@@ -34,14 +37,16 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// themselves after a failure.
 #[derive(Clone)]
 pub enum RedisConn {
-    Single(ConnectionManager),
+    /// The shared connection, and the client that made it (for
+    /// [`RedisConn::dedicated`]).
+    Single(ConnectionManager, Box<redis::Client>),
     Cluster(ClusterConnection),
 }
 
 impl fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Self::Single(_) => "RedisConn::Single",
+            Self::Single(..) => "RedisConn::Single",
             Self::Cluster(_) => "RedisConn::Cluster",
         })
     }
@@ -67,13 +72,13 @@ impl RedisConn {
             let client = redis::Client::open(*single)?;
             let config =
                 ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
-            let mut conn = ConnectionManager::new_with_config(client, config).await?;
+            let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
             let info: String = redis::cmd("INFO")
                 .arg("cluster")
                 .query_async(&mut conn)
                 .await?;
             if !info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-                return Ok(Self::Single(conn));
+                return Ok(Self::Single(conn, Box::new(client)));
             }
         }
         let client = ClusterClient::builder(urls)
@@ -86,13 +91,30 @@ impl RedisConn {
         matches!(self, Self::Cluster(_))
     }
 
+    /// A new connection to a single Redis that nobody else sends on, for
+    /// commands that must not interleave with others' (`WATCH` … `EXEC`);
+    /// `None` on a cluster. It does not reconnect: drop it after an error.
+    pub async fn dedicated(&self) -> RedisResult<Option<MultiplexedConnection>> {
+        match self {
+            Self::Single(_, client) => {
+                let config =
+                    AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Some(conn))
+            }
+            Self::Cluster(_) => Ok(None),
+        }
+    }
+
     /// Runs every command and returns their replies in order. A single
     /// Redis gets them as one pipeline; a cluster gets one request per
     /// command, many in flight at once, each routed by its key. Each
     /// command on its own must keep to one hash slot.
     pub async fn query_each<T: FromRedisValue>(&self, cmds: Vec<Cmd>) -> RedisResult<Vec<T>> {
         match self {
-            Self::Single(conn) => {
+            Self::Single(conn, _) => {
                 if cmds.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -126,7 +148,7 @@ impl RedisConn {
         groups: Vec<Vec<Cmd>>,
     ) -> RedisResult<Vec<T>> {
         match self {
-            Self::Single(conn) => {
+            Self::Single(conn, _) => {
                 if groups.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -162,7 +184,7 @@ impl RedisConn {
     /// step, on every master of a cluster in turn.
     pub async fn scan(&self, pattern: &str, count: usize) -> RedisResult<KeyScan> {
         let nodes = match self {
-            Self::Single(_) => vec![None],
+            Self::Single(..) => vec![None],
             Self::Cluster(conn) => {
                 let nodes: String = FromRedisValue::from_redis_value(
                     conn.clone()
@@ -202,7 +224,7 @@ impl RedisConn {
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Single(c, _) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -214,14 +236,14 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Single(c, _) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(c) => c.get_db(),
+            Self::Single(c, _) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
         }
     }

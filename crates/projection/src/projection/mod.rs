@@ -24,7 +24,7 @@ use crate::encoding::{
     state_of_letter, unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED,
     LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
-use crate::fence::Fence;
+use crate::fence::{Fence, Writer};
 use crate::fold::WriteFence;
 use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 use crate::keys::{self, SkuKeys};
@@ -130,6 +130,8 @@ pub struct Projection {
     /// What the marker held at this projection's last read or write (see
     /// `fence`), under which `heads` is trusted.
     pub(crate) fence: Fence,
+    /// The connection the fenced writes of a single Redis go through.
+    pub(crate) writer: Writer,
 }
 
 impl std::fmt::Debug for Projection {
@@ -160,6 +162,7 @@ impl Projection {
             reads: Arc::default(),
             heads: Heads::new(DEFAULT_CACHED_SKUS, DEFAULT_CACHED_FIELDS),
             fence: Fence::default(),
+            writer: Writer::default(),
         }
     }
 
