@@ -8,13 +8,13 @@
 //! in memory (see `heads`) or else from Redis (`lua/load.lua`), decides
 //! every record with the core's machine
 //! ([`stockledger_core::SkuState::apply`], the one place a rule is
-//! written), and writes what changed in one fenced call (`lua/write.lua`).
-//! On a single Redis the call lands only if the marker still holds, for
-//! each of the batch's partitions, the offset this projection last saw
-//! there, and the generation restores and swaps move (see `fence`); on a
-//! cluster a SKU's changes land only if its stock hash still holds the
-//! offset they were decided on, and the marker is written once every SKU
-//! is. What another writer moved since it was read (a member that has not
+//! written), and writes what changed in one fenced step. On a single Redis
+//! it is a transaction that lands only if the marker still holds, for each
+//! of the batch's partitions, the offset this projection last saw there,
+//! and the generation restores and swaps move (see `fence`); on a cluster
+//! a script per SKU (`lua/write.lua`) whose changes land only if its stock
+//! hash still holds the offset they were decided on, and the marker is
+//! written once every SKU is. What another writer moved since it was read (a member that has not
 //! yet noticed it lost the partition, a restore, a swap) gets nothing
 //! written; it is read and decided again on what Redis holds now, where
 //! the records the other writer applied are redeliveries

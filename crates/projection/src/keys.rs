@@ -63,8 +63,8 @@ impl SkuKeys {
         }
     }
 
-    /// The hashes the write script writes, in the order it takes them as
-    /// `KEYS`.
+    /// The hashes a batch writes, in the order the write script takes them
+    /// as `KEYS`.
     pub fn written(&self) -> [&str; 3] {
         [&self.stock, &self.orders, &self.adjustments]
     }

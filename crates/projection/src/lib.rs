@@ -11,15 +11,17 @@
 //! - [`fold`]: the one fold path, [`Projection::prepare`] then
 //!   [`Projection::apply`], which the applier and replay both take: read
 //!   what a batch needs, decide with the core's machine, write what changed
-//!   in one fenced call.
+//!   in one fenced step.
 //! - `fence` (private): what the projection last saw of its marker, which
-//!   a write on a single Redis must still find there to land.
+//!   a write on a single Redis must still find there to land, and that
+//!   write: a transaction under `WATCH`, no script.
 //! - `stage` (private to [`fold`]): one SKU's share of a batch: the part of
 //!   its state the records read, the decisions, the fields they changed.
 //! - [`Projection`]: one prefix in one Redis or Redis Cluster, with the Lua
 //!   scripts in `lua/`. None of them decides anything: `load` reads a
-//!   batch's fields, `write` writes its changes fenced, `swap` swaps a
-//!   rebuilt SKU in, `compact` prunes history, `units` reads a seat map.
+//!   batch's fields, `write` writes a batch's changes on a cluster, fenced
+//!   per SKU, and marks alone, `generation` moves a marked prefix's
+//!   generation for a restore, `swap` swaps a rebuilt SKU in, `compact` prunes history, `units` reads a seat map.
 
 pub mod encoding;
 mod fence;

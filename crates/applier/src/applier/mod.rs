@@ -4,7 +4,7 @@
 //! For each batch it (1) decodes the records, dead-lettering those that are
 //! not valid commands, (2) decides the valid ones with the core's machine
 //! on the part of each SKU's state they read from Redis and writes what
-//! changed in one fenced call (one per SKU on a cluster; see
+//! changed in one fenced transaction (a script per SKU on a cluster; see
 //! `stockledger_projection::fold`), (3) publishes one outcome per
 //! record, and once the brokers hold them all, (4) commits the consumer
 //! offsets. The steps of consecutive batches overlap: while Redis applies
