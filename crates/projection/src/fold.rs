@@ -14,10 +14,10 @@
 //! and the generation restores and swaps move (see `fence`); on a cluster
 //! a script per SKU (`lua/write.lua`) whose changes land only if its stock
 //! hash still holds the offset they were decided on, and the marker is
-//! written once every SKU is. What another writer moved since it was read (a member that has not
-//! yet noticed it lost the partition, a restore, a swap) gets nothing
-//! written; it is read and decided again on what Redis holds now, where
-//! the records the other writer applied are redeliveries
+//! written once every SKU is. What another writer moved since it was read
+//! (a member that has not yet noticed it lost the partition, a restore, a
+//! swap) gets nothing written; it is read and decided again on what Redis
+//! holds now, where the records the other writer applied are redeliveries
 //! answered with their stored decisions. Then the fold keeps the index of
 //! live holds and, for a live applier, announces the offsets to waiting
 //! order services. The applier
@@ -338,8 +338,10 @@ impl Projection {
                     sku: batch.skus[moved[0]].0.clone(),
                 });
             }
+            // A batch refused on a single Redis, each SKU moved on a cluster.
+            let count = if refused { 1 } else { moved.len() as u64 };
             self.refusals
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
             tokio::time::sleep(fenced_pause(attempt)).await;
             if refused {
                 // Nothing landed, and nothing kept can be trusted: decide
@@ -567,9 +569,9 @@ impl Projection {
 
     /// Writes `writes` (by SKU number in the batch) fenced, with the
     /// batch's marks. On a single Redis it is one transaction, fenced by
-    /// the marker (`expected`, see `fence`): it lands whole or not at all. On a cluster
-    /// it is one call per SKU, each fenced by its stock hash, then the
-    /// marker's once every SKU is written.
+    /// the marker (`expected`, see `fence`): it lands whole or not at all.
+    /// On a cluster it is one call per SKU, each fenced by its stock hash,
+    /// then the marker's once every SKU is written.
     async fn write(
         &self,
         batch: &Prepared,
