@@ -37,9 +37,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
-use crate::stage::SkuWrite;
-
 /// How many times a write whose `EXEC` was cut short by another write to
 /// the marker, while this batch's fields still held, is sent again before
 /// the batch is decided again.
@@ -173,90 +170,35 @@ pub(crate) enum Watched {
     Refused,
 }
 
-impl Projection {
-    /// Writes `writes` and records `marks` in the marker, if the marker
-    /// still holds `expected` (see the module's documentation).
-    pub(crate) async fn write_watched(
-        &self,
-        expected: &Expected,
-        writes: &[&SkuWrite],
-        marks: &[(i32, i64)],
-    ) -> Result<Watched, ProjectionError> {
-        let mut writer = self.writer.lock().await;
-        let conn = match writer.as_mut() {
-            Some(conn) => conn,
-            None => match self.redis.dedicated().await? {
-                Some(conn) => writer.insert(conn),
-                None => unreachable!("a cluster fences each SKU, not through the marker"),
-            },
-        };
-        let done = self.watched(conn, expected, writes, marks).await;
-        if done.is_err() {
-            *writer = None;
+/// Runs `write`, a transaction, on `conn` if the marker still holds
+/// `expected`: `look` watches the marker and reads its generation and the
+/// `applied:` field of each partition of `expected`, in that order (see
+/// the module's documentation). On an error the connection may still
+/// watch the marker: drop it.
+pub(crate) async fn watched(
+    conn: &mut MultiplexedConnection,
+    look: &redis::Pipeline,
+    expected: &Expected,
+    write: &redis::Pipeline,
+) -> redis::RedisResult<Watched> {
+    for _ in 0..WATCHED_ATTEMPTS {
+        let (held,): (Vec<Option<String>>,) = look.query_async(conn).await?;
+        let mut held = held
+            .into_iter()
+            .map(|v| v.and_then(|v| v.parse::<i64>().ok()));
+        let generation = held.next().flatten();
+        let same = generation == expected.generation
+            && (expected.applied.iter()).all(|(_, offset)| held.next().flatten() == *offset);
+        if !same {
+            let () = redis::cmd("UNWATCH").query_async(conn).await?;
+            return Ok(Watched::Refused);
         }
-        done
+        let done: Option<()> = write.query_async(conn).await?;
+        if done.is_some() {
+            return Ok(Watched::Landed);
+        }
     }
-
-    async fn watched(
-        &self,
-        conn: &mut MultiplexedConnection,
-        expected: &Expected,
-        writes: &[&SkuWrite],
-        marks: &[(i32, i64)],
-    ) -> Result<Watched, ProjectionError> {
-        let marker = self.marker_key();
-        let mut look = redis::pipe();
-        look.cmd("WATCH").arg(&marker).ignore();
-        look.cmd("HMGET").arg(&marker).arg(GENERATION_FIELD);
-        for (partition, _) in &expected.applied {
-            look.arg(format!("{APPLIED_FIELD}{partition}"));
-        }
-        let mut write = redis::pipe();
-        write.atomic();
-        for w in writes {
-            for (key, hash) in w.keys.written().into_iter().zip(&w.hashes) {
-                if !hash.deletes.is_empty() {
-                    write.cmd("HDEL").arg(key).arg(&hash.deletes).ignore();
-                }
-                if !hash.sets.is_empty() {
-                    let set = write.cmd("HSET").arg(key);
-                    for (field, value) in &hash.sets {
-                        set.arg(field).arg(value);
-                    }
-                    set.ignore();
-                }
-            }
-        }
-        for &(partition, offset) in marks {
-            let held = (expected.applied.iter())
-                .find(|(p, _)| *p == partition)
-                .and_then(|(_, o)| *o);
-            if held.is_none_or(|held| held < offset) {
-                (write.cmd("HSET").arg(&marker))
-                    .arg(format!("{APPLIED_FIELD}{partition}"))
-                    .arg(offset)
-                    .ignore();
-            }
-        }
-        for _ in 0..WATCHED_ATTEMPTS {
-            let (held,): (Vec<Option<String>>,) = look.query_async(conn).await?;
-            let mut held = held
-                .into_iter()
-                .map(|v| v.and_then(|v| v.parse::<i64>().ok()));
-            let generation = held.next().flatten();
-            let same = generation == expected.generation
-                && (expected.applied.iter()).all(|(_, offset)| held.next().flatten() == *offset);
-            if !same {
-                let () = redis::cmd("UNWATCH").query_async(conn).await?;
-                return Ok(Watched::Refused);
-            }
-            let done: Option<()> = write.query_async(conn).await?;
-            if done.is_some() {
-                return Ok(Watched::Landed);
-            }
-        }
-        Ok(Watched::Refused)
-    }
+    Ok(Watched::Refused)
 }
 
 #[cfg(test)]

@@ -26,23 +26,20 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
-use redis::{ErrorKind, Script, ServerErrorKind};
+use redis::Script;
 use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
 use stockledger_core::{Command, CommandBody, Decision, ResultCode};
 
-use crate::fence::{Expected, Learned, Watched, GENERATION_FIELD};
+use crate::fence::{Expected, Learned, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
-use crate::stage::{Record, SkuStage, SkuWrite, Wanted};
+use crate::stage::{Record, SkuStage, Wanted};
+use crate::write::Written;
 
 /// The script that reads the fields a batch needs; see the file.
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/load.lua")));
-
-/// The fenced write of a batch's changes; see the file.
-pub(crate) static WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/write.lua")));
 
 /// SKUs one call of the load or write script takes on a single Redis, at
 /// most: enough that a call's setup is a small share of its work, few
@@ -300,7 +297,7 @@ impl Projection {
                     hashes: Default::default(),
                 });
             }
-            let written = match self.write(batch, &writes, expected.as_ref()).await {
+            let written = match self.write(&batch.marks, &writes, expected.as_ref()).await {
                 Ok(written) => written,
                 Err(e) => {
                     // Whether anything landed is unknown: read it again.
@@ -566,135 +563,6 @@ impl Projection {
         }
         Ok(())
     }
-
-    /// Writes `writes` (by SKU number in the batch) fenced, with the
-    /// batch's marks. On a single Redis it is one transaction, fenced by
-    /// the marker (`expected`, see `fence`): it lands whole or not at all.
-    /// On a cluster it is one call per SKU, each fenced by its stock hash,
-    /// then the marker's once every SKU is written.
-    async fn write(
-        &self,
-        batch: &Prepared,
-        writes: &[(usize, SkuWrite)],
-        expected: Option<&Expected>,
-    ) -> Result<Written, ProjectionError> {
-        let Some(expected) = expected else {
-            let calls = || {
-                (writes.iter())
-                    .map(|(_, write)| write_call(WriteFence::Sku, &[write], None))
-                    .collect()
-            };
-            let replies: Vec<Vec<i64>> = self.run(&WRITE, calls).await?;
-            let moved: Vec<usize> = (writes.iter().zip(replies))
-                .filter(|(_, moved)| !moved.is_empty())
-                .map(|((s, _), _)| *s)
-                .collect();
-            if !moved.is_empty() {
-                return Ok(Written::Moved(moved));
-            }
-            self.record_applied(&batch.marks).await?;
-            return Ok(Written::Landed);
-        };
-        if writes.is_empty() && batch.marks.is_empty() {
-            return Ok(Written::Landed);
-        }
-        let all: Vec<&SkuWrite> = writes.iter().map(|(_, w)| w).collect();
-        match self.write_watched(expected, &all, &batch.marks).await? {
-            Watched::Landed => {
-                self.fence.landed(expected, &batch.marks);
-                Ok(Written::Landed)
-            }
-            Watched::Refused => Ok(Written::Refused),
-        }
-    }
-
-    /// Runs the calls of `script` that `calls` builds; when Redis forgot
-    /// the script (a restart, a flush, a new cluster node), loads it (on
-    /// every node) and runs them again, built again: a call refused for want
-    /// of its script ran nothing, and one that ran is fenced.
-    pub(crate) async fn run<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        calls: impl Fn() -> Vec<redis::Cmd>,
-    ) -> Result<Vec<T>, ProjectionError> {
-        let first = calls();
-        if first.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.redis.query_each(first).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                script
-                    .prepare_invoke()
-                    .load_async(&mut self.redis.clone())
-                    .await?;
-                Ok(self.redis.query_each(calls()).await?)
-            }
-            other => Ok(other?),
-        }
-    }
-}
-
-/// What a call of the write script must find to land (see
-/// `lua/write.lua`; a single Redis fences a batch through the marker
-/// instead, see `fence`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum WriteFence {
-    /// Each SKU's stock hash offset (a cluster).
-    Sku,
-    /// Nothing: the marks alone, never lowered.
-    None,
-}
-
-/// What became of a batch's fenced write.
-#[derive(Debug, PartialEq, Eq)]
-enum Written {
-    Landed,
-    /// These SKUs (by number in the batch) moved; the others landed.
-    Moved(Vec<usize>),
-    /// Nothing landed: the marker moved.
-    Refused,
-}
-
-/// One call of the write script for the SKUs' `writes`, fenced by `fence`,
-/// and, when given, the marker key and the marks to record in it.
-pub(crate) fn write_call(
-    fence: WriteFence,
-    writes: &[&SkuWrite],
-    marker: Option<(String, &[(i32, i64)])>,
-) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(WRITE.get_hash())
-        .arg(3 * writes.len() + usize::from(marker.is_some()));
-    for write in writes {
-        for key in write.keys.written() {
-            cmd.arg(key);
-        }
-    }
-    if let Some((key, _)) = &marker {
-        cmd.arg(key);
-    }
-    cmd.arg(match fence {
-        WriteFence::Sku => "sku",
-        WriteFence::None => "none",
-    });
-    for write in writes {
-        if matches!(fence, WriteFence::Sku) {
-            cmd.arg(write.fence.as_deref().unwrap_or(""));
-        }
-        for hash in &write.hashes {
-            cmd.arg(hash.deletes.len()).arg(&hash.deletes);
-            cmd.arg(hash.sets.len());
-            for (field, value) in &hash.sets {
-                cmd.arg(field).arg(value);
-            }
-        }
-    }
-    if let Some((_, marks)) = marker {
-        for &(partition, offset) in marks {
-            cmd.arg(format!("{APPLIED_FIELD}{partition}")).arg(offset);
-        }
-    }
-    cmd
 }
 
 /// Takes off `read` (a hash's reply from the load script, the values of

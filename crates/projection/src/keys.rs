@@ -26,8 +26,8 @@ pub fn marker_key(prefix: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuKeys {
     /// Hash: `available`, `total`, `partition` (whose records built it),
-    /// `offset` (last record applied there), and the other fields of
-    /// [`crate::encoding::STOCK_FIELDS`]; and, in fields named by an
+    /// `offset` (last record applied there), and the other stock fields
+    /// of [`crate::encoding`]; and, in fields named by an
     /// offset (digits only, which no other field is), the decision on
     /// each record applied ([`stockledger_core::Decision`] compact form).
     pub stock: String,

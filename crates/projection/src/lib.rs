@@ -17,6 +17,7 @@
 //!   write: a transaction under `WATCH`, no script.
 //! - `stage` (private to [`fold`]): one SKU's share of a batch: the part of
 //!   its state the records read, the decisions, the fields they changed.
+//! - `write` (private): how those changes reach Redis, fenced.
 //! - [`Projection`]: one prefix in one Redis or Redis Cluster, with the Lua
 //!   scripts in `lua/`. None of them decides anything: `load` reads a
 //!   batch's fields, `write` writes a batch's changes on a cluster, fenced
@@ -30,6 +31,7 @@ mod heads;
 pub mod keys;
 mod projection;
 mod stage;
+mod write;
 
 pub use fold::{Entry, Prepared};
 pub use heads::{DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};

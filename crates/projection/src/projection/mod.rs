@@ -25,7 +25,6 @@ use crate::encoding::{
     LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION, RESERVED, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
 use crate::fence::{Fence, Writer};
-use crate::fold::WriteFence;
 use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 use crate::keys::{self, SkuKeys};
 
@@ -312,19 +311,29 @@ impl Projection {
         self.redis.clone()
     }
 
-    /// Records in the marker that `marks` (partition, last offset applied)
-    /// are folded into this prefix, as [`Projection::apply`] does with
-    /// each batch; a mark already further is kept.
-    pub async fn record_applied(&self, marks: &[(i32, i64)]) -> Result<(), ProjectionError> {
-        if marks.is_empty() {
-            return Ok(());
+    /// Runs the calls of `script` that `calls` builds; when Redis forgot
+    /// the script (a restart, a flush, a new cluster node), loads it (on
+    /// every node) and runs them again, built again: a call refused for want
+    /// of its script ran nothing, and one that ran is fenced.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        calls: impl Fn() -> Vec<redis::Cmd>,
+    ) -> Result<Vec<T>, ProjectionError> {
+        let first = calls();
+        if first.is_empty() {
+            return Ok(Vec::new());
         }
-        let call = || {
-            let marker = Some((self.marker_key(), marks));
-            vec![crate::fold::write_call(WriteFence::None, &[], marker)]
-        };
-        let _: Vec<Vec<i64>> = self.run(&crate::fold::WRITE, call).await?;
-        Ok(())
+        match self.redis.query_each(first).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut self.redis.clone())
+                    .await?;
+                Ok(self.redis.query_each(calls()).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Removes the marker (a rebuilt prefix that was swapped in whole).
