@@ -61,6 +61,16 @@ pub(crate) struct Expected {
     pub applied: Vec<(i32, Option<i64>)>,
 }
 
+impl Expected {
+    /// The offset `partition`'s field must hold (`None`: absent, or not a
+    /// partition of the write).
+    pub fn held(&self, partition: i32) -> Option<i64> {
+        (self.applied.iter())
+            .find(|(p, _)| *p == partition)
+            .and_then(|(_, offset)| *offset)
+    }
+}
+
 /// How a read of the marker changed what is known.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Learned {
@@ -136,9 +146,7 @@ impl Fence {
             return;
         }
         for &(partition, offset) in marks {
-            let was = (expected.applied.iter())
-                .find(|(p, _)| *p == partition)
-                .and_then(|(_, o)| *o);
+            let was = expected.held(partition);
             k.applied
                 .insert(partition, Some(was.map_or(offset, |w| w.max(offset))));
         }

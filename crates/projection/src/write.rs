@@ -89,10 +89,7 @@ impl Projection {
             }
         }
         for &(partition, offset) in marks {
-            let held = (expected.applied.iter())
-                .find(|(p, _)| *p == partition)
-                .and_then(|(_, o)| *o);
-            if held.is_none_or(|held| held < offset) {
+            if expected.held(partition).is_none_or(|held| held < offset) {
                 (write.cmd("HSET").arg(&marker))
                     .arg(format!("{APPLIED_FIELD}{partition}"))
                     .arg(offset)
