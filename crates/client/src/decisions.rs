@@ -20,7 +20,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use stockledger_core::{codec, Decision, LogPosition};
-use stockledger_kafka::topic::partitions_of;
+use stockledger_kafka::topic::{partitions_of, watermarks};
 use stockledger_kafka::KafkaConfig;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -288,14 +288,15 @@ impl DecisionSource {
     }
 }
 
-/// Each partition of `topic` at its current end.
+/// Each partition of `topic` at its current end, waiting out a leader not
+/// yet elected (a topic created a moment ago answers `NotLeaderForPartition`).
 fn end_of_each_partition(
     consumer: &StreamConsumer,
     topic: &str,
 ) -> Result<TopicPartitionList, KafkaError> {
     let mut assignment = TopicPartitionList::new();
     for p in partitions_of(consumer, topic)? {
-        let (_, end) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        let (_, end) = watermarks(consumer, topic, p, Duration::from_secs(10))?;
         assignment.add_partition_offset(topic, p, Offset::Offset(end))?;
     }
     Ok(assignment)

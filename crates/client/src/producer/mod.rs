@@ -711,7 +711,7 @@ fn locate_blocking(
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .create()?;
-    let (low, high) = consumer.fetch_watermarks(topic, partition, WAIT)?;
+    let (low, high) = stockledger_kafka::topic::watermarks(&consumer, topic, partition, WAIT)?;
     let mut end = high;
     let mut window = 1_000;
     while end > low && high - end < LOCATE_DEPTH {
