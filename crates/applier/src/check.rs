@@ -105,6 +105,9 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         named,
         locations,
         low_stock_below,
+        window,
+        phase,
+        paused,
     } = expected;
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
@@ -145,6 +148,9 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
             format!("{locations:?}"),
             format!("{:?}", actual.locations),
         ),
+        ("window", window.to_string(), actual.window.to_string()),
+        ("phase", phase.as_str().into(), actual.phase.as_str().into()),
+        ("paused", paused.to_string(), actual.paused.to_string()),
     ];
     if let Some(d) = scalars.into_iter().find_map(|(f, e, a)| scalar(f, e, a)) {
         return Some(d);
@@ -231,6 +237,9 @@ mod tests {
                 total: 5,
             }],
             low_stock_below: Some(2),
+            window: stockledger_core::SaleWindow::new(Some(1_700_000_000_000), None).unwrap(),
+            phase: stockledger_core::SalePhase::Open,
+            paused: true,
         }
     }
 
@@ -239,7 +248,7 @@ mod tests {
         let expected = state();
         assert_eq!(first_difference(&expected, &expected.clone()), None);
         type Corrupt = fn(&mut SkuState);
-        let cases: [(&str, Corrupt); 13] = [
+        let cases: [(&str, Corrupt); 16] = [
             ("available", |s| s.available += 1),
             ("total", |s| s.total += 1),
             ("reserved", |s| s.reserved = 2),
@@ -254,6 +263,11 @@ mod tests {
             ("units", |s| s.units.clear()),
             ("locations", |s| s.locations[0].available = 2),
             ("low_stock_below", |s| s.low_stock_below = None),
+            ("window", |s| {
+                s.window = stockledger_core::SaleWindow::ALWAYS
+            }),
+            ("phase", |s| s.phase = stockledger_core::SalePhase::Closed),
+            ("paused", |s| s.paused = false),
             ("decision at offset 1", |s| {
                 s.decisions.get_mut(&1).unwrap().delta = 0;
             }),

@@ -14,12 +14,12 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use crate::command::{
-    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Refund, Restock,
-    Rollback, Transfer,
+    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Refund,
+    Restock, Resume, Rollback, SaleWindow, Transfer, Window,
 };
 use crate::ids::{
-    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UserId,
-    ValidationError,
+    AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
+    UserId, ValidationError,
 };
 use crate::outcome::{
     Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
@@ -284,7 +284,22 @@ fn body_value(body: &CommandBody) -> Value {
                 optional_long(a.low_stock_below.map(Quantity::get)),
             )])),
         ),
+        CommandBody::Window(w) => Value::Union(
+            9,
+            Box::new(Value::Record(vec![
+                ("change_id".into(), Value::String(w.change_id.to_string())),
+                ("opens_at".into(), optional_timestamp(w.window.opens_at())),
+                ("closes_at".into(), optional_timestamp(w.window.closes_at())),
+            ])),
+        ),
+        CommandBody::Pause(p) => Value::Union(10, Box::new(change_value(&p.change_id))),
+        CommandBody::Resume(r) => Value::Union(11, Box::new(change_value(&r.change_id))),
     }
+}
+
+/// A pause's or resume's record: its change id alone.
+fn change_value(id: &ChangeId) -> Value {
+    Value::Record(vec![("change_id".into(), Value::String(id.to_string()))])
 }
 
 /// Decodes and validates a command written with any released `Command`
@@ -390,6 +405,19 @@ fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
                 .optional_long("low_stock_below")?
                 .map(|n| Quantity::of_field("low_stock_below", n))
                 .transpose()?,
+        }),
+        9 => CommandBody::Window(Window {
+            change_id: ChangeId::new(body.string("change_id")?)?,
+            window: SaleWindow::new(
+                body.optional_long("opens_at")?,
+                body.optional_long("closes_at")?,
+            )?,
+        }),
+        10 => CommandBody::Pause(Pause {
+            change_id: ChangeId::new(body.string("change_id")?)?,
+        }),
+        11 => CommandBody::Resume(Resume {
+            change_id: ChangeId::new(body.string("change_id")?)?,
         }),
         other => return Err(shape(format!("body: unknown union branch {other}"))),
     })
@@ -600,6 +628,8 @@ fn outcome_value(outcome: &Outcome) -> Value {
             optional_string(outcome.to_location.as_deref()),
         ),
         ("events".into(), events_value(&outcome.decision.events)),
+        ("opens_at".into(), optional_timestamp(outcome.opens_at)),
+        ("closes_at".into(), optional_timestamp(outcome.closes_at)),
     ])
 }
 
@@ -681,6 +711,8 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         basket_id: f.optional_string("basket_id")?,
         units: f.strings("units")?,
         to_location: f.optional_string("to_location")?,
+        opens_at: f.optional_long("opens_at")?,
+        closes_at: f.optional_long("closes_at")?,
     })
 }
 
@@ -876,6 +908,20 @@ mod tests {
             ),
             alerts(Some(10)),
             alerts(None),
+            CommandBody::Window(Window {
+                change_id: ChangeId::new("sale-1").unwrap(),
+                window: SaleWindow::new(Some(1_700_000_000_000), Some(1_700_003_600_000)).unwrap(),
+            }),
+            CommandBody::Window(Window {
+                change_id: ChangeId::new("sale-2").unwrap(),
+                window: SaleWindow::ALWAYS,
+            }),
+            CommandBody::Pause(Pause {
+                change_id: ChangeId::new("stop-1").unwrap(),
+            }),
+            CommandBody::Resume(Resume {
+                change_id: ChangeId::new("go-1").unwrap(),
+            }),
         ]
     }
 
@@ -1149,12 +1195,18 @@ mod tests {
     /// Whether versions before Command v5 and Outcome v7 could hold a
     /// command of this kind (they have neither Transfer nor Alerts).
     fn before_transfers(body: &CommandBody) -> bool {
-        !matches!(body, CommandBody::Transfer(_) | CommandBody::Alerts(_))
+        !matches!(body, CommandBody::Transfer(_)) && before_alerts(body)
     }
 
     /// Whether versions before Command v6 and Outcome v8 could hold it.
     fn before_alerts(body: &CommandBody) -> bool {
-        !matches!(body, CommandBody::Alerts(_))
+        !matches!(body, CommandBody::Alerts(_)) && before_sales(body)
+    }
+
+    /// Whether versions before Command v7 and Outcome v9 could hold it
+    /// (they have no windows, pauses or resumes).
+    fn before_sales(body: &CommandBody) -> bool {
+        body.change_id().is_none()
     }
 
     #[test]
@@ -1213,6 +1265,7 @@ mod tests {
                 if (version.version < 4 && !old_kind)
                     || (version.version < 7 && !before_transfers(&c.body))
                     || (version.version < 8 && !before_alerts(&c.body))
+                    || (version.version < 9 && !before_sales(&c.body))
                 {
                     continue;
                 }

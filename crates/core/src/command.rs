@@ -3,10 +3,14 @@
 use std::fmt;
 
 use crate::ids::{
-    check_units, AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
-    UnitId, UserId, ValidationError, MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS,
+    check_units, AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku,
+    TransferId, UnitId, UserId, ValidationError, MAX_HOLD_MS, MAX_STOCK, MAX_TIMESTAMP_MS,
     MAX_UNITS_PER_DEDUCT, MAX_UNITS_PER_RESTOCK,
 };
+
+mod sale;
+
+pub use sale::{Pause, Resume, SalePhase, SaleWindow, Window, MAX_WINDOW_AHEAD_MS};
 
 /// Longest free-text reason a rollback may carry, in bytes.
 ///
@@ -76,6 +80,9 @@ pub enum CommandBody {
     Limit(Limit),
     Transfer(Transfer),
     Alerts(Alerts),
+    Window(Window),
+    Pause(Pause),
+    Resume(Resume),
 }
 
 impl CommandBody {
@@ -99,6 +106,9 @@ impl CommandBody {
             Self::Limit(_) => CommandKind::Limit,
             Self::Transfer(_) => CommandKind::Transfer,
             Self::Alerts(_) => CommandKind::Alerts,
+            Self::Window(_) => CommandKind::Window,
+            Self::Pause(_) => CommandKind::Pause,
+            Self::Resume(_) => CommandKind::Resume,
         }
     }
 
@@ -118,7 +128,13 @@ impl CommandBody {
             Self::Confirm(c) => Some(&c.order_id),
             Self::Refund(r) => Some(&r.order_id),
             Self::Expire(e) => Some(&e.order_id),
-            Self::Restock(_) | Self::Limit(_) | Self::Transfer(_) | Self::Alerts(_) => None,
+            Self::Restock(_)
+            | Self::Limit(_)
+            | Self::Transfer(_)
+            | Self::Alerts(_)
+            | Self::Window(_)
+            | Self::Pause(_)
+            | Self::Resume(_) => None,
         }
     }
 
@@ -141,7 +157,31 @@ impl CommandBody {
             Self::Limit(l) => l.per_user.map(Quantity::get),
             Self::Transfer(t) => Some(t.quantity.get()),
             Self::Alerts(a) => a.low_stock_below.map(Quantity::get),
-            Self::Rollback(_) | Self::Confirm(_) | Self::Expire(_) => None,
+            Self::Rollback(_)
+            | Self::Confirm(_)
+            | Self::Expire(_)
+            | Self::Window(_)
+            | Self::Pause(_)
+            | Self::Resume(_) => None,
+        }
+    }
+
+    /// The id of a change of the SKU's sale (a window, pause or resume),
+    /// if this is one.
+    ///
+    /// ```
+    /// use stockledger_core::{ChangeId, CommandBody, Pause};
+    ///
+    /// let pause = CommandBody::Pause(Pause { change_id: ChangeId::new("stop-1")? });
+    /// assert_eq!(pause.change_id().map(ChangeId::as_str), Some("stop-1"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn change_id(&self) -> Option<&ChangeId> {
+        match self {
+            Self::Window(w) => Some(&w.change_id),
+            Self::Pause(p) => Some(&p.change_id),
+            Self::Resume(r) => Some(&r.change_id),
+            _ => None,
         }
     }
 
@@ -945,6 +985,9 @@ pub enum CommandKind {
     Limit,
     Transfer,
     Alerts,
+    Window,
+    Pause,
+    Resume,
 }
 
 impl CommandKind {
@@ -955,7 +998,7 @@ impl CommandKind {
     ///
     /// assert_eq!(CommandKind::ALL[0], CommandKind::Deduct);
     /// ```
-    pub const ALL: [CommandKind; 9] = [
+    pub const ALL: [CommandKind; 12] = [
         Self::Deduct,
         Self::Rollback,
         Self::Restock,
@@ -965,6 +1008,9 @@ impl CommandKind {
         Self::Limit,
         Self::Transfer,
         Self::Alerts,
+        Self::Window,
+        Self::Pause,
+        Self::Resume,
     ];
 
     /// The kind's symbol.
@@ -985,6 +1031,9 @@ impl CommandKind {
             Self::Limit => "LIMIT",
             Self::Transfer => "TRANSFER",
             Self::Alerts => "ALERTS",
+            Self::Window => "WINDOW",
+            Self::Pause => "PAUSE",
+            Self::Resume => "RESUME",
         }
     }
 

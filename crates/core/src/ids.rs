@@ -432,6 +432,13 @@ id_type!(
     "transfer_id"
 );
 id_type!(
+    /// Names one change of a SKU's sale (a window, a pause, a resume), so
+    /// that sending it twice applies it once. Change ids share the SKU's
+    /// namespace of adjustments with restocks and transfers.
+    ChangeId,
+    "change_id"
+);
+id_type!(
     /// Unique id of one command, chosen by the producer.
     CommandId,
     "command_id"

@@ -5,7 +5,8 @@
 //!   with a [`ValidationError`] naming the field.
 //! - [`command`]: the commands order services append to the log
 //!   (`Deduct`, which may be a reservation, `Rollback`, `Restock`,
-//!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`, `Alerts`).
+//!   `Confirm`, `Refund`, `Expire`, `Limit`, `Transfer`, `Alerts`,
+//!   `Window`, `Pause`, `Resume`).
 //! - [`outcome`]: log positions, the decision taken for one record, and the
 //!   outcome message archived for it.
 //! - [`machine`]: the state machine. The applier and replay decide every
@@ -29,12 +30,12 @@ pub mod schema;
 pub mod trace;
 
 pub use command::{
-    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Reason, Refund,
-    Restock, RestockMode, Rollback, Transfer,
+    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Reason,
+    Refund, Restock, RestockMode, Resume, Rollback, SalePhase, SaleWindow, Transfer, Window,
 };
 pub use ids::{
-    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,
-    UserId, ValidationError,
+    AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
+    UnitId, UserId, ValidationError,
 };
 pub use machine::{
     Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,

@@ -86,6 +86,14 @@ pub enum ResultCode {
     RejectedLimit,
     /// An expire before the deadline: the hold stays.
     IgnoredNotDue,
+    /// A deduct, hold or basket line stamped before the SKU's sale window
+    /// opens.
+    RejectedNotOpen,
+    /// A deduct, hold or basket line stamped at or after the SKU's sale
+    /// window closes.
+    RejectedClosed,
+    /// A deduct, hold or basket line while the SKU is paused.
+    RejectedPaused,
 }
 
 impl ResultCode {
@@ -96,7 +104,7 @@ impl ResultCode {
     ///
     /// assert!(ResultCode::ALL.into_iter().all(|r| ResultCode::parse(r.as_str()) == Some(r)));
     /// ```
-    pub const ALL: [ResultCode; 18] = [
+    pub const ALL: [ResultCode; 21] = [
         Self::Applied,
         Self::RejectedInsufficient,
         Self::RejectedCancelled,
@@ -115,6 +123,9 @@ impl ResultCode {
         Self::RejectedRefund,
         Self::RejectedLimit,
         Self::IgnoredNotDue,
+        Self::RejectedNotOpen,
+        Self::RejectedClosed,
+        Self::RejectedPaused,
     ];
 
     /// The symbol used in Avro, Redis, Lua and PostgreSQL.
@@ -144,6 +155,9 @@ impl ResultCode {
             Self::RejectedRefund => "REJECTED_REFUND",
             Self::RejectedLimit => "REJECTED_LIMIT",
             Self::IgnoredNotDue => "IGNORED_NOT_DUE",
+            Self::RejectedNotOpen => "REJECTED_NOT_OPEN",
+            Self::RejectedClosed => "REJECTED_CLOSED",
+            Self::RejectedPaused => "REJECTED_PAUSED",
         }
     }
 
@@ -184,8 +198,9 @@ impl fmt::Display for ResultCode {
     }
 }
 
-/// A change of a SKU's available stock that storefronts and purchasing
-/// want to hear of, as the Avro enum `StockEventKind` names it.
+/// A change of a SKU's available stock, or of whether it is on sale, that
+/// storefronts and purchasing want to hear of, as the Avro enum
+/// `StockEventKind` names it.
 ///
 /// ```
 /// use stockledger_core::StockEventKind;
@@ -201,11 +216,29 @@ pub enum StockEventKind {
     /// Available stock crossed the SKU's `low_stock_below` threshold
     /// downwards.
     LowStock,
+    /// The SKU's sale window opened: the first record stamped at or after
+    /// its opening, or a window set that is open at its record's time.
+    Opened,
+    /// The sale window closed: the first record stamped at or after its
+    /// closing, or a window set that is not open at its record's time.
+    Closed,
+    /// A pause stopped the SKU's sale.
+    Paused,
+    /// A resume ended the pause.
+    Resumed,
 }
 
 impl StockEventKind {
     /// In the order of the `StockEventKind` enum's symbols.
-    pub const ALL: [StockEventKind; 3] = [Self::SoldOut, Self::BackInStock, Self::LowStock];
+    pub const ALL: [StockEventKind; 7] = [
+        Self::SoldOut,
+        Self::BackInStock,
+        Self::LowStock,
+        Self::Opened,
+        Self::Closed,
+        Self::Paused,
+        Self::Resumed,
+    ];
 
     /// The symbol of the Avro enum.
     pub fn as_str(self) -> &'static str {
@@ -213,6 +246,10 @@ impl StockEventKind {
             Self::SoldOut => "SOLD_OUT",
             Self::BackInStock => "BACK_IN_STOCK",
             Self::LowStock => "LOW_STOCK",
+            Self::Opened => "OPENED",
+            Self::Closed => "CLOSED",
+            Self::Paused => "PAUSED",
+            Self::Resumed => "RESUMED",
         }
     }
 
@@ -227,6 +264,10 @@ impl StockEventKind {
             Self::SoldOut => 'S',
             Self::BackInStock => 'B',
             Self::LowStock => 'L',
+            Self::Opened => 'O',
+            Self::Closed => 'C',
+            Self::Paused => 'P',
+            Self::Resumed => 'R',
         }
     }
 
@@ -270,6 +311,19 @@ impl StockEvents {
             events.0 |= StockEventKind::LowStock.bit();
         }
         events
+    }
+
+    /// This set and `other`'s together.
+    ///
+    /// ```
+    /// use stockledger_core::{StockEventKind, StockEvents};
+    ///
+    /// let both = StockEvents::of([StockEventKind::Paused]).with(StockEvents::of([StockEventKind::SoldOut]));
+    /// assert_eq!(both.letters(), "SP");
+    /// ```
+    #[must_use]
+    pub fn with(self, other: Self) -> Self {
+        Self(self.0 | other.0)
     }
 
     /// Whether the record caused no event.
@@ -382,6 +436,11 @@ pub struct Outcome {
     /// Where a transfer moved stock to (its `from` is
     /// [`Decision::location`]).
     pub to_location: Option<String>,
+    /// The sale window a window command set: its opening (outcomes
+    /// before schema v9 have none).
+    pub opens_at: Option<i64>,
+    /// The sale window a window command set: its closing.
+    pub closes_at: Option<i64>,
 }
 
 impl Outcome {
@@ -414,6 +473,10 @@ impl Outcome {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn for_command(position: LogPosition, command: &Command, decision: Decision) -> Self {
+        let window = match &command.body {
+            CommandBody::Window(w) => Some(w.window),
+            _ => None,
+        };
         Self {
             position,
             sku: command.sku.as_str().to_owned(),
@@ -423,7 +486,7 @@ impl Outcome {
             adjustment_id: match &command.body {
                 CommandBody::Restock(r) => Some(r.adjustment_id.as_str().to_owned()),
                 CommandBody::Transfer(t) => Some(t.transfer_id.as_str().to_owned()),
-                _ => None,
+                body => body.change_id().map(|c| c.as_str().to_owned()),
             },
             quantity: command.body.quantity(),
             decision,
@@ -449,6 +512,8 @@ impl Outcome {
                 CommandBody::Transfer(t) => Some(t.to().as_str().to_owned()),
                 _ => None,
             },
+            opens_at: window.and_then(|w| w.opens_at()),
+            closes_at: window.and_then(|w| w.closes_at()),
         }
     }
 
@@ -489,6 +554,8 @@ impl Outcome {
             basket_id: None,
             units: Vec::new(),
             to_location: None,
+            opens_at: None,
+            closes_at: None,
         }
     }
 }

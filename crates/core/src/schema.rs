@@ -92,7 +92,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 15] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 18] = [
     (
         Subject::Command,
         1,
@@ -127,6 +127,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 15] = [
         Subject::Command,
         6,
         include_str!("../../../schemas/history/Command.v6.avsc"),
+        None,
+    ),
+    (
+        Subject::Command,
+        7,
+        include_str!("../../../schemas/history/Command.v7.avsc"),
         None,
     ),
     (
@@ -178,9 +184,21 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 15] = [
         None,
     ),
     (
+        Subject::Outcome,
+        9,
+        include_str!("../../../schemas/history/Outcome.v9.avsc"),
+        None,
+    ),
+    (
         Subject::StockEvent,
         1,
         include_str!("../../../schemas/history/StockEvent.v1.avsc"),
+        None,
+    ),
+    (
+        Subject::StockEvent,
+        2,
+        include_str!("../../../schemas/history/StockEvent.v2.avsc"),
         None,
     ),
 ];
@@ -562,7 +580,19 @@ mod tests {
     }
 
     /// The one-type-per-file schemas in `schemas/`, by full name.
-    const CURRENT_FILES: [(&str, &str); 16] = [
+    const CURRENT_FILES: [(&str, &str); 19] = [
+        (
+            "stockledger.Window",
+            include_str!("../../../schemas/Window.avsc"),
+        ),
+        (
+            "stockledger.Pause",
+            include_str!("../../../schemas/Pause.avsc"),
+        ),
+        (
+            "stockledger.Resume",
+            include_str!("../../../schemas/Resume.avsc"),
+        ),
         (
             "stockledger.RestockMode",
             include_str!("../../../schemas/RestockMode.avsc"),
@@ -706,7 +736,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 36] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 51] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -755,6 +785,24 @@ mod tests {
         (Subject::Outcome, 5, 8),
         (Subject::Outcome, 6, 8),
         (Subject::Outcome, 7, 8),
+        // Command v7 added the Window, Pause and Resume branches, Outcome
+        // v9 their kinds and refusals (its window fields alone have
+        // defaults), StockEvent v2 the kinds of a sale's changes.
+        (Subject::Command, 1, 7),
+        (Subject::Command, 2, 7),
+        (Subject::Command, 3, 7),
+        (Subject::Command, 4, 7),
+        (Subject::Command, 5, 7),
+        (Subject::Command, 6, 7),
+        (Subject::Outcome, 1, 9),
+        (Subject::Outcome, 2, 9),
+        (Subject::Outcome, 3, 9),
+        (Subject::Outcome, 4, 9),
+        (Subject::Outcome, 5, 9),
+        (Subject::Outcome, 6, 9),
+        (Subject::Outcome, 7, 9),
+        (Subject::Outcome, 8, 9),
+        (Subject::StockEvent, 1, 2),
     ];
 
     #[test]

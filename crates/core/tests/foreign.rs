@@ -132,3 +132,48 @@ fn a_fastavro_written_stock_event_decodes_as_the_ledger_means_it() {
     );
     assert_eq!((event.position.partition, event.position.offset), (1, 8));
 }
+
+#[test]
+fn fastavro_written_windows_and_pauses_decode_as_the_ledger_means_them() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let commands = payloads(&fixture, "commands");
+    let window = decode_command(&commands[5]).unwrap();
+    let CommandBody::Window(w) = &window.body else {
+        panic!("{window:?}");
+    };
+    assert_eq!(
+        (
+            w.change_id.as_str(),
+            w.window.opens_at(),
+            w.window.closes_at()
+        ),
+        ("sale-1", Some(1_700_003_600_000), None)
+    );
+    let pause = decode_command(&commands[6]).unwrap();
+    assert!(matches!(&pause.body, CommandBody::Pause(p) if p.change_id.as_str() == "stop-1"));
+    let resume = decode_command(&commands[7]).unwrap();
+    assert!(matches!(&resume.body, CommandBody::Resume(r) if r.change_id.as_str() == "go-1"));
+
+    let outcomes = payloads(&fixture, "outcomes");
+    let set = decode_outcome(&outcomes[3]).unwrap();
+    assert_eq!(set.kind, Some(CommandKind::Window));
+    assert_eq!(set.adjustment_id.as_deref(), Some("sale-1"));
+    assert_eq!(
+        (set.opens_at, set.closes_at),
+        (Some(1_700_003_600_000), None)
+    );
+    assert_eq!(
+        set.decision.events.kinds().collect::<Vec<_>>(),
+        [StockEventKind::Closed]
+    );
+    // fastavro filled the window fields the record left out with null.
+    let refused = decode_outcome(&outcomes[4]).unwrap();
+    assert_eq!(refused.decision.result, ResultCode::RejectedPaused);
+    assert_eq!((refused.opens_at, refused.closes_at), (None, None));
+
+    let paused = decode_stock_event(&payloads(&fixture, "events")[1]).unwrap();
+    assert_eq!(
+        (paused.kind, paused.location.as_deref()),
+        (StockEventKind::Paused, None)
+    );
+}

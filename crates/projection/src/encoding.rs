@@ -3,13 +3,14 @@
 //! or writes them.
 
 use stockledger_core::{
-    Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, StockEvents, Unit, UnitState,
+    Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, SalePhase, SaleWindow, SkuState,
+    StockEvents, Unit, UnitState,
 };
 
 /// The stock hash's fields, in the order a SKU's first record writes them
-/// (the last two only once set).
-pub(crate) const STOCK_FIELDS: [&str; 9] = [
-    AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW,
+/// (the last three only once set).
+pub(crate) const STOCK_FIELDS: [&str; 10] = [
+    AVAILABLE, TOTAL, RESERVED, PARTITION, OFFSET, NAMED, LOCATED, LIMIT, LOW, SALE,
 ];
 
 /// Fields of the stock hash.
@@ -34,6 +35,71 @@ pub const LOCATED: &str = "located";
 /// The low-stock threshold, when set: read by the applier with the
 /// rest of the stock hash. [`ALERTS_FIELD`] holds it too.
 pub const LOW: &str = "low";
+
+/// When the SKU sells, once a window, pause or resume was applied
+/// ([`encode_sale`]'s form): read by the applier with the rest of the
+/// stock hash. [`SALE_FIELD`] holds it too.
+pub const SALE: &str = "sale";
+
+/// In the orders hash, the SKU's sale as [`SALE`] holds it: the copy
+/// snapshots keep, from which a restore writes [`SALE`].
+pub const SALE_FIELD: &str = "{sale}";
+
+/// [`SALE`]'s form of a SKU's window, where its records have reached in
+/// it and its pause: `opens_at|closes_at|phase|paused`, each instant in
+/// milliseconds since the Unix epoch (empty when absent), the phase as
+/// [`SalePhase::as_str`], paused `1` or `0`. `None` for a SKU that sells
+/// always and is not paused, which needs no field.
+///
+/// ```
+/// use stockledger_core::{SaleWindow, SkuState};
+/// use stockledger_projection::encoding::{decode_sale, encode_sale};
+///
+/// let state = SkuState {
+///     window: SaleWindow::new(Some(1_700_000_000_000), None)?,
+///     paused: true,
+///     ..SkuState::default()
+/// };
+/// let field = encode_sale(&state).unwrap();
+/// assert_eq!(field, "1700000000000||open|1");
+/// assert_eq!(decode_sale(&field), Some((state.window, state.phase, true)));
+/// assert_eq!(encode_sale(&SkuState::default()), None);
+/// # Ok::<(), stockledger_core::ValidationError>(())
+/// ```
+pub fn encode_sale(state: &SkuState) -> Option<String> {
+    if state.window == SaleWindow::ALWAYS && state.phase == SalePhase::Open && !state.paused {
+        return None;
+    }
+    let at = |t: Option<i64>| t.map(|t| t.to_string()).unwrap_or_default();
+    Some(format!(
+        "{}|{}|{}|{}",
+        at(state.window.opens_at()),
+        at(state.window.closes_at()),
+        state.phase.as_str(),
+        u8::from(state.paused)
+    ))
+}
+
+/// Parses [`encode_sale`]'s form: the window, the phase and whether the
+/// SKU is paused; `None` if it is not one.
+pub fn decode_sale(s: &str) -> Option<(SaleWindow, SalePhase, bool)> {
+    let mut parts = s.split('|');
+    let mut at = || -> Option<Option<i64>> {
+        match parts.next()? {
+            "" => Some(None),
+            t => t.parse().ok().map(Some),
+        }
+    };
+    let (opens, closes) = (at()?, at()?);
+    let window = SaleWindow::new(opens, closes).ok()?;
+    let phase = SalePhase::parse(parts.next()?)?;
+    let paused = match parts.next()? {
+        "1" => true,
+        "0" => false,
+        _ => return None,
+    };
+    parts.next().is_none().then_some((window, phase, paused))
+}
 
 /// In the orders hash, the low-stock threshold, when set: the copy
 /// snapshots keep (they store the orders hash whole), from which a

@@ -16,11 +16,11 @@ use std::collections::{BTreeSet, HashMap};
 use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit};
 
 use crate::encoding::{
-    decode_decision, decode_locations, decode_order, decode_unit, encode_decision,
-    encode_locations, encode_order, encode_unit, seat_letter, unit_of_field, user_of_field,
-    ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION,
-    RESERVED, SEATMAP_FIELD, STOCK_FIELDS, TOTAL, UNITS_FIELD, UNIT_FIELD_PREFIX,
-    USER_FIELD_PREFIX,
+    decode_decision, decode_locations, decode_order, decode_sale, decode_unit, encode_decision,
+    encode_locations, encode_order, encode_sale, encode_unit, seat_letter, unit_of_field,
+    user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET,
+    PARTITION, RESERVED, SALE, SALE_FIELD, SEATMAP_FIELD, STOCK_FIELDS, TOTAL, UNITS_FIELD,
+    UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
 };
 use crate::keys::SkuKeys;
 use crate::projection::ProjectionError;
@@ -201,8 +201,11 @@ pub(crate) struct SkuStage {
     listed: String,
     orders: Tracker,
     /// The stock hash's fields past the core ones: the limit, the
-    /// threshold and each record's decision (by offset), in log order.
+    /// threshold, the sale and each record's decision (by offset), in log
+    /// order.
     extras: Tracker,
+    /// The SKU's sale as [`SALE`] holds it, as the batch leaves it.
+    sale: Option<String>,
     adjustments: Vec<(String, String)>,
     /// Whether a record of the batch applied (and so wrote a decision).
     applied: bool,
@@ -230,6 +233,7 @@ impl SkuStage {
             listed: String::new(),
             orders: Tracker::default(),
             extras: Tracker::default(),
+            sale: None,
             adjustments: Vec::new(),
             applied: false,
             cached: false,
@@ -280,7 +284,11 @@ impl SkuStage {
                     }
                 }
                 CommandBody::Transfer(t) => adjustments.add(t.transfer_id.as_str().to_owned()),
-                _ => {}
+                body => {
+                    if let Some(id) = body.change_id() {
+                        adjustments.add(id.as_str().to_owned());
+                    }
+                }
             }
             if let Some(order) = records[i].command.body.order_id() {
                 orders.add(order.as_str().to_owned());
@@ -385,7 +393,7 @@ impl SkuStage {
                 .transpose()
         };
         let partition = number(PARTITION)?;
-        let state = SkuState {
+        let mut state = SkuState {
             available: number(AVAILABLE)?.unwrap_or(0),
             total: number(TOTAL)?.unwrap_or(0),
             reserved: number(RESERVED)?.unwrap_or(0),
@@ -398,6 +406,19 @@ impl SkuStage {
             named: field(NAMED).as_deref() == Some("1"),
             ..SkuState::default()
         };
+        let sale = field(SALE);
+        if let Some(value) = &sale {
+            let corrupt = || ProjectionError::Corrupt {
+                key: key.clone(),
+                value: value.clone(),
+            };
+            (state.window, state.phase, state.paused) = decode_sale(value).ok_or_else(corrupt)?;
+        }
+        self.orders
+            .start
+            .insert(SALE_FIELD.to_owned(), sale.clone());
+        self.extras.start.insert(SALE.to_owned(), sale.clone());
+        self.sale = sale;
         let low = field(LOW);
         self.orders
             .start
@@ -487,6 +508,12 @@ impl SkuStage {
                     self.adjustments.push((id.to_owned(), offset.clone()));
                 }
             }
+            CommandBody::Window(_) | CommandBody::Pause(_) | CommandBody::Resume(_) => {
+                let id = body.change_id().map(|c| c.as_str()).unwrap_or_default();
+                if self.state.adjustments.get(id) == Some(&record.offset) {
+                    self.adjustments.push((id.to_owned(), offset.clone()));
+                }
+            }
             CommandBody::Limit(_) => {
                 let limit = self.state.limit.map(|l| l.to_string());
                 self.extras.set(LIMIT, limit);
@@ -524,6 +551,14 @@ impl SkuStage {
         if !self.state.locations.is_empty() {
             let locations = encode_locations(&self.state.locations);
             self.orders.set(LOCATIONS_FIELD, Some(locations));
+        }
+        // Any record may move the sale's phase (the first one past its
+        // opening or closing), not only the sale's own commands.
+        let sale = encode_sale(&self.state);
+        if sale != self.sale {
+            self.extras.set(SALE, sale.clone());
+            self.orders.set(SALE_FIELD, sale.clone());
+            self.sale = sale;
         }
     }
 

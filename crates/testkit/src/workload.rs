@@ -21,12 +21,13 @@
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use stockledger_core::command::MAX_WINDOW_AHEAD_MS;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Alerts, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Limit,
-    LocationId, OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, Transfer,
-    TransferId, UnitId, UserId,
+    AdjustmentId, Alerts, ChangeId, Command, CommandBody, CommandId, Confirm, Deduct, Expire,
+    Limit, LocationId, OrderId, Pause, Quantity, Refund, Restock, RestockMode, Resume, Rollback,
+    SaleWindow, Sku, Transfer, TransferId, UnitId, UserId, Window,
 };
 
 /// The partitions of generated logs.
@@ -95,6 +96,9 @@ fn order_id() -> impl Strategy<Value = OrderId> {
 enum Body {
     Ready(CommandBody),
     Reserve(Deduct, i64),
+    /// A sale window opening and closing this many ms after its record's
+    /// timestamp (either absent).
+    Window(ChangeId, Option<i64>, Option<i64>),
 }
 
 fn user_id() -> impl Strategy<Value = Option<UserId>> {
@@ -220,6 +224,7 @@ fn body() -> impl Strategy<Value = Body> {
     });
     prop_oneof![
         3 => deduct.prop_map(Body::Ready),
+        1 => sale(),
         1 => seats.prop_map(Body::Ready),
         1 => add_seats.prop_map(Body::Ready),
         4 => reserve,
@@ -232,6 +237,34 @@ fn body() -> impl Strategy<Value = Body> {
         2 => transfer.prop_map(Body::Ready),
         1 => alerts.prop_map(Body::Ready),
     ]
+}
+
+/// A change of the sale: a window that opens or closes within a few
+/// steps of its record (now and then more than a year ahead, refused), a
+/// pause or a resume. Change ids share the adjustments' namespace: "a0"
+/// may meet a restock.
+fn sale() -> impl Strategy<Value = Body> {
+    let id = (prop_oneof![Just("w"), Just("a")], 0..4u8)
+        .prop_map(|(kind, n)| ChangeId::new(format!("{kind}{n}")).unwrap());
+    let at = prop_oneof![
+        2 => Just(None),
+        6 => (-8..=24i64).prop_map(Some),
+        1 => Just(Some(MAX_WINDOW_AHEAD_MS + 1)),
+    ];
+    let length = prop_oneof![1 => Just(None), 3 => (1..=24i64).prop_map(Some)];
+    let window = (id.clone(), at, length).prop_map(|(id, opens, length)| {
+        let closes = match (opens, length) {
+            (Some(opens), Some(length)) => Some(opens.saturating_add(length)),
+            (None, Some(length)) => Some(length - 8),
+            (_, None) => None,
+        };
+        Body::Window(id, opens, closes)
+    });
+    let pause = id
+        .clone()
+        .prop_map(|change_id| Body::Ready(CommandBody::Pause(Pause { change_id })));
+    let resume = id.prop_map(|change_id| Body::Ready(CommandBody::Resume(Resume { change_id })));
+    prop_oneof![3 => window, 1 => pause, 2 => resume]
 }
 
 /// The instant of the first step.
@@ -323,6 +356,13 @@ pub fn scenario(max_steps: usize) -> impl Strategy<Value = Scenario> {
                                 expires_at: Some(timestamp + hold),
                                 ..d
                             }),
+                            Body::Window(change_id, opens, closes) => {
+                                let at = |ms: Option<i64>| ms.map(|ms| timestamp + ms);
+                                CommandBody::Window(Window {
+                                    change_id,
+                                    window: SaleWindow::new(at(opens), at(closes)).unwrap(),
+                                })
+                            }
                         };
                         let home = home_partition(SKUS[sku].as_bytes(), PARTITIONS);
                         let partition = if misrouted { 1 - home } else { home };

@@ -140,6 +140,21 @@ impl Serialize for Body<'_> {
                 8,
                 Fields::new("Alerts").optional_long("low_stock_below", quantity(a.low_stock_below)),
             ),
+            CommandBody::Window(w) => (
+                9,
+                Fields::new("Window")
+                    .string("change_id", w.change_id.as_str())
+                    .optional_long("opens_at", w.window.opens_at())
+                    .optional_long("closes_at", w.window.closes_at()),
+            ),
+            CommandBody::Pause(p) => (
+                10,
+                Fields::new("Pause").string("change_id", p.change_id.as_str()),
+            ),
+            CommandBody::Resume(r) => (
+                11,
+                Fields::new("Resume").string("change_id", r.change_id.as_str()),
+            ),
         };
         s.serialize_newtype_variant("Body", branch, record.name, &record)
     }
@@ -251,7 +266,7 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 24)?;
+        let mut r = s.serialize_struct("Outcome", 26)?;
         r.serialize_field("topic", &o.position.topic)?;
         r.serialize_field("partition", &o.position.partition)?;
         r.serialize_field("offset", &o.position.offset)?;
@@ -276,6 +291,8 @@ impl Serialize for OutcomeDatum<'_> {
         r.serialize_field("location", &d.location)?;
         r.serialize_field("to_location", &o.to_location)?;
         r.serialize_field("events", &Events(d.events))?;
+        r.serialize_field("opens_at", &o.opens_at)?;
+        r.serialize_field("closes_at", &o.closes_at)?;
         r.end()
     }
 }

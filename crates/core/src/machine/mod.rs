@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::command::{
     check_deadline, CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode,
-    Rollback, Transfer,
+    Rollback, SalePhase, SaleWindow, Transfer,
 };
 use crate::ids::MAX_STOCK;
 use crate::outcome::StockEvents;
@@ -32,6 +32,7 @@ use crate::outcome::{Decision, ResultCode};
 use crate::Command;
 
 mod rules;
+mod sale;
 
 /// Where one order of one SKU stands.
 ///
@@ -366,6 +367,14 @@ pub struct SkuState {
     pub locations: Vec<LocationStock>,
     /// The low-stock threshold, if set ([`crate::Alerts`]).
     pub low_stock_below: Option<i64>,
+    /// When the SKU sells ([`crate::Window`]).
+    pub window: SaleWindow,
+    /// Where in [`SkuState::window`] the SKU's records have reached, as
+    /// its stock events announced it: it moves only forward with the
+    /// records' times, and a new window sets it anew.
+    pub phase: SalePhase,
+    /// Whether a [`crate::Pause`] stopped the sale.
+    pub paused: bool,
 }
 
 impl SkuState {
@@ -458,8 +467,12 @@ impl SkuState {
                 self.low_stock_below = a.low_stock_below.map(|q| q.get());
                 self.decide(ResultCode::Applied, 0, None)
             }
+            CommandBody::Window(w) => self.set_window(offset, time, w),
+            CommandBody::Pause(p) => self.pause(offset, p),
+            CommandBody::Resume(r) => self.resume(offset, r),
         };
-        decision.events = StockEvents::between(before, self.available, self.low_stock_below);
+        let moved = StockEvents::between(before, self.available, self.low_stock_below);
+        decision.events = decision.events.with(moved).with(self.reach(time));
         if decision.location.is_none() {
             decision.location = body.location().map(|l| l.as_str().to_owned());
         }

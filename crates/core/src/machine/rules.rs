@@ -52,7 +52,8 @@ impl SkuState {
     }
 
     /// The refusal a deduct gets, if it is refused: its order decided
-    /// before, a deadline out of bounds, the wrong kind of stock, a
+    /// before, the sale paused or outside its window, a deadline out of
+    /// bounds, the wrong kind of stock, a
     /// per-user limit, or too little (or taken) stock.
     fn refuse_deduct(&self, time: i64, d: &Deduct) -> Option<Decision> {
         if let Some(entry) = self.orders.get(d.order_id.as_str()) {
@@ -70,6 +71,9 @@ impl SkuState {
                 }
             };
             return Some(self.refuse(result, reason));
+        }
+        if let Some(refused) = self.refuse_sale(time) {
+            return Some(refused);
         }
         if let Some(deadline) = d.expires_at {
             if let Err(e) = check_deadline(deadline, time) {

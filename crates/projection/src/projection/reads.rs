@@ -55,7 +55,11 @@ impl Projection {
             last_offset: Some(number(OFFSET)?),
             ..SkuState::default()
         };
-        let (mut registry, mut seatmap, mut alerts) = (None, None, None);
+        if let Some(sale) = stock.get(SALE) {
+            (state.window, state.phase, state.paused) =
+                decode_sale(sale).ok_or_else(|| corrupt(&keys.stock, sale))?;
+        }
+        let (mut registry, mut seatmap, mut alerts, mut sale) = (None, None, None, None);
         let mut places = BTreeMap::new();
         for (field, value) in orders {
             if let Some(user) = user_of_field(&field) {
@@ -80,6 +84,10 @@ impl Projection {
             }
             if field == ALERTS_FIELD {
                 alerts = Some(value);
+                continue;
+            }
+            if field == SALE_FIELD {
+                sale = Some(value);
                 continue;
             }
             if field == LOCATIONS_FIELD {
@@ -115,6 +123,10 @@ impl Projection {
         if alerts.as_deref().map(str::parse::<i64>).transpose().ok() != Some(state.low_stock_below)
         {
             return Err(corrupt(&keys.orders, alerts.as_deref().unwrap_or("")));
+        }
+        // So must the sale's.
+        if sale.as_ref() != stock.get(SALE) {
+            return Err(corrupt(&keys.orders, sale.as_deref().unwrap_or("")));
         }
         // The locations must sum to the SKU's stock and agree with the flag.
         let located = stock.get(LOCATED).is_some_and(|flag| flag == "1");

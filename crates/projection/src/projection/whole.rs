@@ -75,29 +75,32 @@ impl Projection {
             let k = SkuKeys::new(&self.prefix, &state.sku);
             // The applier's field order, so a restored hash is
             // laid out as a replayed one.
-            let mut stock = vec![
-                (AVAILABLE, state.stock.available),
-                (TOTAL, state.stock.total),
-                (RESERVED, state.stock.reserved),
+            let mut stock: Vec<(&str, String)> = vec![
+                (AVAILABLE, state.stock.available.to_string()),
+                (TOTAL, state.stock.total.to_string()),
+                (RESERVED, state.stock.reserved.to_string()),
             ];
             if let Some(partition) = state.stock.partition {
-                stock.push((PARTITION, i64::from(partition)));
+                stock.push((PARTITION, partition.to_string()));
             }
-            stock.push((OFFSET, state.stock.offset));
+            stock.push((OFFSET, state.stock.offset.to_string()));
             // The flag the applier reads; the units themselves are in
             // the orders hash, restored as it was.
-            stock.push((NAMED, i64::from(state.orders.contains_key(UNITS_FIELD))));
-            stock.push((
-                LOCATED,
-                i64::from(state.orders.contains_key(LOCATIONS_FIELD)),
-            ));
+            let flag = |on: bool| u8::from(on).to_string();
+            stock.push((NAMED, flag(state.orders.contains_key(UNITS_FIELD))));
+            stock.push((LOCATED, flag(state.orders.contains_key(LOCATIONS_FIELD))));
             if let Some(limit) = state.stock.limit {
-                stock.push((LIMIT, limit));
+                stock.push((LIMIT, limit.to_string()));
             }
             // The threshold the applier reads, from the copy the
             // orders hash keeps.
-            if let Some(low) = (state.orders.get(ALERTS_FIELD)).and_then(|v| v.parse().ok()) {
-                stock.push((LOW, low));
+            if let Some(low) = (state.orders.get(ALERTS_FIELD)).and_then(|v| v.parse::<i64>().ok())
+            {
+                stock.push((LOW, low.to_string()));
+            }
+            // The sale, from its copy too.
+            if let Some(sale) = state.orders.get(SALE_FIELD) {
+                stock.push((SALE, sale.clone()));
             }
             writes.push(redis::Cmd::hset_multiple(&k.stock, &stock));
             if !state.orders.is_empty() {
