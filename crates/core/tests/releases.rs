@@ -16,13 +16,13 @@ use stockledger_core::codec::{decode_command, decode_outcome, decode_stock_event
 use stockledger_core::schema;
 use stockledger_core::{
     Alerts, Command, CommandBody, Confirm, Decision, Deduct, Expire, Limit, LocationId,
-    LogPosition, Outcome, Quantity, Refund, Restock, RestockMode, ResultCode, Rollback, StockEvent,
-    StockEventKind, StockEvents, Transfer, UnitId,
+    LogPosition, Outcome, Pause, Quantity, Refund, Restock, RestockMode, ResultCode, Resume,
+    Rollback, SaleWindow, StockEvent, StockEventKind, StockEvents, Transfer, UnitId, Window,
 };
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 9] = [
+const RELEASES: [(&str, &str, bool); 10] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -66,6 +66,11 @@ const RELEASES: [(&str, &str, bool); 9] = [
     (
         "command-v6-outcome-v8-event-v1",
         include_str!("fixtures/releases/command-v6-outcome-v8-event-v1.json"),
+        true,
+    ),
+    (
+        "command-v7-outcome-v9-event-v2",
+        include_str!("fixtures/releases/command-v7-outcome-v9-event-v2.json"),
         true,
     ),
 ];
@@ -276,6 +281,36 @@ fn script_v6() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v8.rs`: `script_v6.rs`, then a sale window already open, a
+/// pause and a resume; the last two raise PAUSED and RESUMED.
+fn script_v8() -> (Vec<Command>, Vec<Decided>) {
+    let (mut commands, mut decisions) = script_v6();
+    let c = |id, body| command("SKU-4", id, body);
+    commands.push(c(
+        "c-window",
+        CommandBody::Window(Window {
+            change_id: "w-1".parse().unwrap(),
+            window: SaleWindow::new(Some(1_699_999_000_000), Some(1_700_100_000_000)).unwrap(),
+        }),
+    ));
+    commands.push(c(
+        "c-pause",
+        CommandBody::Pause(Pause {
+            change_id: "p-1".parse().unwrap(),
+        }),
+    ));
+    commands.push(c(
+        "c-resume",
+        CommandBody::Resume(Resume {
+            change_id: "r-1".parse().unwrap(),
+        }),
+    ));
+    for _ in 0..3 {
+        decisions.push((ResultCode::Applied, 0, 7, Some("as decided".into())));
+    }
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -289,7 +324,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v6") {
+        let (commands, decisions) = if name.starts_with("command-v7") {
+            script_v8()
+        } else if name.starts_with("command-v6") {
             // script_v7.rs is script_v6.rs that also writes the events.
             script_v6()
         } else if name.starts_with("command-v5") {
@@ -330,11 +367,16 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
                 reason,
                 // Only script_v5 names locations; its release wrote them.
                 location: c.body.location().map(|l| l.as_str().to_owned()),
-                // Only script_v6 raises one, at its hold.
-                events: if name.starts_with("command-v6") && offset == 4 {
-                    StockEvents::of([StockEventKind::LowStock])
-                } else {
-                    StockEvents::NONE
+                // Only script_v6 and script_v8 raise them: at the hold,
+                // and script_v8 at its pause and resume.
+                events: match offset {
+                    _ if !name.starts_with("command-v6") && !name.starts_with("command-v7") => {
+                        StockEvents::NONE
+                    }
+                    4 => StockEvents::of([StockEventKind::LowStock]),
+                    8 => StockEvents::of([StockEventKind::Paused]),
+                    9 => StockEvents::of([StockEventKind::Resumed]),
+                    _ => StockEvents::NONE,
                 },
             };
             let mut expected = Outcome::for_command(position, c, decision);
@@ -349,7 +391,7 @@ fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
             .iter()
             .map(|p| decode_stock_event(p).unwrap())
             .collect();
-        if name.ends_with("event-v1") {
+        if name.contains("-event-v") {
             assert_eq!(events, raised, "{name}");
         } else {
             assert!(events.is_empty(), "{name}");
