@@ -30,15 +30,12 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
         }
         return Ok(at);
     }
-    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| {
-            format!(
-                "{text:?} is not a time: {e} (give RFC 3339 like 2026-11-23T10:00:00Z, \
-                 `now`, or a time ago like -15m)"
-            )
-        })?;
-    i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
-        .map_err(|_| format!("{text:?} is out of range"))
+    stockledger_runtime::clock::parse_rfc3339_ms(text).map_err(|e| {
+        format!(
+            "{text:?} is not a time: {e} (give RFC 3339 like 2026-11-23T10:00:00Z, \
+             `now`, or a time ago like -15m)"
+        )
+    })
 }
 
 /// 0001-01-01T00:00:00Z in ms since the Unix epoch: the earliest instant

@@ -285,6 +285,17 @@ pub enum Command {
         after_help = "Examples:\n  stockledger alerts SKU-1 --low-stock-below 10 --wait 5\n  stockledger alerts SKU-1 --none"
     )]
     Alerts(alerts::Args),
+    /// Set when a SKU sells: refused REJECTED_NOT_OPEN before the opening, REJECTED_CLOSED from the closing, by the records' times.
+    #[command(
+        after_help = "Examples:\n  stockledger window SKU-1 sale-1 --opens-at 2026-12-01T10:00:00Z --closes-at 2026-12-01T12:00:00Z --wait 5\n  stockledger window SKU-1 sale-2 --opens-at +10m\n  stockledger window SKU-1 sale-3   # neither: lift the window"
+    )]
+    Window(sale::WindowArgs),
+    /// Stop selling a SKU at once (REJECTED_PAUSED); holds still settle.
+    #[command(after_help = "Examples:\n  stockledger pause SKU-1 stop-1 --wait 5")]
+    Pause(sale::SwitchArgs),
+    /// End a SKU's pause.
+    #[command(after_help = "Examples:\n  stockledger resume SKU-1 go-1 --wait 5")]
+    Resume(sale::SwitchArgs),
     /// Give back what an order took or holds (before its deduction: refuse that deduction).
     #[command(after_help = "Examples:\n  stockledger rollback SKU-1 order-17 --wait 5")]
     Rollback(rollback::Args),
@@ -458,6 +469,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Refund(args) => refund::run(g, args).await,
         Command::Limit(args) => limit::run(g, args).await,
         Command::Alerts(args) => alerts::run(g, args).await,
+        Command::Window(args) => sale::window(g, args).await,
+        Command::Pause(args) => sale::pause(g, args).await,
+        Command::Resume(args) => sale::resume(g, args).await,
         Command::Restock(args) => restock::run(g, args).await,
         Command::Transfer(args) => transfer::run(g, args).await,
         Command::Stock(args) => stock::run(g, args).await,

@@ -20,7 +20,7 @@ fn text(bytes: &[u8]) -> String {
 async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Result<()> {
     let h = Harness::new("cli-invalid", 1).await?;
     let long = "o".repeat(10 * 1024);
-    let cases: [(&[&str], &str); 38] = [
+    let cases: [(&[&str], &str); 43] = [
         (&["deduct", "}x", "o1", "1"], "sku: must not contain '}'"),
         (
             &["rollback", "SKU", "order{1}"],
@@ -153,6 +153,28 @@ async fn invalid_cli_input_names_the_field_and_publishes_nothing() -> anyhow::Re
             &["deduct", "MUG", "o1", "1", "--location", &long],
             "location: is 10240 bytes long",
         ),
+        (
+            &[
+                "window",
+                "MUG",
+                "w1",
+                "--opens-at",
+                "2026-12-01T10:00:00Z",
+                "--closes-at",
+                "2026-12-01T10:00:00Z",
+            ],
+            "closes_at: 1796119200000 is not after opens_at (1796119200000)",
+        ),
+        (
+            &["window", "MUG", "w1", "--opens-at", "+400d"],
+            "opens_at: ",
+        ),
+        (
+            &["window", "MUG", "w1", "--closes-at", "tomorrow"],
+            "\"tomorrow\" is not a time",
+        ),
+        (&["pause", "MUG", "{p}"], "change_id: must not contain '{'"),
+        (&["resume", "MUG"], "<CHANGE_ID>"),
     ];
     for (args, expected) in cases {
         let out = stockledger(&h, args)?;
@@ -1149,5 +1171,66 @@ async fn cli_keeps_stock_by_location_and_transfers_it() -> anyhow::Result<()> {
     );
     applier.stop().await?;
     archiver.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_opens_a_sale_on_time_and_pauses_it() -> anyhow::Result<()> {
+    let h = Harness::new("cli-sale", 1).await?;
+    let applier = h.start_applier();
+    let run = |args: &[&str]| -> anyhow::Result<(Option<i32>, String)> {
+        let out = stockledger(&h, &[args, &["--wait", "30"]].concat())?;
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        Ok((out.status.code(), said))
+    };
+    run(&["restock", "MUG", "--add", "5"])?;
+    // Opens an hour from now: a deduct now is refused, and exits 3.
+    let (_, out) = run(&["window", "MUG", "sale-1", "--opens-at", "+1h"])?;
+    assert!(
+        out.contains("APPLIED") && out.contains("the window was opens_at none"),
+        "{out}"
+    );
+    let (code, out) = run(&["deduct", "MUG", "o1", "1"])?;
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("REJECTED_NOT_OPEN") && out.contains("the sale opens at"),
+        "{out}"
+    );
+    // Opened a minute ago, closing in an hour: it sells.
+    let (_, out) = run(&[
+        "window",
+        "MUG",
+        "sale-2",
+        "--opens-at",
+        "2020-01-01T00:00:00Z",
+        "--closes-at",
+        "+1h",
+    ])?;
+    assert!(out.contains("APPLIED"), "{out}");
+    let (code, out) = run(&["deduct", "MUG", "o1", "1"])?;
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["pause", "MUG", "stop-1"])?;
+    assert!(out.contains("APPLIED"), "{out}");
+    let (code, out) = run(&["deduct", "MUG", "o2", "1"])?;
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("REJECTED_PAUSED"), "{out}");
+    let shown = text(&stockledger(&h, &["stock", "MUG"])?.stdout);
+    assert!(
+        shown.contains("  sale: opens 2020-01-01T00:00:00.000Z, closes 20")
+            && shown.contains(", open, paused\n"),
+        "{shown}"
+    );
+    // A rollback settles while paused.
+    let (code, out) = run(&["rollback", "MUG", "o1"])?;
+    assert_eq!(code, Some(0), "{out}");
+    run(&["resume", "MUG", "go-1"])?;
+    let (code, out) = run(&["deduct", "MUG", "o2", "1"])?;
+    assert_eq!(code, Some(0), "{out}");
+    // The same change id again is a duplicate, and changes nothing.
+    let (_, out) = run(&["pause", "MUG", "stop-1"])?;
+    assert!(out.contains("DUPLICATE"), "{out}");
+    let (code, _) = run(&["deduct", "MUG", "o3", "1"])?;
+    assert_eq!(code, Some(0));
+    applier.stop().await?;
     Ok(())
 }

@@ -1558,6 +1558,103 @@ async fn decisions_say_which_stock_events_they_caused_and_thresholds_are_set_ove
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_opens_a_sale_on_its_window_and_pauses_it() -> anyhow::Result<()> {
+    let h = Harness::new("http-sale", 2).await?;
+    let _applier = Running(common::spawn(&h, &["apply"])?);
+    let (_gateway, base) = serve(&h, &[])?;
+    until_ready(&format!("{base}/readyz")).await?;
+    let waited = |path: &str| format!("{base}{path}?wait_ms=30000");
+    let result = |body: &Value| body["decision"]["result"].clone();
+    let buy = |order: &str| {
+        let url = waited(&format!("/v1/skus/SALE/orders/{order}/deduct"));
+        async move { post(&url, json!({"quantity": 1})).await }
+    };
+    post(
+        &waited("/v1/skus/SALE/restocks/r1"),
+        json!({"mode": "SET", "quantity": 5}),
+    )
+    .await?;
+    // Opens in an hour: a deduct now is refused, and names why.
+    let opens =
+        stockledger_runtime::clock::rfc3339_ms(stockledger_runtime::clock::now_ms() + 3_600_000);
+    let (status, _, body) = post(
+        &waited("/v1/skus/SALE/windows/w1"),
+        json!({"opens_at": opens}),
+    )
+    .await?;
+    assert_eq!((status, result(&body)), (200, json!("APPLIED")), "{body}");
+    assert_eq!(body["decision"]["events"], json!(["CLOSED"]), "{body}");
+    let (_, _, body) = buy("o1").await?;
+    assert_eq!(result(&body), json!("REJECTED_NOT_OPEN"), "{body}");
+    // The same window again is a repeat; another under its id a 409.
+    let (status, _, body) = post(
+        &waited("/v1/skus/SALE/windows/w1"),
+        json!({"opens_at": opens}),
+    )
+    .await?;
+    assert_eq!((status, &body["repeat"]), (200, &json!(true)), "{body}");
+    let (status, _, body) = post(&waited("/v1/skus/SALE/windows/w1"), json!({})).await?;
+    assert_eq!(
+        (status, &body["field"]),
+        (409, &json!("opens_at")),
+        "{body}"
+    );
+    // Opened already, closing in an hour: it sells.
+    let (_, _, body) = post(
+        &waited("/v1/skus/SALE/windows/w2"),
+        json!({"opens_at": "2020-01-01T00:00:00Z", "closes_at": opens}),
+    )
+    .await?;
+    assert_eq!(body["decision"]["events"], json!(["OPENED"]), "{body}");
+    let (_, _, body) = buy("o1").await?;
+    assert_eq!(result(&body), json!("APPLIED"), "{body}");
+    let (status, _, body) = post(&waited("/v1/skus/SALE/pauses/p1"), json!(null)).await?;
+    assert_eq!(
+        (status, &body["decision"]["events"]),
+        (200, &json!(["PAUSED"])),
+        "{body}"
+    );
+    let (_, _, body) = buy("o2").await?;
+    assert_eq!(result(&body), json!("REJECTED_PAUSED"), "{body}");
+    // The stock read shows the window and the pause.
+    let (_, _, stock) = get(&format!("{base}/v1/skus/SALE")).await?;
+    assert_eq!(
+        (
+            &stock["sale"]["opens_at"],
+            &stock["sale"]["closes_at"],
+            &stock["sale"]["paused"]
+        ),
+        (
+            &json!("2020-01-01T00:00:00.000Z"),
+            &json!(opens),
+            &json!(true)
+        ),
+        "{stock}"
+    );
+    let (_, _, body) = post(&waited("/v1/skus/SALE/resumes/g1"), json!({})).await?;
+    assert_eq!(body["decision"]["events"], json!(["RESUMED"]), "{body}");
+    let (_, _, body) = buy("o2").await?;
+    assert_eq!(result(&body), json!("APPLIED"), "{body}");
+    // Refused before publishing, naming the field.
+    let refused = [
+        (json!({"opens_at": "tomorrow"}), "opens_at"),
+        (json!({"opens_at": opens, "closes_at": opens}), "closes_at"),
+        (json!({"closes_at": "2999-01-01T00:00:00Z"}), "closes_at"),
+        (json!({"opens_at": opens, "extra": 1}), "extra"),
+    ];
+    for (request, field) in refused {
+        let (status, _, body) = post(&waited("/v1/skus/SALE/windows/w9"), request.clone()).await?;
+        assert!(
+            (status == 422 || status == 400) && body.to_string().contains(field),
+            "{request}: {status} {body}"
+        );
+    }
+    let (status, _, body) = post(&waited("/v1/skus/SALE/pauses/p9"), json!({"x": 1})).await?;
+    assert_eq!((status, &body["field"]), (422, &json!("x")), "{body}");
+    Ok(())
+}
+
 /// A stream of `path`'s Server-Sent Events, parsed by `eventsource-stream`
 /// (not ours), sending `last_event_id` when given.
 async fn sse(

@@ -34,11 +34,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stockledger_core::ids::{
-    AdjustmentId, BasketId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId, UserId,
+    AdjustmentId, BasketId, ChangeId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,
+    UserId,
 };
 use stockledger_core::{
-    Alerts, CommandBody, Confirm, Decision, Deduct, Expire, Limit, Refund, Restock, RestockMode,
-    Rollback, Transfer,
+    Alerts, CommandBody, Confirm, Decision, Deduct, Expire, Limit, Pause, Refund, Restock,
+    RestockMode, Resume, Rollback, SaleWindow, Transfer, ValidationError, Window,
 };
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::ProjectionError;
@@ -775,6 +776,85 @@ impl Ledger {
         self.producer.send(sku.clone(), body).await
     }
 
+    /// Sets when `sku` sells: from `opens_at` until `closes_at` (either
+    /// `None`: no opening, no closing; both: the window is lifted), by the
+    /// records' times in the log. Deducts, holds and basket lines stamped
+    /// before the opening are refused `REJECTED_NOT_OPEN`, from the
+    /// closing `REJECTED_CLOSED`; settling commands never. `change` names
+    /// it, so a repeat applies once. Refused before sending when
+    /// `closes_at` is not after `opens_at` or either is more than a year
+    /// ahead.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// use stockledger_client::{ChangeId, Sku};
+    ///
+    /// // A flash sale that opens in ten minutes, for an hour.
+    /// let opens = SystemTime::now() + Duration::from_secs(600);
+    /// let sku = Sku::new("SKU-1")?;
+    /// ledger.window(&sku, &ChangeId::new("sale-1")?, Some(opens), Some(opens + Duration::from_secs(3_600))).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn window(
+        &self,
+        sku: &Sku,
+        change: &ChangeId,
+        opens_at: Option<SystemTime>,
+        closes_at: Option<SystemTime>,
+    ) -> Result<Receipt, ProducerError> {
+        let millis =
+            |field, at: Option<SystemTime>| at.map(|at| epoch_millis(field, at)).transpose();
+        let window = SaleWindow::new(
+            millis("opens_at", opens_at)?,
+            millis("closes_at", closes_at)?,
+        )?;
+        let body = CommandBody::Window(Window {
+            change_id: change.clone(),
+            window,
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Stops selling `sku` at once: deducts, holds and basket lines are
+    /// refused `REJECTED_PAUSED` until [`Ledger::resume`]; confirms,
+    /// rollbacks, refunds, expiries and restocks are still taken. `change`
+    /// names it, so a repeat applies once.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{ChangeId, Sku};
+    ///
+    /// ledger.pause(&Sku::new("SKU-1")?, &ChangeId::new("stop-1")?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn pause(&self, sku: &Sku, change: &ChangeId) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Pause(Pause {
+            change_id: change.clone(),
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
+    /// Ends a pause of `sku`. `change` names it, so a repeat applies once.
+    ///
+    /// ```no_run
+    /// # async fn example(ledger: stockledger_client::Ledger) -> Result<(), Box<dyn std::error::Error>> {
+    /// use stockledger_client::{ChangeId, Sku};
+    ///
+    /// ledger.resume(&Sku::new("SKU-1")?, &ChangeId::new("go-1")?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resume(&self, sku: &Sku, change: &ChangeId) -> Result<Receipt, ProducerError> {
+        let body = CommandBody::Resume(Resume {
+            change_id: change.clone(),
+        });
+        self.producer.send(sku.clone(), body).await
+    }
+
     /// Sends a command whose body was made elsewhere (parsed from a
     /// request, read from a file): checked as the typed methods' are.
     ///
@@ -926,6 +1006,15 @@ impl crate::basket::Decide for Ledger {
     async fn wait(&self, receipt: &Receipt) -> Result<Decision, OutcomeError> {
         self.decision(receipt).await
     }
+}
+
+/// `at` in milliseconds since the Unix epoch, refused naming `field` when
+/// it is before the epoch.
+fn epoch_millis(field: &'static str, at: SystemTime) -> Result<i64, ValidationError> {
+    at.duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .ok_or_else(|| ValidationError::new(field, "is before 1970-01-01T00:00:00Z"))
 }
 
 #[cfg(test)]

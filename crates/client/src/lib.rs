@@ -54,12 +54,13 @@ pub use precheck::OrderChecks;
 pub use producer::{LedgerProducer, ProducerError, Receipt};
 pub use soldout::{SoldOut, SoldOutGuard};
 pub use stockledger_core::ids::{
-    AdjustmentId, BasketId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId, UnitId,
-    UserId,
+    AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
+    UnitId, UserId,
 };
 pub use stockledger_core::{
-    Alerts, CommandBody, Confirm, Deduct, Expire, Limit, LocationStock, Reason, Refund, Restock,
-    Rollback, StockEventKind, StockEvents, Transfer, Unit,
+    Alerts, CommandBody, Confirm, Deduct, Expire, Limit, LocationStock, Pause, Reason, Refund,
+    Restock, Resume, Rollback, SalePhase, SaleWindow, StockEventKind, StockEvents, Transfer, Unit,
+    Window,
 };
 pub use stockledger_core::{Decision, LogPosition, RestockMode, ResultCode, ValidationError};
 pub use stockledger_kafka::KafkaConfig;

@@ -284,22 +284,21 @@ fn body_value(body: &CommandBody) -> Value {
                 optional_long(a.low_stock_below.map(Quantity::get)),
             )])),
         ),
-        CommandBody::Window(w) => Value::Union(
-            9,
-            Box::new(Value::Record(vec![
-                ("change_id".into(), Value::String(w.change_id.to_string())),
-                ("opens_at".into(), optional_timestamp(w.window.opens_at())),
-                ("closes_at".into(), optional_timestamp(w.window.closes_at())),
-            ])),
-        ),
-        CommandBody::Pause(p) => Value::Union(10, Box::new(change_value(&p.change_id))),
-        CommandBody::Resume(r) => Value::Union(11, Box::new(change_value(&r.change_id))),
+        CommandBody::Window(w) => sale_value(9, &w.change_id, Some(&w.window)),
+        CommandBody::Pause(p) => sale_value(10, &p.change_id, None),
+        CommandBody::Resume(r) => sale_value(11, &r.change_id, None),
     }
 }
 
-/// A pause's or resume's record: its change id alone.
-fn change_value(id: &ChangeId) -> Value {
-    Value::Record(vec![("change_id".into(), Value::String(id.to_string()))])
+/// The branch of a change of the sale: its id and, for a window, the
+/// window.
+fn sale_value(branch: u32, change_id: &ChangeId, window: Option<&SaleWindow>) -> Value {
+    let mut fields = vec![("change_id".into(), Value::String(change_id.to_string()))];
+    if let Some(w) = window {
+        fields.push(("opens_at".into(), optional_timestamp(w.opens_at())));
+        fields.push(("closes_at".into(), optional_timestamp(w.closes_at())));
+    }
+    Value::Union(branch, Box::new(Value::Record(fields)))
 }
 
 /// Decodes and validates a command written with any released `Command`

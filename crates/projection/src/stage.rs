@@ -502,14 +502,14 @@ impl SkuStage {
                 }
                 units.extend(r.named().iter().map(|u| u.as_str().to_owned()));
             }
-            CommandBody::Transfer(t) => {
-                let id = t.transfer_id.as_str();
-                if self.state.adjustments.get(id) == Some(&record.offset) {
-                    self.adjustments.push((id.to_owned(), offset.clone()));
-                }
-            }
-            CommandBody::Window(_) | CommandBody::Pause(_) | CommandBody::Resume(_) => {
-                let id = body.change_id().map(|c| c.as_str()).unwrap_or_default();
+            CommandBody::Transfer(_)
+            | CommandBody::Window(_)
+            | CommandBody::Pause(_)
+            | CommandBody::Resume(_) => {
+                let id = match body {
+                    CommandBody::Transfer(t) => t.transfer_id.as_str(),
+                    _ => body.change_id().map(|c| c.as_str()).unwrap_or_default(),
+                };
                 if self.state.adjustments.get(id) == Some(&record.offset) {
                     self.adjustments.push((id.to_owned(), offset.clone()));
                 }
@@ -552,8 +552,13 @@ impl SkuStage {
             let locations = encode_locations(&self.state.locations);
             self.orders.set(LOCATIONS_FIELD, Some(locations));
         }
-        // Any record may move the sale's phase (the first one past its
-        // opening or closing), not only the sale's own commands.
+        self.note_sale();
+    }
+
+    /// Notes the sale's field and its copy if the record changed them:
+    /// any record may move the sale's phase (the first one past its
+    /// opening or closing), not only the sale's own commands.
+    fn note_sale(&mut self) {
         let sale = encode_sale(&self.state);
         if sale != self.sale {
             self.extras.set(SALE, sale.clone());

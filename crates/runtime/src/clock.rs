@@ -39,3 +39,22 @@ pub fn rfc3339_ms(ms: i64) -> String {
         .and_then(|at| at.format(FORMAT).ok())
         .unwrap_or_else(|| format!("{ms} ms since the epoch"))
 }
+
+/// The instant an RFC 3339 timestamp names, in milliseconds since the
+/// epoch (any offset; finer than a millisecond is cut off, towards the
+/// past); else why it is not one.
+///
+/// ```
+/// use stockledger_runtime::clock::parse_rfc3339_ms;
+///
+/// assert_eq!(parse_rfc3339_ms("2025-11-27T00:00:00.123Z"), Ok(1_764_201_600_123));
+/// assert_eq!(parse_rfc3339_ms("2025-11-27T01:00:00+01:00"), Ok(1_764_201_600_000));
+/// assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59.999Z"), Ok(-1));
+/// assert!(parse_rfc3339_ms("27/11/2025").is_err());
+/// ```
+pub fn parse_rfc3339_ms(text: &str) -> Result<i64, String> {
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| e.to_string())?;
+    i64::try_from(at.unix_timestamp_nanos().div_euclid(1_000_000))
+        .map_err(|_| "out of range".to_owned())
+}

@@ -26,6 +26,7 @@ pub mod replay;
 pub mod report;
 pub mod restock;
 pub mod rollback;
+pub mod sale;
 mod send;
 pub mod serve;
 pub mod snapshot;

@@ -65,6 +65,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 "total": l.total,
                 "held": l.held(),
             })).collect::<Vec<_>>(),
+            "sale": sale_json(s),
         })
     });
     match (args.format, &state) {
@@ -86,6 +87,9 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         ),
     }
     if let (Style::Text, Some(s)) = (args.format, &state) {
+        if let Some(line) = sale_line(s) {
+            println!("  {line}");
+        }
         // One line per location, in the order a deduct naming none tries them.
         for l in &s.locations {
             println!(
@@ -203,4 +207,36 @@ async fn seat_map(projection: &Projection, sku: &Sku, format: Style) -> anyhow::
         Exit::Ok
     }
     .into())
+}
+
+/// When the SKU sells, for `--format json` (`null` for one that always
+/// sells, unpaused).
+fn sale_json(s: &stockledger_core::SkuState) -> serde_json::Value {
+    if sale_line(s).is_none() {
+        return serde_json::Value::Null;
+    }
+    let at = |t: Option<i64>| t.map(stockledger_runtime::clock::rfc3339_ms);
+    json!({
+        "opens_at": at(s.window.opens_at()),
+        "closes_at": at(s.window.closes_at()),
+        "phase": s.phase.as_str(),
+        "paused": s.paused,
+    })
+}
+
+/// When the SKU sells, as one line (`None` for one that always sells,
+/// unpaused).
+fn sale_line(s: &stockledger_core::SkuState) -> Option<String> {
+    use stockledger_core::{SalePhase, SaleWindow};
+    if s.window == SaleWindow::ALWAYS && s.phase == SalePhase::Open && !s.paused {
+        return None;
+    }
+    let at = |t: Option<i64>| t.map_or("-".to_owned(), stockledger_runtime::clock::rfc3339_ms);
+    Some(format!(
+        "sale: opens {}, closes {}, {}{}",
+        at(s.window.opens_at()),
+        at(s.window.closes_at()),
+        s.phase.as_str().replace('_', " "),
+        if s.paused { ", paused" } else { "" }
+    ))
 }

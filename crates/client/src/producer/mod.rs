@@ -656,13 +656,16 @@ fn is_fenced(error: &KafkaError) -> bool {
 }
 
 /// A command with a fresh id, stamped now; a reservation's deadline is
-/// checked against that instant (after it, at most seven days ahead). The
+/// checked against that instant (after it, at most seven days ahead), and
+/// so is a sale window (neither end more than a year ahead). The
 /// id is a version 4 UUID from a thread-local CSPRNG (uuid's `fast-rng`)
 /// rather than a `getrandom` system call per command.
 fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
     let occurred_at = now_millis();
-    if let CommandBody::Deduct(d) = &body {
-        d.check_deadline(occurred_at)?;
+    match &body {
+        CommandBody::Deduct(d) => d.check_deadline(occurred_at)?,
+        CommandBody::Window(w) => w.window.check_ahead(occurred_at)?,
+        _ => {}
     }
     Ok(Command {
         command_id: CommandId::new(uuid::Uuid::new_v4().to_string())?,

@@ -660,7 +660,10 @@ mod tests {
                         || path.contains("/transfers/")
                         || path.ends_with("/refund")
                         || path.ends_with("/limit")
-                        || path.ends_with("/alerts");
+                        || path.ends_with("/alerts")
+                        || path.contains("/windows/")
+                        || path.contains("/pauses/")
+                        || path.contains("/resumes/");
                     assert!(
                         need != Need::Operate || operator_only,
                         "{method} {path} falls to the operators-only default"

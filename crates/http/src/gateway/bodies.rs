@@ -394,6 +394,46 @@ pub struct StockBody {
     /// `available` and `total`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub locations: Vec<LocationBody>,
+    /// When the SKU sells (absent for one that always sells and was never
+    /// paused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sale: Option<SaleBody>,
+}
+
+/// When a SKU sells: its window and its pause, as the ledger decided them
+/// by the records' times.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SaleBody {
+    /// The first moment on sale (RFC 3339), if the window has an opening.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub opens_at: Option<String>,
+    /// The first moment no longer on sale (RFC 3339), if it closes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub closes_at: Option<String>,
+    /// Where the SKU's records reached in the window: `not_open`, `open`
+    /// or `closed` (a window is passed by the first record stamped after
+    /// its opening or closing).
+    pub phase: String,
+    /// Whether a pause stopped the sale.
+    pub paused: bool,
+}
+
+impl SaleBody {
+    /// The body of `sale`, `None` for a SKU that always sells, unpaused.
+    pub fn of(sale: &stockledger_projection::Sale) -> Option<Self> {
+        if *sale == stockledger_projection::Sale::default() {
+            return None;
+        }
+        let at = |t: Option<i64>| t.map(stockledger_runtime::clock::rfc3339_ms);
+        Some(Self {
+            opens_at: at(sale.window.opens_at()),
+            closes_at: at(sale.window.closes_at()),
+            phase: sale.phase.as_str().to_owned(),
+            paused: sale.paused,
+        })
+    }
 }
 
 impl StockBody {
@@ -412,6 +452,16 @@ impl StockBody {
             partition: s.partition,
             last_offset: s.offset,
             locations: locations.iter().map(LocationBody::from).collect(),
+            sale: None,
+        }
+    }
+
+    /// [`StockBody::new`] with when the SKU sells.
+    #[must_use]
+    pub fn with_sale(self, sale: &stockledger_projection::Sale) -> Self {
+        Self {
+            sale: SaleBody::of(sale),
+            ..self
         }
     }
 }

@@ -516,7 +516,7 @@ fn restock_of(adjustment_id: AdjustmentId, request: RestockRequest) -> Result<Re
     })
 }
 
-fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
+pub(super) fn repeat(sku: &Sku, order: Option<OrderBody>) -> Response {
     Json(CommandResponse {
         status: CommandStatus::Repeat,
         sku: sku.to_string(),

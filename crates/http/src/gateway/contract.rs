@@ -18,12 +18,13 @@ const ID_PATTERN: &str =
     r"^[^\s{}\x00-\x1f\x7f-\x9f]([^{}\x00-\x1f\x7f-\x9f]*[^\s{}\x00-\x1f\x7f-\x9f])?$";
 
 /// The path parameters that are ids.
-const ID_PARAMETERS: [&str; 5] = [
+const ID_PARAMETERS: [&str; 6] = [
     "sku",
     "order_id",
     "basket_id",
     "adjustment_id",
     "transfer_id",
+    "change_id",
 ];
 
 /// The query parameters that are ids (history's and reports').

@@ -10,7 +10,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Ser
 use utoipa::OpenApi;
 
 use super::contract::Rules;
-use super::{analysts, auth, baskets, commands, console, events, problem, reads};
+use super::{analysts, auth, baskets, commands, console, events, problem, reads, sale};
 use crate::observe;
 
 /// The OpenAPI document of the gateway.
@@ -18,7 +18,7 @@ use crate::observe;
 #[openapi(
     info(
         title = "stockledger gateway",
-        description = "Commands (deduct, rollback, restock, transfer, limits, low-stock alerts) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it: each operation's security requirement lists the roles that may."
+        description = "Commands (deduct, rollback, restock, transfer, limits, low-stock alerts, sale windows and pauses) and reads (stock, per location too, one order; from the archive: history, stock as of a past moment, per-interval reports) of the stock ledger over HTTP. The order id (restocks: the adjustment id; transfers: the transfer id; windows, pauses and resumes: the change id) in the path is the idempotency key. Errors are application/problem+json naming the field. With `serve --api-keys`, every route but the probes and this document needs a bearer key whose role (producer, operator, analyst) may use it: each operation's security requirement lists the roles that may."
     ),
     paths(
         commands::deduct,
@@ -29,6 +29,9 @@ use crate::observe;
         commands::alerts,
         commands::restock,
         commands::transfer,
+        sale::window,
+        sale::pause,
+        sale::resume,
         baskets::hold,
         baskets::confirm,
         baskets::release,

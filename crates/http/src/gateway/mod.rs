@@ -24,6 +24,7 @@ pub mod events;
 pub mod problem;
 mod publish;
 mod reads;
+mod sale;
 
 pub use contract::DEFAULT_MAX_WAIT_MS;
 pub use doc::{openapi_json, ApiDoc};
@@ -420,6 +421,9 @@ fn routes() -> Router<Arc<Gateway>> {
         )
         .route("/v1/skus/{sku}/limit", put(commands::limit))
         .route("/v1/skus/{sku}/alerts", put(commands::alerts))
+        .route("/v1/skus/{sku}/windows/{change_id}", post(sale::window))
+        .route("/v1/skus/{sku}/pauses/{change_id}", post(sale::pause))
+        .route("/v1/skus/{sku}/resumes/{change_id}", post(sale::resume))
         .route(
             "/v1/skus/{sku}/transfers/{transfer_id}",
             post(commands::transfer),

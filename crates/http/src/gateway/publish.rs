@@ -113,11 +113,15 @@ impl Gateway {
         let id = match &first {
             CommandBody::Restock(r) => r.adjustment_id.to_string(),
             CommandBody::Transfer(t) => t.transfer_id.to_string(),
-            _ => return Err(unreadable("the record there is not an adjustment".into())),
+            body => match body.change_id() {
+                Some(id) => id.to_string(),
+                None => return Err(unreadable("the record there is not an adjustment".into())),
+            },
         };
         if first.kind() != asked.kind() {
             let field = match asked {
                 CommandBody::Transfer(_) => "transfer_id",
+                body if body.change_id().is_some() => "change_id",
                 _ => "adjustment_id",
             };
             return Err(Problem {
@@ -125,8 +129,8 @@ impl Gateway {
                 ..Problem::new(
                     StatusCode::CONFLICT,
                     format!(
-                        "{id} of {sku} was already used by a {}: restocks and transfers share \
-                         one namespace of ids, and an id is used once",
+                        "{id} of {sku} was already used by a {}: restocks, transfers and changes \
+                         of the sale share one namespace of ids, and an id is used once",
                         first.kind().as_str().to_lowercase()
                     ),
                 )
@@ -141,8 +145,8 @@ impl Gateway {
                 StatusCode::CONFLICT,
                 format!(
                     "adjustment {id} of {sku} was already made with {field} {was}: an adjustment \
-                     id (of a restock or a transfer) is used once, and only an identical repeat \
-                     is a repeat"
+                     id (of a restock, a transfer or a change of the sale) is used once, and only \
+                     an identical repeat is a repeat"
                 ),
             )
         })
@@ -331,6 +335,19 @@ fn first_difference(first: &CommandBody, asked: &CommandBody) -> Option<(&'stati
                 Some(("units", format!("{names:?}")))
             } else if first.location() != asked.location() {
                 Some(("location", place(first.location())))
+            } else {
+                None
+            }
+        }
+        (CommandBody::Window(first), CommandBody::Window(asked)) => {
+            let at = |t: Option<i64>| {
+                t.map_or("none".to_owned(), stockledger_runtime::clock::rfc3339_ms)
+            };
+            let (was, now) = (first.window, asked.window);
+            if was.opens_at() != now.opens_at() {
+                Some(("opens_at", at(was.opens_at())))
+            } else if was.closes_at() != now.closes_at() {
+                Some(("closes_at", at(was.closes_at())))
             } else {
                 None
             }

@@ -30,11 +30,13 @@ pub(crate) async fn stock(
     let sku = Sku::new(sku)?;
     let stock = gateway
         .projection
-        .stock_by_location(sku.as_str())
+        .stock_and_sale(sku.as_str())
         .await
         .map_err(|e| redis_problem(&e))?;
     match stock {
-        Some((s, locations)) => Ok(Json(StockBody::new(&sku, &s, &locations)).into_response()),
+        Some((s, locations, sale)) => {
+            Ok(Json(StockBody::new(&sku, &s, &locations).with_sale(&sale)).into_response())
+        }
         None => Err(Problem::new(
             StatusCode::NOT_FOUND,
             format!("no state for sku {sku} (never restocked?)"),

@@ -33,7 +33,7 @@ mod holds;
 mod reads;
 mod whole;
 
-pub use reads::{SkuPages, Stock};
+pub use reads::{Sale, SkuPages, Stock};
 pub use whole::SkuExport;
 
 #[derive(Debug, thiserror::Error)]

@@ -452,11 +452,24 @@ impl Projection {
         &self,
         sku: &str,
     ) -> Result<Option<(Stock, Vec<LocationStock>)>, ProjectionError> {
+        Ok(self
+            .stock_and_sale(sku)
+            .await?
+            .map(|(stock, locations, _)| (stock, locations)))
+    }
+
+    /// [`Projection::stock_by_location`] and, in the same `MULTI`, when
+    /// the SKU sells: its window, where its records reached in it, and its
+    /// pause.
+    pub async fn stock_and_sale(
+        &self,
+        sku: &str,
+    ) -> Result<Option<(Stock, Vec<LocationStock>, Sale)>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
         let mut stock = redis::cmd("HMGET");
         stock
             .arg(&keys.stock)
-            .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION, RESERVED, LIMIT]);
+            .arg(&[AVAILABLE, TOTAL, OFFSET, PARTITION, RESERVED, LIMIT, SALE]);
         let mut places = redis::cmd("HGET");
         places.arg(&keys.orders).arg(LOCATIONS_FIELD);
         type Fields = (
@@ -466,20 +479,36 @@ impl Projection {
             Option<i32>,
             Option<i64>,
             Option<i64>,
+            Option<String>,
         );
         let read: Vec<(Fields, Option<String>)> =
             self.redis.transact_each(vec![vec![stock, places]]).await?;
-        let Some(((Some(available), Some(total), Some(offset), partition, reserved, limit), text)) =
-            read.into_iter().next()
+        let Some((
+            (Some(available), Some(total), Some(offset), partition, reserved, limit, sale),
+            text,
+        )) = read.into_iter().next()
         else {
             return Ok(None);
         };
+        let corrupt = |key: &str, value: String| ProjectionError::Corrupt {
+            key: key.to_owned(),
+            value,
+        };
         let locations = match text {
             None => Vec::new(),
-            Some(text) => decode_locations(&text).ok_or_else(|| ProjectionError::Corrupt {
-                key: keys.orders.clone(),
-                value: text,
-            })?,
+            Some(text) => decode_locations(&text).ok_or_else(|| corrupt(&keys.orders, text))?,
+        };
+        let sale = match sale {
+            None => Sale::default(),
+            Some(text) => {
+                let (window, phase, paused) =
+                    decode_sale(&text).ok_or_else(|| corrupt(&keys.stock, text))?;
+                Sale {
+                    window,
+                    phase,
+                    paused,
+                }
+            }
         };
         let stock = Stock {
             available,
@@ -489,8 +518,17 @@ impl Projection {
             reserved: reserved.unwrap_or(0),
             limit,
         };
-        Ok(Some((stock, locations)))
+        Ok(Some((stock, locations, sale)))
     }
+}
+
+/// When a SKU sells, as its stock hash keeps it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sale {
+    pub window: stockledger_core::SaleWindow,
+    /// Where the SKU's records reached in the window.
+    pub phase: stockledger_core::SalePhase,
+    pub paused: bool,
 }
 
 /// A walk over the SKUs of a prefix, a page at a time.
