@@ -53,8 +53,14 @@ pub struct Entry {
     /// Where a transfer moved stock to.
     pub to_location: Option<String>,
     /// The stock events the record caused (`SOLD_OUT`, `BACK_IN_STOCK`,
-    /// `LOW_STOCK`; from outcome schema v8 on; `None` when none).
+    /// `LOW_STOCK`, `OPENED`, `CLOSED`, `PAUSED`, `RESUMED`; from outcome
+    /// schema v8 on; `None` when none).
     pub events: Option<Vec<String>>,
+    /// The sale window a window command set: its opening, RFC 3339 (from
+    /// outcome schema v9 on).
+    pub opens_at: Option<String>,
+    /// Its closing, RFC 3339.
+    pub closes_at: Option<String>,
 }
 
 /// Which history to read.
@@ -92,7 +98,10 @@ macro_rules! entry_columns {
              restock_mode, rollback_reason, user_id, ",
             rfc3339!("expires_at"),
             ", (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, traceparent,
-             basket_id, units, location, to_location, events"
+             basket_id, units, location, to_location, events, ",
+            rfc3339!("opens_at"),
+            ", ",
+            rfc3339!("closes_at")
         )
     };
 }

@@ -79,6 +79,9 @@ pub struct Sent {
     pub early_rollbacks: u64,
     /// Reservations the sold-out fast path refused without logging them.
     pub refused_unlogged: u64,
+    /// Reservations refused because the sale had not opened yet (each
+    /// sent again after a pause).
+    pub not_open: u64,
 }
 
 impl std::ops::AddAssign for Sent {
@@ -92,6 +95,7 @@ impl std::ops::AddAssign for Sent {
         self.duplicated += o.duplicated;
         self.early_rollbacks += o.early_rollbacks;
         self.refused_unlogged += o.refused_unlogged;
+        self.not_open += o.not_open;
     }
 }
 
@@ -129,24 +133,10 @@ pub async fn buy(ledger: &Ledger, workload: &Workload) -> anyhow::Result<Sent> {
                 }
                 continue;
             }
-            let receipt = match reserve().await {
-                Ok(receipt) => receipt,
-                Err(ProducerError::SoldOut(_)) => {
-                    sent.refused_unlogged += 1;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+            let twice = rng.random_range(0..100) < w.duplicate_percent;
+            let Some(decision) = reserve_once_open(reserve, twice, &mut sent, ledger).await? else {
+                continue;
             };
-            sent.records += 1;
-            if rng.random_range(0..100) < w.duplicate_percent {
-                match reserve().await {
-                    Ok(_) => sent.records += 1,
-                    Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
-                    Err(e) => return Err(e.into()),
-                }
-                sent.duplicated += 1;
-            }
-            let decision = ledger.decision(&receipt).await?;
             if decision.result != ResultCode::Applied {
                 continue;
             }
@@ -178,6 +168,52 @@ pub async fn buy(ledger: &Ledger, workload: &Workload) -> anyhow::Result<Sent> {
         sent += s;
     }
     Ok(sent)
+}
+
+/// How long a buyer whose reservation came before the sale opened waits
+/// before sending it again.
+const NOT_OPEN_RETRY: Duration = Duration::from_millis(200);
+
+/// Sends a reservation (twice, as a client retry, when `twice`) and waits
+/// for its decision; one refused because the sale had not opened is sent
+/// again after [`NOT_OPEN_RETRY`], as a buyer's page retries, for up to
+/// [`DECISION_WAIT`]. `None` when the sold-out guard refused it unlogged.
+async fn reserve_once_open<F, R>(
+    reserve: F,
+    mut twice: bool,
+    sent: &mut Sent,
+    ledger: &Ledger,
+) -> anyhow::Result<Option<stockledger_core::Decision>>
+where
+    F: Fn() -> R,
+    R: std::future::Future<Output = Result<stockledger_client::Receipt, ProducerError>>,
+{
+    let deadline = Instant::now() + DECISION_WAIT;
+    loop {
+        let receipt = match reserve().await {
+            Ok(receipt) => receipt,
+            Err(ProducerError::SoldOut(_)) => {
+                sent.refused_unlogged += 1;
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        sent.records += 1;
+        if std::mem::take(&mut twice) {
+            match reserve().await {
+                Ok(_) => sent.records += 1,
+                Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
+                Err(e) => return Err(e.into()),
+            }
+            sent.duplicated += 1;
+        }
+        let decision = ledger.decision(&receipt).await?;
+        if decision.result != ResultCode::RejectedNotOpen || Instant::now() > deadline {
+            return Ok(Some(decision));
+        }
+        sent.not_open += 1;
+        tokio::time::sleep(NOT_OPEN_RETRY).await;
+    }
 }
 
 /// What the basket shoppers did, and the baskets they used.
@@ -419,6 +455,8 @@ pub struct Run<'a> {
     pub baskets: &'a [stockledger_core::BasketId],
     /// What the cinema's parties were told (`None`: no show, no check).
     pub seats: Option<&'a SeatsSent>,
+    /// When the hot SKU's sale window opened (`None`: no window, no check).
+    pub opens_at: Option<i64>,
 }
 
 /// The contract, once the sale has settled: stock never below zero
@@ -481,7 +519,46 @@ pub async fn check_contract(run: &Run<'_>, timeout: Duration) -> anyhow::Result<
     if let Some(seats) = run.seats {
         checks.push(check_seats(run.projection, seats).await?);
     }
+    if let Some(opens_at) = run.opens_at {
+        checks.push(check_opening(&records, state.as_ref(), opens_at));
+    }
     Ok(checks)
+}
+
+/// No reservation of the hot SKU was granted before its sale opened, by
+/// the log's own timestamps, as Redis decided them; and some came before
+/// the opening (refused), or the check would prove nothing.
+fn check_opening(
+    records: &[topic::LogRecord],
+    state: Option<&stockledger_core::SkuState>,
+    opens_at: i64,
+) -> Check {
+    let (mut early_granted, mut refused) = (0, 0);
+    for record in records {
+        let hot = record.key.as_deref() == Some(HOT_SKU.as_bytes());
+        let deduct = hot
+            && (record.payload.as_deref())
+                .and_then(|p| stockledger_core::codec::decode_command(p).ok())
+                .is_some_and(|c| matches!(c.body, stockledger_core::CommandBody::Deduct(_)));
+        let decision = state.and_then(|s| s.decisions.get(&record.offset));
+        let (Some(decision), true) = (decision, deduct) else {
+            continue;
+        };
+        let early = record.timestamp.is_some_and(|t| t < opens_at);
+        match decision.result {
+            ResultCode::Applied if early => early_granted += 1,
+            ResultCode::RejectedNotOpen => refused += 1,
+            _ => {}
+        }
+    }
+    Check {
+        ok: early_granted == 0 && refused > 0,
+        what: format!(
+            "no order granted before the sale opened at {} ({refused} reservations came \
+             early and were refused REJECTED_NOT_OPEN, {early_granted} granted early)",
+            stockledger_runtime::clock::rfc3339_ms(opens_at)
+        ),
+    }
 }
 
 /// Every reservation of the hot SKU granted ended confirmed, released or

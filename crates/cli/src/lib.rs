@@ -285,9 +285,9 @@ pub enum Command {
         after_help = "Examples:\n  stockledger alerts SKU-1 --low-stock-below 10 --wait 5\n  stockledger alerts SKU-1 --none"
     )]
     Alerts(alerts::Args),
-    /// Set when a SKU sells: refused REJECTED_NOT_OPEN before the opening, REJECTED_CLOSED from the closing, by the records' times.
+    /// Set when a SKU sells (neither --opens-at nor --closes-at: lift the window): refused REJECTED_NOT_OPEN before the opening, REJECTED_CLOSED from the closing, by the records' times.
     #[command(
-        after_help = "Examples:\n  stockledger window SKU-1 sale-1 --opens-at 2026-12-01T10:00:00Z --closes-at 2026-12-01T12:00:00Z --wait 5\n  stockledger window SKU-1 sale-2 --opens-at +10m\n  stockledger window SKU-1 sale-3   # neither: lift the window"
+        after_help = "Examples:\n  stockledger window SKU-1 sale-1 --opens-at 2026-12-01T10:00:00Z --closes-at 2026-12-01T12:00:00Z --wait 5\n  stockledger window SKU-1 sale-2 --opens-at +10m\n  stockledger window SKU-1 sale-3 --wait 5"
     )]
     Window(sale::WindowArgs),
     /// Stop selling a SKU at once (REJECTED_PAUSED); holds still settle.

@@ -963,7 +963,8 @@ async fn the_demo_says_its_run_and_checks_as_one_json_object() -> anyhow::Result
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(shown["pass"], true, "{shown:#}");
     let checks = shown["checks"].as_array().map(Vec::len);
-    assert_eq!(checks, Some(7), "{shown:#}");
+    assert_eq!(checks, Some(8), "{shown:#}");
+    assert!(shown["refused_not_open"].as_u64() > Some(0), "{shown:#}");
     assert!(shown["baskets"]["held"].as_u64() > Some(0), "{shown:#}");
     assert!(shown["seats"]["held"].as_u64() > Some(0), "{shown:#}");
     assert!(shown["records_sent"].as_u64() >= Some(200), "{shown:#}");

@@ -1,8 +1,12 @@
 //! The demo's checkout, run from its library through a test's own
 //! pipeline: the contract's checks pass, and they fail on a broken state.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stockledger_cli::demo::{self, Workload, HOT_SKU};
-use stockledger_core::{AdjustmentId, CommandBody, OrderStatus, Restock, RestockMode, Sku};
+
+use stockledger_core::{
+    AdjustmentId, ChangeId, CommandBody, OrderStatus, Restock, RestockMode, Sku,
+};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids;
 use stockledger_testkit::Harness;
@@ -30,6 +34,17 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
     h.ledger
         .limit(&ids::sku(HOT_SKU), Some(ids::qty(1)))
         .await?;
+    // The sale opens in a moment; the buyers start now.
+    let opens = SystemTime::now() + Duration::from_millis(1_500);
+    h.ledger
+        .window(
+            &ids::sku(HOT_SKU),
+            &ChangeId::new("opening")?,
+            Some(opens),
+            None,
+        )
+        .await?;
+    let opens_at = i64::try_from(opens.duration_since(UNIX_EPOCH)?.as_millis())?;
     for (sku, stock) in demo::BASKET_SKUS.into_iter().zip([20, 15]) {
         h.ledger
             .restock(
@@ -74,6 +89,10 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         sent.records >= 300 && sent.cancelled > 0 && sent.abandoned > 0 && sent.refunded > 0,
         "{sent:?}"
     );
+    assert!(
+        sent.not_open > 0,
+        "buyers came before the opening: {sent:?}"
+    );
     let records = demo::settle(&h.kafka, &h.pool, &h.projection, &h.ns.topic, CATCH_UP).await?;
     applier.stop().await?;
     archiver.stop().await?;
@@ -86,10 +105,26 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         archived: records,
         baskets: &baskets.ids,
         seats: Some(&seats),
+        opens_at: Some(opens_at),
     };
     let checks = demo::check_contract(&run, CATCH_UP).await?;
-    assert_eq!(checks.len(), 7, "the baskets' and the seats' checks too");
+    assert_eq!(
+        checks.len(),
+        8,
+        "the baskets', the seats' and the opening's checks too"
+    );
     assert!(checks.iter().all(|c| c.ok), "{checks:#?}");
+    // Had the sale opened ten minutes later, every order granted would have
+    // been granted before it: caught.
+    let later = demo::Run {
+        opens_at: Some(opens_at + 600_000),
+        ..run
+    };
+    let checks = demo::check_contract(&later, CATCH_UP).await?;
+    assert!(
+        !checks[7].ok && !checks[7].what.contains(", 0 granted early"),
+        "{checks:#?}"
+    );
     let state = h
         .projection
         .read_sku(HOT_SKU)

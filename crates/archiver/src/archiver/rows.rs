@@ -80,6 +80,9 @@ pub(super) struct Columns {
     pub(super) to_location: Vec<Option<String>>,
     /// The stock events, one per line (`None` when there are none).
     pub(super) events: Vec<Option<String>>,
+    /// The sale window a window command set.
+    pub(super) opens_at_ms: Vec<Option<i64>>,
+    pub(super) closes_at_ms: Vec<Option<i64>>,
 }
 
 /// PostgreSQL's text cannot hold NUL; it stands in the archive as `␀`
@@ -128,6 +131,8 @@ impl Columns {
         self.basket_id.push(storable_opt(o.basket_id));
         self.units
             .push((!o.units.is_empty()).then(|| storable(o.units.join("\n"))));
+        self.opens_at_ms.push(o.opens_at);
+        self.closes_at_ms.push(o.closes_at);
     }
 }
 
@@ -153,23 +158,25 @@ pub(super) async fn insert_rows(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, command_id,
              order_id, adjustment_id, quantity, result, delta, available_after, total_after,
              reason, occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent,
-             basket_id, units, location, to_location, events)
+             basket_id, units, location, to_location, events, opens_at, closes_at)
          SELECT topic, partition, log_offset, sku, command, command_id, order_id,
              adjustment_id, quantity, result, delta, available_after, total_after, reason,
              timestamptz 'epoch' + occurred_ms * interval '1 millisecond', restock_mode,
              rollback_reason, user_id,
              timestamptz 'epoch' + expires_ms * interval '1 millisecond', traceparent, basket_id,
              string_to_array(units, E'\\n'), location, to_location,
-             string_to_array(events, E'\\n')
+             string_to_array(events, E'\\n'),
+             timestamptz 'epoch' + opens_ms * interval '1 millisecond',
+             timestamptz 'epoch' + closes_ms * interval '1 millisecond'
          FROM UNNEST($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[],
              $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
              $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[],
              $19::bigint[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[],
-             $25::text[])
+             $25::text[], $26::bigint[], $27::bigint[])
              AS page(topic, partition, log_offset, sku, command, command_id, order_id,
                  adjustment_id, quantity, result, delta, available_after, total_after, reason,
                  occurred_ms, restock_mode, rollback_reason, user_id, expires_ms, traceparent,
-                 basket_id, units, location, to_location, events)
+                 basket_id, units, location, to_location, events, opens_ms, closes_ms)
          ON CONFLICT DO NOTHING",
     )
     .bind(&columns.topic)
@@ -197,6 +204,8 @@ pub(super) async fn insert_rows(
     .bind(&columns.location)
     .bind(&columns.to_location)
     .bind(&columns.events)
+    .bind(&columns.opens_at_ms)
+    .bind(&columns.closes_at_ms)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -207,7 +216,7 @@ pub(super) const COPY: &str =
     "COPY ledger_entries (topic, partition, log_offset, sku, command, command_id,
     order_id, adjustment_id, quantity, result, delta, available_after, total_after, reason,
     occurred_at, restock_mode, rollback_reason, user_id, expires_at, traceparent, basket_id,
-    units, location, to_location, events)
+    units, location, to_location, events, opens_at, closes_at)
     FROM STDIN (FORMAT binary)";
 
 /// Writes the page's rows with a binary `COPY`: no statement to plan, no
@@ -283,7 +292,7 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     for i in 0..c.offset.len() {
-        out.extend_from_slice(&25i16.to_be_bytes());
+        out.extend_from_slice(&27i16.to_be_bytes());
         text(&mut out, Some(&c.topic[i]));
         out.extend_from_slice(&4i32.to_be_bytes());
         out.extend_from_slice(&c.partition[i].to_be_bytes());
@@ -310,6 +319,8 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         text(&mut out, c.location[i].as_deref());
         text(&mut out, c.to_location[i].as_deref());
         text_array(&mut out, c.events[i].as_deref());
+        int8(&mut out, c.opens_at_ms[i].map(micros));
+        int8(&mut out, c.closes_at_ms[i].map(micros));
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     out

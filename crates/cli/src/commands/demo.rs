@@ -3,7 +3,7 @@
 //! the contract's checks.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use stockledger_analysts::query;
 use stockledger_client::{Ledger, SoldOutGuard};
 use stockledger_core::ids::MAX_UNITS_PER_RESTOCK;
-use stockledger_core::{AdjustmentId, Quantity, RestockMode, ResultCode, Sku, UnitId};
+use stockledger_core::{AdjustmentId, ChangeId, Quantity, RestockMode, ResultCode, Sku, UnitId};
 use stockledger_kafka::admin::{create_topics, ledger_topic_specs, LedgerTopics, Retention};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
@@ -72,6 +72,12 @@ pub struct DemoArgs {
     /// logging them (the sold-out fast path), and report how many.
     #[arg(long)]
     pub sold_out_fast_path: bool,
+    /// Seconds after the sale is set up that the hot SKU's sale window
+    /// opens: the buyers start at once, and what they send before the
+    /// opening is refused REJECTED_NOT_OPEN (they try again); 0 opens it at
+    /// once, with no window.
+    #[arg(long, default_value_t = 2)]
+    pub opens_in: u64,
     /// Partitions of the demo's topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
@@ -123,7 +129,7 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     let ledger = builder.build().await?;
     let timeout = Duration::from_secs(args.timeout);
-    open_sale(&ledger, &names.run_id, &args, timeout).await?;
+    let opens_at = open_sale(&ledger, &names.run_id, &args, timeout).await?;
     let sold = sell(&ledger, &names.run_id, &args).await?;
     let projection =
         stockledger_projection::Projection::connect(&g.redis_url, names.prefix.clone()).await?;
@@ -139,6 +145,7 @@ pub async fn run(g: &Global, mut args: DemoArgs) -> anyhow::Result<ExitCode> {
         archived,
         baskets: &sold.baskets.ids,
         seats: (args.seats > 0).then_some(&sold.seats),
+        opens_at,
     };
     let checks = demo::check_contract(&run, timeout).await?;
     let pass = checks.iter().all(|c| c.ok);
@@ -244,6 +251,7 @@ fn print_json(
         "seats": {"seats": args.seats, "parties": sold.parties, "held": seats.held,
                   "refused": seats.refused, "paid": seats.paid, "released": seats.released,
                   "abandoned": seats.abandoned, "sold": seats.sold.len()},
+        "refused_not_open": sold.sent.not_open,
         "send_seconds": sold.produced_in.as_secs_f64(),
         "end_to_end_seconds": end_to_end.as_secs_f64(),
         "checks": checks, "pass": pass,
@@ -405,14 +413,15 @@ impl Pipeline {
     }
 }
 
-/// Puts the hot SKU on sale: its stock and its per-user limit, each
-/// awaited until the applier has taken it.
+/// Puts the hot SKU on sale: its stock, its per-user limit and, with
+/// `--opens-in`, its sale window, each awaited until the applier has taken
+/// it. The window's opening, if it has one.
 async fn open_sale(
     ledger: &Ledger,
     run_id: &str,
     args: &DemoArgs,
     timeout: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<i64>> {
     let initial = AdjustmentId::new(format!("{run_id}-initial"))?;
     let restock = ledger
         .restock(&Sku::new(HOT_SKU)?, &initial, RestockMode::Set, args.stock)
@@ -459,7 +468,21 @@ async fn open_sale(
         decision.result == ResultCode::Applied,
         "per-user limit: {decision:?}"
     );
-    Ok(())
+    if args.opens_in == 0 || args.orders == 0 {
+        return Ok(None);
+    }
+    let opens = SystemTime::now() + Duration::from_secs(args.opens_in);
+    let change = ChangeId::new(format!("{run_id}-opening"))?;
+    let window = ledger
+        .window(&Sku::new(HOT_SKU)?, &change, Some(opens), None)
+        .await?;
+    let decision = ledger.decision_within(&window, timeout).await?;
+    anyhow::ensure!(
+        decision.result == ResultCode::Applied,
+        "sale window: {decision:?}"
+    );
+    let opens_at = opens.duration_since(UNIX_EPOCH)?.as_millis();
+    Ok(Some(i64::try_from(opens_at)?))
 }
 
 fn workload(args: &DemoArgs) -> Workload {
@@ -495,6 +518,13 @@ fn print_workload(args: &DemoArgs, sent: &demo::Sent, guard: Option<&SoldOutGuar
         sent.duplicated,
         sent.early_rollbacks
     );
+    if args.opens_in > 0 {
+        println!(
+            "  the sale opened {} s after it was set up: {} reservations sent before were \
+             refused REJECTED_NOT_OPEN and sent again",
+            args.opens_in, sent.not_open
+        );
+    }
     if let Some(guard) = guard {
         println!(
             "  sold-out fast path: {} reservations refused in the producer, never logged",

@@ -165,6 +165,7 @@ pub fn entry_json(e: &query::Entry) -> Value {
         "user_id": e.user_id, "expires_at": e.expires_at, "traceparent": e.traceparent,
         "basket_id": e.basket_id, "units": e.units, "location": e.location,
         "to_location": e.to_location, "events": e.events,
+        "opens_at": e.opens_at, "closes_at": e.closes_at,
     })
 }
 

@@ -607,6 +607,12 @@ pub struct HistoryEntry {
     /// `LOW_STOCK`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<String>>,
+    /// The sale window a window command set: its opening (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<String>,
+    /// Its closing (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closes_at: Option<String>,
 }
 
 impl From<stockledger_analysts::query::Entry> for HistoryEntry {
@@ -638,6 +644,8 @@ impl From<stockledger_analysts::query::Entry> for HistoryEntry {
             location: e.location,
             to_location: e.to_location,
             events: e.events,
+            opens_at: e.opens_at,
+            closes_at: e.closes_at,
         }
     }
 }

@@ -78,7 +78,8 @@ pub const LEVEL_EVERY: Duration = Duration::from_millis(200);
 /// its `kind`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct StockEventBody {
-    /// `sold_out`, `back_in_stock` or `low_stock`.
+    /// `sold_out`, `back_in_stock`, `low_stock`, `opened`, `closed`,
+    /// `paused` or `resumed`.
     pub kind: String,
     pub sku: String,
     /// The location the causing command named or acted on.
@@ -139,7 +140,7 @@ pub struct StockSnapshot {
         ("levels" = Option<bool>, Query, description = "Also send a `level` event (data: StockSnapshot) when the SKU's stock changes, read from the projection every 200 ms: a live counter. Default false"),
         ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event received (an EventSource sends it when it reconnects): the stream resumes after it")),
     responses(
-        (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`, `opened`, `closed`, `paused`, `resumed`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
         (status = 422, description = "The SKU, `levels`, another query parameter or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn sku_events(
