@@ -8,8 +8,9 @@
 // allow (`serve --cors-origin http://127.0.0.1:PORT`). The SKU should be
 // new: it is restocked to 5 with a low-stock threshold of 2, then sold one
 // unit at a time (the counter follows each sale; 1 left is low stock, 0 is
-// sold out) and one sale rolled back. Prints one JSON line: what the page
-// showed at each step and the screenshots taken.
+// sold out) and one sale rolled back; then paused, resumed, and given a
+// window that opens in an hour ("opens in…"). Prints one JSON line: what
+// the page showed at each step and the screenshots taken.
 import { createServer } from "node:http";
 import { readFile, mkdir } from "node:fs/promises";
 import { join, dirname } from "node:path";
@@ -86,14 +87,30 @@ try {
       status,
       events,
     );
+    await record(name);
+  };
+  const record = async (name) => {
     const shown = await page.evaluate(() => ({
       counter: document.getElementById("counter").textContent,
       status: document.getElementById("status").textContent,
+      sale: document.getElementById("sale").hidden ? "" : document.getElementById("sale").textContent,
       events: [...document.querySelectorAll("#events li")].map((li) => li.dataset.kind),
     }));
     const screenshot = join(out, `${name}.png`);
     await page.screenshot({ path: screenshot });
     steps.push({ step: name, ...shown, screenshot });
+  };
+  // Waits for the sale's state and the number of events listed.
+  const expectSale = async (name, sale, events) => {
+    await page.waitForFunction(
+      (s, n) =>
+        document.body.dataset.sale === s &&
+        document.querySelectorAll("#events li").length === n,
+      { timeout: WAIT_MS },
+      sale,
+      events,
+    );
+    await record(name);
   };
 
   await expect("opened", 5, "in_stock", 0);
@@ -108,6 +125,13 @@ try {
   await expect("sold-out", 0, "sold_out", 2);
   await command("POST", `/v1/skus/${sku}/orders/o4/rollback`, {});
   await expect("back", 1, "in_stock", 3);
+  await command("POST", `/v1/skus/${sku}/pauses/stop`, {});
+  await expectSale("paused", "paused", 4);
+  await command("POST", `/v1/skus/${sku}/resumes/go`, {});
+  await expectSale("resumed", "open", 5);
+  const inAnHour = new Date(Date.now() + 3_600_000).toISOString();
+  await command("POST", `/v1/skus/${sku}/windows/later`, { opens_at: inAnHour });
+  await expectSale("opens-later", "not_open", 6);
   console.log(JSON.stringify({ steps }));
 } finally {
   await browser.close();

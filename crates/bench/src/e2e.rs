@@ -41,8 +41,8 @@ pub(crate) async fn e2e(
         log.outcomes_topic.clone(),
         pipeline.prefix.clone(),
     );
+    let log_records = records + pipeline.restocks as u64;
     pipeline.stop().await?;
-    let log_records = records + skus as u64;
     let mut failures = Vec::new();
     if let Some(failure) = projection_differs(g, &topic, &prefix, log_records).await? {
         failures.push(failure);
@@ -65,7 +65,8 @@ pub(crate) async fn e2e(
         records,
         seconds,
         setup: format!(
-            "{skus} SKUs, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; {cpu}; contract checked",
+            "{skus} SKUs{}, {} partitions, {} in flight, batches of {}; all produced after {produced:.2} s; {cpu}; contract checked",
+            if args.sale_windows { " each with a sale window" } else { "" },
             args.partitions, args.in_flight, args.batch_size
         ),
         latency_ms: None,

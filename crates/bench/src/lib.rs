@@ -104,6 +104,11 @@ pub struct BenchArgs {
     /// Partitions of the e2e topics.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// Give every SKU of the e2e scenarios a sale window (open from an hour
+    /// ago for a day) before the clock starts, so every deduct is checked
+    /// against one: the window's cost.
+    #[arg(long)]
+    pub sale_windows: bool,
     /// Keep the topics, Redis keys and archived rows the run wrote (by
     /// default they are removed at the end, so later runs and tests do not
     /// scan past them, insert into ever larger indexes, or fill the disk).

@@ -216,12 +216,15 @@ impl Pipeline {
             prefix,
             skus,
             producer,
-            restocks: skus as i64,
+            restocks: skus as i64 * if args.sale_windows { 2 } else { 1 },
             applier,
             applier_env,
             more_appliers: Vec::new(),
         };
         pipeline.stock_every_sku(per_sku, args.in_flight).await?;
+        if args.sale_windows {
+            pipeline.window_every_sku(args.in_flight).await?;
+        }
         pipeline.wait_applied(0).await?;
         Ok(pipeline)
     }
@@ -238,6 +241,34 @@ impl Pipeline {
                         per_sku,
                     )
                     .await
+            })
+            .buffer_unordered(in_flight)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+
+    /// Gives every SKU a sale window, open from an hour ago for a day, so
+    /// that every deduct is checked against one (`--sale-windows`).
+    async fn window_every_sku(&self, in_flight: usize) -> anyhow::Result<()> {
+        let now = std::time::SystemTime::now();
+        let hour = Duration::from_secs(3_600);
+        let change = stockledger_core::ChangeId::new("bench-window")?;
+        stream::iter(0..self.skus as u64)
+            .map(|i| {
+                let change = &change;
+                async move {
+                    self.producer
+                        .window(
+                            &ids::sku(self.sku(i)),
+                            change,
+                            Some(now - hour),
+                            Some(now + 24 * hour),
+                        )
+                        .await
+                }
             })
             .buffer_unordered(in_flight)
             .collect::<Vec<_>>()

@@ -156,6 +156,7 @@ async fn the_door_policy_in_the_docs_is_the_one_the_gateway_keeps() -> anyhow::R
                 .replace("{basket_id}", "b-door")
                 .replace("{adjustment_id}", "a-door")
                 .replace("{transfer_id}", "t-door")
+                .replace("{change_id}", "c-door")
         );
         for (role, token) in &tokens {
             let body = (method != "GET").then(|| json!({}));

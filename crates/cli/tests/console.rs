@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{new_key, screenshots_dir, serve};
-use serde_json::Value;
-use stockledger_core::RestockMode;
+use serde_json::{json, Value};
+use stockledger_core::{ChangeId, RestockMode};
 use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids::{adjustment, location, order, qty, sku, unit};
@@ -18,7 +18,7 @@ use stockledger_testkit::{poison, wait_until, Harness};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// The sale the console is shown: a counted SKU sold out, given back one
-/// unit and sold out again by a hold; a SKU kept in two places; a SKU of
+/// unit and sold out again by a hold; a SKU kept in two places, paused; a SKU of
 /// named seats, one sold and one held; two records that are no command.
 /// Returns the records sent.
 async fn sale(h: &Harness) -> anyhow::Result<i64> {
@@ -51,6 +51,7 @@ async fn sale(h: &Harness) -> anyhow::Result<i64> {
     .await?;
     l.deduct_from(&places, &location("north"), &order("o1"), qty(2), None)
         .await?;
+    l.pause(&places, &ChangeId::new("stop")?).await?;
     let seats = sku("CON-S");
     let units: Vec<_> = ["A1", "A2", "A3", "A4"].into_iter().map(unit).collect();
     l.add_units(&seats, &adjustment("u1"), &units).await?;
@@ -62,7 +63,7 @@ async fn sale(h: &Harness) -> anyhow::Result<i64> {
         h.send_raw("CON-X", &poison::deduct_with("", &format!("bad{n}"), 1)?)
             .await?;
     }
-    Ok(15 + 3 + 3 + 2)
+    Ok(15 + 4 + 3 + 2)
 }
 
 /// Waits until `group` has committed every record of `topic`.
@@ -233,6 +234,12 @@ async fn the_console_shows_the_ledgers_figures_and_outages_in_headless_chromium(
             "{name}: {page}"
         );
     }
+    let now = |name: &str| page["skus"][name]["figures"]["now"].clone();
+    assert_eq!(
+        (now("CON-A"), now("CON-L"), now("CON-S")),
+        (json!("sold out"), json!("paused"), json!("selling")),
+        "{page}"
+    );
     assert_eq!(
         page["skus"]["CON-A"]["moments"],
         // The first restock brings it in stock too.

@@ -65,7 +65,7 @@ async fn the_demo_sale_keeps_the_contract_and_its_checks_catch_a_corrupted_proje
         orders: 300,
         buyers: 30,
         hold_ms: 1_000,
-        cancel_percent: 10,
+        cancel_percent: 20,
         abandon_percent: 20,
         refund_percent: 10,
         duplicate_percent: 5,

@@ -1997,12 +1997,31 @@ async fn the_live_stock_page_shows_each_change_in_headless_chromium() -> anyhow:
         ("low", "1", "low stock"),
         ("sold-out", "0", "sold out"),
         ("back", "1", "in stock"),
+        ("paused", "1", "in stock"),
+        ("resumed", "1", "in stock"),
+        ("opens-later", "1", "in stock"),
     ]
     .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()));
     assert_eq!(shown, expected, "{report}");
     assert_eq!(
         steps.last().map(|s| s["events"].clone()),
-        Some(json!(["low_stock", "sold_out", "back_in_stock"])),
+        Some(json!([
+            "low_stock",
+            "sold_out",
+            "back_in_stock",
+            "paused",
+            "resumed",
+            "closed"
+        ])),
+        "{report}"
+    );
+    let sale: Vec<&str> = (steps.iter().skip(6))
+        .map(|s| s["sale"].as_str().unwrap_or_default())
+        .collect();
+    // Resumed with no window, the SKU always sells again: nothing to say.
+    assert_eq!(sale[..2], ["paused", ""], "{report}");
+    assert!(
+        sale[2].starts_with("opens in 0:59:") || sale[2] == "opens in 1:00:00",
         "{report}"
     );
     let mut images = Vec::new();

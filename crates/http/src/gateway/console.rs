@@ -357,8 +357,9 @@ async fn redis_part<'a>(
     let mut now: Vec<Now> = skus.iter().map(|_| (None, None)).collect();
     let read = async {
         for (sku, (stock, seats)) in skus.iter().zip(now.iter_mut()) {
-            let found = gateway.projection.stock_by_location(sku.as_str()).await?;
-            *stock = found.map(|(s, locations)| StockBody::new(sku, &s, &locations));
+            let found = gateway.projection.stock_and_sale(sku.as_str()).await?;
+            *stock = found
+                .map(|(s, locations, sale)| StockBody::new(sku, &s, &locations).with_sale(&sale));
             let units = gateway.projection.seat_map(sku.as_str()).await?;
             *seats = (!units.is_empty()).then(|| {
                 units
