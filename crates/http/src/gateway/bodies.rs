@@ -397,13 +397,13 @@ pub struct StockBody {
     /// When the SKU sells (absent for one that always sells and was never
     /// paused).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sale: Option<SaleBody>,
+    pub sale: Option<SellingBody>,
 }
 
 /// When a SKU sells: its window and its pause, as the ledger decided them
 /// by the records' times.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct SaleBody {
+pub struct SellingBody {
     /// The first moment on sale (RFC 3339), if the window has an opening.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
@@ -420,7 +420,7 @@ pub struct SaleBody {
     pub paused: bool,
 }
 
-impl SaleBody {
+impl SellingBody {
     /// The body of `sale`, `None` for a SKU that always sells, unpaused.
     pub fn of(sale: &stockledger_projection::Sale) -> Option<Self> {
         if *sale == stockledger_projection::Sale::default() {
@@ -460,7 +460,7 @@ impl StockBody {
     #[must_use]
     pub fn with_sale(self, sale: &stockledger_projection::Sale) -> Self {
         Self {
-            sale: SaleBody::of(sale),
+            sale: SellingBody::of(sale),
             ..self
         }
     }
