@@ -22,7 +22,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use stockledger_kafka::admin::{check_permanent, topic_config, AdminError, NotPermanent};
 use stockledger_kafka::config::{FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_MS};
 use stockledger_kafka::KafkaConfig;
-use tracing::{debug, info, instrument};
+use tracing::{debug, info, info_span, Instrument};
 
 use crate::record::interpret;
 use stockledger_kafka::lag::LagContext;
@@ -127,6 +127,8 @@ pub enum ReplayError {
     Projection(#[from] ProjectionError),
     #[error(transparent)]
     NotPermanent(#[from] NotPermanent),
+    #[error("the runtime stopped while a batch was being applied")]
+    RuntimeStopped,
     #[error("reading the configuration of the command topic")]
     TopicConfig(#[from] AdminError),
     /// The broker no longer has records the replay must start from.
@@ -189,8 +191,9 @@ pub async fn replay(
     let mut report = ReplayReport::default();
     let mut last_report = Instant::now();
     let mut new_end = false;
-    // A batch is read and decoded while Redis applies the one before it.
-    let mut pending = Decoded::default();
+    // A batch is read and decoded while the one before it is decided and
+    // written, on another of the runtime's threads.
+    let mut applying: Option<Applying> = None;
     loop {
         if *stop.borrow() {
             report.interrupted = true;
@@ -203,14 +206,18 @@ pub async fn replay(
             partitions.len(),
             &mut at_end,
             &mut new_end,
-        );
-        let (applied, next) = tokio::join!(
-            apply(&target, &pending, partitions.len() as i32, &swapped),
-            read
-        );
-        applied?;
-        progress.records += pending.records;
-        pending = next?;
+        )
+        .await;
+        progress.records += finish(applying.take()).await?;
+        let read = read?;
+        applying = Some(start_apply(
+            &target,
+            read,
+            partitions.len() as i32,
+            &swapped,
+        ));
+        // Let the apply start on another thread before the next read.
+        tokio::task::yield_now().await;
         progress.lag = lag.load(Ordering::Relaxed);
         progress.elapsed = started.elapsed();
         progress.caught_up |= at_end.len() == partitions.len();
@@ -222,9 +229,7 @@ pub async fn replay(
             continue;
         }
         // The end of the log: what was read is applied before any swap.
-        apply(&target, &pending, partitions.len() as i32, &swapped).await?;
-        progress.records += pending.records;
-        pending = Decoded::default();
+        progress.records += finish(applying.take()).await?;
         new_end = false;
         let Some(swap) = &config.swap else { break };
         // Swap what is at least as far along as the live state; keep reading
@@ -239,6 +244,8 @@ pub async fn replay(
             "some live SKUs are ahead of the replay; catching up"
         );
     }
+    // Asked to stop: the batch under way lands (or fails) before the report.
+    progress.records += finish(applying.take()).await?;
     progress.elapsed = started.elapsed();
     progress.lag = lag.load(Ordering::Relaxed);
     on_progress(&progress);
@@ -346,6 +353,9 @@ async fn hand_over_marker(
     Ok(())
 }
 
+/// Records a batch makes room for at once: a wider batch grows as it reads.
+const READ_CAPACITY: usize = 65_536;
+
 /// A batch read from the log and decoded, not yet applied.
 #[derive(Default)]
 struct Decoded {
@@ -367,16 +377,22 @@ async fn read_batch(
     at_end: &mut HashSet<i32>,
     new_end: &mut bool,
 ) -> Result<Decoded, ReplayError> {
-    let mut batch = Decoded::default();
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(250);
+    let mut batch = Decoded {
+        entries: Vec::with_capacity(batch_size.min(READ_CAPACITY)),
+        records: 0,
+    };
+    // One timer for the whole batch, armed only once the log runs dry.
+    let deadline = tokio::time::sleep(Duration::from_millis(250));
+    tokio::pin!(deadline);
     while batch.records < batch_size as u64 {
         let next = tokio::select! {
+            biased;
+            r = consumer.recv() => r,
+            _ = &mut deadline => break, // apply what we have
             _ = stop.wait_for(|s| *s) => break,
-            r = tokio::time::timeout_at(deadline, consumer.recv()) => r,
         };
         match next {
-            Err(_) => break, // the deadline: apply what we have
-            Ok(Ok(m)) => {
+            Ok(m) => {
                 let (partition, offset) = (m.partition(), m.offset());
                 at_end.remove(&partition);
                 batch.records += 1;
@@ -384,28 +400,31 @@ async fn read_batch(
                 let command = interpret(m.key(), m.payload()).ok();
                 batch.entries.push((partition, offset, timestamp, command));
             }
-            Ok(Err(KafkaError::PartitionEOF(p))) => {
+            Err(KafkaError::PartitionEOF(p)) => {
                 *new_end |= at_end.insert(p);
                 if at_end.len() == partitions {
                     break;
                 }
             }
-            Ok(Err(e)) => return Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(batch)
 }
 
-/// Applies the valid commands of `batch`, except for SKUs already swapped
-/// into the live prefix (the live applier owns them now), and records in
-/// the target's marker how far each partition is folded.
-#[instrument(name = "replay_batch", skip_all, fields(records = batch.records))]
-async fn apply(
+/// A batch being decided and written by a task of its own; it answers
+/// how many records it held.
+type Applying = tokio::task::JoinHandle<Result<u64, ProjectionError>>;
+
+/// Starts applying the valid commands of `batch`, except for SKUs already
+/// swapped into the live prefix (the live applier owns them now), and
+/// recording in the target's marker how far each partition is folded.
+fn start_apply(
     target: &Projection,
-    batch: &Decoded,
+    batch: Decoded,
     partitions: i32,
     swapped: &HashSet<String>,
-) -> Result<(), ProjectionError> {
+) -> Applying {
     let prepared = target.prepare(
         batch.entries.iter().map(|(p, o, t, command)| Entry {
             partition: *p,
@@ -417,9 +436,25 @@ async fn apply(
         }),
         partitions,
     );
-    target.apply(&prepared).await?;
-    debug!(runs = prepared.runs(), "applied to the target prefix");
-    Ok(())
+    let target = target.clone();
+    tokio::spawn(
+        async move {
+            target.apply(&prepared).await?;
+            debug!(runs = prepared.runs(), "applied to the target prefix");
+            Ok(batch.records)
+        }
+        .instrument(info_span!("replay_batch", records = batch.records)),
+    )
+}
+
+/// Waits for the batch under way, if any: how many records it held.
+async fn finish(applying: Option<Applying>) -> Result<u64, ReplayError> {
+    let Some(task) = applying else { return Ok(0) };
+    match task.await {
+        Ok(applied) => Ok(applied?),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(ReplayError::RuntimeStopped),
+    }
 }
 
 /// Swaps every rebuilt SKU that is not behind its live state; returns how

@@ -23,7 +23,9 @@
 //! order services. The applier
 //! and replay both fold this way; nothing else writes a SKU's decisions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -35,7 +37,7 @@ use crate::fence::{Expected, Learned, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
-use crate::stage::{Record, SkuStage, Wanted};
+use crate::stage::{decide_all, Record, SkuStage, Wanted};
 use crate::write::Written;
 
 /// The script that reads the fields a batch needs; see the file.
@@ -159,7 +161,8 @@ impl Projection {
         partitions: i32,
     ) -> Prepared {
         let mut last: BTreeMap<i32, i64> = BTreeMap::new();
-        let mut records = Vec::new();
+        let entries = entries.into_iter();
+        let mut records = Vec::with_capacity(entries.size_hint().0);
         for entry in entries {
             let read = last.entry(entry.partition).or_insert(entry.offset);
             *read = (*read).max(entry.offset);
@@ -285,9 +288,13 @@ impl Projection {
             let (stages, loaded) = self.staged(batch, &pending).await?;
             let mut writes = Vec::new();
             let mut changes = Vec::with_capacity(stages.len());
-            for (k, (mut stage, loaded)) in stages.into_iter().zip(loaded).enumerate() {
-                stage.decide(&batch.records, &mut decided);
-                let (write, stock) = stage.finish();
+            let staged = decide_all(stages, &batch.records);
+            for (k, ((decisions, write, stock), loaded)) in
+                staged.into_iter().zip(loaded).enumerate()
+            {
+                for (i, decision) in decisions {
+                    decided[i] = Some(decision);
+                }
                 if let Some(write) = write {
                     writes.push((k, write));
                 }

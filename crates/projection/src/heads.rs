@@ -24,7 +24,7 @@
 //! are empty), and stay so while they are kept: the fold is their only
 //! writer.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The default bound, in SKUs: about 55 MB of stock hashes (a SKU's
