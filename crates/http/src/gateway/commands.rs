@@ -423,23 +423,8 @@ pub(crate) async fn restock(
     let adjustment_id = AdjustmentId::new(adjustment_id)?;
     let restock = restock_of(adjustment_id.clone(), request)?;
     let wait = gateway.wait(&wait)?;
-    let known = gateway
-        .projection
-        .adjustment(sku.as_str(), adjustment_id.as_str())
-        .await
-        .unwrap_or_else(|e| {
-            // The log decides duplicates anyway: publish without the check.
-            warn!(error = %Chain(&e), "cannot check Redis for a repeated restock; publishing");
-            None
-        });
     let body = CommandBody::Restock(restock);
-    if let Some(offset) = known {
-        gateway.same_adjustment(&sku, offset, &body).await?;
-        return Ok(repeat(&sku, None));
-    }
-    gateway
-        .command(sku, None, body, wait, trace.traceparent)
-        .await
+    publish_adjustment(&gateway, sku, adjustment_id.as_str(), body, wait, trace).await
 }
 
 /// Move available stock of `sku` between two of its locations, all or
@@ -475,16 +460,33 @@ pub(crate) async fn transfer(
         Quantity::new(request.quantity)?,
     )?;
     let wait = gateway.wait(&wait)?;
+    let body = CommandBody::Transfer(moved);
+    publish_adjustment(&gateway, sku, transfer_id.as_str(), body, wait, trace).await
+}
+
+/// Publishes `body`, an adjustment of `sku` named `id` (a restock, a
+/// transfer or a change of the sale: one namespace of ids), unless the
+/// ledger holds that id already: then an identical repeat is answered
+/// `200` `repeat` and another use of the id `409`
+/// ([`super::Gateway::same_adjustment`]).
+pub(super) async fn publish_adjustment(
+    gateway: &super::Gateway,
+    sku: Sku,
+    id: &str,
+    body: CommandBody,
+    wait: Option<std::time::Duration>,
+    trace: TraceHeader,
+) -> Answer {
     let known = gateway
         .projection
-        .adjustment(sku.as_str(), transfer_id.as_str())
+        .adjustment(sku.as_str(), id)
         .await
         .unwrap_or_else(|e| {
             // The log decides duplicates anyway: publish without the check.
-            warn!(error = %Chain(&e), "cannot check Redis for a repeated transfer; publishing");
+            let kind = body.kind().as_str();
+            warn!(error = %Chain(&e), kind, "cannot check Redis for a repeated adjustment; publishing");
             None
         });
-    let body = CommandBody::Transfer(moved);
     if let Some(offset) = known {
         gateway.same_adjustment(&sku, offset, &body).await?;
         return Ok(repeat(&sku, None));

@@ -5,14 +5,12 @@
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use serde::Deserialize;
-use stockledger_core::report::Chain;
 use stockledger_core::{ChangeId, CommandBody, Pause, Resume, SaleWindow, Sku, Window};
 use stockledger_runtime::clock::{now_ms, parse_rfc3339_ms};
-use tracing::warn;
 use utoipa::ToSchema;
 
 use super::bodies::{CommandResponse, TraceHeader, WaitParams};
-use super::commands::repeat;
+use super::commands::publish_adjustment;
 use super::problem::{path_problem, Body, Problem, Query};
 use super::{Answer, Shared};
 
@@ -79,7 +77,8 @@ pub(crate) async fn window(
         change_id: change_id.clone(),
         window,
     });
-    publish_change(gateway, sku, change_id, body, wait, trace).await
+    let wait = gateway.wait(&wait)?;
+    publish_adjustment(&gateway, sku, change_id.as_str(), body, wait, trace).await
 }
 
 /// Stop selling `sku` at once: deducts, holds and basket lines are refused
@@ -108,7 +107,8 @@ pub(crate) async fn pause(
     let body = CommandBody::Pause(Pause {
         change_id: change_id.clone(),
     });
-    publish_change(gateway, sku, change_id, body, wait, trace).await
+    let wait = gateway.wait(&wait)?;
+    publish_adjustment(&gateway, sku, change_id.as_str(), body, wait, trace).await
 }
 
 /// End a pause of `sku`. `change_id` makes a resend harmless. No body.
@@ -135,7 +135,8 @@ pub(crate) async fn resume(
     let body = CommandBody::Resume(Resume {
         change_id: change_id.clone(),
     });
-    publish_change(gateway, sku, change_id, body, wait, trace).await
+    let wait = gateway.wait(&wait)?;
+    publish_adjustment(&gateway, sku, change_id.as_str(), body, wait, trace).await
 }
 
 fn sku_and_change(
@@ -154,32 +155,3 @@ async fn no_body(request: Request) -> Result<(), Problem> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoFields {}
-
-/// Answers a change the ledger already holds as a repeat (409 if the id
-/// was used otherwise), else publishes it.
-async fn publish_change(
-    gateway: std::sync::Arc<super::Gateway>,
-    sku: Sku,
-    change_id: ChangeId,
-    body: CommandBody,
-    wait: WaitParams,
-    trace: TraceHeader,
-) -> Answer {
-    let wait = gateway.wait(&wait)?;
-    let known = gateway
-        .projection
-        .adjustment(sku.as_str(), change_id.as_str())
-        .await
-        .unwrap_or_else(|e| {
-            // The log decides duplicates anyway: publish without the check.
-            warn!(error = %Chain(&e), "cannot check Redis for a repeated change; publishing");
-            None
-        });
-    if let Some(offset) = known {
-        gateway.same_adjustment(&sku, offset, &body).await?;
-        return Ok(repeat(&sku, None));
-    }
-    gateway
-        .command(sku, None, body, wait, trace.traceparent)
-        .await
-}
