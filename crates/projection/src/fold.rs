@@ -24,10 +24,9 @@
 //! and replay both fold this way; nothing else writes a SKU's decisions.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashMapExt};
 use std::sync::LazyLock;
 
+use foldhash::{HashMap, HashMapExt};
 use redis::Script;
 use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
@@ -37,7 +36,7 @@ use crate::fence::{Expected, Learned, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
 use crate::keys;
 use crate::projection::{Projection, ProjectionError, APPLIED_FIELD};
-use crate::stage::{decide_all, Record, SkuStage, Wanted};
+use crate::stage::{Record, SkuStage, Wanted};
 use crate::write::Written;
 
 /// The script that reads the fields a batch needs; see the file.
@@ -288,13 +287,9 @@ impl Projection {
             let (stages, loaded) = self.staged(batch, &pending).await?;
             let mut writes = Vec::new();
             let mut changes = Vec::with_capacity(stages.len());
-            let staged = decide_all(stages, &batch.records);
-            for (k, ((decisions, write, stock), loaded)) in
-                staged.into_iter().zip(loaded).enumerate()
-            {
-                for (i, decision) in decisions {
-                    decided[i] = Some(decision);
-                }
+            for (k, (mut stage, loaded)) in stages.into_iter().zip(loaded).enumerate() {
+                stage.decide(&batch.records, &mut decided);
+                let (write, stock) = stage.finish();
                 if let Some(write) = write {
                     writes.push((k, write));
                 }

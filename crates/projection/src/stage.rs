@@ -184,58 +184,6 @@ impl Tracker {
     }
 }
 
-/// What deciding a SKU's stage gives: its records' decisions (with their
-/// indexes in the batch), its write if a record applied, and its stock
-/// hash's fields as that write leaves them.
-pub(crate) type Decided = (
-    Vec<(usize, Decision)>,
-    Option<SkuWrite>,
-    Vec<Option<String>>,
-);
-
-/// Records a batch must hold before its SKUs are decided on two threads:
-/// below it, starting a thread costs about what it saves.
-const PARALLEL_RECORDS: usize = 4_096;
-
-/// Decides each stage's records and finishes it, in the order given. A
-/// wide batch is cut in two halves of about as many records each, decided
-/// on two threads: each SKU's state is its own, so the halves share
-/// nothing but the records they read.
-pub(crate) fn decide_all(mut stages: Vec<SkuStage>, records: &[Record]) -> Vec<Decided> {
-    let run = |stages: Vec<SkuStage>| -> Vec<Decided> {
-        (stages.into_iter())
-            .map(|mut stage| {
-                let decisions = stage.decide(records);
-                let (write, stock) = stage.finish();
-                (decisions, write, stock)
-            })
-            .collect()
-    };
-    let wide: usize = stages.iter().map(|s| s.records.len()).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if wide < PARALLEL_RECORDS || stages.len() < 2 || cores < 2 {
-        return run(stages);
-    }
-    let mut seen = 0;
-    let at = (stages.iter())
-        .position(|s| {
-            seen += s.records.len();
-            2 * seen >= wide
-        })
-        .map_or(1, |k| k + 1)
-        .clamp(1, stages.len() - 1);
-    let second = stages.split_off(at);
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| run(second));
-        let mut first = run(stages);
-        match other.join() {
-            Ok(second) => first.extend(second),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-        first
-    })
-}
-
 /// One SKU's share of a batch.
 #[derive(Debug)]
 pub(crate) struct SkuStage {
@@ -507,10 +455,9 @@ impl SkuStage {
     }
 
     /// Decides each of the SKU's records with the machine, in log order,
-    /// noting what each one applied changes; returns each record's
-    /// decision with its index in the batch.
-    fn decide(&mut self, records: &[Record]) -> Vec<(usize, Decision)> {
-        let mut decisions = Vec::with_capacity(self.records.len());
+    /// noting what each one applied changes; `decisions` gets each
+    /// record's decision at its index.
+    pub fn decide(&mut self, records: &[Record], decisions: &mut [Option<Decision>]) {
         for k in 0..self.records.len() {
             let i = self.records[k];
             let record = &records[i];
@@ -525,9 +472,8 @@ impl SkuStage {
             if self.state.last_offset != before {
                 self.note(record, &decision);
             }
-            decisions.push((i, decision));
+            decisions[i] = Some(decision);
         }
-        decisions
     }
 
     /// Notes the fields `record`, just applied with `decision`, may have
