@@ -10,7 +10,7 @@ use crate::ids::{
 
 mod sale;
 
-pub use sale::{Pause, Resume, SalePhase, SaleWindow, Window, MAX_WINDOW_AHEAD_MS};
+pub use sale::{sells_always, Pause, Resume, SalePhase, SaleWindow, Window, MAX_WINDOW_AHEAD_MS};
 
 /// Longest free-text reason a rollback may carry, in bytes.
 ///

@@ -30,8 +30,9 @@ pub mod schema;
 pub mod trace;
 
 pub use command::{
-    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Reason,
-    Refund, Restock, RestockMode, Resume, Rollback, SalePhase, SaleWindow, Transfer, Window,
+    sells_always, Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause,
+    Reason, Refund, Restock, RestockMode, Resume, Rollback, SalePhase, SaleWindow, Transfer,
+    Window,
 };
 pub use ids::{
     AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,

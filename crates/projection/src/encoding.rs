@@ -67,7 +67,7 @@ pub const SALE_FIELD: &str = "{sale}";
 /// # Ok::<(), stockledger_core::ValidationError>(())
 /// ```
 pub fn encode_sale(state: &SkuState) -> Option<String> {
-    if state.window == SaleWindow::ALWAYS && state.phase == SalePhase::Open && !state.paused {
+    if stockledger_core::sells_always(&state.window, state.phase, state.paused) {
         return None;
     }
     let at = |t: Option<i64>| t.map(|t| t.to_string()).unwrap_or_default();

@@ -227,8 +227,7 @@ fn sale_json(s: &stockledger_core::SkuState) -> serde_json::Value {
 /// When the SKU sells, as one line (`None` for one that always sells,
 /// unpaused).
 fn sale_line(s: &stockledger_core::SkuState) -> Option<String> {
-    use stockledger_core::{SalePhase, SaleWindow};
-    if s.window == SaleWindow::ALWAYS && s.phase == SalePhase::Open && !s.paused {
+    if stockledger_core::sells_always(&s.window, s.phase, s.paused) {
         return None;
     }
     let at = |t: Option<i64>| t.map_or("-".to_owned(), stockledger_runtime::clock::rfc3339_ms);

@@ -173,6 +173,20 @@ impl SalePhase {
     }
 }
 
+/// Whether a SKU with this `window`, `phase` and pause sells whenever it
+/// has stock, as one no window or pause was ever set for: the stock hash
+/// then stores no sale, and the CLI and HTTP show none.
+///
+/// ```
+/// use stockledger_core::{sells_always, SalePhase, SaleWindow};
+///
+/// assert!(sells_always(&SaleWindow::ALWAYS, SalePhase::Open, false));
+/// assert!(!sells_always(&SaleWindow::ALWAYS, SalePhase::Open, true));
+/// ```
+pub fn sells_always(window: &SaleWindow, phase: SalePhase, paused: bool) -> bool {
+    *window == SaleWindow::ALWAYS && phase == SalePhase::Open && !paused
+}
+
 /// Set the SKU's sale window (or, with [`SaleWindow::ALWAYS`], lift it).
 /// A deduct, hold or basket line stamped before the opening is refused
 /// `REJECTED_NOT_OPEN`, one at or after the closing `REJECTED_CLOSED`;

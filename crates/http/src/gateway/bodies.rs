@@ -423,7 +423,7 @@ pub struct SellingBody {
 impl SellingBody {
     /// The body of `sale`, `None` for a SKU that always sells, unpaused.
     pub fn of(sale: &stockledger_projection::Sale) -> Option<Self> {
-        if *sale == stockledger_projection::Sale::default() {
+        if stockledger_core::sells_always(&sale.window, sale.phase, sale.paused) {
             return None;
         }
         let at = |t: Option<i64>| t.map(stockledger_runtime::clock::rfc3339_ms);
