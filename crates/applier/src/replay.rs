@@ -2,12 +2,15 @@
 //! it in for the live one while the applier keeps running.
 //!
 //! The replay reads the command topic from the beginning (or from given
-//! offsets), applies it with the applier's own script and batching into the
+//! offsets), folds it as the applier does, batch by batch, into the
 //! target prefix, and stops once every partition has reached its end (unless
 //! it follows). A swap then replaces, SKU by SKU and atomically, the live
 //! state with the rebuilt one, but only where the rebuilt state is at least
 //! as far along the log as the live one; a SKU the live applier has moved
 //! past is caught up first, so no applied record is lost.
+//!
+//! A batch is decided and written by a task of its own while the next one
+//! is read and decoded, so the two share the machine's cores.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
