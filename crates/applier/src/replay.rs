@@ -183,7 +183,8 @@ pub async fn replay(
     let target = open_target(&config).await?;
     let lag = Arc::new(AtomicI64::new(0));
     let (consumer, partitions, assignment) = open_log(&config, lag.clone())?;
-    target.mark(&config.topic, partitions.len() as i32).await?;
+    let count = partitions.len() as i32;
+    target.mark(&config.topic, count).await?;
     consumer.assign(&assignment)?;
     info!(topic = %config.topic, target = %config.target_prefix, partitions = partitions.len(), "replay started");
 
@@ -213,12 +214,7 @@ pub async fn replay(
         .await;
         progress.records += finish(applying.take()).await?;
         let read = read?;
-        applying = Some(start_apply(
-            &target,
-            read,
-            partitions.len() as i32,
-            &swapped,
-        ));
+        applying = Some(start_apply(&target, read, count, &swapped));
         // Let the apply start on another thread before the next read.
         tokio::task::yield_now().await;
         progress.lag = lag.load(Ordering::Relaxed);
@@ -239,7 +235,7 @@ pub async fn replay(
         // for the SKUs the applier has moved past.
         let behind = swap_pass(swap, &target, &mut swapped).await?;
         if behind == 0 {
-            hand_over_marker(&config, swap, &target, partitions.len() as i32).await?;
+            hand_over_marker(&config, swap, &target, count).await?;
             break;
         }
         info!(
