@@ -185,6 +185,25 @@ impl CommandBody {
         }
     }
 
+    /// The id this command spends in its SKU's namespace of adjustments,
+    /// where the same id again is `DUPLICATE`: a restock's, a transfer's,
+    /// or a change of the sale's.
+    ///
+    /// ```
+    /// use stockledger_core::{ChangeId, CommandBody, Pause};
+    ///
+    /// let pause = CommandBody::Pause(Pause { change_id: ChangeId::new("stop-1")? });
+    /// assert_eq!(pause.adjustment_id(), Some("stop-1"));
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn adjustment_id(&self) -> Option<&str> {
+        match self {
+            Self::Restock(r) => Some(r.adjustment_id.as_str()),
+            Self::Transfer(t) => Some(t.transfer_id.as_str()),
+            _ => self.change_id().map(ChangeId::as_str),
+        }
+    }
+
     /// The buyer a deduct names, if any.
     ///
     /// ```

@@ -267,7 +267,11 @@ impl SkuStage {
             orders.add(SEATMAP_FIELD.to_owned());
         }
         for &i in &self.records {
-            match &records[i].command.body {
+            let body = &records[i].command.body;
+            if let Some(id) = body.adjustment_id() {
+                adjustments.add(id.to_owned());
+            }
+            match body {
                 CommandBody::Deduct(d) => {
                     if let Some(user) = &d.user_id {
                         orders.add(format!("{USER_FIELD_PREFIX}{user}"));
@@ -277,7 +281,6 @@ impl SkuStage {
                     }
                 }
                 CommandBody::Restock(r) => {
-                    adjustments.add(r.adjustment_id.as_str().to_owned());
                     if !r.named().is_empty() {
                         orders.add(UNITS_FIELD.to_owned());
                     }
@@ -285,14 +288,9 @@ impl SkuStage {
                         orders.add(format!("{UNIT_FIELD_PREFIX}{unit}"));
                     }
                 }
-                CommandBody::Transfer(t) => adjustments.add(t.transfer_id.as_str().to_owned()),
-                body => {
-                    if let Some(id) = body.change_id() {
-                        adjustments.add(id.as_str().to_owned());
-                    }
-                }
+                _ => {}
             }
-            if let Some(order) = records[i].command.body.order_id() {
+            if let Some(order) = body.order_id() {
                 orders.add(order.as_str().to_owned());
             }
         }
@@ -491,30 +489,22 @@ impl SkuStage {
         }
         let mut users: Vec<String> = entry.and_then(|e| e.user.clone()).into_iter().collect();
         let mut units: Vec<String> = entry.map(|e| e.units.clone()).unwrap_or_default();
+        if let Some(id) = body.adjustment_id() {
+            // The id is spent by the record that first used it, only.
+            if self.state.adjustments.get(id) == Some(&record.offset) {
+                self.adjustments.push((id.to_owned(), offset.clone()));
+                if let CommandBody::Restock(r) = body {
+                    self.add_units(r.named().iter().map(|u| u.as_str()));
+                }
+            }
+        }
         match body {
             CommandBody::Deduct(d) => {
                 users.extend(d.user_id.as_ref().map(|u| u.as_str().to_owned()));
                 units.extend(d.units.iter().map(|u| u.as_str().to_owned()));
             }
             CommandBody::Restock(r) => {
-                let id = r.adjustment_id.as_str();
-                if self.state.adjustments.get(id) == Some(&record.offset) {
-                    self.adjustments.push((id.to_owned(), offset.clone()));
-                    self.add_units(r.named().iter().map(|u| u.as_str()));
-                }
                 units.extend(r.named().iter().map(|u| u.as_str().to_owned()));
-            }
-            CommandBody::Transfer(_)
-            | CommandBody::Window(_)
-            | CommandBody::Pause(_)
-            | CommandBody::Resume(_) => {
-                let id = match body {
-                    CommandBody::Transfer(t) => t.transfer_id.as_str(),
-                    _ => body.change_id().map(|c| c.as_str()).unwrap_or_default(),
-                };
-                if self.state.adjustments.get(id) == Some(&record.offset) {
-                    self.adjustments.push((id.to_owned(), offset.clone()));
-                }
             }
             CommandBody::Limit(_) => {
                 let limit = self.state.limit.map(|l| l.to_string());
