@@ -435,14 +435,17 @@ fn start_apply(
         }),
         partitions,
     );
+    // The prepared batch owns its commands: the decoded ones go now.
+    let records = batch.records;
+    drop(batch);
     let target = target.clone();
     tokio::spawn(
         async move {
             target.apply(&prepared).await?;
             debug!(runs = prepared.runs(), "applied to the target prefix");
-            Ok(batch.records)
+            Ok(records)
         }
-        .instrument(info_span!("replay_batch", records = batch.records)),
+        .instrument(info_span!("replay_batch", records)),
     )
 }
 
