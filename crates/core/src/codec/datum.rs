@@ -1,15 +1,16 @@
 //! Commands and outcomes as serde data in the shape of the current schemas,
 //! for apache-avro's schema-aware serializer (`write_avro_datum_ref`).
 //!
-//! That serializer writes each field as it is handed over, looking up only
-//! the field's schema by name, so every record here hands over its fields
-//! in the order of its `.avsc` file: a field out of order would be written
-//! against the wrong schema position. A unit test compares these bytes with
+//! That serializer writes each field as it is handed over, so every record
+//! here hands over its fields in the order of its `.avsc` file: the
+//! commands, outcomes and events as tuples (by position, see [`field`]),
+//! the bodies as structs (a field out of order would be written against the
+//! wrong schema position). A unit test compares these bytes with
 //! the `Value` path's (which apache-avro validates) for every body and
 //! result. Enum symbols and union branches go by index, as the binary
 //! encoding does.
 
-use serde::ser::{Serialize, SerializeStruct, Serializer};
+use serde::ser::{Serialize, SerializeStruct, SerializeTuple, Serializer};
 
 use crate::command::{Command, CommandBody, CommandKind, RestockMode};
 use crate::ids::{BasketId, LocationId, Quantity, UnitId, UserId};
@@ -23,6 +24,19 @@ pub(super) struct OutcomeDatum<'a>(pub &'a Outcome);
 
 /// The current StockEvent schema's datum of a stock event.
 pub(super) struct EventDatum<'a>(pub &'a StockEvent);
+
+/// Hands over the next field of a record written as a tuple: apache-avro
+/// writes a tuple against a record schema field by field, by position,
+/// where a struct's fields are each looked up by name (a third of an
+/// outcome's encoding). `name` is the field's in the `.avsc` file, for the
+/// reader.
+fn field<R: SerializeTuple>(
+    r: &mut R,
+    _name: &'static str,
+    value: &(impl Serialize + ?Sized),
+) -> Result<(), R::Error> {
+    r.serialize_element(value)
+}
 
 /// An enum symbol by its index in the schema's `symbols`.
 struct Symbol {
@@ -68,11 +82,11 @@ fn mode_symbol(mode: RestockMode) -> Symbol {
 impl Serialize for CommandDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let c = self.0;
-        let mut r = s.serialize_struct("Command", 4)?;
-        r.serialize_field("command_id", c.command_id.as_str())?;
-        r.serialize_field("sku", c.sku.as_str())?;
-        r.serialize_field("occurred_at", &c.occurred_at)?;
-        r.serialize_field("body", &Body(&c.body))?;
+        let mut r = s.serialize_tuple(4)?;
+        field(&mut r, "command_id", c.command_id.as_str())?;
+        field(&mut r, "sku", c.sku.as_str())?;
+        field(&mut r, "occurred_at", &c.occurred_at)?;
+        field(&mut r, "body", &Body(&c.body))?;
         r.end()
     }
 }
@@ -240,25 +254,34 @@ impl<'a> Fields<'a> {
 }
 
 impl Serialize for Fields<'_> {
+    /// As a tuple when it has more than one field (see [`field`]); a
+    /// one-field tuple is written against the record schema itself, not
+    /// its field, so such a body goes as a struct.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct(self.name, self.len)?;
-        for &(name, field) in &self.fields[..self.len] {
-            match field {
-                Field::String(v) => r.serialize_field(name, v)?,
-                Field::OptionalString(v) => r.serialize_field(name, &v)?,
-                Field::Long(v) => r.serialize_field(name, &v)?,
-                Field::OptionalLong(v) => r.serialize_field(name, &v)?,
-                Field::Units(units) => r.serialize_field(name, &UnitNames(units))?,
-                Field::Symbol(index, symbol) => r.serialize_field(
-                    name,
-                    &Symbol {
-                        index,
-                        name: symbol,
-                    },
-                )?,
-            }
+        if self.len == 1 {
+            let mut r = s.serialize_struct(self.name, 1)?;
+            let (name, value) = self.fields[0];
+            r.serialize_field(name, &value)?;
+            return r.end();
+        }
+        let mut r = s.serialize_tuple(self.len)?;
+        for (name, value) in &self.fields[..self.len] {
+            field(&mut r, name, value)?;
         }
         r.end()
+    }
+}
+
+impl Serialize for Field<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Field::String(v) => v.serialize(s),
+            Field::OptionalString(v) => v.serialize(s),
+            Field::Long(v) => v.serialize(s),
+            Field::OptionalLong(v) => v.serialize(s),
+            Field::Units(units) => UnitNames(units).serialize(s),
+            Field::Symbol(index, name) => Symbol { index, name }.serialize(s),
+        }
     }
 }
 
@@ -266,33 +289,33 @@ impl Serialize for OutcomeDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let o = self.0;
         let d = &o.decision;
-        let mut r = s.serialize_struct("Outcome", 26)?;
-        r.serialize_field("topic", &o.position.topic)?;
-        r.serialize_field("partition", &o.position.partition)?;
-        r.serialize_field("offset", &o.position.offset)?;
-        r.serialize_field("sku", &o.sku)?;
-        r.serialize_field("command_id", &o.command_id)?;
-        r.serialize_field("kind", &o.kind.map(kind_symbol))?;
-        r.serialize_field("order_id", &o.order_id)?;
-        r.serialize_field("adjustment_id", &o.adjustment_id)?;
-        r.serialize_field("quantity", &o.quantity)?;
-        r.serialize_field("result", &result_symbol(d.result))?;
-        r.serialize_field("delta", &d.delta)?;
-        r.serialize_field("available_after", &d.available)?;
-        r.serialize_field("total_after", &d.total)?;
-        r.serialize_field("reason", &d.reason)?;
-        r.serialize_field("occurred_at", &o.occurred_at)?;
-        r.serialize_field("restock_mode", &o.restock_mode.map(mode_symbol))?;
-        r.serialize_field("rollback_reason", &o.rollback_reason)?;
-        r.serialize_field("user_id", &o.user_id)?;
-        r.serialize_field("expires_at", &o.expires_at)?;
-        r.serialize_field("basket_id", &o.basket_id)?;
-        r.serialize_field("units", &o.units)?;
-        r.serialize_field("location", &d.location)?;
-        r.serialize_field("to_location", &o.to_location)?;
-        r.serialize_field("events", &Events(d.events))?;
-        r.serialize_field("opens_at", &o.opens_at)?;
-        r.serialize_field("closes_at", &o.closes_at)?;
+        let mut r = s.serialize_tuple(26)?;
+        field(&mut r, "topic", &o.position.topic)?;
+        field(&mut r, "partition", &o.position.partition)?;
+        field(&mut r, "offset", &o.position.offset)?;
+        field(&mut r, "sku", &o.sku)?;
+        field(&mut r, "command_id", &o.command_id)?;
+        field(&mut r, "kind", &o.kind.map(kind_symbol))?;
+        field(&mut r, "order_id", &o.order_id)?;
+        field(&mut r, "adjustment_id", &o.adjustment_id)?;
+        field(&mut r, "quantity", &o.quantity)?;
+        field(&mut r, "result", &result_symbol(d.result))?;
+        field(&mut r, "delta", &d.delta)?;
+        field(&mut r, "available_after", &d.available)?;
+        field(&mut r, "total_after", &d.total)?;
+        field(&mut r, "reason", &d.reason)?;
+        field(&mut r, "occurred_at", &o.occurred_at)?;
+        field(&mut r, "restock_mode", &o.restock_mode.map(mode_symbol))?;
+        field(&mut r, "rollback_reason", &o.rollback_reason)?;
+        field(&mut r, "user_id", &o.user_id)?;
+        field(&mut r, "expires_at", &o.expires_at)?;
+        field(&mut r, "basket_id", &o.basket_id)?;
+        field(&mut r, "units", &o.units)?;
+        field(&mut r, "location", &d.location)?;
+        field(&mut r, "to_location", &o.to_location)?;
+        field(&mut r, "events", &Events(d.events))?;
+        field(&mut r, "opens_at", &o.opens_at)?;
+        field(&mut r, "closes_at", &o.closes_at)?;
         r.end()
     }
 }
@@ -300,21 +323,21 @@ impl Serialize for OutcomeDatum<'_> {
 impl Serialize for EventDatum<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let e = self.0;
-        let mut r = s.serialize_struct("StockEvent", 10)?;
+        let mut r = s.serialize_tuple(10)?;
         let kind = Symbol {
             index: e.kind as u32,
             name: e.kind.as_str(),
         };
-        r.serialize_field("kind", &kind)?;
-        r.serialize_field("sku", &e.sku)?;
-        r.serialize_field("location", &e.location)?;
-        r.serialize_field("available", &e.available)?;
-        r.serialize_field("total", &e.total)?;
-        r.serialize_field("topic", &e.position.topic)?;
-        r.serialize_field("partition", &e.position.partition)?;
-        r.serialize_field("offset", &e.position.offset)?;
-        r.serialize_field("command_id", &e.command_id)?;
-        r.serialize_field("occurred_at", &e.occurred_at)?;
+        field(&mut r, "kind", &kind)?;
+        field(&mut r, "sku", &e.sku)?;
+        field(&mut r, "location", &e.location)?;
+        field(&mut r, "available", &e.available)?;
+        field(&mut r, "total", &e.total)?;
+        field(&mut r, "topic", &e.position.topic)?;
+        field(&mut r, "partition", &e.position.partition)?;
+        field(&mut r, "offset", &e.position.offset)?;
+        field(&mut r, "command_id", &e.command_id)?;
+        field(&mut r, "occurred_at", &e.occurred_at)?;
         r.end()
     }
 }

@@ -18,11 +18,19 @@ use crate::schema::{self, Released, Subject};
 /// The single-object header of one fingerprint.
 pub(super) struct Header(pub(super) u64);
 
+impl Header {
+    /// The header followed by room for a datum of `datum` bytes.
+    pub(super) fn with_room(&self, datum: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(10 + datum);
+        out.extend_from_slice(&[0xC3, 0x01]);
+        out.extend_from_slice(&self.0.to_le_bytes());
+        out
+    }
+}
+
 impl HeaderBuilder for Header {
     fn build_header(&self) -> Vec<u8> {
-        let mut header = vec![0xC3, 0x01];
-        header.extend_from_slice(&self.0.to_le_bytes());
-        header
+        self.with_room(0)
     }
 }
 
@@ -102,8 +110,7 @@ impl Framed {
         what: &'static str,
         datum: &impl serde::Serialize,
     ) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Header(self.current.fingerprint).build_header();
-        out.reserve(246);
+        let mut out = Header(self.current.fingerprint).with_room(246);
         self.writer
             .write_ser(&mut out, datum)
             .map_err(|e| EncodeError {
