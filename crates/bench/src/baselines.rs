@@ -2,12 +2,14 @@
 //! machine: the designs of the seed articles, each doing its own
 //! per-request work straight against Redis or PostgreSQL.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use stockledger_cli::Global;
+use stockledger_redis::RedisConn;
 
-use crate::cpu::MachineCpu;
-use crate::{Counts, Measurement};
+use crate::cpu::{CpuTimes, MachineCpu};
+use crate::{print_measurement, Counts, Measurement};
 
 /// The seed-001 script used by the `redis-lua-direct` baseline.
 const SEED_DEDUCT_LUA: &str = include_str!("../lua/seed_deduct.lua");
@@ -153,4 +155,134 @@ pub(crate) async fn pg_rows(
         failed: None,
         machine_cpu,
     })
+}
+
+/// What a `redis-floor` step writes of each record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// Its SKU's `available` and `offset` and its decision, in the stock hash.
+    Stock,
+    /// And the order's entry, in the orders hash: the layout the readers share.
+    Orders,
+    /// And the order's entry, in the stock hash: one hash a SKU.
+    Merged,
+}
+
+impl Floor {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Stock => "redis-floor",
+            Self::Orders => "redis-floor-orders",
+            Self::Merged => "redis-floor-merged",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Self::Stock => "the stock hash alone",
+            Self::Orders => "stock and orders hashes",
+            Self::Merged => "the orders in the stock hash",
+        }
+    }
+
+    /// Adds to `pipe` what this step writes of one SKU's `offsets` (its
+    /// records of a batch, in log order), `taken` units of its `total`
+    /// taken before them; `key` names the SKU's hashes.
+    fn write(
+        self,
+        pipe: &mut redis::Pipeline,
+        key: impl Fn(&str) -> String,
+        offsets: &[u64],
+        taken: u64,
+        total: u64,
+    ) {
+        let Some(&last) = offsets.last() else { return };
+        // The stock fields first, where the applier creates them, so a
+        // hash's later writes find them at its start.
+        let left = total - taken - offsets.len() as u64;
+        let mut stock = vec![
+            ("available".to_owned(), left.to_string()),
+            ("offset".to_owned(), last.to_string()),
+        ];
+        let mut entries = Vec::with_capacity(offsets.len());
+        for (n, &offset) in (1..).zip(offsets) {
+            let available = total - taken - n;
+            stock.push((
+                offset.to_string(),
+                format!("APPLIED|-1|{available}|{total}|"),
+            ));
+            entries.push((format!("order-{offset}"), format!("D|1|{offset}")));
+        }
+        match self {
+            Self::Stock => {}
+            Self::Orders => {
+                pipe.hset_multiple(key("orders"), &entries).ignore();
+            }
+            // An order's field marked so no stock field or offset is one.
+            Self::Merged => {
+                stock.extend(entries.into_iter().map(|(f, v)| (format!("{{o}}{f}"), v)))
+            }
+        }
+        pipe.hset_multiple(key("stock"), &stock).ignore();
+    }
+}
+
+/// What Redis's CPU a record comes down to when a batch writes nothing but
+/// what the ledger keeps of each record, with none of the applier's other
+/// work (see [`Floor`]): one `HSET` a hash a SKU a batch, the batch one
+/// transaction, as the applier writes it. The e2e-uniform SKUs, records
+/// and batches; no reads, no fence, no holds: a floor under the applier's
+/// figure, not a design.
+pub(crate) async fn redis_floor(
+    g: &Global,
+    run_id: &str,
+    counts: &Counts,
+    batch: usize,
+) -> anyhow::Result<Vec<Measurement>> {
+    let redis = RedisConn::connect(&g.redis_url).await?;
+    let client = redis::Client::open(g.redis_url.as_str())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let (records, skus, batch) = (counts.records, counts.skus as u64, batch.max(1) as u64);
+    let total = records / skus + 1;
+    let mut results = Vec::new();
+    for floor in [Floor::Stock, Floor::Orders, Floor::Merged] {
+        let scenario = floor.name();
+        let mut taken = vec![0u64; skus as usize];
+        let cpu = CpuTimes::now(&redis).await?;
+        let started = Instant::now();
+        let machine = MachineCpu::now();
+        for first in (0..records).step_by(batch as usize) {
+            // Each SKU's records of the batch, in log order.
+            let mut runs: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+            for offset in first..(first + batch).min(records) {
+                runs.entry(offset % skus).or_default().push(offset);
+            }
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for (sku, offsets) in runs {
+                let key = |hash: &str| format!("{run_id}:{scenario}:{{SKU-{sku:05}}}:{hash}");
+                floor.write(&mut pipe, key, &offsets, taken[sku as usize], total);
+                taken[sku as usize] += offsets.len() as u64;
+            }
+            let () = pipe.query_async(&mut conn).await?;
+        }
+        let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
+        let cpu = cpu.per_record(&redis, records).await?;
+        let m = Measurement {
+            scenario,
+            records,
+            seconds,
+            setup: format!(
+                "{skus} SKUs, batches of {batch} in one transaction, {}; {cpu}",
+                floor.what()
+            ),
+            latency_ms: None,
+            peak_rss_mib: None,
+            failed: None,
+            machine_cpu,
+        };
+        print_measurement(&m);
+        results.push(m);
+    }
+    Ok(results)
 }

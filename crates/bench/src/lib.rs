@@ -49,6 +49,11 @@
 //! - Every throughput scenario also reports the whole machine's CPU a
 //!   record over its timed part (`/proc/stat`: the broker, Redis,
 //!   PostgreSQL, the bench, the JVM, all together).
+//! - `redis-floor`: Redis's CPU a record when a batch writes nothing but
+//!   each record's decision and its SKU's stock fields, then the order's
+//!   entry besides in the orders hash (today's layout) or in the stock
+//!   hash, in the e2e-uniform shape: a floor under the applier's Redis
+//!   figure (no reads, no fence, no holds), not a design.
 //! - Baselines: `redis-lua-direct` (seed 001: one script call per request
 //!   straight to Redis), `pg-row` (one row, `UPDATE … WHERE available >= $1`
 //!   plus a flow-record insert per request) and `pg-buckets` (the same over
@@ -61,7 +66,7 @@ use clap::{Args, ValueEnum};
 
 use stockledger_cli::{connect_archive, Global};
 
-use crate::baselines::{pg_rows, redis_lua_direct};
+use crate::baselines::{pg_rows, redis_floor, redis_lua_direct};
 use crate::report::{memory_growth, write_results};
 
 mod analyst;
@@ -168,6 +173,12 @@ pub enum Scenario {
     Replay,
     Archive,
     RedisLuaDirect,
+    /// What Redis's CPU a record comes down to when a batch writes only
+    /// each record's decision and its SKU's stock fields (`redis-floor`),
+    /// then the order's entry besides, in the orders hash
+    /// (`redis-floor-orders`) or in the stock hash (`redis-floor-merged`):
+    /// the applier's writes with none of its other work.
+    RedisFloor,
     PgRow,
     PgBuckets,
     Memory,
@@ -206,8 +217,9 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 20] = [
+    const ALL: [Scenario; 21] = [
         Self::RedisLuaDirect,
+        Self::RedisFloor,
         Self::PgRow,
         Self::PgBuckets,
         Self::E2eUniform,
@@ -238,6 +250,7 @@ impl Scenario {
             Self::Replay => "replay",
             Self::Archive => "archive",
             Self::RedisLuaDirect => "redis-lua-direct",
+            Self::RedisFloor => "redis-floor",
             Self::PgRow => "pg-row",
             Self::PgBuckets => "pg-buckets",
             Self::Memory => "memory",
@@ -428,6 +441,7 @@ impl Bench<'_> {
         let (g, args, run_id, counts) = (self.g, self.args, self.run_id, &self.counts);
         let pool = &self.pool;
         Ok(Some(match scenario {
+            Scenario::RedisFloor => redis_floor(g, run_id, counts, args.batch_size).await?,
             Scenario::Memory => {
                 let mut results = Vec::new();
                 for records in [counts.records / 10, counts.records] {
@@ -540,6 +554,7 @@ impl Bench<'_> {
                 }
             }
             Scenario::Memory
+            | Scenario::RedisFloor
             | Scenario::Scale
             | Scenario::ScaleOut
             | Scenario::GatewayPipelined
@@ -571,7 +586,7 @@ impl Bench<'_> {
     }
 }
 
-fn print_measurement(m: &Measurement) {
+pub(crate) fn print_measurement(m: &Measurement) {
     if let Some(failure) = &m.failed {
         println!("  {:<18} FAIL: {failure}", m.scenario);
         return;
