@@ -1,6 +1,7 @@
 //! The baselines every run measures next to the ledger, on the same
 //! machine: the designs of the seed articles, each doing its own
-//! per-request work straight against Redis or PostgreSQL.
+//! per-request work straight against Redis or PostgreSQL; and the floor
+//! under the applier's Redis figure, its writes alone (`redis-floor`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
