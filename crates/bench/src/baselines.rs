@@ -158,6 +158,13 @@ pub(crate) async fn pg_rows(
     })
 }
 
+/// Whether `scenario` is one this module measures, shown apart from the
+/// ledger's own figures.
+pub(crate) fn is_baseline(scenario: &str) -> bool {
+    matches!(scenario, "redis-lua-direct" | "pg-row" | "pg-buckets")
+        || Floor::ALL.iter().any(|floor| floor.name() == scenario)
+}
+
 /// What a `redis-floor` step writes of each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Floor {
@@ -170,6 +177,8 @@ enum Floor {
 }
 
 impl Floor {
+    const ALL: [Floor; 3] = [Self::Stock, Self::Orders, Self::Merged];
+
     fn name(self) -> &'static str {
         match self {
             Self::Stock => "redis-floor",
@@ -246,7 +255,7 @@ pub(crate) async fn redis_floor(
     let (records, skus, batch) = (counts.records, counts.skus as u64, batch.max(1) as u64);
     let total = records / skus + 1;
     let mut results = Vec::new();
-    for floor in [Floor::Stock, Floor::Orders, Floor::Merged] {
+    for floor in Floor::ALL {
         let scenario = floor.name();
         let mut taken = vec![0u64; skus as usize];
         let cpu = CpuTimes::now(&redis).await?;

@@ -151,15 +151,7 @@ fn chart(path: &Path, run_id: &str, results: &[Measurement]) -> anyhow::Result<(
         .x_label_formatter(&|x| format!("{x:.0e}"))
         .draw()?;
     for (i, m) in results.iter().rev().enumerate() {
-        let baseline = matches!(
-            m.scenario,
-            "redis-lua-direct"
-                | "pg-row"
-                | "pg-buckets"
-                | "redis-floor"
-                | "redis-floor-orders"
-                | "redis-floor-merged"
-        );
+        let baseline = crate::baselines::is_baseline(m.scenario);
         let colour = if baseline {
             RGBColor(153, 153, 153)
         } else {
