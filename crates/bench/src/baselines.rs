@@ -195,12 +195,12 @@ impl Floor {
         }
     }
 
-    /// Adds to `pipe` what this step writes of one SKU's `offsets` (its
+    /// Adds to `batch` what this step writes of one SKU's `offsets` (its
     /// records of a batch, in log order), `taken` units of its `total`
     /// taken before them; `key` names the SKU's hashes.
     fn write(
         self,
-        pipe: &mut redis::Pipeline,
+        batch: &mut Vec<redis::Cmd>,
         key: impl Fn(&str) -> String,
         offsets: &[u64],
         taken: u64,
@@ -225,15 +225,13 @@ impl Floor {
         }
         match self {
             Self::Stock => {}
-            Self::Orders => {
-                pipe.hset_multiple(key("orders"), &entries).ignore();
-            }
+            Self::Orders => batch.push(redis::Cmd::hset_multiple(key("orders"), &entries)),
             // An order's field marked so no stock field or offset is one.
             Self::Merged => {
                 stock.extend(entries.into_iter().map(|(f, v)| (format!("{{o}}{f}"), v)))
             }
         }
-        pipe.hset_multiple(key("stock"), &stock).ignore();
+        batch.push(redis::Cmd::hset_multiple(key("stock"), &stock));
     }
 }
 
@@ -250,8 +248,6 @@ pub(crate) async fn redis_floor(
     batch: usize,
 ) -> anyhow::Result<Vec<Measurement>> {
     let redis = RedisConn::connect(&g.redis_url).await?;
-    let client = redis::Client::open(g.redis_url.as_str())?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
     let (records, skus, batch) = (counts.records, counts.skus as u64, batch.max(1) as u64);
     let total = records / skus + 1;
     let mut results = Vec::new();
@@ -267,14 +263,13 @@ pub(crate) async fn redis_floor(
             for offset in first..(first + batch).min(records) {
                 runs.entry(offset % skus).or_default().push(offset);
             }
-            let mut pipe = redis::pipe();
-            pipe.atomic();
+            let mut writes = Vec::new();
             for (sku, offsets) in runs {
                 let key = |hash: &str| format!("{run_id}:{scenario}:{{SKU-{sku:05}}}:{hash}");
-                floor.write(&mut pipe, key, &offsets, taken[sku as usize], total);
+                floor.write(&mut writes, key, &offsets, taken[sku as usize], total);
                 taken[sku as usize] += offsets.len() as u64;
             }
-            let () = pipe.query_async(&mut conn).await?;
+            let _: Vec<redis::Value> = redis.transact_each(vec![writes]).await?;
         }
         let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
         let cpu = cpu.per_record(&redis, records).await?;
