@@ -27,7 +27,9 @@ use stockledger_kafka::topic::{partition_count, LogError, LogRecord};
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::{Projection, ProjectionError};
 
-use crate::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+use crate::applier::{
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+};
 use crate::record;
 
 /// The header a re-driven record carries: the dead letter it was copied
@@ -127,6 +129,14 @@ async fn judge_and_send(
     let from = dead_letter_position(&config.dlq_topic, letter);
     if let Some(to) = projection.redriven_to(&from).await? {
         return Ok(Verdict::AlreadyRedriven(to));
+    }
+    if let Some(sha256) = letter.header(DLQ_VALUE_SHA256_HEADER) {
+        let length = letter.header(DLQ_VALUE_LENGTH_HEADER).unwrap_or_default();
+        let source = letter.header(DLQ_SOURCE_HEADER).unwrap_or_default();
+        return Ok(Verdict::StillInvalid(format!(
+            "the dead letter keeps only the value's length ({length} bytes) and SHA-256 \
+             ({sha256}); the record itself is at {source}"
+        )));
     }
     let command = match record::interpret(letter.key.as_deref(), letter.payload.as_deref()) {
         Ok(command) => command,

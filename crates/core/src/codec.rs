@@ -314,7 +314,7 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     let mut fields = Fields::of(value)?;
     let command_id = CommandId::new(fields.string("command_id")?)?;
     let sku = Sku::new(fields.string("sku")?)?;
-    let occurred_at = fields.long("occurred_at")?;
+    let occurred_at = crate::command::check_instant("occurred_at", fields.long("occurred_at")?)?;
     let (branch, body) = match fields.take("body")? {
         Value::Union(branch, body) => (branch, *body),
         other => return Err(malformed("body", &other)),

@@ -518,13 +518,33 @@ pub fn record_time(timestamp_ms: i64) -> i64 {
 /// assert_eq!(check_expires_at(-5).unwrap_err().field, "expires_at");
 /// ```
 pub fn check_expires_at(deadline: i64) -> Result<i64, ValidationError> {
-    if (0..=MAX_TIMESTAMP_MS).contains(&deadline) {
-        Ok(deadline)
+    check_instant("expires_at", deadline)
+}
+
+/// Checks that the instant in `field`, read from a record, is one every
+/// part of the ledger holds exactly: between the epoch and the end of year
+/// 9999 (a Lua or JavaScript number, PostgreSQL's `timestamptz`, the
+/// archive's months). A command's `occurred_at` outside it is refused
+/// before it is decided, so it never reaches the archive.
+///
+/// ```
+/// use stockledger_core::command::check_instant;
+/// use stockledger_core::ids::MAX_TIMESTAMP_MS;
+///
+/// assert_eq!(check_instant("occurred_at", MAX_TIMESTAMP_MS), Ok(MAX_TIMESTAMP_MS));
+/// let refused = check_instant("occurred_at", i64::MIN).unwrap_err();
+/// assert_eq!(refused.field, "occurred_at");
+/// assert!(refused.to_string().contains("9999-12-31T23:59:59.999Z"));
+/// ```
+pub fn check_instant(field: &'static str, at: i64) -> Result<i64, ValidationError> {
+    if (0..=MAX_TIMESTAMP_MS).contains(&at) {
+        Ok(at)
     } else {
         Err(ValidationError::new(
-            "expires_at",
+            field,
             format!(
-                "{deadline} is not between 0 and {MAX_TIMESTAMP_MS} (9999-12-31T23:59:59.999Z)"
+                "{at} is not between 0 (1970-01-01T00:00:00Z) and {MAX_TIMESTAMP_MS} \
+                 (9999-12-31T23:59:59.999Z)"
             ),
         ))
     }

@@ -546,7 +546,9 @@ impl Outcome {
                 location: None,
                 events: StockEvents::NONE,
             },
-            occurred_at: timestamp,
+            // A record's timestamp is the producer's to set: clamped as
+            // deadlines compare it, so the archive can hold every outcome.
+            occurred_at: crate::command::record_time(timestamp),
             restock_mode: None,
             rollback_reason: None,
             user_id: None,

@@ -329,6 +329,33 @@ pub async fn topic_config(
     Ok(config)
 }
 
+/// The largest record batch a topic takes when nothing says otherwise:
+/// Kafka's default `message.max.bytes` (1 MiB plus a batch header).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
+
+/// The largest record batch `topic` takes, in bytes (its
+/// `max.message.bytes`); `None` when the topic does not exist yet (the
+/// broker creates it with its own default on first write).
+pub async fn max_message_bytes(
+    kafka: &KafkaConfig,
+    topic: &str,
+) -> Result<Option<usize>, AdminError> {
+    let config = match topic_config(kafka, topic).await {
+        Ok(config) => config,
+        Err(AdminError::Topic {
+            code: RDKafkaErrorCode::UnknownTopicOrPartition,
+            ..
+        }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(
+        config
+            .get("max.message.bytes")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES),
+    ))
+}
+
 /// The command topic would lose records: its configuration says so.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

@@ -7,10 +7,27 @@ use stockledger_core::codec;
 /// (an empty SKU, a quantity of 0 or below): what a buggy producer in another
 /// language could write.
 pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<Vec<u8>> {
+    deduct_at(sku, order_id, quantity, 0, None)
+}
+
+/// A well-formed Avro single-object `Deduct` stamped `occurred_at`, with
+/// the deadline `expires_at` if given, none of them checked: what a producer
+/// in another language can write at the edges of each type.
+pub fn deduct_at(
+    sku: &str,
+    order_id: &str,
+    quantity: i64,
+    occurred_at: i64,
+    expires_at: Option<i64>,
+) -> anyhow::Result<Vec<u8>> {
+    let expires_at = match expires_at {
+        Some(at) => Value::Union(1, Box::new(Value::TimestampMillis(at))),
+        None => Value::Union(0, Box::new(Value::Null)),
+    };
     let value = Value::Record(vec![
         ("command_id".into(), Value::String("poison".into())),
         ("sku".into(), Value::String(sku.into())),
-        ("occurred_at".into(), Value::TimestampMillis(0)),
+        ("occurred_at".into(), Value::TimestampMillis(occurred_at)),
         (
             "body".into(),
             Value::Union(
@@ -19,7 +36,7 @@ pub fn deduct_with(sku: &str, order_id: &str, quantity: i64) -> anyhow::Result<V
                     ("order_id".into(), Value::String(order_id.into())),
                     ("quantity".into(), Value::Long(quantity)),
                     ("user_id".into(), Value::Union(0, Box::new(Value::Null))),
-                    ("expires_at".into(), Value::Union(0, Box::new(Value::Null))),
+                    ("expires_at".into(), expires_at),
                     ("basket_id".into(), Value::Union(0, Box::new(Value::Null))),
                     ("units".into(), Value::Array(Vec::new())),
                     ("location".into(), Value::Union(0, Box::new(Value::Null))),

@@ -89,7 +89,7 @@ pub enum ApplierError {
     /// The command topic would lose records.
     #[error(transparent)]
     NotPermanent(#[from] NotPermanent),
-    #[error("reading the configuration of the command topic")]
+    #[error("reading the configuration of a topic the applier reads or writes")]
     TopicConfig(#[from] AdminError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
@@ -105,6 +105,18 @@ pub enum ApplierError {
         has: i32,
         topic: String,
         wants: i32,
+    },
+    /// A topic the applier writes takes records too small for some
+    /// outcome, so the applier would stop on the first one.
+    #[error(
+        "{topic} takes records of at most {bytes} bytes (max.message.bytes), but an outcome may \
+         take {needs}; raise it: kafka-configs.sh --bootstrap-server … --alter --entity-type \
+         topics --entity-name {topic} --add-config max.message.bytes={needs}"
+    )]
+    RecordLimit {
+        topic: String,
+        bytes: usize,
+        needs: usize,
     },
     /// The stock events topic could not be read or created.
     #[error("preparing the stock events topic {events}")]
@@ -145,6 +157,7 @@ impl ApplierError {
             | Self::LogLost { .. }
             | Self::PartitionsChanged { .. }
             | Self::EventsPartitions { .. }
+            | Self::RecordLimit { .. }
             | Self::NotPermanent(_)
             | Self::Encode(_)
             | Self::Publish { .. } => false,

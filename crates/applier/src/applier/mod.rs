@@ -27,15 +27,17 @@
 mod batch;
 pub mod config;
 pub mod error;
+mod letter;
 mod publish;
 mod start;
 
 pub use config::{ApplierConfig, DEFAULT_GROUP};
 pub use error::ApplierError;
+pub use letter::{DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER};
 
 use batch::{applied, Applying};
 use publish::{delivered, InFlight};
-use start::{check_marker, partition_count, prepare_events_topic};
+use start::{check_marker, partition_count, prepare_events_topic, record_limit};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -237,6 +239,9 @@ struct Applier {
     committed: TopicPartitionList,
     /// What of the stock events topic each command partition has written.
     events: publish::EventMarks,
+    /// The largest record the producer writes ([`record_limit`]): a dead
+    /// letter that would be larger keeps a digest of the record instead.
+    record_limit: usize,
 }
 
 impl Applier {
@@ -277,8 +282,16 @@ impl Applier {
                 what: "consumer",
                 source,
             })?;
+        // librdkafka's own default (1,000,000) is below the brokers'
+        // (1,048,588): a record between the two would be refused here
+        // though the topic takes it.
+        let record_limit = record_limit(&config).await?;
+        let max_bytes = record_limit.to_string();
+        let batch_bytes = record_limit.min(1_000_000).to_string();
         let mut producer_settings = CONTRACT_SETTINGS.to_vec();
         producer_settings.push(("linger.ms", "1"));
+        producer_settings.push(("message.max.bytes", &max_bytes));
+        producer_settings.push(("batch.size", &batch_bytes));
         // A record the brokers refuse for good stops the producer rather
         // than let a later one of the same partition in: stock events are
         // told apart from those already published by their position alone,
@@ -322,6 +335,7 @@ impl Applier {
             stats: ApplierStats::default(),
             committed: TopicPartitionList::new(),
             events: publish::EventMarks::default(),
+            record_limit,
         })
     }
 

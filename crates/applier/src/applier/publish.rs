@@ -23,11 +23,9 @@ use tokio::task::JoinError;
 use tracing::{debug, instrument, warn};
 
 use super::batch::{Applied, Applying, Decided, Decoded, Item};
+use super::letter;
 use super::start::offset_list;
-use super::{
-    Applier, ApplierConfig, ApplierError, DEAD_LETTERS_METRIC, DLQ_REASON_HEADER,
-    DLQ_SOURCE_HEADER, RECORDS_METRIC,
-};
+use super::{Applier, ApplierConfig, ApplierError, DEAD_LETTERS_METRIC, RECORDS_METRIC};
 
 /// What the applier publishes for a record.
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +57,8 @@ impl Kind {
 pub(super) struct Outgoing<'a> {
     pub(super) kind: Kind,
     pub(super) key: &'a [u8],
-    pub(super) payload: Vec<u8>,
+    /// `None`: a record without a value (a dead letter's digest).
+    pub(super) payload: Option<Vec<u8>>,
     pub(super) headers: Option<OwnedHeaders>,
     pub(super) position: &'a LogPosition,
     /// The partition to write to (stock events: the command partition's
@@ -128,30 +127,16 @@ fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<Strin
 }
 
 impl<'a> Outgoing<'a> {
-    /// The record as it was read, to the dead-letter topic: its key, its
-    /// payload and its headers (a producer's `traceparent`, say), then why
-    /// and where it came from. Headers of those two names the record
-    /// already carried (a dead letter re-driven and refused again) give
-    /// way to the new ones, so each is there once.
-    fn dead_letter(item: &'a Item, record: &'a OwnedMessage, reason: &str) -> Self {
+    /// The dead letter of a record refused for `reason`, no larger than
+    /// `limit` bytes ([`letter::dead_letter`]).
+    fn dead_letter(item: &'a Item, record: &'a OwnedMessage, reason: &str, limit: usize) -> Self {
         let source = item.position.to_string();
-        let kept = record.headers().into_iter().flat_map(|h| h.iter());
-        let headers = kept
-            .filter(|h| h.key != DLQ_REASON_HEADER && h.key != DLQ_SOURCE_HEADER)
-            .fold(OwnedHeaders::new(), |all, h| all.insert(h))
-            .insert(Header {
-                key: DLQ_REASON_HEADER,
-                value: Some(reason.as_bytes()),
-            })
-            .insert(Header {
-                key: DLQ_SOURCE_HEADER,
-                value: Some(source.as_bytes()),
-            });
+        let letter = letter::dead_letter(record, reason, &source, limit);
         Self {
             kind: Kind::DeadLetter,
-            key: record.key().unwrap_or_default(),
-            payload: record.payload().unwrap_or_default().to_vec(),
-            headers: Some(headers),
+            key: letter.key,
+            payload: letter.payload,
+            headers: Some(letter.headers),
             position: &item.position,
             partition: None,
         }
@@ -217,7 +202,12 @@ impl Applier {
         {
             if let Some(reason) = refusal {
                 debug!(position = %item.position, %reason, "dead-lettering a record");
-                messages.push(Outgoing::dead_letter(item, record, &reason));
+                messages.push(Outgoing::dead_letter(
+                    item,
+                    record,
+                    &reason,
+                    self.record_limit,
+                ));
                 self.stats.dead_lettered += 1;
                 metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
             }
@@ -235,7 +225,7 @@ impl Applier {
                     messages.push(Outgoing {
                         kind: Kind::Event,
                         key: item.key.as_bytes(),
-                        payload: codec::encode_stock_event(&event)?,
+                        payload: Some(codec::encode_stock_event(&event)?),
                         headers: trace_of(record),
                         position: &item.position,
                         partition: Some(partition),
@@ -248,7 +238,7 @@ impl Applier {
             messages.push(Outgoing {
                 kind: Kind::Outcome,
                 key: item.key.as_bytes(),
-                payload: codec::encode_outcome(&outcome)?,
+                payload: Some(codec::encode_outcome(&outcome)?),
                 headers: trace_of(record),
                 position: &item.position,
                 partition: None,
@@ -262,7 +252,10 @@ impl Applier {
         let topics = [Kind::Outcome, Kind::DeadLetter, Kind::Event].map(|k| k.topic(&self.config));
         for m in &messages {
             let topic = &topics[m.kind as usize];
-            let mut record = FutureRecord::to(topic).key(m.key).payload(&m.payload);
+            let mut record = FutureRecord::to(topic).key(m.key);
+            if let Some(payload) = &m.payload {
+                record = record.payload(payload);
+            }
             if let Some(headers) = &m.headers {
                 record = record.headers(headers.clone());
             }

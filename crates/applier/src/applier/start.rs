@@ -8,7 +8,53 @@ use tracing::info;
 
 use stockledger_projection::{Marker, Projection, ProjectionError};
 
+use stockledger_core::codec::MAX_PAYLOAD_LEN;
+use stockledger_kafka::admin::{max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES};
+
 use super::{ApplierConfig, ApplierError};
+
+/// The smallest `max.message.bytes` the topics the applier writes may
+/// have: an outcome quotes at most one command (at most
+/// [`MAX_PAYLOAD_LEN`]) and a reason that may quote it again.
+pub(super) const MIN_RECORD_LIMIT: usize = 4 * MAX_PAYLOAD_LEN;
+
+/// The largest record the applier's producer may write: the smallest
+/// `max.message.bytes` of the topics it writes (outcomes, dead letters,
+/// stock events; Kafka's default for one not created yet), or a smaller
+/// `message.max.bytes` given to it. Refused below [`MIN_RECORD_LIMIT`],
+/// naming the topic, since some outcome could then never be published.
+pub(super) async fn record_limit(config: &ApplierConfig) -> Result<usize, ApplierError> {
+    let mut topics = vec![config.outcomes_topic.clone(), config.dlq_topic.clone()];
+    if config.stock_events {
+        topics.push(config.events_topic());
+    }
+    let mut limit = DEFAULT_MAX_MESSAGE_BYTES;
+    for topic in topics {
+        let bytes = max_message_bytes(&config.kafka, &topic)
+            .await?
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+        if bytes < MIN_RECORD_LIMIT {
+            return Err(ApplierError::RecordLimit {
+                topic,
+                bytes,
+                needs: MIN_RECORD_LIMIT,
+            });
+        }
+        limit = limit.min(bytes);
+    }
+    if let Some(given) = config.kafka.property("message.max.bytes") {
+        let given: usize = given.trim().parse().unwrap_or(limit);
+        if given < MIN_RECORD_LIMIT {
+            return Err(ApplierError::RecordLimit {
+                topic: "the producer's message.max.bytes".into(),
+                bytes: given,
+                needs: MIN_RECORD_LIMIT,
+            });
+        }
+        limit = limit.min(given);
+    }
+    Ok(limit)
+}
 
 /// Refuses a projection that is the fold of another topic, or that lost its
 /// state while the group has already committed progress (a Redis restarted

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use sqlx::PgConnection;
 use stockledger_core::codec;
+use stockledger_core::command::check_instant;
 use stockledger_core::report::Chain;
 use stockledger_core::trace::traceparent_among;
 use stockledger_core::Outcome;
@@ -33,7 +34,16 @@ pub(super) fn page_rows(page: &[OwnedMessage], progress: &HashMap<i32, i64>) -> 
         }
         let next = rows.next_offsets.entry(partition).or_insert(0);
         *next = (*next).max(offset + 1);
-        match codec::decode_outcome(message.payload().unwrap_or_default()) {
+        // The applier writes no outcome stamped outside the instants every
+        // part of the ledger holds; another writer's would stop every page.
+        let decoded =
+            codec::decode_outcome(message.payload().unwrap_or_default()).and_then(|outcome| {
+                match check_instant("occurred_at", outcome.occurred_at) {
+                    Ok(_) => Ok(outcome),
+                    Err(e) => Err(e.into()),
+                }
+            });
+        match decoded {
             Ok(outcome) => rows.columns.push(outcome, traceparent_of(message)),
             Err(e) => {
                 rows.undecodable += 1;

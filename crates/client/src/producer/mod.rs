@@ -502,6 +502,9 @@ impl LedgerProducer {
         queue: Queue,
         traceparent: Option<&str>,
     ) -> Result<Receipt, ProducerError> {
+        // The applier refuses it too; refused here, nothing is published.
+        stockledger_core::command::check_instant("occurred_at", command.occurred_at)
+            .map_err(ProducerError::Invalid)?;
         let payload = codec::encode_command(command)?;
         let mut resent = false;
         loop {

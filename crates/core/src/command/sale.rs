@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::ids::{ChangeId, ValidationError, MAX_TIMESTAMP_MS};
+use crate::ids::{ChangeId, ValidationError};
 
 /// How far past the time it is sent a window may open or close: a year
 /// (366 days), in milliseconds. Further is a mistake (seconds sent as
@@ -50,13 +50,8 @@ impl SaleWindow {
     /// naming the field.
     pub fn new(opens_at: Option<i64>, closes_at: Option<i64>) -> Result<Self, ValidationError> {
         for (field, at) in [("opens_at", opens_at), ("closes_at", closes_at)] {
-            if let Some(at) = at.filter(|at| !(0..=MAX_TIMESTAMP_MS).contains(at)) {
-                return Err(ValidationError::new(
-                    field,
-                    format!(
-                        "{at} is not between 0 and {MAX_TIMESTAMP_MS} (9999-12-31T23:59:59.999Z)"
-                    ),
-                ));
+            if let Some(at) = at {
+                super::check_instant(field, at)?;
             }
         }
         if let (Some(opens), Some(closes)) = (opens_at, closes_at) {
