@@ -41,6 +41,22 @@ pub async fn decisions_by_result_since(
     .await
 }
 
+/// The record the archiver of `group` last stopped on, if it has a note
+/// (`service_stops`): the record, how many times in a row, when (ms since
+/// the Unix epoch) and why.
+pub async fn archiver_stop(
+    pool: &PgPool,
+    group: &str,
+) -> Result<Option<(String, i32, i64, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT record, times, (extract(epoch FROM stopped_at) * 1000)::bigint, error
+         FROM service_stops WHERE consumer_group = $1 AND service = 'archiver'",
+    )
+    .bind(group)
+    .fetch_optional(pool)
+    .await
+}
+
 /// The SKUs with the most deducts (applied or refused) since `since_ms`,
 /// busiest first, at most `limit` (and at most [`MAX_BUSIEST`]).
 pub async fn busiest_skus(

@@ -1235,3 +1235,146 @@ async fn cli_opens_a_sale_on_time_and_pauses_it() -> anyhow::Result<()> {
     applier.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applier_that_stops_on_the_same_record_twice_is_named_by_status() -> anyhow::Result<()> {
+    use std::time::Duration;
+    use stockledger_core::RestockMode;
+    use stockledger_projection::keys::SkuKeys;
+
+    let h = Harness::new("crash-loop", 2).await?;
+    let mut config = h.applier_config();
+    config.stats_interval = Duration::from_secs(1);
+    let sku = ids::sku("LOOP-1");
+    h.ledger
+        .restock(&sku, &ids::adjustment("r1"), RestockMode::Set, 10)
+        .await?;
+    let applier = h.start_applier_with(config.clone());
+    stockledger_testkit::wait_until("the restock applied", CATCH_UP, || async {
+        Ok((h.applied(&["LOOP-1"]).await? == 1).then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    // The SKU's stock hash made a string: every batch of it fails in
+    // Redis, whatever the applier does, as a corrupt state would.
+    let stock = SkuKeys::new(&h.ns.prefix, "LOOP-1").stock;
+    let mut redis = h.projection.connection();
+    let () = redis::cmd("SET")
+        .arg(&stock)
+        .arg("corrupt")
+        .query_async(&mut redis)
+        .await?;
+    let deduct = h
+        .ledger
+        .deduct(&sku, &ids::order("o1"), ids::qty(1), None)
+        .await?;
+    let record = deduct.position.to_string();
+    for times in 1..=2 {
+        let applier = h.start_applier_with(config.clone());
+        stockledger_testkit::wait_until("the applier to stop on the record", CATCH_UP, || async {
+            Ok(applier.is_finished().then_some(()))
+        })
+        .await?;
+        assert!(applier.stop().await.is_err(), "it stopped on an error");
+        let note = h.projection.stop_of("applier").await?.expect("a note");
+        assert_eq!((note.record.as_str(), note.times), (record.as_str(), times));
+    }
+    let (code, report) = status(&h, &[])?;
+    assert_eq!(code, Some(3), "{report}");
+    let problems = report["problems"].to_string();
+    assert!(
+        problems.contains(&format!(
+            "applier in a crash loop: it stopped 2 times in a row on the record {record}"
+        )),
+        "{report}"
+    );
+    assert_eq!(report["stops"][0]["service"], "applier", "{report}");
+    // Put right, the applier goes past the record and its note goes.
+    let () = redis::cmd("DEL")
+        .arg(&stock)
+        .query_async(&mut redis)
+        .await?;
+    let applier = h.start_applier_with(config);
+    stockledger_testkit::wait_until("the note to go", CATCH_UP, || async {
+        Ok(h.projection
+            .stop_of("applier")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    applier.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archiver_that_stops_on_the_same_page_twice_is_named_by_status() -> anyhow::Result<()> {
+    use stockledger_core::{codec, LogPosition, Outcome};
+
+    let h = Harness::new("archive-loop", 1).await?;
+    // A constraint of the archive that this test's one SKU breaks: every
+    // page holding its outcome is refused for good, as a schema changed
+    // by hand could refuse one.
+    let sku = format!("{}-refused", h.ns.id);
+    let constraint = format!("refuse_{}", h.ns.id.replace('-', "_"));
+    sqlx::query(&format!(
+        "ALTER TABLE ledger_entries ADD CONSTRAINT {constraint} CHECK (sku <> '{sku}')"
+    ))
+    .execute(&h.pool)
+    .await?;
+    let position = LogPosition {
+        topic: h.ns.topic.clone(),
+        partition: 0,
+        offset: 0,
+    };
+    let outcome = Outcome::invalid(position, &sku, "written by hand".into(), 1_700_000_000_000);
+    h.send_raw_outcome(&sku, &codec::encode_outcome(&outcome)?)
+        .await?;
+    let record = format!("{}/0@0", h.ns.outcomes_topic);
+    let noted = || async {
+        let note: Option<(String, i32)> = sqlx::query_as(
+            "SELECT record, times FROM service_stops WHERE consumer_group = $1 AND service = 'archiver'",
+        )
+        .bind(&h.ns.archiver_group)
+        .fetch_optional(&h.pool)
+        .await?;
+        anyhow::Ok(note)
+    };
+    let outcome = async {
+        for times in 1..=2 {
+            let archiver = h.start_archiver();
+            stockledger_testkit::wait_until(
+                "the archiver to stop on the page",
+                CATCH_UP,
+                || async { Ok(archiver.is_finished().then_some(())) },
+            )
+            .await?;
+            assert!(archiver.stop().await.is_err(), "it stopped on an error");
+            assert_eq!(noted().await?, Some((record.clone(), times)));
+        }
+        let (code, report) = status(&h, &[])?;
+        assert_eq!(code, Some(3), "{report}");
+        assert!(
+            report["problems"].to_string().contains(&format!(
+                "archiver in a crash loop: it stopped 2 times in a row on the record {record}"
+            )),
+            "{report}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    sqlx::query(&format!(
+        "ALTER TABLE ledger_entries DROP CONSTRAINT {constraint}"
+    ))
+    .execute(&h.pool)
+    .await?;
+    outcome?;
+    // Put right, the archiver writes the page and its note goes.
+    let archiver = h.start_archiver();
+    stockledger_testkit::wait_until("the note to go", CATCH_UP, || async {
+        Ok(noted().await?.is_none().then_some(()))
+    })
+    .await?;
+    archiver.stop().await?;
+    Ok(())
+}

@@ -142,6 +142,13 @@ pub fn redriven_key(prefix: &str) -> String {
     format!("{prefix}:redriven")
 }
 
+/// The hash of the stops of the services that fold into `prefix`: field
+/// the service (`applier`), value why it last stopped on a record and how
+/// many times in a row it did ([`crate::StopNote`]). `status` reads it.
+pub fn stops_key(prefix: &str) -> String {
+    format!("{prefix}:stops")
+}
+
 /// The pattern matching every SKU's stock key under `prefix` (for `SCAN`).
 pub fn stock_key_pattern(prefix: &str) -> String {
     format!("{prefix}:{{*}}:stock")

@@ -36,5 +36,6 @@ mod write;
 pub use fold::{Entry, Prepared};
 pub use heads::{DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
 pub use projection::{
-    BasketLine, Marker, Projection, ProjectionError, Sale, SkuExport, SkuPages, Stock,
+    redis_is_transient, BasketLine, Marker, Projection, ProjectionError, Sale, SkuExport, SkuPages,
+    Stock, StopNote,
 };

@@ -15,7 +15,7 @@ use stockledger_runtime::clock::{now_ms, rfc3339_ms};
 
 use crate::{
     CommandPartition, DeadLetter, Limits, Names, OutcomesPartition, Reach, Report, ResultCount,
-    State, DECISIONS_SPAN_MS, NEWEST_DEAD_LETTERS,
+    ServiceStop, State, DECISIONS_SPAN_MS, NEWEST_DEAD_LETTERS,
 };
 
 /// Why a service's question failed.
@@ -35,11 +35,12 @@ pub async fn gather(
     // Redis is read for the command topic's partitions, so after Kafka;
     // PostgreSQL meanwhile, so services that are down are waited for at
     // once, not one after another.
+    let mut stops = Vec::new();
     let kafka_then_redis = async {
         let figures = read_kafka(kafka, names, limits, &mut missing_topics).await;
         let mut commands = figures.commands.unwrap_or_default();
         let redis = match redis {
-            Ok(projection) => ask(limits, read_redis(projection, &mut commands)).await,
+            Ok(projection) => ask(limits, read_redis(projection, &mut commands, &mut stops)).await,
             Err(why) => Reach {
                 reachable: false,
                 error: Some(why),
@@ -54,8 +55,11 @@ pub async fn gather(
         )
     };
     let mut decisions = None;
+    let mut archiver_stop = None;
     let postgres = ask(limits, async {
         let since = now - DECISIONS_SPAN_MS;
+        archiver_stop =
+            stockledger_analysts::live::archiver_stop(archive, &names.archiver_group).await?;
         let counts =
             stockledger_analysts::live::decisions_by_result_since(archive, &names.topic, since)
                 .await?;
@@ -69,6 +73,15 @@ pub async fn gather(
     });
     let ((kafka, commands, outcomes, dead, redis), postgres) =
         tokio::join!(kafka_then_redis, postgres);
+    stops.extend(
+        archiver_stop.map(|(record, times, at_ms, error)| ServiceStop {
+            service: "archiver".into(),
+            record,
+            times: u32::try_from(times).unwrap_or(0),
+            at: rfc3339_ms(at_ms),
+            error,
+        }),
+    );
     let mut report = Report {
         state: State::Healthy,
         problems: Vec::new(),
@@ -84,6 +97,7 @@ pub async fn gather(
         newest_dead_letters: dead.map(|d| d.1).unwrap_or_default(),
         decisions_last_minute: decisions,
         missing_topics,
+        stops,
     };
     report.judge(limits);
     report
@@ -292,7 +306,20 @@ async fn ends_of(
 async fn read_redis(
     projection: &Projection,
     commands: &mut [CommandPartition],
+    stops: &mut Vec<ServiceStop>,
 ) -> Result<(), Failure> {
+    *stops = projection
+        .stops()
+        .await?
+        .into_iter()
+        .map(|n| ServiceStop {
+            service: n.service,
+            record: n.record,
+            times: n.times,
+            at: rfc3339_ms(n.at_ms),
+            error: n.error,
+        })
+        .collect();
     let partitions: Vec<i32> = commands.iter().map(|c| c.partition).collect();
     let applied: BTreeMap<i32, i64> = projection
         .marker()

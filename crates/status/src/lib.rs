@@ -155,6 +155,25 @@ pub struct DeadLetter {
     pub reason: Option<String>,
 }
 
+/// The record a service last stopped on, from its note (the applier's in
+/// the projection, the archiver's in the archive): two stops in a row on
+/// one record are a crash loop.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServiceStop {
+    /// The service (`applier` or `archiver`).
+    pub service: String,
+    /// The record it stopped on, `topic/partition@offset` (the archiver's:
+    /// an outcome).
+    pub record: String,
+    /// How many times in a row it stopped on that record.
+    pub times: u32,
+    /// When it last did, RFC 3339 UTC.
+    pub at: String,
+    /// Why, as its log's last line says.
+    pub error: String,
+}
+
 /// Decisions of one result.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -198,6 +217,8 @@ pub struct Report {
     /// The ledger's topics the brokers do not have (`stockledger topics
     /// create` makes them).
     pub missing_topics: Vec<String>,
+    /// The records services last stopped on, until they go past them.
+    pub stops: Vec<ServiceStop>,
 }
 
 impl Report {
@@ -265,6 +286,12 @@ impl Report {
                 ));
             }
         }
+        for stop in self.stops.iter().filter(|s| s.times > 1) {
+            stalled.push(format!(
+                "{} in a crash loop: it stopped {} times in a row on the record {} (last at {}): {}",
+                stop.service, stop.times, stop.record, stop.at, stop.error
+            ));
+        }
         for o in &self.outcomes {
             let p = o.partition;
             if let Some(waited) = o.archiver_waiting_ms.filter(|&w| w > limits.max_wait_ms) {
@@ -328,6 +355,7 @@ mod tests {
             newest_dead_letters: Vec::new(),
             decisions_last_minute: Some(Vec::new()),
             missing_topics: Vec::new(),
+            stops: Vec::new(),
         }
     }
 
@@ -364,6 +392,28 @@ mod tests {
         r.missing_topics.push("t.dlq".into());
         r.judge(&limits);
         assert_eq!(r.state, State::TopicsMissing);
+
+        // A service that stopped once on a record may have been stopped;
+        // twice on the same one is a crash loop, named with the record.
+        let mut r = report();
+        r.stops.push(ServiceStop {
+            service: "applier".into(),
+            record: "t/7@0".into(),
+            times: 1,
+            at: "2026-11-28T10:00:00Z".into(),
+            error: "publishing the dead letter failed".into(),
+        });
+        r.judge(&limits);
+        assert_eq!(r.state, State::Healthy);
+        r.stops[0].times = 2;
+        r.judge(&limits);
+        assert_eq!(r.state, State::Stalled);
+        assert!(
+            r.problems[0].starts_with(
+                "applier in a crash loop: it stopped 2 times in a row on the record t/7@0"
+            ),
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //! - `start`: the checks a start makes before applying anything.
 //! - `batch`: a batch from the log to Redis and its decisions back.
 //! - `publish`: outcomes and dead letters to the brokers, then the commit.
+//! - `letter`: a refused record as its dead letter, whole or as a digest.
+//! - `stopped`: the record the applier stopped on, noted for `status`.
 //!
 //! This file holds the loop that drives them.
 
@@ -30,10 +32,12 @@ pub mod error;
 mod letter;
 mod publish;
 mod start;
+mod stopped;
 
 pub use config::{ApplierConfig, DEFAULT_GROUP};
 pub use error::ApplierError;
 pub use letter::{DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER};
+pub use stopped::REPEATED_STOPS_METRIC;
 
 use batch::{applied, Applying};
 use publish::{delivered, InFlight};
@@ -97,6 +101,18 @@ pub struct ApplierStats {
 /// Runs the applier until `shutdown` completes. The batch in flight when it
 /// does is finished and committed before returning.
 pub async fn run(
+    config: ApplierConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ApplierStats, ApplierError> {
+    let ran = fold(config.clone(), shutdown).await;
+    if let Err(e) = &ran {
+        stopped::note(&config, e).await;
+    }
+    ran
+}
+
+/// [`run`], but for noting the record an error stopped it on.
+async fn fold(
     config: ApplierConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ApplierStats, ApplierError> {
@@ -184,6 +200,11 @@ pub fn describe_metrics() {
         "Writes to Redis the fence refused, each decided again: another member had folded the partition since, or a restore or swap had rewritten SKUs (a batch on a single Redis, a SKU on a cluster)."
     );
     counter!(FENCE_REFUSALS_METRIC).absolute(0);
+    metrics::describe_gauge!(
+        REPEATED_STOPS_METRIC,
+        "Times in a row the applier stopped on the same record, as its note said when it started (0: none); 2 or more is a crash loop."
+    );
+    metrics::gauge!(REPEATED_STOPS_METRIC).set(0.0);
     describe_histogram!(BATCH_RECORDS_METRIC, "Records per batch.");
     describe_histogram!(BATCH_RUNS_METRIC, "SKUs per batch.");
     describe_histogram!(
@@ -242,6 +263,11 @@ struct Applier {
     /// The largest record the producer writes ([`record_limit`]): a dead
     /// letter that would be larger keeps a digest of the record instead.
     record_limit: usize,
+    /// The record the applier's note says it stopped on (partition,
+    /// offset), until a commit goes past it.
+    stuck: Option<(i32, i64)>,
+    /// A commit went past `stuck`: its note is removed at the next tick.
+    unstuck: bool,
 }
 
 impl Applier {
@@ -311,6 +337,7 @@ impl Applier {
             .announcing(config.topic.clone())
             .caching(config.cached_skus, config.cached_fields);
         check_marker(&config, &projection, partitions).await?;
+        let stuck = stopped::read(&projection, &config.topic).await?;
         if config.stock_events {
             prepare_events_topic(&config, partitions).await?;
         }
@@ -336,6 +363,8 @@ impl Applier {
             committed: TopicPartitionList::new(),
             events: publish::EventMarks::default(),
             record_limit,
+            stuck,
+            unstuck: false,
         })
     }
 
@@ -384,6 +413,7 @@ impl Applier {
                 }
                 _ = ticker.tick() => {
                     self.report(&group, &mut line);
+                    self.forget_stop().await;
                     continue;
                 }
                 results = delivered(&mut in_flight) => {
@@ -625,6 +655,22 @@ impl Applier {
     }
 
     /// Logs the applier's progress line.
+    /// Removes the applier's stop note once a commit went past its record:
+    /// the crash loop, if there was one, is over.
+    async fn forget_stop(&mut self) {
+        if !self.unstuck {
+            return;
+        }
+        match self.projection.clear_stop(stopped::SERVICE).await {
+            Ok(()) => {
+                info!("went past the record the applier last stopped on; its note is removed");
+                metrics::gauge!(REPEATED_STOPS_METRIC).set(0.0);
+                (self.stuck, self.unstuck) = (None, false);
+            }
+            Err(e) => warn!(error = %Chain(&e), "cannot remove the applier's stop note yet"),
+        }
+    }
+
     fn report(&self, group: &GroupWatch, line: &mut ProgressLine) {
         if let Some((partitions, rate)) = line.take(group, &self.consumer, self.stats.records) {
             info!(

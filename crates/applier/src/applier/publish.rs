@@ -466,6 +466,12 @@ impl Applier {
             });
         }
         let offsets = done.offsets;
+        if self
+            .stuck
+            .is_some_and(|stuck| super::stopped::passed(stuck, &offsets))
+        {
+            self.unstuck = true;
+        }
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             // Not fatal: the records are applied; a redelivery is harmless.
             warn!(error = %Chain(&e), "committing offsets failed; records may be redelivered");

@@ -16,6 +16,9 @@
 //! the redelivered page is skipped by the stored progress and, failing
 //! that (a stop between the shares and the progress), collapses on the
 //! primary key.
+//!
+//! `page` writes a page, `rows` makes its rows, `stopped` notes the record
+//! an error stopped the archiver on, for `status`.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -40,6 +43,9 @@ use page::{record, write_page_in_shares};
 
 mod page;
 mod rows;
+mod stopped;
+
+pub use stopped::REPEATED_STOPS_METRIC;
 
 #[derive(Clone)]
 pub struct ArchiverConfig {
@@ -166,6 +172,11 @@ pub fn describe_metrics() {
         "Outcome messages written to (or found already in) the archive."
     );
     counter!(ROWS_METRIC).absolute(0);
+    metrics::describe_gauge!(
+        REPEATED_STOPS_METRIC,
+        "Times in a row the archiver stopped on the same record, as its note said when it started (0: none); 2 or more is a crash loop."
+    );
+    metrics::gauge!(REPEATED_STOPS_METRIC).set(0.0);
     describe_counter!(
         UNDECODABLE_METRIC,
         "Outcome messages that could not be decoded (logged, not archived)."
@@ -187,12 +198,25 @@ pub async fn run(
     config: ArchiverConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ArchiverStats, ArchiverError> {
+    let ran = archive(config.clone(), shutdown).await;
+    if let Err(e) = &ran {
+        stopped::note(&config, e).await;
+    }
+    ran
+}
+
+/// [`run`], but for noting the record an error stopped it on.
+async fn archive(
+    config: ArchiverConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ArchiverStats, ArchiverError> {
     let mut stop = stockledger_runtime::stop::stop_flag(shutdown);
     describe_metrics();
     info!(config = ?config, "starting the archiver");
     let Some((pool, mut progress)) = open_when_possible(&config, &stop).await? else {
         return Ok(ArchiverStats::default());
     };
+    let mut stuck = stopped::read(&pool, &config).await?;
     // Months whose partition of ledger_entries this run knows exists.
     let mut months = HashSet::new();
     let stats_ms = config.stats_interval.as_millis().max(1000).to_string();
@@ -255,9 +279,8 @@ pub async fn run(
         let Some(written) = written? else {
             break;
         };
-        record(written, &mut progress, &mut months, &mut stats);
-        stats.pages += 1;
-        metrics::histogram!(PAGE_ROWS_METRIC).record(page_len as f64);
+        record(written, page_len, &mut progress, &mut months, &mut stats);
+        stopped::forget_if_past(&pool, &config, &mut stuck, &progress).await;
         let offsets = offsets_of(&config.outcomes_topic, &progress);
         if let Err(e) = consumer.commit(&offsets, CommitMode::Async) {
             warn!(error = %Chain(&e), "committing offsets failed; pages may be redelivered and skipped");

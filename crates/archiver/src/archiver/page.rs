@@ -132,13 +132,16 @@ pub(super) async fn write_page_with_retry(
     })
 }
 
-/// Takes in what a written page archived and advanced.
+/// Takes in what a written page of `messages` archived and advanced.
 pub(super) fn record(
     written: Written,
+    messages: usize,
     progress: &mut HashMap<i32, i64>,
     months: &mut HashSet<(i64, u32)>,
     stats: &mut ArchiverStats,
 ) {
+    stats.pages += 1;
+    metrics::histogram!(super::PAGE_ROWS_METRIC).record(messages as f64);
     stats.rows += written.rows;
     stats.undecodable += written.undecodable;
     metrics::counter!(ROWS_METRIC).increment(written.rows);

@@ -5,6 +5,8 @@
 //! - `whole`: a SKU's state moved whole, for the maintenance tools:
 //!   exported and restored (snapshots), pruned (compaction), swapped in
 //!   from a rebuilt prefix.
+//! - `stops`: the record a service last stopped on, and how many times in
+//!   a row, for `status`.
 //!
 //! This file holds the handle, its errors, the marker and the applied
 //! marks; the batch itself is in `fold`.
@@ -31,9 +33,11 @@ use crate::keys::{self, SkuKeys};
 
 mod holds;
 mod reads;
+mod stops;
 mod whole;
 
 pub use reads::{Sale, SkuPages, Stock};
+pub use stops::StopNote;
 pub use whole::SkuExport;
 
 #[derive(Debug, thiserror::Error)]
@@ -61,24 +65,29 @@ impl ProjectionError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Moved { .. } => true,
-            Self::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-                    || matches!(
-                        e.kind(),
-                        ErrorKind::Server(
-                            ServerErrorKind::BusyLoading
-                                | ServerErrorKind::TryAgain
-                                | ServerErrorKind::ClusterDown
-                                | ServerErrorKind::MasterDown
-                        )
-                    )
-            }
+            Self::Redis(e) => redis_is_transient(e),
             _ => false,
         }
     }
+}
+
+/// Whether a Redis error may pass by itself: Redis unreachable, busy
+/// loading, or a cluster in the middle of a failover (not a refused
+/// password or a wrong command).
+pub fn redis_is_transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            )
+        )
 }
 
 /// One line of a basket, as [`Projection::basket`] reads it.

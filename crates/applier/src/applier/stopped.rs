@@ -1,0 +1,133 @@
+//! The record the applier stopped on, noted in the projection: an applier
+//! that exits on the same record at every restart is in a crash loop,
+//! which `status` names and the alert rules page on
+//! ([`REPEATED_STOPS_METRIC`]). The note goes once the applier has
+//! committed past that record.
+
+use std::time::Duration;
+
+use rdkafka::{Offset, TopicPartitionList};
+use stockledger_core::report::Chain;
+use stockledger_projection::{Projection, ProjectionError};
+use stockledger_runtime::clock::now_ms;
+use tracing::{error, warn};
+
+use super::{ApplierConfig, ApplierError};
+
+/// The applier's name among the services that note their stops.
+pub const SERVICE: &str = "applier";
+
+/// Gauge: how many times in a row the applier stopped on the record its
+/// note names, as read when it started (0: no note, or gone past it).
+pub const REPEATED_STOPS_METRIC: &str = "stockledger_applier_repeated_stops";
+
+impl ApplierError {
+    /// The record this error stopped the applier on, `topic/partition@offset`:
+    /// the one it could not publish for, or the first of the batch it could
+    /// not apply. `None` for an error of no record (a setting, a service).
+    pub fn stopped_at(&self) -> Option<String> {
+        match self {
+            Self::Publish { position, .. } => Some(position.to_string()),
+            Self::Apply { topic, offsets, .. } => {
+                // `partition:first..=last …`: the batch starts at the first.
+                let (partition, range) = offsets.split_whitespace().next()?.split_once(':')?;
+                let first = range.split("..").next()?;
+                Some(format!("{topic}/{partition}@{first}"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Notes that the applier stopped for `error`, if it names a record; says
+/// so in the log when it is the same record as last time. Bounded: Redis
+/// may be what is away.
+pub(super) async fn note(config: &ApplierConfig, error: &ApplierError) {
+    let Some(record) = error.stopped_at() else {
+        return;
+    };
+    let why = Chain(error).to_string();
+    let noted = async {
+        let projection = Projection::connect(&config.redis_url, config.prefix.clone()).await?;
+        projection.note_stop(SERVICE, &record, &why, now_ms()).await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), noted).await {
+        Ok(Ok(note)) if note.times > 1 => error!(
+            record,
+            times = note.times,
+            "the applier stopped on the same record {} times in a row: fix what the error says, \
+             or the applier stops on it at every restart",
+            note.times
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            warn!(error = %Chain(&e), record, "cannot note the record the applier stopped on")
+        }
+        Err(_) => warn!(
+            record,
+            "cannot note the record the applier stopped on: Redis did not answer in 5 s"
+        ),
+    }
+}
+
+/// The partition and offset of the record the applier's note names, if
+/// it has one of `topic`; sets [`REPEATED_STOPS_METRIC`].
+pub(super) async fn read(
+    projection: &Projection,
+    topic: &str,
+) -> Result<Option<(i32, i64)>, ProjectionError> {
+    let note = projection.stop_of(SERVICE).await?;
+    let times = note.as_ref().map_or(0, |n| n.times);
+    metrics::gauge!(REPEATED_STOPS_METRIC).set(f64::from(times));
+    Ok(note.and_then(|n| {
+        let (named, at) = n.record.rsplit_once('/')?;
+        let (partition, offset) = at.split_once('@')?;
+        (named == topic).then_some((partition.parse().ok()?, offset.parse().ok()?))
+    }))
+}
+
+/// Whether `committed` goes past the record `stuck` names.
+pub(super) fn passed(stuck: (i32, i64), committed: &TopicPartitionList) -> bool {
+    committed.elements().iter().any(|e| {
+        e.partition() == stuck.0 && matches!(e.offset(), Offset::Offset(next) if next > stuck.1)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockledger_core::LogPosition;
+
+    #[test]
+    fn an_error_names_the_record_it_stopped_on() {
+        let publish = ApplierError::Publish {
+            what: "dead letter",
+            topic: "stock.ledger.dlq".into(),
+            position: LogPosition {
+                topic: "stock.ledger".into(),
+                partition: 7,
+                offset: 0,
+            },
+            source: rdkafka::error::KafkaError::Canceled,
+        };
+        assert_eq!(publish.stopped_at().as_deref(), Some("stock.ledger/7@0"));
+        let apply = ApplierError::Apply {
+            topic: "stock.ledger".into(),
+            offsets: "3:41..=90 5:7..=7".into(),
+            source: ProjectionError::StateLost {
+                prefix: "p".into(),
+                key: "k".into(),
+            },
+        };
+        assert_eq!(apply.stopped_at().as_deref(), Some("stock.ledger/3@41"));
+        let mut committed = TopicPartitionList::new();
+        committed
+            .add_partition_offset("stock.ledger", 3, Offset::Offset(41))
+            .unwrap();
+        assert!(!passed((3, 41), &committed));
+        committed
+            .add_partition_offset("stock.ledger", 3, Offset::Offset(42))
+            .unwrap();
+        assert!(passed((3, 41), &committed));
+    }
+}
