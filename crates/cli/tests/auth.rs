@@ -559,3 +559,95 @@ async fn with_a_certificate_the_gateway_speaks_https_to_a_client_that_verifies_i
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_at_its_stream_cap_gets_429_and_an_operator_is_still_answered() -> anyhow::Result<()>
+{
+    let h = Harness::new("http-streams", 1).await?;
+    let producer = new_key(&h, "shop", "producer")?;
+    let operator = new_key(&h, "ops", "operator")?;
+    let file = std::env::temp_dir().join(format!("{}-keys.toml", h.ns.id));
+    write(&file, &[&producer.stanza, &operator.stanza])?;
+    let file_arg = file.to_string_lossy().into_owned();
+    // Twelve connections: six streams in all, a quarter of them (one) per
+    // key unless told; three here.
+    let (_gateway, base) = serve(
+        &h,
+        &[
+            "--api-keys",
+            &file_arg,
+            "--max-connections",
+            "12",
+            "--max-streams-per-key",
+            "3",
+        ],
+    )?;
+    let events = format!("{base}/v1/skus/SKU-S/events");
+    let open = |token: String| {
+        let events = events.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .get(&events)
+                .bearer_auth(token)
+                .timeout(Duration::from_secs(600))
+                .send()
+                .await?;
+            anyhow::Ok(response)
+        }
+    };
+    let mut shop = Vec::new();
+    for _ in 0..3 {
+        let stream = open(producer.token.clone()).await?;
+        assert_eq!(stream.status(), 200);
+        shop.push(stream);
+    }
+    let over = open(producer.token.clone()).await?;
+    assert_eq!(over.status(), 429);
+    assert_eq!(
+        over.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let problem: Value = over.json().await?;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("the key shop")),
+        "{problem}"
+    );
+    // Another key still opens, up to the gateway's six.
+    let mut ops = Vec::new();
+    for _ in 0..3 {
+        let stream = open(operator.token.clone()).await?;
+        assert_eq!(stream.status(), 200);
+        ops.push(stream);
+    }
+    let full = open(operator.token.clone()).await?;
+    assert_eq!(full.status(), 429);
+    let problem: Value = full.json().await?;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--max-streams")),
+        "{problem}"
+    );
+    // With every stream open, the operator's other requests are answered.
+    let status = call(
+        "GET",
+        &format!("{base}/v1/status"),
+        &operator.token,
+        None,
+        "x",
+    )
+    .await?;
+    assert_eq!(status.status, 200, "{}", status.body);
+    // A stream the client closes gives its place back.
+    drop(shop.pop());
+    wait_until("the closed stream's place", CATCH_UP, || async {
+        let again = open(producer.token.clone()).await?;
+        Ok((again.status() == 200).then_some(again))
+    })
+    .await?;
+    Ok(())
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{free_port, promtool_check, sample, serve, Running};
 use serde_json::{json, Value};
 use stockledger_client::KafkaConfig;
+use stockledger_testkit::fault::{address_of, via_port, Proxy};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::services::{signal_broker, start_own_broker};
 use stockledger_testkit::{wait_until, Harness};
@@ -779,6 +780,66 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         "nothing may be published"
     );
 
+    // The door's smaller rules: a repeated parameter, a `null` body where
+    // none or `{}` is taken, a body on a confirm that is not JSON, a query
+    // that is not UTF-8, and a write from another site's page.
+    let (status, _, body) = get(&format!(
+        "{base}/v1/skus/SKU/events?levels=true&levels=false"
+    ))
+    .await?;
+    assert_eq!((status, &body["field"]), (422, &json!("levels")), "{body}");
+    for route in ["/v1/skus/SKU/pauses/p1", "/v1/skus/SKU/orders/o1/rollback"] {
+        let response = client()
+            .post(format!("{base}{route}"))
+            .header("content-type", JSON)
+            .body("null")
+            .send()
+            .await?;
+        let (status, _, body) = answer(response).await?;
+        assert_eq!(
+            (status, &body["field"]),
+            (422, &json!("body")),
+            "{route}: {body}"
+        );
+    }
+    for route in ["/v1/skus/SKU/orders/o1/confirm", "/v1/baskets/b1/confirm"] {
+        let response = client()
+            .post(format!("{base}{route}"))
+            .header("content-type", "text/plain")
+            .body("{}")
+            .send()
+            .await?;
+        assert_eq!(response.status().as_u16(), 415, "{route}");
+    }
+    let (status, _, body) = get(&format!("{base}/v1/history?sku=%FF")).await?;
+    assert_eq!(status, 400, "{body}");
+    let response = client()
+        .post(format!("{base}/v1/skus/SKU/pauses/p2"))
+        .header("origin", "https://elsewhere.example")
+        .header("content-type", "text/plain")
+        .send()
+        .await?;
+    let (status, content_type, body) = answer(response).await?;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (403, "application/problem+json"),
+        "{body}"
+    );
+    let response = client().get(format!("{base}/v1/skus/SKU")).send().await?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(header("cache-control").as_deref(), Some("no-store"));
+    assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"));
+    assert!(
+        h.read(&h.ns.topic).await?.is_empty(),
+        "nothing may be published"
+    );
+
     // Slow clients are cut off, not waited for: a connection that says nothing...
     let address = base.trim_start_matches("http://").to_owned();
     let mut silent = TcpStream::connect(&address).await?;
@@ -807,6 +868,28 @@ async fn bad_http_input_gets_a_problem_naming_the_field_and_publishes_nothing() 
         read.is_ok(),
         "a client that never finishes its body is answered and disconnected"
     );
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    // A body trickled a byte a second: each byte comes well within the
+    // wait between two, but the whole never within --read-timeout-ms.
+    let mut trickle = TcpStream::connect(&address).await?;
+    trickle.write_all(
+        b"POST /v1/skus/SKU/orders/o8/deduct HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n",
+    )
+    .await?;
+    let (mut reading, mut writing) = trickle.into_split();
+    let dripping = tokio::spawn(async move {
+        for _ in 0..60 {
+            if writing.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let mut reply = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(40), reading.read_to_end(&mut reply)).await;
+    dripping.abort();
+    assert!(read.is_ok(), "a trickled body is answered and disconnected");
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(
@@ -968,6 +1051,33 @@ async fn with_the_brokers_stopped_commands_get_503_with_retry_after_and_readyz_s
         !orders.contains(&"during-known".to_owned()),
         "a command refused with 503 once the outage is known is not in the log: {orders:?}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_away_at_start_the_gateway_waits_for_it_then_serves() -> anyhow::Result<()> {
+    let h = Harness::new("http-redis-late", 1).await?;
+    let proxy = Proxy::start(address_of(&h.redis_url)?).await?;
+    proxy.pause();
+    let redis = via_port(&h.redis_url, proxy.port());
+    let (mut gateway, base) = serve(&h, &["--redis-url", &redis])?;
+    // It tries Redis again and again, and does not exit meanwhile.
+    let first = wait_until("the gateway to try Redis", CATCH_UP, || async {
+        Ok((proxy.refused() > 0).then(|| proxy.refused()))
+    })
+    .await?;
+    wait_until("the gateway to try Redis again", CATCH_UP, || async {
+        Ok((proxy.refused() > first).then_some(()))
+    })
+    .await?;
+    assert!(
+        gateway.0.try_wait()?.is_none(),
+        "serve exited with Redis away"
+    );
+    proxy.resume();
+    until_ready(&format!("{base}/readyz")).await?;
+    let (status, _, body) = deduct_one(format!("{base}/v1/skus/SKU-R/orders/o1/deduct")).await?;
+    assert_eq!(status, 202, "{body}");
     Ok(())
 }
 

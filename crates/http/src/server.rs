@@ -65,6 +65,32 @@ pub struct Limits {
     /// Time a connection may stay open once the server stops, for requests
     /// already under way.
     pub shutdown_grace: Duration,
+    /// Event streams open at once, in all: each holds a connection for as
+    /// long as its client wants, so fewer than `max_connections` leaves
+    /// room for every other request.
+    pub max_streams: usize,
+    /// Event streams one API key may hold open at once.
+    pub max_streams_per_key: usize,
+}
+
+impl Limits {
+    /// The default caps on event streams for `max_connections`: half the
+    /// connections in all, a quarter of that for one key.
+    ///
+    /// ```
+    /// let limits = stockledger_http::server::Limits::with_connections(60);
+    /// assert_eq!((limits.max_streams, limits.max_streams_per_key), (30, 7));
+    /// ```
+    pub fn with_connections(max_connections: usize) -> Self {
+        let max_connections = max_connections.max(1);
+        let max_streams = (max_connections / 2).max(1);
+        Self {
+            max_connections,
+            max_streams,
+            max_streams_per_key: (max_streams / 4).max(1),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Limits {
@@ -74,6 +100,8 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
+            max_streams: 5_000,
+            max_streams_per_key: 1_250,
         }
     }
 }

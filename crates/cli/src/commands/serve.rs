@@ -60,6 +60,15 @@ pub struct Args {
     /// Connections open at once; more clients wait until one closes.
     #[arg(long, env = "STOCKLEDGER_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Event streams (/v1/events, /v1/skus/{sku}/events) open at once, in
+    /// all; more are answered 429. Default: half of --max-connections, so
+    /// streams never take the connections other requests need.
+    #[arg(long, env = "STOCKLEDGER_MAX_STREAMS", value_name = "N")]
+    pub max_streams: Option<usize>,
+    /// Event streams one API key may hold open at once; more are answered
+    /// 429. Default: a quarter of --max-streams.
+    #[arg(long, env = "STOCKLEDGER_MAX_STREAMS_PER_KEY", value_name = "N")]
+    pub max_streams_per_key: Option<usize>,
     /// Milliseconds a client has to send a request's headers, and its body.
     #[arg(long, env = "STOCKLEDGER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub read_timeout_ms: u64,
@@ -121,11 +130,17 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(Tls::from_pem_files(cert, key).context("--tls-cert/--tls-key")?);
     }
+    let connections = Limits::with_connections(args.max_connections);
+    let max_streams = args.max_streams.unwrap_or(connections.max_streams).max(1);
     config.limits = Limits {
-        max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.read_timeout_ms),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        ..Limits::default()
+        max_streams,
+        max_streams_per_key: args
+            .max_streams_per_key
+            .unwrap_or((max_streams / 4).max(1))
+            .max(1),
+        ..connections
     };
     let _endpoint = observe::start(&args.metrics, || {
         Probes::new()

@@ -545,6 +545,9 @@ pub async fn authorize(State(keys): State<ApiKeys>, request: Request, next: Next
         .into_response()
     } else {
         drop(current);
+        // The handlers that count what a key holds (event streams) read it.
+        let mut request = request;
+        request.extensions_mut().insert(name.clone());
         next.run(request).await
     };
     response.extensions_mut().insert(name);

@@ -22,7 +22,7 @@ use stockledger_client::{ProducerError, Receipt};
 use stockledger_core::{BasketId, CommandBody, Decision, Reason, Sku, UserId};
 
 use super::bodies::{BasketHoldRequest, BasketResponse, RollbackRequest};
-use super::problem::{path_problem, redis_problem, Body, NoParams, Problem, Query};
+use super::problem::{no_body, path_problem, redis_problem, Body, NoParams, Problem, Query};
 use super::{Answer, Gateway, Shared};
 
 /// The longest one line's decision is awaited before it is awaited again
@@ -193,7 +193,7 @@ pub(crate) async fn hold(
     Ok(answer(&held, false))
 }
 
-/// Sell every line, or none.
+/// Sell every line, or none. No body, or `{}`.
 #[utoipa::path(post, path = "/v1/baskets/{basket_id}/confirm", tag = "baskets", operation_id = "basket_confirm",
     params(("basket_id" = String, Path, description = "The basket")),
     responses(
@@ -206,8 +206,10 @@ pub(crate) async fn confirm(
     State(gateway): Shared,
     path: Result<Path<String>, PathRejection>,
     _: Query<NoParams>,
+    request: Request,
 ) -> Answer {
     let id = basket_path(path)?;
+    no_body(request).await?;
     let known = gateway.known_basket(&id).await?;
     if known.status == BasketStatus::Confirmed {
         return Ok(answer(&known, true));

@@ -22,7 +22,7 @@ use stockledger_core::{
 use tracing::warn;
 
 use super::bodies::*;
-use super::problem::{path_problem, Body, Problem, Query};
+use super::problem::{no_body, path_problem, Body, Problem, Query};
 use super::publish::SameOrder;
 use super::{Answer, Shared};
 
@@ -225,7 +225,7 @@ impl AskedDeduct {
     }
 }
 
-/// Sell what the reservation `order_id` of `sku` holds (on time up to its deadline).
+/// Sell what the reservation `order_id` of `sku` holds, up to its deadline; no body, or `{}`.
 #[utoipa::path(post, path = "/v1/skus/{sku}/orders/{order_id}/confirm", tag = "commands",
     params(("sku" = String, Path, description = "The SKU"),
            ("order_id" = String, Path, description = "The reserved order"),
@@ -241,8 +241,10 @@ pub(crate) async fn confirm(
     path: Result<Path<(String, String)>, PathRejection>,
     Query(wait): Query<WaitParams>,
     trace: TraceHeader,
+    request: Request,
 ) -> Answer {
     let (sku, order_id) = sku_and_order(path)?;
+    no_body(request).await?;
     let wait = gateway.wait(&wait)?;
     if let Some(entry) = gateway.held_order(&sku, &order_id).await {
         if entry.status == OrderStatus::Confirmed {

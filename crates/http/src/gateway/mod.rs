@@ -9,7 +9,8 @@
 //! JSON they take and answer, [`analysts`] the archive's reads, `console`
 //! the console page and its two reads, [`auth`] the API
 //! keys, their roles and rate limits, [`problem`] the error bodies,
-//! [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
+//! `harden` the checks of every request's origin and the headers of every
+//! answer, [`ApiDoc`] the OpenAPI document served at `/openapi.json` and checked in
 //! as `docs/openapi.json`.
 
 pub mod analysts;
@@ -21,6 +22,7 @@ mod console;
 mod contract;
 mod doc;
 pub mod events;
+mod harden;
 pub mod problem;
 mod publish;
 mod reads;
@@ -42,8 +44,9 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use stockledger_client::outcome::OutcomeError;
 use stockledger_client::{BuildError, Ledger, LedgerProducer, ProducerError, SoldOutGuard};
+use stockledger_core::report::Chain;
 use stockledger_kafka::KafkaConfig;
-use stockledger_projection::Projection;
+use stockledger_projection::{redis_is_transient, Projection};
 use stockledger_redis::RedisConn;
 use stockledger_runtime::redact_url;
 use tokio::net::TcpListener;
@@ -212,6 +215,8 @@ pub(crate) struct Gateway {
     broker_up: Arc<AtomicBool>,
     /// The stock events' reader, for the event streams.
     events: Arc<events::Hub>,
+    /// The event streams open, and how many may be.
+    streams: Arc<events::StreamSlots>,
     /// The console's status report and what it needs.
     console: console::Console,
 }
@@ -270,11 +275,21 @@ pub async fn run(
         shutdown.await;
         let _ = stopping.send(true);
     };
+    tokio::pin!(shutdown);
+    // Redis away at start is waited for, as while running; a stop meanwhile
+    // ends the gateway before it serves anything.
+    let services = tokio::select! {
+        services = Services::connect_when_possible(&config) => services?,
+        () = &mut shutdown => {
+            info!("stopped before Redis answered");
+            return Ok(());
+        }
+    };
     let Services {
         ledger,
         redis,
         archive,
-    } = Services::connect(&config).await?;
+    } = services;
     let broker_up = Arc::new(AtomicBool::new(true));
     let watch = tokio::spawn(watch_brokers(ledger.producer().clone(), broker_up.clone()));
     let probes = probes(broker_up.clone(), redis.clone(), archive.clone());
@@ -297,6 +312,10 @@ pub async fn run(
         max_wait: config.max_wait,
         broker_up,
         events,
+        streams: events::StreamSlots::new(
+            config.limits.max_streams,
+            config.limits.max_streams_per_key,
+        ),
         console: console::Console::new(
             stockledger_status::Names {
                 topic: config.topic.clone(),
@@ -336,6 +355,23 @@ struct Services {
 }
 
 impl Services {
+    /// [`Services::connect`], tried again while Redis does not answer
+    /// (refused, unreachable, loading), with the retries' usual backoff.
+    async fn connect_when_possible(config: &GatewayConfig) -> Result<Self, GatewayError> {
+        let mut wait = stockledger_runtime::retry::FIRST_WAIT;
+        loop {
+            match Self::connect(config).await {
+                Err(GatewayError::Redis { url, source }) if redis_is_transient(&source) => {
+                    warn!(redis = %url, error = %Chain(&source), retry_in = ?wait,
+                        "Redis does not answer yet; waiting for it before serving");
+                }
+                other => return other,
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(stockledger_runtime::retry::LONGEST_WAIT);
+        }
+    }
+
     async fn connect(config: &GatewayConfig) -> Result<Self, GatewayError> {
         let mut kafka = config.kafka.clone();
         if kafka.property("message.timeout.ms").is_none() {
@@ -468,11 +504,16 @@ fn router(gateway: Arc<Gateway>, config: &GatewayConfig) -> Router {
         .with_state(gateway)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout))
+        .layer(axum::Extension(problem::BodyDeadline(config.body_timeout)))
         // A request never outlives its longest wait by much: the publish is
         // bounded by the producer's message timeout.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             config.max_wait + Duration::from_secs(15),
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::from(config.cors_origins.clone()),
+            harden::harden,
         ))
         .layer(axum::middleware::from_fn(track));
     if config.cors_origins.is_empty() {

@@ -135,19 +135,31 @@ impl<T: DeserializeOwned> Body<T> {
         Ok(value)
     }
 
-    /// Reads an optional body: absent, empty or `null` gives `T::default()`.
+    /// Reads an optional body: absent or empty gives `T::default()`; `null`
+    /// is refused as any other body that is not an object.
     pub async fn optional<S: Send + Sync>(req: Request, state: &S) -> Result<T, Problem>
     where
         T: Default,
     {
         let bytes = read_body(req, state).await?;
-        // No body, or JSON's null, is the request with every field left out.
-        if matches!(bytes.trim_ascii(), b"" | b"null") {
+        // No body is the request with every field left out.
+        if bytes.trim_ascii().is_empty() {
             return Ok(T::default());
         }
         Self::parse(&bytes)
     }
 }
+
+/// A route that takes no fields: an empty body, or `{}`; anything else
+/// is refused as every body is (413, 415, 400, 422).
+pub(crate) async fn no_body(request: Request) -> Result<(), Problem> {
+    let _: NoFields = Body::optional(request, &()).await?;
+    Ok(())
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
 
 /// `bytes` (JSON) with each number written with a fraction of zeros alone
 /// (`99.0`) written as the integer it is (`99`): JSON Schema calls it an
@@ -223,14 +235,32 @@ fn missing_field(message: &str, path: &str) -> Option<String> {
     })
 }
 
+/// How long a request's whole body may take to arrive (`serve
+/// --read-timeout-ms`), left on each request by the router. The body layer
+/// bounds each wait between two chunks only, so a body trickled a byte at a
+/// time would otherwise hold its connection until the request's own
+/// timeout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyDeadline(pub(crate) std::time::Duration);
+
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Problem> {
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let bytes = Bytes::from_request(req, state)
+    let deadline = req
+        .extensions()
+        .get::<BodyDeadline>()
+        .map_or(std::time::Duration::from_secs(10), |d| d.0);
+    let bytes = tokio::time::timeout(deadline, Bytes::from_request(req, state))
         .await
+        .map_err(|_| {
+            Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} ms", deadline.as_millis()),
+            )
+        })?
         .map_err(body_rejection)?;
     if !bytes.is_empty() {
         let is_json = content_type.as_deref().is_some_and(|t| {

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::bodies::{CommandResponse, TraceHeader, WaitParams};
 use super::commands::publish_adjustment;
-use super::problem::{path_problem, Body, Problem, Query};
+use super::problem::{no_body, path_problem, Body, Problem, Query};
 use super::{Answer, Shared};
 
 /// When a SKU sells, by the records' times in the log.
@@ -145,13 +145,3 @@ fn sku_and_change(
     let Path((sku, change_id)) = path.map_err(path_problem)?;
     Ok((Sku::new(sku)?, ChangeId::new(change_id)?))
 }
-
-/// A pause or resume takes no fields: an empty body, or `{}`.
-async fn no_body(request: Request) -> Result<(), Problem> {
-    let _: NoFields = Body::optional(request, &()).await?;
-    Ok(())
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoFields {}

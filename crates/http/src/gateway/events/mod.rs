@@ -32,6 +32,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
+use axum::Extension;
 use futures::StreamExt;
 use rdkafka::message::Message;
 use serde::Serialize;
@@ -44,11 +45,15 @@ use utoipa::ToSchema;
 
 mod hub;
 mod positions;
+mod slots;
 
 pub(crate) use hub::Hub;
 use hub::{decode, reader, LevelInterest, Read};
 pub use positions::Positions;
+pub(crate) use slots::StreamSlots;
+pub use slots::REFUSED_METRIC;
 
+use super::auth::KeyName;
 use super::bodies::LocationBody;
 use super::problem::{path_problem, redis_problem, Problem};
 use super::{Answer, Shared};
@@ -142,30 +147,38 @@ pub struct StockSnapshot {
     responses(
         (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`, `opened`, `closed`, `paused`, `resumed`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
         (status = 422, description = "The SKU, `levels`, another query parameter or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The caller's API key has its most event streams open (--max-streams-per-key), or the gateway has (--max-streams); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn sku_events(
     State(gateway): Shared,
+    key: Option<Extension<KeyName>>,
     path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Answer {
     let Path(sku) = path.map_err(path_problem)?;
     let sku = Sku::new(sku)?;
-    let mut levels = false;
+    let mut levels = None;
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match name.as_ref() {
-            "levels" => levels = levels_param(&value)?,
+            "levels" => levels_param(&mut levels, &value)?,
             _ => return Err(unknown_param(&name, "levels")),
         }
     }
-    open(&gateway, vec![sku], levels, &headers).await
+    let levels = levels.unwrap_or(false);
+    open(&gateway, key, vec![sku], levels, &headers).await
 }
 
-/// `levels=true` or `levels=false`.
-fn levels_param(value: &str) -> Result<bool, Problem> {
-    value
+/// `levels=true` or `levels=false`, given once.
+fn levels_param(levels: &mut Option<bool>, value: &str) -> Result<(), Problem> {
+    if levels.is_some() {
+        return Err(Problem::invalid("levels", "is given more than once"));
+    }
+    let value = value
         .parse()
-        .map_err(|_| Problem::invalid("levels", format!("{value:?} is not true or false")))
+        .map_err(|_| Problem::invalid("levels", format!("{value:?} is not true or false")))?;
+    *levels = Some(value);
+    Ok(())
 }
 
 fn unknown_param(name: &str, takes: &str) -> Problem {
@@ -184,18 +197,20 @@ fn unknown_param(name: &str, takes: &str) -> Problem {
     responses(
         (status = 200, description = "As /v1/skus/{sku}/events, for every SKU named: a `stock` event each, then their events in the order of each partition", content_type = "text/event-stream", body = String),
         (status = 422, description = "No SKU, more than 100, a SKU refused, `levels` refused, another query parameter, or Last-Event-ID refused", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The caller's API key has its most event streams open (--max-streams-per-key), or the gateway has (--max-streams); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn events(
     State(gateway): Shared,
+    key: Option<Extension<KeyName>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Answer {
-    let (mut skus, mut levels) = (Vec::new(), false);
+    let (mut skus, mut levels) = (Vec::new(), None);
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match name.as_ref() {
             "sku" => {}
             "levels" => {
-                levels = levels_param(&value)?;
+                levels_param(&mut levels, &value)?;
                 continue;
             }
             _ => return Err(unknown_param(&name, "sku (repeated) and levels")),
@@ -214,7 +229,7 @@ pub(crate) async fn events(
             "name at least one SKU: /v1/events?sku=A&sku=B",
         ));
     }
-    open(&gateway, skus, levels, &headers).await
+    open(&gateway, key, skus, levels.unwrap_or(false), &headers).await
 }
 
 /// What a stream sends before it follows the hub.
@@ -227,6 +242,7 @@ enum Opening {
 
 async fn open(
     gateway: &super::Gateway,
+    key: Option<Extension<KeyName>>,
     skus: Vec<Sku>,
     levels: bool,
     headers: &HeaderMap,
@@ -243,6 +259,10 @@ async fn open(
             )
         }
     };
+    // Taken before anything is read: a caller at its cap costs nothing.
+    let slot = gateway
+        .streams
+        .take(key.map(|Extension(KeyName(name))| name))?;
     let hub = gateway.events.clone();
     let (receiver, at) = hub.join();
     let skus_set: HashSet<String> = skus.iter().map(|s| s.as_str().to_owned()).collect();
@@ -253,11 +273,13 @@ async fn open(
     };
     let (sender, events) = mpsc::channel::<Event>(64);
     tokio::spawn(stream(hub, skus_set, opening, receiver, levels, at, sender));
-    let body = futures::stream::unfold(events, |mut events| async move {
+    // The body holds the stream's slot: it is given back once the client
+    // goes (the body is dropped) or the stream ends.
+    let body = futures::stream::unfold((events, slot), |(mut events, slot)| async move {
         events
             .recv()
             .await
-            .map(|e| (Ok::<_, Infallible>(e), events))
+            .map(|e| (Ok::<_, Infallible>(e), (events, slot)))
     });
     let mut response = Sse::new(body)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
@@ -586,7 +608,14 @@ pub(crate) fn describe_metrics() {
         "Stock event streams (Server-Sent Events) open now."
     );
     metrics::describe_counter!(SENT_METRIC, "Stock events sent on event streams, by kind.");
+    metrics::describe_counter!(
+        REFUSED_METRIC,
+        "Event streams refused with 429 because a cap was reached: the caller's key's (key) or the gateway's (all)."
+    );
     metrics::gauge!(STREAMS_GAUGE).set(0.0);
+    for cap in ["key", "all"] {
+        metrics::counter!(REFUSED_METRIC, "cap" => cap).absolute(0);
+    }
     for kind in stockledger_core::StockEventKind::ALL {
         metrics::counter!(SENT_METRIC, "kind" => kind.as_str().to_ascii_lowercase()).absolute(0);
     }
