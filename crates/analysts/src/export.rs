@@ -19,6 +19,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use sqlx::PgPool;
+use stockledger_core::report::printable;
 
 use crate::query::{self, Entry};
 
@@ -233,19 +234,21 @@ impl CsvSink {
 
 impl Sink for CsvSink {
     fn push(&mut self, e: Entry) -> SinkResult {
-        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        // Escaped as `history` and `report` print them: an invalid record's
+        // SKU is the producer's key, whatever bytes it held.
+        let text = |v: &Option<String>| printable(v.as_deref().unwrap_or_default()).into_owned();
         let number = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
         self.writer.write_record([
-            e.topic,
+            printable(&e.topic).into_owned(),
             e.partition.to_string(),
             e.log_offset.to_string(),
-            e.sku,
+            printable(&e.sku).into_owned(),
             text(&e.command),
             text(&e.order_id),
             text(&e.adjustment_id),
             number(e.quantity),
             text(&e.restock_mode),
-            e.result,
+            printable(&e.result).into_owned(),
             e.delta.to_string(),
             e.available_after.to_string(),
             e.total_after.to_string(),

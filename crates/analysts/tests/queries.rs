@@ -454,7 +454,8 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
     sqlx::query(
         "INSERT INTO ledger_entries (topic, partition, log_offset, sku, command, order_id,
              result, delta, available_after, total_after, occurred_at, rollback_reason)
-         SELECT 't', 0, i, 'A', 'DEDUCT', CASE WHEN i % 3 = 0 THEN NULL ELSE 'o, \"quoted\"' END,
+         SELECT 't', 0, i, CASE WHEN i = 10 THEN E'A\\x1b[2J\\x07\\r' ELSE 'A' END, 'DEDUCT',
+             CASE WHEN i % 3 = 0 THEN NULL ELSE 'o, \"quoted\"' END,
              'APPLIED', -1, 100000 - i, 100000,
              timestamptz 'epoch' + interval '1 millisecond' * ($1 + i), NULL
          FROM generate_series(0, 69999) AS i",
@@ -500,6 +501,10 @@ async fn an_export_writes_the_range_to_a_new_csv_or_parquet_file_and_never_overw
         "a cell with a comma and quotes survives"
     );
     assert_eq!(&records[2][5], "", "NULL is an empty cell");
+    assert_eq!(
+        &records[0][3], "A\\u{1b}[2J\\u{7}\\r",
+        "an invalid record's key is escaped, as history prints it"
+    );
     assert_eq!(&records[0][16], "2026-11-23T10:00:00.010Z");
 
     assert_eq!(

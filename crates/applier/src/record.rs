@@ -36,15 +36,17 @@ pub fn interpret(key: Option<&[u8]>, payload: Option<&[u8]>) -> Result<Command, 
 }
 
 /// The record key for reports and outcomes: lossily decoded, empty when
-/// absent, and cut to its first [`MAX_ID_LEN`] bytes (marked with `…`) so an
-/// oversized key is never copied whole.
+/// absent, and at most its first [`MAX_ID_LEN`] bytes (fewer when that cut
+/// a character in two), so an oversized key is never copied whole.
 pub fn key_text(key: Option<&[u8]>) -> String {
     let key = key.unwrap_or_default();
-    if key.len() > MAX_ID_LEN {
-        format!("{}…", String::from_utf8_lossy(&key[..MAX_ID_LEN]))
-    } else {
-        String::from_utf8_lossy(key).into_owned()
+    let mut text = String::from_utf8_lossy(&key[..key.len().min(MAX_ID_LEN)]).into_owned();
+    // A character cut in two became U+FFFD (3 bytes): the text may be longer
+    // than the bytes it was read from.
+    while text.len() > MAX_ID_LEN {
+        text.pop();
     }
+    text
 }
 
 #[cfg(test)]
@@ -59,8 +61,11 @@ mod tests {
             "record key is 10000 bytes; a sku is at most 128"
         );
         let text = key_text(Some(&key));
-        assert_eq!(text.len(), MAX_ID_LEN + '…'.len_utf8());
-        assert!(text.ends_with('…'));
+        assert_eq!(text.as_bytes(), &key[..MAX_ID_LEN]);
+        // A cut through a character never makes it longer.
+        let mut wide = vec![b'k'; MAX_ID_LEN - 1];
+        wide.extend_from_slice("é".repeat(10).as_bytes());
+        assert!(key_text(Some(&wide)).len() <= MAX_ID_LEN);
         assert_eq!(key_text(Some(b"SKU-1")), "SKU-1");
         assert_eq!(key_text(None), "");
     }

@@ -258,14 +258,37 @@ impl ValidationError {
 /// let refused = check_text("reason", "a\u{0}b").unwrap_err();
 /// assert_eq!(refused.to_string(), "reason: must not contain control characters (found '\\0')");
 /// ```
+///
+/// Nor a bidirectional formatting character (U+202E, right-to-left
+/// override, and its kin), which makes one name look like another where it
+/// is shown:
+///
+/// ```
+/// use stockledger_core::ids::check_text;
+///
+/// let refused = check_text("sku", "SKU-\u{202e}1-UKS").unwrap_err();
+/// assert!(refused.to_string().contains("bidirectional"), "{refused}");
+/// ```
 pub fn check_text(field: &'static str, value: &str) -> Result<(), ValidationError> {
-    match value.chars().find(|c| c.is_control()) {
-        Some(c) => Err(ValidationError::new(
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(ValidationError::new(
             field,
             format!("must not contain control characters (found {c:?})"),
+        ));
+    }
+    match value.chars().find(|&c| is_bidi_control(c)) {
+        Some(c) => Err(ValidationError::new(
+            field,
+            format!("must not contain bidirectional formatting characters (found {c:?})"),
         )),
         None => Ok(()),
     }
+}
+
+/// The characters that change the direction text is shown in (Unicode's
+/// `Bidi_Control`): marks, embeddings, overrides and isolates.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Checks the rules shared by every identifier: not empty, at most

@@ -1,4 +1,5 @@
-//! One line for an error and every cause under it.
+//! Text for people: one line for an error and every cause under it, and
+//! text from the log made safe to print ([`printable`]).
 //!
 //! An error's own message says only what failed at its level and chains its
 //! cause (`#[source]`); whoever shows it to a person prints the chain once,
@@ -62,6 +63,31 @@ impl fmt::Display for Chain<'_> {
 /// ```
 pub fn chain(e: &dyn Error) -> String {
     Chain(e).to_string()
+}
+
+/// `s` with each control character written as its Rust escape (`\u{1b}`,
+/// `\r`, `\u{0}`): text from the log or the archive (an invalid record's
+/// key, a reason) may hold ESC, BEL or CR, which a terminal would obey and a
+/// spreadsheet would split a row at. Every command that prints or exports
+/// such text writes it so.
+///
+/// ```
+/// use stockledger_core::report::printable;
+///
+/// assert_eq!(printable("paid\u{1b}[2J\r\u{7}"), "paid\\u{1b}[2J\\r\\u{7}");
+/// assert_eq!(printable("déclinée 日本"), "déclinée 日本");
+/// ```
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    s.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }
 
 #[cfg(test)]

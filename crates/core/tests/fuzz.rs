@@ -95,9 +95,12 @@ proptest! {
 
     #[test]
     fn id_validation_accepts_exactly_the_documented_ids(s in ".{0,140}|\\PC{0,10}[\\n\\t\\r\\x00]\\PC{0,10}") {
+        // Unicode's Bidi_Control: marks, embeddings, overrides, isolates.
+        let bidi = |c: char| matches!(c as u32, 0x061C | 0x200E | 0x200F | 0x202A..=0x202E | 0x2066..=0x2069);
         let ok = !s.is_empty()
             && s.len() <= MAX_ID_LEN
             && !s.chars().any(char::is_control)
+            && !s.chars().any(bidi)
             && !s.contains(['{', '}'])
             && s.trim() == s;
         prop_assert_eq!(Sku::new(s.clone()).is_ok(), ok);

@@ -82,15 +82,7 @@ pub fn text(v: &Value) -> String {
 /// `s` with each control character written as its Rust escape (`\u{1b}`,
 /// `\r`, `\u{0}`).
 pub fn printable(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
-        return s.to_owned();
-    }
-    s.chars()
-        .map(|c| match c.is_control() {
-            true => c.escape_default().to_string(),
-            false => c.to_string(),
-        })
-        .collect()
+    stockledger_core::report::printable(s).into_owned()
 }
 
 #[cfg(test)]
