@@ -2,8 +2,9 @@
 //! (`stockledger-projection`) against the log.
 //!
 //! - [`applier`]: the consumer-group member that turns the command log into
-//!   decisions: batches per partition, one Lua call per SKU run, outcomes
-//!   published, offsets committed after, undecodable records dead-lettered.
+//!   decisions: batches per partition decided with the core's machine and
+//!   written in one fenced transaction, outcomes published, offsets
+//!   committed after, undecodable records dead-lettered.
 //! - [`expiry`]: the expirer, which appends an `Expire` record for each
 //!   reservation past its deadline, so the log decides every expiry.
 //! - [`baskets`]: the settler, which refunds the sold lines of a basket

@@ -1,5 +1,6 @@
 //! The CDC archiver: outcomes from Kafka into PostgreSQL, for analysts.
-//! The only writer of the archive, and the owner of its schema and roles.
+//! The only writer of the archive's rows (snapshots are the maintenance
+//! tools'), and the owner of its schema and roles.
 //!
 //! - [`archiver`]: the consumer-group member that writes pages of outcomes,
 //!   each page and the archiver's progress in one transaction, with
@@ -15,7 +16,7 @@ pub mod archiver;
 
 pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats, DEFAULT_GROUP};
 
-/// The archive's migrations; this crate is the only PostgreSQL writer.
+/// The archive's migrations; this crate owns the schema.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// A role of the archive's database (made by its migrations), which a

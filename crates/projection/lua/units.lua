@@ -1,7 +1,7 @@
 -- Reads every named unit of one SKU, in the order they were
 -- added, with its state.
 --
--- KEYS[1]  the SKU's orders hash (see apply.lua): "{units}" lists the
+-- KEYS[1]  the SKU's orders hash (see src/encoding.rs): "{units}" lists the
 --          names one per line, "{unit}" .. name holds each one's place and
 --          state ("i|" available, "i|H" .. order held, "i|S" .. order
 --          sold).

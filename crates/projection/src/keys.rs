@@ -1,8 +1,8 @@
 //! The Redis key layout, shared by the applier, the readers and the tools.
 //!
-//! Every key of one SKU carries the SKU as its hash tag (`{…}`), so one Lua
-//! call may touch them all in a Redis Cluster and a whole prefix can be
-//! renamed key by key.
+//! Every key of one SKU carries the SKU as its hash tag (`{…}`), so one
+//! transaction may touch them all in a Redis Cluster and a whole prefix can
+//! be renamed key by key.
 
 use stockledger_core::ids::check_id;
 use stockledger_core::ValidationError;

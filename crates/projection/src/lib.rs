@@ -4,7 +4,7 @@
 //! the order services' decision lookup all go through [`Projection`].
 //!
 //! - [`keys`]: the key of each hash of a SKU (the SKU as hash tag, so one
-//!   Lua call may touch them all in a Redis Cluster), the marker, the
+//!   transaction may touch them all in a Redis Cluster), the marker, the
 //!   channel announcing applied offsets.
 //! - [`encoding`]: the fields of the stock hash and the compact forms of an
 //!   order's entry and of a decision.

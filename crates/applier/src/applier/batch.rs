@@ -70,7 +70,7 @@ pub(super) fn redis_away(e: &ProjectionError, wait: Duration) {
     warn!(error = %Chain(&e), retry_in = ?wait, "Redis unavailable; nothing committed, retrying");
 }
 
-/// A batch with Redis's decision for each valid command, in record order.
+/// A batch with the decision for each valid command, in record order.
 pub(super) struct Decided {
     pub(super) batch: Decoded,
     pub(super) decisions: Vec<Decision>,

@@ -169,7 +169,7 @@ fn offsets_to_commit(topic: &str, batch: &Decoded) -> TopicPartitionList {
 }
 
 impl Applier {
-    /// Sends the outcomes (and dead letters) of a batch Redis has decided.
+    /// Sends the outcomes (and dead letters) of a batch decided and written.
     // Over the length limit until the one-rule-set work reshapes the
     // applier's loop (the projection and applier crates are left to it).
     #[allow(clippy::too_many_lines)]
