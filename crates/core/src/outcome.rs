@@ -26,6 +26,28 @@ impl fmt::Display for LogPosition {
     }
 }
 
+impl LogPosition {
+    /// A position as [`LogPosition`]'s `Display` writes it,
+    /// `topic/partition@offset`; `None` for other text.
+    ///
+    /// ```
+    /// use stockledger_core::LogPosition;
+    ///
+    /// let at = LogPosition::parse("stock.ledger/3@42").unwrap();
+    /// assert_eq!((at.topic.as_str(), at.partition, at.offset), ("stock.ledger", 3, 42));
+    /// assert_eq!(LogPosition::parse("stock.ledger 3:42"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        let (topic, at) = text.rsplit_once('/')?;
+        let (partition, offset) = at.split_once('@')?;
+        Some(Self {
+            topic: topic.to_owned(),
+            partition: partition.parse().ok()?,
+            offset: offset.parse().ok()?,
+        })
+    }
+}
+
 /// What the ledger decided for one record.
 ///
 /// ```

@@ -596,6 +596,14 @@ pub fn offset_ranges(records: impl IntoIterator<Item = (i32, i64)>) -> String {
         .join(" ")
 }
 
+/// The partition and offset of the first record [`offset_ranges`] names
+/// (the first partition's first offset): where a batch starts.
+pub fn first_of_ranges(ranges: &str) -> Option<(i32, i64)> {
+    let (partition, range) = ranges.split_whitespace().next()?.split_once(':')?;
+    let first = range.split("..").next()?;
+    Some((partition.parse().ok()?, first.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,7 +612,9 @@ mod tests {
     fn a_batch_is_named_by_the_offsets_it_covers() {
         let records = [(1, 9), (0, 4), (1, 7), (0, 5)];
         assert_eq!(offset_ranges(records), "0:4..=5 1:7..=9");
+        assert_eq!(first_of_ranges("0:4..=5 1:7..=9"), Some((0, 4)));
         assert_eq!(offset_ranges([]), "");
+        assert_eq!(first_of_ranges(""), None);
     }
 
     /// Found by the nemesis of seeds 20261125 and 1: an applier started

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::report::Chain;
+use stockledger_core::LogPosition;
+use stockledger_kafka::topic::first_of_ranges;
 use stockledger_projection::{Projection, ProjectionError};
 use stockledger_runtime::clock::now_ms;
 use tracing::{error, warn};
@@ -29,10 +31,16 @@ impl ApplierError {
         match self {
             Self::Publish { position, .. } => Some(position.to_string()),
             Self::Apply { topic, offsets, .. } => {
-                // `partition:first..=last …`: the batch starts at the first.
-                let (partition, range) = offsets.split_whitespace().next()?.split_once(':')?;
-                let first = range.split("..").next()?;
-                Some(format!("{topic}/{partition}@{first}"))
+                let (partition, offset) = first_of_ranges(offsets)?;
+                let topic = topic.clone();
+                Some(
+                    LogPosition {
+                        topic,
+                        partition,
+                        offset,
+                    }
+                    .to_string(),
+                )
             }
             _ => None,
         }
@@ -79,11 +87,10 @@ pub(super) async fn read(
     let note = projection.stop_of(SERVICE).await?;
     let times = note.as_ref().map_or(0, |n| n.times);
     metrics::gauge!(REPEATED_STOPS_METRIC).set(f64::from(times));
-    Ok(note.and_then(|n| {
-        let (named, at) = n.record.rsplit_once('/')?;
-        let (partition, offset) = at.split_once('@')?;
-        (named == topic).then_some((partition.parse().ok()?, offset.parse().ok()?))
-    }))
+    Ok(note
+        .and_then(|n| LogPosition::parse(&n.record))
+        .filter(|at| at.topic == topic)
+        .map(|at| (at.partition, at.offset)))
 }
 
 /// Whether `committed` goes past the record `stuck` names.
@@ -96,7 +103,6 @@ pub(super) fn passed(stuck: (i32, i64), committed: &TopicPartitionList) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stockledger_core::LogPosition;
 
     #[test]
     fn an_error_names_the_record_it_stopped_on() {

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use stockledger_core::report::Chain;
+use stockledger_core::LogPosition;
+use stockledger_kafka::topic::first_of_ranges;
 use tracing::{error, info, warn};
 
 use super::{ArchiverConfig, ArchiverError};
@@ -27,9 +29,16 @@ impl ArchiverError {
     pub fn stopped_at(&self) -> Option<String> {
         match self {
             Self::Page { topic, offsets, .. } => {
-                let (partition, range) = offsets.split_whitespace().next()?.split_once(':')?;
-                let first = range.split("..").next()?;
-                Some(format!("{topic}/{partition}@{first}"))
+                let (partition, offset) = first_of_ranges(offsets)?;
+                let topic = topic.clone();
+                Some(
+                    LogPosition {
+                        topic,
+                        partition,
+                        offset,
+                    }
+                    .to_string(),
+                )
             }
             _ => None,
         }
@@ -102,11 +111,10 @@ pub(super) async fn read(
     .await?;
     let times = note.as_ref().map_or(0, |n| n.1);
     metrics::gauge!(REPEATED_STOPS_METRIC).set(f64::from(times));
-    Ok(note.and_then(|(record, _)| {
-        let (topic, at) = record.rsplit_once('/')?;
-        let (partition, offset) = at.split_once('@')?;
-        (topic == config.outcomes_topic).then_some((partition.parse().ok()?, offset.parse().ok()?))
-    }))
+    Ok(note
+        .and_then(|(record, _)| LogPosition::parse(&record))
+        .filter(|at| at.topic == config.outcomes_topic)
+        .map(|at| (at.partition, at.offset)))
 }
 
 /// Removes the note once `progress` (next offset per partition) is past
