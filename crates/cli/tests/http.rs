@@ -523,7 +523,7 @@ async fn the_gateway_checks_out_reservations_and_refuses_a_sold_out_sku_without_
         "{body}"
     );
 
-    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!(null)).await?;
+    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!({})).await?;
     assert_eq!(
         (status, &body["decision"]["result"]),
         (200, &json!("CONFIRMED")),
@@ -535,7 +535,7 @@ async fn the_gateway_checks_out_reservations_and_refuses_a_sold_out_sku_without_
         (&json!("CONFIRMED"), &json!("u1")),
         "{order}"
     );
-    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!(null)).await?;
+    let (status, _, body) = post(&format!("{sku}/orders/o1/confirm{wait}"), json!({})).await?;
     assert_eq!((status, &body["status"]), (200, &json!("repeat")), "{body}");
 
     // Sold out, nothing held: refused by the gateway, not logged.
@@ -1140,13 +1140,13 @@ async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Resu
         "{body}"
     );
 
-    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!(null)).await?;
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!({})).await?;
     assert_eq!(
         (status, &body["status"]),
         (200, &json!("confirmed")),
         "{body}"
     );
-    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!(null)).await?;
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b1/confirm"), json!({})).await?;
     assert_eq!((status, &body["repeat"]), (200, &json!(true)), "{body}");
     let release = client()
         .post(format!("{base}/v1/baskets/b1/release"))
@@ -1180,7 +1180,7 @@ async fn the_gateway_holds_confirms_and_releases_baskets_whole() -> anyhow::Resu
     assert_eq!(body["lines"][0]["state"], "released", "{body}");
     // A released basket cannot be confirmed: refused before anything is sent.
     let logged = h.read(&h.ns.topic).await?.len();
-    let (status, _, body) = post(&format!("{base}/v1/baskets/b3/confirm"), json!(null)).await?;
+    let (status, _, body) = post(&format!("{base}/v1/baskets/b3/confirm"), json!({})).await?;
     assert_eq!(status, 409, "{body}");
     assert!(
         body["detail"]
@@ -1265,7 +1265,7 @@ async fn the_gateway_sells_named_seats_all_or_none_and_shows_the_seat_map() -> a
     .await?;
     assert_eq!((status, &body["field"]), (409, &json!("units")), "{body}");
 
-    let (_, _, body) = post(&waited("/v1/skus/SHOW/orders/o1/confirm"), json!(null)).await?;
+    let (_, _, body) = post(&waited("/v1/skus/SHOW/orders/o1/confirm"), json!({})).await?;
     assert_eq!(body["decision"]["result"], "CONFIRMED", "{body}");
     let (_, _, body) = post(
         &waited("/v1/skus/SHOW/orders/o3/deduct"),
@@ -1719,7 +1719,7 @@ async fn the_gateway_opens_a_sale_on_its_window_and_pauses_it() -> anyhow::Resul
     assert_eq!(body["decision"]["events"], json!(["OPENED"]), "{body}");
     let (_, _, body) = buy("o1").await?;
     assert_eq!(result(&body), json!("APPLIED"), "{body}");
-    let (status, _, body) = post(&waited("/v1/skus/SALE/pauses/p1"), json!(null)).await?;
+    let (status, _, body) = post(&waited("/v1/skus/SALE/pauses/p1"), json!({})).await?;
     assert_eq!(
         (status, &body["decision"]["events"]),
         (200, &json!(["PAUSED"])),
