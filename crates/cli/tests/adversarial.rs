@@ -4,7 +4,10 @@
 //! value sizes, every instant and number at the edges of its type, random
 //! bytes). After each, the next valid record is decided and archived, the
 //! applier and the archiver are still running, and the SKU the record
-//! named has the stock it had.
+//! named has the stock it had; then the readers of the topics and the
+//! archive (`dlq`, `history`, export) read what they left.
+
+mod common;
 
 use std::time::Duration;
 
@@ -13,7 +16,7 @@ use rand::{RngExt, SeedableRng};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use stockledger_applier::applier::{
-    DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
 };
 use stockledger_core::codec::{self, MAX_PAYLOAD_LEN};
 use stockledger_core::ids::MAX_TIMESTAMP_MS;
@@ -90,14 +93,34 @@ fn corpus() -> anyhow::Result<Vec<Case>> {
         cases.push(case(
             format!("occurred_at {occurred_at}"),
             TARGET,
-            poison::deduct_at(TARGET, "adv-order", 1, occurred_at, None)?,
+            poison::deduct_at(TARGET, "adv-order", 1, occurred_at, None, None)?,
         ));
     }
     for expires_at in [i64::MIN, -1, MAX_TIMESTAMP_MS + 1, i64::MAX] {
         cases.push(case(
             format!("expires_at {expires_at}"),
             TARGET,
-            poison::deduct_at(TARGET, "adv-hold", 1, 1_700_000_000_000, Some(expires_at))?,
+            poison::deduct_at(
+                TARGET,
+                "adv-hold",
+                1,
+                1_700_000_000_000,
+                Some(expires_at),
+                None,
+            )?,
+        ));
+    }
+    for (opens_at, closes_at) in [
+        (Some(i64::MIN), None),
+        (Some(-1), None),
+        (None, Some(MAX_TIMESTAMP_MS + 1)),
+        (None, Some(i64::MAX)),
+        (Some(1_800_000_000_000), Some(1_800_000_000_000)),
+    ] {
+        cases.push(case(
+            format!("a window from {opens_at:?} to {closes_at:?}"),
+            TARGET,
+            poison::window_at(TARGET, "adv-window", opens_at, closes_at)?,
         ));
     }
     for quantity in [i64::MIN, -1, 0, 1_000_000_001, i64::MAX] {
@@ -105,6 +128,23 @@ fn corpus() -> anyhow::Result<Vec<Case>> {
             format!("quantity {quantity}"),
             TARGET,
             poison::deduct_with(TARGET, "adv-qty", quantity)?,
+        ));
+    }
+    // Basket lines no basket could settle: sold at once, or of another
+    // order than the basket.
+    let now = stockledger_runtime::clock::now_ms();
+    for (name, order, deadline) in [
+        ("a basket line without a deadline", "cart-1", None),
+        (
+            "a basket line of another order",
+            "order-1",
+            Some(now + 60_000),
+        ),
+    ] {
+        cases.push(case(
+            name,
+            TARGET,
+            poison::deduct_at(TARGET, order, 1, now, deadline, Some("cart-1"))?,
         ));
     }
     // Valid, and refused by the rules: more than the SKU has.
@@ -198,6 +238,20 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
     // 1,000,100 bytes fits whole); what was cut names its place in the
     // log, its length and its hash.
     let dead = h.read(&h.ns.dlq_topic).await?;
+    let reasons: Vec<String> = dead
+        .iter()
+        .filter_map(|r| r.header(DLQ_REASON_HEADER))
+        .collect();
+    for named in [
+        "invalid expires_at: a line of basket cart-1 is a hold",
+        "invalid order_id: order-1 is not the basket's id cart-1",
+        "invalid occurred_at: 9223372036854775807 is not between 0",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.starts_with(named)),
+            "{named}: {reasons:?}"
+        );
+    }
     let digests: Vec<_> = dead
         .iter()
         .filter(|r| r.header(DLQ_VALUE_SHA256_HEADER).is_some())
@@ -235,8 +289,49 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
         );
     }
     h.assert_contract().await?;
+    readers_read_what_the_corpus_left(&h)?;
     applier.stop().await?;
     archiver.stop().await?;
+    Ok(())
+}
+
+/// `dlq list` and `dlq redrive --dry-run` read every dead letter, a digest
+/// among them; `history` and `export` read every archived row.
+fn readers_read_what_the_corpus_left(h: &Harness) -> anyhow::Result<()> {
+    let run = |args: &[&str]| -> anyhow::Result<(Option<i32>, String)> {
+        let out = common::stockledger(h).args(args).output()?;
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let errors = String::from_utf8_lossy(&out.stderr);
+        anyhow::ensure!(!errors.contains("panicked"), "{args:?}: {errors}");
+        Ok((out.status.code(), said))
+    };
+    let (code, listed) = run(&["dlq", "list", "--limit", "100", "--format", "json"])?;
+    assert_eq!(code, Some(0), "{listed}");
+    assert!(listed.lines().count() >= 20, "{listed}");
+    let (code, judged) = run(&["dlq", "redrive", "--all", "--dry-run", "--format", "json"])?;
+    assert_eq!(code, Some(65), "nothing of it is a command now: {judged}");
+    assert!(
+        judged.contains("keeps only the value's length (1048332 bytes) and SHA-256"),
+        "{judged}"
+    );
+    let (code, history) = run(&[
+        "history", "--sku", TARGET, "--limit", "1000", "--format", "json",
+    ])?;
+    assert_eq!(code, Some(0), "{history}");
+    assert!(history.contains("INVALID"), "{history}");
+    let file = std::env::temp_dir().join(format!("{}-export.csv", h.ns.id));
+    let file = file.to_string_lossy().into_owned();
+    let (code, said) = run(&[
+        "export",
+        "--since",
+        "1970-01-01T00:00:00Z",
+        "--format",
+        "csv",
+        "--out",
+        &file,
+    ])?;
+    assert_eq!(code, Some(0), "{said}");
+    let _ = std::fs::remove_file(&file);
     Ok(())
 }
 

@@ -337,7 +337,7 @@ fn deduct_of(body: &mut Fields) -> Result<Deduct, DecodeError> {
     if let Some(location) = body.optional_string("location")? {
         taking = taking.at(LocationId::new(location)?)?;
     }
-    Ok(Deduct {
+    let deduct = Deduct {
         user_id: body
             .optional_string("user_id")?
             .map(UserId::new)
@@ -351,7 +351,9 @@ fn deduct_of(body: &mut Fields) -> Result<Deduct, DecodeError> {
             .map(BasketId::new)
             .transpose()?,
         ..taking
-    })
+    };
+    deduct.check_basket_line()?;
+    Ok(deduct)
 }
 
 /// The body of union branch `branch`, from its record's fields.

@@ -466,6 +466,49 @@ impl Deduct {
             None => Ok(()),
         }
     }
+
+    /// Checks the shape of a basket's line (a deduct with a `basket_id`):
+    /// a hold (with `expires_at`) of the order named as its basket, which
+    /// is how the basket's confirm, release and settling find its lines. A
+    /// line of another shape is refused wherever it comes from, naming the
+    /// field, rather than left as a hold no basket settles.
+    ///
+    /// ```
+    /// use stockledger_core::{BasketId, Deduct, OrderId, Quantity};
+    ///
+    /// let line = Deduct {
+    ///     expires_at: Some(1_700_000_060_000),
+    ///     basket_id: Some(BasketId::new("cart-9")?),
+    ///     ..Deduct::new(OrderId::new("cart-9")?, Quantity::new(1)?)
+    /// };
+    /// assert!(line.check_basket_line().is_ok());
+    /// let sold_at_once = Deduct { expires_at: None, ..line.clone() };
+    /// assert_eq!(sold_at_once.check_basket_line().unwrap_err().field, "expires_at");
+    /// let other_order = Deduct { order_id: OrderId::new("order-1")?, ..line };
+    /// assert_eq!(other_order.check_basket_line().unwrap_err().field, "order_id");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn check_basket_line(&self) -> Result<(), ValidationError> {
+        let Some(basket) = &self.basket_id else {
+            return Ok(());
+        };
+        if self.expires_at.is_none() {
+            return Err(ValidationError::new(
+                "expires_at",
+                format!("a line of basket {basket} is a hold: it needs a deadline"),
+            ));
+        }
+        if self.order_id.as_str() != basket.as_str() {
+            return Err(ValidationError::new(
+                "order_id",
+                format!(
+                    "{} is not the basket's id {basket}: a basket's lines are its orders",
+                    self.order_id
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Refuses a location beside named units: the rule every way in shares.

@@ -666,7 +666,10 @@ fn is_fenced(error: &KafkaError) -> bool {
 fn new_command(sku: Sku, body: CommandBody) -> Result<Command, ProducerError> {
     let occurred_at = now_millis();
     match &body {
-        CommandBody::Deduct(d) => d.check_deadline(occurred_at)?,
+        CommandBody::Deduct(d) => {
+            d.check_deadline(occurred_at)?;
+            d.check_basket_line()?;
+        }
         CommandBody::Window(w) => w.window.check_ahead(occurred_at)?,
         _ => {}
     }
