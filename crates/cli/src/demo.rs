@@ -174,13 +174,16 @@ pub async fn buy(ledger: &Ledger, workload: &Workload) -> anyhow::Result<Sent> {
 /// before sending it again.
 const NOT_OPEN_RETRY: Duration = Duration::from_millis(200);
 
-/// Sends a reservation (twice, as a client retry, when `twice`) and waits
-/// for its decision; one refused because the sale had not opened is sent
-/// again after [`NOT_OPEN_RETRY`], as a buyer's page retries, for up to
-/// [`DECISION_WAIT`]. `None` when the sold-out guard refused it unlogged.
+/// Sends a reservation and waits for its decision; one refused because
+/// the sale had not opened is sent again after [`NOT_OPEN_RETRY`], as a
+/// buyer's page retries, for up to [`DECISION_WAIT`]. When `twice`, a
+/// client's retry of it is sent once the sale has answered: sent before,
+/// that copy could be granted after the opening in place of the first,
+/// and the counts the demo prints would no longer match the log's. `None`
+/// when the sold-out guard refused it unlogged.
 async fn reserve_once_open<F, R>(
     reserve: F,
-    mut twice: bool,
+    twice: bool,
     sent: &mut Sent,
     ledger: &Ledger,
 ) -> anyhow::Result<Option<stockledger_core::Decision>>
@@ -199,7 +202,15 @@ where
             Err(e) => return Err(e.into()),
         };
         sent.records += 1;
-        if std::mem::take(&mut twice) {
+        let decision = ledger.decision(&receipt).await?;
+        if decision.result == ResultCode::RejectedNotOpen {
+            sent.not_open += 1;
+            if Instant::now() <= deadline {
+                tokio::time::sleep(NOT_OPEN_RETRY).await;
+                continue;
+            }
+        }
+        if twice {
             match reserve().await {
                 Ok(_) => sent.records += 1,
                 Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
@@ -207,12 +218,7 @@ where
             }
             sent.duplicated += 1;
         }
-        let decision = ledger.decision(&receipt).await?;
-        if decision.result != ResultCode::RejectedNotOpen || Instant::now() > deadline {
-            return Ok(Some(decision));
-        }
-        sent.not_open += 1;
-        tokio::time::sleep(NOT_OPEN_RETRY).await;
+        return Ok(Some(decision));
     }
 }
 

@@ -520,8 +520,8 @@ fn print_workload(args: &DemoArgs, sent: &demo::Sent, guard: Option<&SoldOutGuar
     );
     if args.opens_in > 0 {
         println!(
-            "  the sale opened {} s after it was set up: {} reservations sent before were \
-             refused REJECTED_NOT_OPEN and sent again",
+            "  the sale opened {} s after it was set up: {} reservations came early and were \
+             refused REJECTED_NOT_OPEN; their buyers sent them again",
             args.opens_in, sent.not_open
         );
     }
