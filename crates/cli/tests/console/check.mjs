@@ -1,5 +1,6 @@
 // Opens the console in headless Chromium as a browser user would (a
-// user name and the API key as its password), waits until it shows every
+// user name and the API key as its password, pasted into the URL as
+// `http://user:key@host/console`), waits until it shows every
 // watched SKU and the pipeline, and prints what it shows as one JSON line,
 // with a screenshot. Then, for each line read on stdin (the test has cut a
 // service off meanwhile), waits until the page shows the outage it names,
@@ -72,8 +73,13 @@ try {
   const page = await browser.newPage();
   await page.setViewport({ width: 1280, height: 900 });
   page.on("console", (m) => console.error(`page: ${m.text()}`));
+  // As a person pastes it: the credentials in the URL, so the page's own
+  // address holds them too (fetch refuses a URL with credentials).
+  const pasted = new URL(url);
+  pasted.username = option("user");
+  pasted.password = option("key");
   await page.authenticate({ username: option("user"), password: option("key") });
-  const response = await page.goto(url, { waitUntil: "domcontentloaded" });
+  const response = await page.goto(pasted.href, { waitUntil: "domcontentloaded" });
   if (response.status() !== 200) throw new Error(`${url}: ${response.status()}`);
   const report = async (name) => {
     const screenshot = join(out, `${name}.png`);
