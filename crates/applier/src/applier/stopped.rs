@@ -25,11 +25,16 @@ pub const REPEATED_STOPS_METRIC: &str = "stockledger_applier_repeated_stops";
 
 impl ApplierError {
     /// The record this error stopped the applier on, `topic/partition@offset`:
-    /// the one it could not publish for, or the first of the batch it could
-    /// not apply. `None` for an error of no record (a setting, a service).
+    /// the one it could not publish for, or the first of the batch Redis
+    /// refused. `None` for an error of no record (a setting, a service, a
+    /// projection that lost its state, where nothing may be written).
     pub fn stopped_at(&self) -> Option<String> {
         match self {
             Self::Publish { position, .. } => Some(position.to_string()),
+            Self::Apply {
+                source: ProjectionError::StateLost { .. },
+                ..
+            } => None,
             Self::Apply { topic, offsets, .. } => {
                 let (partition, offset) = first_of_ranges(offsets)?;
                 let topic = topic.clone();
@@ -123,6 +128,15 @@ mod tests {
             source: ProjectionError::StateLost {
                 prefix: "p".into(),
                 key: "k".into(),
+            },
+        };
+        assert_eq!(apply.stopped_at(), None, "the projection lost its state");
+        let apply = ApplierError::Apply {
+            topic: "stock.ledger".into(),
+            offsets: "3:41..=90 5:7..=7".into(),
+            source: ProjectionError::Corrupt {
+                key: "k".into(),
+                value: "v".into(),
             },
         };
         assert_eq!(apply.stopped_at().as_deref(), Some("stock.ledger/3@41"));
