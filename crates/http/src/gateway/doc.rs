@@ -105,6 +105,7 @@ impl utoipa::Modify for Doors {
             ];
             for (method, operation) in operations {
                 let Some(operation) = operation else { continue };
+                optional_body_is_an_object(operation);
                 if open {
                     operation.security = Some(vec![SecurityRequirement::default()]);
                     continue;
@@ -118,6 +119,26 @@ impl utoipa::Modify for Doors {
                 operation.security = Some(requirements);
                 door_answers(operation, &names);
             }
+        }
+    }
+}
+
+/// An optional body (`content = Option<T>`) is absent or `T`: utoipa
+/// writes it as `null` or `T`, but the gateway refuses a `null` body as
+/// any other body that is not an object ([`problem::Body::optional`]).
+fn optional_body_is_an_object(operation: &mut Operation) {
+    use utoipa::openapi::schema::{Schema, SchemaType, Type};
+    let Some(body) = &mut operation.request_body else {
+        return;
+    };
+    for content in body.content.values_mut() {
+        let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema else {
+            continue;
+        };
+        let is_null = |item: &RefOr<Schema>| matches!(item, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
+        let kept: Vec<&RefOr<Schema>> = one_of.items.iter().filter(|i| !is_null(i)).collect();
+        if let [only] = kept[..] {
+            content.schema = Some(only.clone());
         }
     }
 }
