@@ -73,10 +73,11 @@ pub(super) fn dead_letter<'a>(
             })
     };
     if whole <= limit {
-        let headers = kept.into_iter().fold(
-            OwnedHeaders::new_with_capacity(kept_len(record) + 2),
-            |all, h| all.insert(h),
-        );
+        let capacity = kept.len() + 2;
+        let headers = (kept.into_iter())
+            .fold(OwnedHeaders::new_with_capacity(capacity), |all, h| {
+                all.insert(h)
+            });
         return Letter {
             key,
             payload: record.payload().map(<[u8]>::to_vec),
@@ -99,10 +100,6 @@ pub(super) fn dead_letter<'a>(
         payload: None,
         headers,
     }
-}
-
-fn kept_len(record: &OwnedMessage) -> usize {
-    record.headers().map_or(0, Headers::count)
 }
 
 #[cfg(test)]

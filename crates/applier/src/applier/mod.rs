@@ -654,7 +654,6 @@ impl Applier {
         batch
     }
 
-    /// Logs the applier's progress line.
     /// Removes the applier's stop note once a commit went past its record:
     /// the crash loop, if there was one, is over.
     async fn forget_stop(&mut self) {
@@ -671,6 +670,7 @@ impl Applier {
         }
     }
 
+    /// Logs the applier's progress line.
     fn report(&self, group: &GroupWatch, line: &mut ProgressLine) {
         if let Some((partitions, rate)) = line.take(group, &self.consumer, self.stats.records) {
             info!(

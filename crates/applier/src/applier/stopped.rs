@@ -24,13 +24,13 @@ pub const SERVICE: &str = "applier";
 pub const REPEATED_STOPS_METRIC: &str = "stockledger_applier_repeated_stops";
 
 impl ApplierError {
-    /// The record this error stopped the applier on, `topic/partition@offset`:
+    /// The position of the record this error stopped the applier on:
     /// the one it could not publish for, or the first of the batch Redis
     /// refused. `None` for an error of no record (a setting, a service, a
     /// projection that lost its state, where nothing may be written).
-    pub fn stopped_at(&self) -> Option<String> {
+    pub fn stopped_at(&self) -> Option<LogPosition> {
         match self {
-            Self::Publish { position, .. } => Some(position.to_string()),
+            Self::Publish { position, .. } => Some(position.clone()),
             Self::Apply {
                 source: ProjectionError::StateLost { .. },
                 ..
@@ -38,14 +38,11 @@ impl ApplierError {
             Self::Apply { topic, offsets, .. } => {
                 let (partition, offset) = first_of_ranges(offsets)?;
                 let topic = topic.clone();
-                Some(
-                    LogPosition {
-                        topic,
-                        partition,
-                        offset,
-                    }
-                    .to_string(),
-                )
+                Some(LogPosition {
+                    topic,
+                    partition,
+                    offset,
+                })
             }
             _ => None,
         }
@@ -56,7 +53,7 @@ impl ApplierError {
 /// so in the log when it is the same record as last time. Bounded: Redis
 /// may be what is away.
 pub(super) async fn note(config: &ApplierConfig, error: &ApplierError) {
-    let Some(record) = error.stopped_at() else {
+    let Some(record) = error.stopped_at().map(|at| at.to_string()) else {
         return;
     };
     let why = Chain(error).to_string();
@@ -121,7 +118,10 @@ mod tests {
             },
             source: rdkafka::error::KafkaError::Canceled,
         };
-        assert_eq!(publish.stopped_at().as_deref(), Some("stock.ledger/7@0"));
+        assert_eq!(
+            publish.stopped_at().map(|at| at.to_string()).as_deref(),
+            Some("stock.ledger/7@0")
+        );
         let apply = ApplierError::Apply {
             topic: "stock.ledger".into(),
             offsets: "3:41..=90 5:7..=7".into(),
@@ -139,7 +139,10 @@ mod tests {
                 value: "v".into(),
             },
         };
-        assert_eq!(apply.stopped_at().as_deref(), Some("stock.ledger/3@41"));
+        assert_eq!(
+            apply.stopped_at().map(|at| at.to_string()).as_deref(),
+            Some("stock.ledger/3@41")
+        );
         let mut committed = TopicPartitionList::new();
         committed
             .add_partition_offset("stock.ledger", 3, Offset::Offset(41))

@@ -23,22 +23,19 @@ pub const SERVICE: &str = "archiver";
 pub const REPEATED_STOPS_METRIC: &str = "stockledger_archiver_repeated_stops";
 
 impl ArchiverError {
-    /// The outcome this error stopped the archiver on,
-    /// `topic/partition@offset`: the first of the page it could not write.
+    /// The position of the outcome this error stopped the archiver on: the
+    /// first of the page it could not write.
     /// `None` for an error of no record (a setting, a service).
-    pub fn stopped_at(&self) -> Option<String> {
+    pub fn stopped_at(&self) -> Option<LogPosition> {
         match self {
             Self::Page { topic, offsets, .. } => {
                 let (partition, offset) = first_of_ranges(offsets)?;
                 let topic = topic.clone();
-                Some(
-                    LogPosition {
-                        topic,
-                        partition,
-                        offset,
-                    }
-                    .to_string(),
-                )
+                Some(LogPosition {
+                    topic,
+                    partition,
+                    offset,
+                })
             }
             _ => None,
         }
@@ -49,7 +46,7 @@ impl ArchiverError {
 /// so in the log when it is the same record as last time. Bounded:
 /// PostgreSQL may be what is away.
 pub(super) async fn note(config: &ArchiverConfig, error: &ArchiverError) {
-    let Some(record) = error.stopped_at() else {
+    let Some(record) = error.stopped_at().map(|at| at.to_string()) else {
         return;
     };
     let why = Chain(error).to_string();
@@ -159,7 +156,7 @@ mod tests {
             source: sqlx::Error::PoolClosed,
         };
         assert_eq!(
-            error.stopped_at().as_deref(),
+            error.stopped_at().map(|at| at.to_string()).as_deref(),
             Some("stock.ledger.outcomes/2@10")
         );
         assert_eq!(
