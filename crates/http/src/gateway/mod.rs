@@ -48,7 +48,7 @@ use stockledger_core::report::Chain;
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::{redis_is_transient, Projection};
 use stockledger_redis::RedisConn;
-use stockledger_runtime::redact_url;
+use stockledger_runtime::{redact_url, retry};
 use tokio::net::TcpListener;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tracing::{info, warn};
@@ -200,6 +200,14 @@ pub enum GatewayError {
     Metrics(String),
 }
 
+impl GatewayError {
+    /// Whether Redis does not answer yet (refused, unreachable, loading):
+    /// a start waits for it, as the other services do.
+    fn is_redis_away(&self) -> bool {
+        matches!(self, Self::Redis { source, .. } if redis_is_transient(source))
+    }
+}
+
 /// What every request handler shares.
 pub(crate) struct Gateway {
     /// The ledger's client: sends commands and reads their decisions from
@@ -278,18 +286,19 @@ pub async fn run(
     tokio::pin!(shutdown);
     // Redis away at start is waited for, as while running; a stop meanwhile
     // ends the gateway before it serves anything.
-    let services = tokio::select! {
-        services = Services::connect_when_possible(&config) => services?,
-        () = &mut shutdown => {
-            info!("stopped before Redis answered");
-            return Ok(());
-        }
+    let connected = tokio::select! {
+        services = Services::connect_when_possible(&config, stop.clone()) => services?,
+        () = &mut shutdown => None,
     };
-    let Services {
+    let Some(Services {
         ledger,
         redis,
         archive,
-    } = services;
+    }) = connected
+    else {
+        info!("stopped before Redis answered");
+        return Ok(());
+    };
     let broker_up = Arc::new(AtomicBool::new(true));
     let watch = tokio::spawn(watch_brokers(ledger.producer().clone(), broker_up.clone()));
     let probes = probes(broker_up.clone(), redis.clone(), archive.clone());
@@ -355,21 +364,19 @@ struct Services {
 }
 
 impl Services {
-    /// [`Services::connect`], tried again while Redis does not answer
-    /// (refused, unreachable, loading), with the retries' usual backoff.
-    async fn connect_when_possible(config: &GatewayConfig) -> Result<Self, GatewayError> {
-        let mut wait = stockledger_runtime::retry::FIRST_WAIT;
-        loop {
-            match Self::connect(config).await {
-                Err(GatewayError::Redis { url, source }) if redis_is_transient(&source) => {
-                    warn!(redis = %url, error = %Chain(&source), retry_in = ?wait,
-                        "Redis does not answer yet; waiting for it before serving");
-                }
-                other => return other,
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(stockledger_runtime::retry::LONGEST_WAIT);
-        }
+    /// [`Services::connect`], tried again with the retries' backoff while
+    /// Redis does not answer; `None`: stopped meanwhile.
+    async fn connect_when_possible(
+        config: &GatewayConfig,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Option<Self>, GatewayError> {
+        retry::until_stopped(
+            || Self::connect(config),
+            GatewayError::is_redis_away,
+            |e, wait| warn!(error = %Chain(e), retry_in = ?wait, "Redis does not answer yet; waiting for it before serving"),
+            &mut stop,
+        )
+        .await
     }
 
     async fn connect(config: &GatewayConfig) -> Result<Self, GatewayError> {
