@@ -59,30 +59,12 @@ pub(crate) async fn harden(
     response
 }
 
-/// Whether `query`, percent-decoded, is UTF-8. Written
-/// here: the form decoder every route uses only decodes lossily.
+/// Whether `query`, percent-decoded, is UTF-8 (the form decoder every
+/// route uses decodes lossily).
 fn decodes_to_utf8(query: &str) -> bool {
-    let bytes = query.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(high), Some(low)) => {
-                decoded.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                decoded.push(b);
-                i += 1;
-            }
-        }
-    }
-    std::str::from_utf8(&decoded).is_ok()
+    percent_encoding::percent_decode_str(query)
+        .decode_utf8()
+        .is_ok()
 }
 
 /// The `Origin` of `request` when it is a write from a page that is
