@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 
 use clap::{Args as ClapArgs, ValueEnum};
-use stockledger_core::report::Chain;
+use stockledger_core::report::{printable, Chain};
 use stockledger_projection::Projection;
 use stockledger_status::{Limits, Names, Report, State};
 
@@ -251,7 +251,7 @@ fn print_recent(report: &Report) {
             d.offset,
             d.time.as_deref().unwrap_or("-"),
             d.source.as_deref().unwrap_or("-"),
-            super::table::printable(d.reason.as_deref().unwrap_or("-"))
+            printable(d.reason.as_deref().unwrap_or("-"))
         );
     }
 }

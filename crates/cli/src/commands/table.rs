@@ -3,6 +3,7 @@
 
 use clap::ValueEnum;
 use serde_json::{Map, Value};
+use stockledger_core::report::printable;
 
 /// How a command that prints one result prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,15 +75,9 @@ pub fn print(format: Format, columns: &[&str], rows: &[Vec<Value>]) {
 pub fn text(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
-        Value::String(s) => printable(s),
+        Value::String(s) => printable(s).into_owned(),
         other => other.to_string(),
     }
-}
-
-/// `s` with each control character written as its Rust escape (`\u{1b}`,
-/// `\r`, `\u{0}`).
-pub fn printable(s: &str) -> String {
-    stockledger_core::report::printable(s).into_owned()
 }
 
 #[cfg(test)]
