@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec;
 use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
-use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent};
+use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind};
 use stockledger_runtime::retry;
 use tokio::sync::watch;
 use tokio::task::JoinError;
@@ -66,18 +66,44 @@ pub(super) struct Outgoing<'a> {
     pub(super) partition: Option<i32>,
 }
 
-/// For each command partition, how far its stock events are published:
-/// the highest causing offset on the events topic (`-1`: none), and the
-/// next command offset this applier expects there. A batch that does not
-/// start where the last one ended follows a rewind (a redelivery after a
-/// crash) or another member's work, so the events topic is read again and
-/// only events of later records are published: a partition's events are
+/// For each command partition, how far its stock events are published
+/// (the last event on the events topic, [`Mark`]), and the next command
+/// offset this applier expects there. A batch that does not start where
+/// the last one ended follows a rewind (a redelivery after a crash) or
+/// another member's work, so the events topic is read again and only the
+/// events after its last one are published: a partition's events are
 /// written by its one applier, in log order, without holes (the producer
 /// is gapless), so its last event says what was published.
 #[derive(Debug, Default)]
 pub(super) struct EventMarks {
-    published: BTreeMap<i32, i64>,
+    published: BTreeMap<i32, Mark>,
     next: BTreeMap<i32, i64>,
+}
+
+/// The last stock event published for a command partition: its causing
+/// offset (`-1`: none) and its kind. A record may raise several events
+/// (sold out and low stock), and a crash may leave only the first of them
+/// on the topic; `None`: every event of that record is there.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    offset: i64,
+    kind: Option<StockEventKind>,
+}
+
+impl Mark {
+    /// Of `events`, raised by the record at `offset` in their order, those
+    /// not published yet.
+    fn unpublished(self, offset: i64, events: &[StockEvent]) -> &[StockEvent] {
+        let from = match self.kind {
+            _ if offset > self.offset => 0,
+            Some(last) if offset == self.offset => events
+                .iter()
+                .position(|e| e.kind == last)
+                .map_or(events.len(), |at| at + 1),
+            _ => events.len(),
+        };
+        &events[from..]
+    }
 }
 
 /// A batch applied to Redis whose outcomes are on their way to the brokers.
@@ -219,20 +245,22 @@ impl Applier {
                 None => results.push((outcome.decision.result, 1)),
             }
             let partition = item.position.partition;
-            let through = self.events.published.get(&partition).copied();
-            if through.is_some_and(|through| item.position.offset > through) {
-                for event in StockEvent::of(&outcome) {
+            if let Some(mark) = self.events.published.get(&partition).copied() {
+                let events = StockEvent::of(&outcome);
+                let offset = item.position.offset;
+                for event in mark.unpublished(offset, &events) {
                     messages.push(Outgoing {
                         kind: Kind::Event,
                         key: item.key.as_bytes(),
-                        payload: Some(codec::encode_stock_event(&event)?),
+                        payload: Some(codec::encode_stock_event(event)?),
                         headers: trace_of(record),
                         position: &item.position,
                         partition: Some(partition),
                     });
+                    let kind = None;
                     self.events
                         .published
-                        .insert(partition, item.position.offset);
+                        .insert(partition, Mark { offset, kind });
                 }
             }
             messages.push(Outgoing {
@@ -399,9 +427,13 @@ impl Applier {
         Ok(())
     }
 
-    /// The causing offset of the last stock event on `partition` of the
-    /// events topic (`-1`: none of this command topic).
-    async fn events_through(&self, partition: i32) -> Result<i64, ApplierError> {
+    /// The last stock event on `partition` of the events topic (offset
+    /// `-1`: none of this command topic).
+    async fn events_through(&self, partition: i32) -> Result<Mark, ApplierError> {
+        let none = Mark {
+            offset: -1,
+            kind: None,
+        };
         let events = self.config.events_topic();
         let failed = |source: Box<dyn std::error::Error + Send + Sync>| ApplierError::Events {
             events: events.clone(),
@@ -416,7 +448,7 @@ impl Applier {
         .await
         .map_err(|e| failed(Box::new(e)))?;
         let Some(payload) = last.and_then(|r| r.payload) else {
-            return Ok(-1);
+            return Ok(none);
         };
         let event = codec::decode_stock_event(&payload).map_err(|e| failed(Box::new(e)))?;
         if event.position.topic != self.config.topic || event.position.partition != partition {
@@ -427,10 +459,13 @@ impl Applier {
                 "the stock events topic's last event is of another command partition; \
                  publishing this one's from the start"
             );
-            return Ok(-1);
+            return Ok(none);
         }
-        debug!(topic = %events, partition, through = event.position.offset, "stock events published so far");
-        Ok(event.position.offset)
+        debug!(topic = %events, partition, through = event.position.offset, kind = event.kind.as_str(), "stock events published so far");
+        Ok(Mark {
+            offset: event.position.offset,
+            kind: Some(event.kind),
+        })
     }
 
     /// Waits for every outcome of `batch` to be delivered, then commits it.
@@ -499,5 +534,69 @@ impl Applier {
             "outcomes delivered; offsets committed"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(offset: i64, kinds: &[StockEventKind]) -> Vec<StockEvent> {
+        kinds
+            .iter()
+            .map(|&kind| StockEvent {
+                kind,
+                sku: "SKU-1".into(),
+                location: None,
+                available: 0,
+                total: 1,
+                position: LogPosition {
+                    topic: "stock.ledger".into(),
+                    partition: 1,
+                    offset,
+                },
+                command_id: None,
+                occurred_at: 0,
+            })
+            .collect()
+    }
+
+    fn kinds(events: &[StockEvent]) -> Vec<StockEventKind> {
+        events.iter().map(|e| e.kind).collect()
+    }
+
+    /// Found by `stock_events_are_published_once_each_through_kill_9_mid_batch`:
+    /// a kill between a record's sold-out and its low-stock event left the
+    /// second unpublished, and the mark by offset alone took the record as
+    /// done.
+    #[test]
+    fn a_record_whose_first_event_alone_is_published_gets_the_rest() {
+        use StockEventKind::{LowStock, SoldOut};
+        let both = events(878, &[SoldOut, LowStock]);
+        let after_first = Mark {
+            offset: 878,
+            kind: Some(SoldOut),
+        };
+        assert_eq!(kinds(after_first.unpublished(878, &both)), [LowStock]);
+        assert_eq!(
+            kinds(after_first.unpublished(879, &both)),
+            [SoldOut, LowStock]
+        );
+        assert!(after_first.unpublished(877, &both).is_empty());
+        let whole = Mark {
+            offset: 878,
+            kind: Some(LowStock),
+        };
+        assert!(whole.unpublished(878, &both).is_empty());
+        let ours = Mark {
+            offset: 878,
+            kind: None,
+        };
+        assert!(ours.unpublished(878, &both).is_empty());
+        let none = Mark {
+            offset: -1,
+            kind: None,
+        };
+        assert_eq!(kinds(none.unpublished(0, &both)), [SoldOut, LowStock]);
     }
 }
