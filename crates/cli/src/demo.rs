@@ -177,10 +177,11 @@ const NOT_OPEN_RETRY: Duration = Duration::from_millis(200);
 /// Sends a reservation and waits for its decision; one refused because
 /// the sale had not opened is sent again after [`NOT_OPEN_RETRY`], as a
 /// buyer's page retries, for up to [`DECISION_WAIT`]. When `twice`, a
-/// client's retry of it is sent once the sale has answered: sent before,
-/// that copy could be granted after the opening in place of the first,
-/// and the counts the demo prints would no longer match the log's. `None`
-/// when the sold-out guard refused it unlogged.
+/// client's retry of it is sent once the sale has answered (sent before,
+/// that copy could be granted after the opening in place of the first),
+/// and its decision is awaited too: the copy of a refused reservation may
+/// be granted, and the buyer then holds it, so the counts the demo prints
+/// match the log's. `None` when the sold-out guard refused it unlogged.
 async fn reserve_once_open<F, R>(
     reserve: F,
     twice: bool,
@@ -211,12 +212,22 @@ where
             }
         }
         if twice {
+            sent.duplicated += 1;
             match reserve().await {
-                Ok(_) => sent.records += 1,
+                Ok(copy) => {
+                    sent.records += 1;
+                    // A copy of a refused reservation is decided afresh, and
+                    // stock may have come back since: the buyer holds what
+                    // the copy was granted.
+                    let again = ledger.decision(&copy).await?;
+                    if decision.result != ResultCode::Applied && again.result == ResultCode::Applied
+                    {
+                        return Ok(Some(again));
+                    }
+                }
                 Err(ProducerError::SoldOut(_)) => sent.refused_unlogged += 1,
                 Err(e) => return Err(e.into()),
             }
-            sent.duplicated += 1;
         }
         return Ok(Some(decision));
     }
