@@ -101,6 +101,63 @@ pub fn decode_sale(s: &str) -> Option<(SaleWindow, SalePhase, bool)> {
     parts.next().is_none().then_some((window, phase, paused))
 }
 
+/// A stock hash read into a SKU's state, the one reading every reader of
+/// Redis shares: `field` gives a field's value, `None` when absent. The
+/// state's stock figures, reservations, limit, threshold, partition, last
+/// offset, named flag and sale come from it; the rest is left default.
+///
+/// `Ok(None)` when the hash holds none of the fields every applied record
+/// writes (`available`, `total`, `offset`): no record was applied to the
+/// SKU. `Err` with the value that is not what its field holds (empty when
+/// one of those three is missing beside the others).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use stockledger_projection::encoding::decode_stock;
+///
+/// let hash = HashMap::from([("available", "3"), ("total", "5"), ("offset", "41")]);
+/// let state = decode_stock(|f| hash.get(f).copied()).unwrap().unwrap();
+/// assert_eq!((state.available, state.total, state.reserved, state.last_offset), (3, 5, 0, Some(41)));
+/// assert!(decode_stock(|_| None).unwrap().is_none());
+/// let torn = HashMap::from([("total", "5"), ("offset", "41")]);
+/// assert_eq!(decode_stock(|f| torn.get(f).copied()).unwrap_err(), "");
+/// ```
+pub fn decode_stock<'a>(
+    field: impl Fn(&str) -> Option<&'a str>,
+) -> Result<Option<SkuState>, String> {
+    if [AVAILABLE, TOTAL, OFFSET]
+        .iter()
+        .all(|f| field(f).is_none())
+    {
+        return Ok(None);
+    }
+    let optional = |name: &str| -> Result<Option<i64>, String> {
+        field(name)
+            .map(|v| v.parse().map_err(|_| v.to_owned()))
+            .transpose()
+    };
+    let required = |name: &str| optional(name)?.ok_or_else(String::new);
+    let partition = field(PARTITION)
+        .map(|v| v.parse().map_err(|_| v.to_owned()))
+        .transpose()?;
+    let mut state = SkuState {
+        available: required(AVAILABLE)?,
+        total: required(TOTAL)?,
+        last_offset: Some(required(OFFSET)?),
+        reserved: optional(RESERVED)?.unwrap_or(0),
+        limit: optional(LIMIT)?,
+        low_stock_below: optional(LOW)?,
+        partition,
+        named: field(NAMED) == Some("1"),
+        ..SkuState::default()
+    };
+    if let Some(sale) = field(SALE) {
+        (state.window, state.phase, state.paused) =
+            decode_sale(sale).ok_or_else(|| sale.to_owned())?;
+    }
+    Ok(Some(state))
+}
+
 /// In the orders hash, the low-stock threshold, when set: the copy
 /// snapshots keep (they store the orders hash whole), from which a
 /// restore writes [`LOW`].

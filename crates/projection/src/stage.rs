@@ -18,11 +18,10 @@ use foldhash::{HashMap, HashMapExt};
 use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit};
 
 use crate::encoding::{
-    decode_decision, decode_locations, decode_order, decode_sale, decode_unit, encode_decision,
+    decode_decision, decode_locations, decode_order, decode_stock, decode_unit, encode_decision,
     encode_locations, encode_order, encode_sale, encode_unit, seat_letter, unit_of_field,
-    user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET,
-    PARTITION, RESERVED, SALE, SALE_FIELD, SEATMAP_FIELD, STOCK_FIELDS, TOTAL, UNITS_FIELD,
-    UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
+    user_of_field, ALERTS_FIELD, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, OFFSET, SALE, SALE_FIELD,
+    SEATMAP_FIELD, STOCK_FIELDS, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
 };
 use crate::keys::SkuKeys;
 use crate::projection::ProjectionError;
@@ -381,39 +380,11 @@ impl SkuStage {
 
     fn load_stock(&mut self, stock: Vec<Option<String>>) -> Result<(), ProjectionError> {
         let field = |name: &str| stock_field(&stock, name).map(str::to_owned);
-        let key = &self.keys.stock;
-        let number = |name: &str| -> Result<Option<i64>, ProjectionError> {
-            field(name)
-                .map(|v| {
-                    v.parse().map_err(|_| ProjectionError::Corrupt {
-                        key: key.clone(),
-                        value: v.clone(),
-                    })
-                })
-                .transpose()
-        };
-        let partition = number(PARTITION)?;
-        let mut state = SkuState {
-            available: number(AVAILABLE)?.unwrap_or(0),
-            total: number(TOTAL)?.unwrap_or(0),
-            reserved: number(RESERVED)?.unwrap_or(0),
-            limit: number(LIMIT)?,
-            low_stock_below: number(LOW)?,
-            last_offset: number(OFFSET)?,
-            partition: partition
-                .map(|p| i32::try_from(p).map_err(|_| self.corrupt(0, &p.to_string())))
-                .transpose()?,
-            named: field(NAMED).as_deref() == Some("1"),
-            ..SkuState::default()
-        };
+        // A SKU no record was applied to starts from nothing.
+        let state = decode_stock(|name| stock_field(&stock, name))
+            .map_err(|value: String| self.corrupt(0, &value))?
+            .unwrap_or_default();
         let sale = field(SALE);
-        if let Some(value) = &sale {
-            let corrupt = || ProjectionError::Corrupt {
-                key: key.clone(),
-                value: value.clone(),
-            };
-            (state.window, state.phase, state.paused) = decode_sale(value).ok_or_else(corrupt)?;
-        }
         self.orders
             .start
             .insert(SALE_FIELD.to_owned(), sale.clone());
@@ -660,5 +631,35 @@ impl Fields {
         if self.seen.insert(field.clone()) {
             self.list.push(field);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stock hash as [`STOCK_FIELDS`] lays it out, from `(field, value)`.
+    fn hash(fields: &[(&str, &str)]) -> Vec<Option<String>> {
+        (STOCK_FIELDS.iter())
+            .map(|name| {
+                let value = fields.iter().find(|(f, _)| f == name);
+                value.map(|(_, v)| (*v).to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stock_hash_missing_a_field_every_record_writes_is_corrupt_not_zero() {
+        let whole = hash(&[("available", "4"), ("total", "9"), ("offset", "17")]);
+        let stage = SkuStage::new("p", "S", 0, Some(whole)).unwrap();
+        assert_eq!((stage.state.available, stage.state.total), (4, 9));
+        let torn = hash(&[("total", "9"), ("offset", "17")]);
+        let refused = SkuStage::new("p", "S", 0, Some(torn)).unwrap_err();
+        assert!(
+            matches!(&refused, ProjectionError::Corrupt { key, .. } if key == "p:{S}:stock"),
+            "{refused:?}"
+        );
+        let fresh = SkuStage::new("p", "S", 0, Some(hash(&[]))).unwrap();
+        assert_eq!(fresh.state.last_offset, None);
     }
 }

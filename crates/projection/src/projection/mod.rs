@@ -22,10 +22,10 @@ use stockledger_core::{Decision, OrderEntry, SkuState};
 use stockledger_redis::{KeyScan, RedisConn};
 
 use crate::encoding::{
-    decision_offset, decode_decision, decode_locations, decode_order, decode_sale, decode_unit,
-    seat_letter, state_of_letter, unit_of_field, user_of_field, ALERTS_FIELD, AVAILABLE, LIMIT,
-    LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION, RESERVED, SALE, SALE_FIELD,
-    SEATMAP_FIELD, TOTAL, UNITS_FIELD,
+    decision_offset, decode_decision, decode_locations, decode_order, decode_sale, decode_stock,
+    decode_unit, seat_letter, state_of_letter, unit_of_field, user_of_field, ALERTS_FIELD,
+    AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION, RESERVED, SALE,
+    SALE_FIELD, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
 };
 use crate::fence::{Fence, Writer};
 use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};

@@ -31,34 +31,11 @@ impl Projection {
             key: key.to_owned(),
             value: value.to_owned(),
         };
-        let number = |field: &str| -> Result<i64, ProjectionError> {
-            let value = stock.get(field).map(String::as_str).unwrap_or("");
-            value.parse().map_err(|_| corrupt(&keys.stock, value))
+        let Some(mut state) = decode_stock(|f| stock.get(f).map(String::as_str))
+            .map_err(|value: String| corrupt(&keys.stock, &value))?
+        else {
+            return Err(corrupt(&keys.stock, ""));
         };
-        let partition = match stock.get(PARTITION) {
-            None => None, // written before partitions were recorded
-            Some(p) => Some(p.parse().map_err(|_| corrupt(&keys.stock, p))?),
-        };
-        let optional = |field: &str| -> Result<Option<i64>, ProjectionError> {
-            stock
-                .get(field)
-                .map(|v| v.parse().map_err(|_| corrupt(&keys.stock, v)))
-                .transpose()
-        };
-        let mut state = SkuState {
-            available: number(AVAILABLE)?,
-            total: number(TOTAL)?,
-            reserved: optional(RESERVED)?.unwrap_or(0),
-            limit: optional(LIMIT)?,
-            low_stock_below: optional(LOW)?,
-            partition,
-            last_offset: Some(number(OFFSET)?),
-            ..SkuState::default()
-        };
-        if let Some(sale) = stock.get(SALE) {
-            (state.window, state.phase, state.paused) =
-                decode_sale(sale).ok_or_else(|| corrupt(&keys.stock, sale))?;
-        }
         let (mut registry, mut seatmap, mut alerts, mut sale) = (None, None, None, None);
         let mut places = BTreeMap::new();
         for (field, value) in orders {

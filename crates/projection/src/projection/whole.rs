@@ -38,29 +38,35 @@ impl Projection {
             .collect();
         let hashes: Vec<(Vec<Option<String>>, Hash, Hash)> =
             self.redis.transact_each(reads).await?;
-        Ok(skus
-            .iter()
-            .zip(hashes)
-            .filter_map(|(sku, (stock, orders, adjustments))| {
-                let stock: Hash = (STOCK_FIELDS.iter().zip(stock))
-                    .filter_map(|(field, value)| Some(((*field).to_owned(), value?)))
-                    .collect();
-                let number = |field: &str| stock.get(field).and_then(|v| v.parse::<i64>().ok());
-                Some(SkuExport {
-                    sku: (*sku).to_owned(),
-                    stock: Stock {
-                        available: number(AVAILABLE)?,
-                        total: number(TOTAL)?,
-                        offset: number(OFFSET)?,
-                        partition: stock.get(PARTITION).and_then(|v| v.parse().ok()),
-                        reserved: number(RESERVED).unwrap_or(0),
-                        limit: number(LIMIT),
-                    },
-                    orders,
-                    adjustments,
-                })
-            })
-            .collect())
+        let mut states = Vec::with_capacity(skus.len());
+        for (sku, (stock, orders, adjustments)) in skus.iter().zip(hashes) {
+            let read = decode_stock(|f| {
+                let at = STOCK_FIELDS.iter().position(|name| *name == f)?;
+                stock.get(at)?.as_deref()
+            });
+            let corrupt = |value: String| ProjectionError::Corrupt {
+                key: SkuKeys::new(&self.prefix, sku).stock,
+                value,
+            };
+            // A SKU gone since it was listed has none of its fields.
+            let Some(state) = read.map_err(corrupt)? else {
+                continue;
+            };
+            states.push(SkuExport {
+                sku: (*sku).to_owned(),
+                stock: Stock {
+                    available: state.available,
+                    total: state.total,
+                    offset: state.last_offset.unwrap_or_default(),
+                    partition: state.partition,
+                    reserved: state.reserved,
+                    limit: state.limit,
+                },
+                orders,
+                adjustments,
+            });
+        }
+        Ok(states)
     }
 
     /// Writes exported states under this prefix (a restore from a
