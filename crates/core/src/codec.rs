@@ -370,7 +370,7 @@ fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
             let quantity = body.long("quantity")?;
             let names = body.strings("units")?;
             let units = (!names.is_empty()).then_some(&names[..]);
-            let restock = Restock::with_units(adjustment_id, mode, Some(quantity), units)?;
+            let restock = Restock::as_recorded(adjustment_id, mode, Some(quantity), units)?;
             CommandBody::Restock(match body.optional_string("location")? {
                 Some(location) => restock.at(LocationId::new(location)?)?,
                 None => restock,
@@ -1060,6 +1060,20 @@ mod tests {
             decode_command(&vec![0; MAX_PAYLOAD_LEN + 1]),
             Err(DecodeError::TooLarge(MAX_PAYLOAD_LEN + 1))
         );
+    }
+
+    #[test]
+    fn a_restock_out_of_its_range_is_read_for_the_machine_to_refuse() {
+        for (mode, q) in [(RestockMode::Set, -1), (RestockMode::Add, 0)] {
+            let id = AdjustmentId::new("a").unwrap();
+            let recorded = Restock::as_recorded(id, mode, Some(q), None::<&[&str]>).unwrap();
+            let bytes = encode_command(&command(CommandBody::Restock(recorded))).unwrap();
+            let read = decode_command(&bytes).expect("a restock out of range is still a command");
+            let CommandBody::Restock(r) = read.body else {
+                panic!("not a restock: {read:?}");
+            };
+            assert_eq!((r.mode(), r.quantity()), (mode, q));
+        }
     }
 
     #[test]

@@ -894,27 +894,37 @@ impl Restock {
         mode: RestockMode,
         quantity: i64,
     ) -> Result<Self, ValidationError> {
-        let ok = match mode {
-            RestockMode::Add => quantity != 0 && (-MAX_STOCK..=MAX_STOCK).contains(&quantity),
-            RestockMode::Set => (0..=MAX_STOCK).contains(&quantity),
+        Self::with_units(adjustment_id, mode, Some(quantity), None::<&[&str]>)
+    }
+
+    /// Why the quantity is outside what its mode takes, naming
+    /// `quantity`; `None` when it is within. [`Restock::new`] refuses such
+    /// a restock; one a record carries ([`Restock::as_recorded`]) is the
+    /// machine's to refuse, as `REJECTED_RESTOCK`.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// let id = AdjustmentId::new("a-1")?;
+    /// let negative = Restock::as_recorded(id, RestockMode::Set, Some(-1), None::<&[&str]>)?;
+    /// assert_eq!(negative.out_of_range().unwrap().field, "quantity");
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn out_of_range(&self) -> Option<ValidationError> {
+        let quantity = self.quantity;
+        let rule = match self.mode {
+            RestockMode::Add if quantity == 0 || !(-MAX_STOCK..=MAX_STOCK).contains(&quantity) => {
+                format!("ADD needs a non-zero amount within ±{MAX_STOCK}")
+            }
+            RestockMode::Set if !(0..=MAX_STOCK).contains(&quantity) => {
+                format!("SET needs a total between 0 and {MAX_STOCK}")
+            }
+            _ => return None,
         };
-        if !ok {
-            let rule = match mode {
-                RestockMode::Add => format!("ADD needs a non-zero amount within ±{MAX_STOCK}"),
-                RestockMode::Set => format!("SET needs a total between 0 and {MAX_STOCK}"),
-            };
-            return Err(ValidationError::new(
-                "quantity",
-                format!("{rule}, got {quantity}"),
-            ));
-        }
-        Ok(Self {
-            adjustment_id,
-            mode,
-            quantity,
-            units: Vec::new(),
-            location: None,
-        })
+        Some(ValidationError::new(
+            "quantity",
+            format!("{rule}, got {quantity}"),
+        ))
     }
 
     /// The same restock, of the stock at `location`. Named units have no
@@ -981,6 +991,32 @@ impl Restock {
         quantity: Option<i64>,
         units: Option<&[S]>,
     ) -> Result<Self, ValidationError> {
+        let restock = Self::as_recorded(adjustment_id, mode, quantity, units)?;
+        match restock.out_of_range() {
+            Some(refused) => Err(refused),
+            None => Ok(restock),
+        }
+    }
+
+    /// A restock as a record of the log carries it: read as
+    /// [`Restock::with_units`] reads it, but a quantity outside what its
+    /// mode takes is kept, for the machine to refuse as a rule does
+    /// (`REJECTED_RESTOCK`, see [`Restock::out_of_range`]) rather than the
+    /// record being unreadable.
+    ///
+    /// ```
+    /// use stockledger_core::{AdjustmentId, Restock, RestockMode};
+    ///
+    /// let nothing = Restock::as_recorded(AdjustmentId::new("a")?, RestockMode::Add, Some(0), None::<&[&str]>)?;
+    /// assert_eq!(nothing.quantity(), 0);
+    /// # Ok::<(), stockledger_core::ValidationError>(())
+    /// ```
+    pub fn as_recorded<S: AsRef<str>>(
+        adjustment_id: AdjustmentId,
+        mode: RestockMode,
+        quantity: Option<i64>,
+        units: Option<&[S]>,
+    ) -> Result<Self, ValidationError> {
         let Some(names) = units else {
             let Some(quantity) = quantity else {
                 return Err(ValidationError::new(
@@ -988,7 +1024,13 @@ impl Restock {
                     "give mode and quantity, or units",
                 ));
             };
-            return Self::new(adjustment_id, mode, quantity);
+            return Ok(Self {
+                adjustment_id,
+                mode,
+                quantity,
+                units: Vec::new(),
+                location: None,
+            });
         };
         if mode != RestockMode::Add {
             return Err(ValidationError::new(

@@ -881,6 +881,36 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_restock_out_of_its_range_is_refused_by_the_rule_naming_quantity() {
+        let recorded = |id: &str, mode, q| {
+            let id = AdjustmentId::new(id).unwrap();
+            let r = Restock::as_recorded(id, mode, Some(q), None::<&[&str]>).unwrap();
+            CommandBody::Restock(r)
+        };
+        let mut s = stocked(); // 7 available, 3 held
+        for (offset, (mode, q)) in [
+            (RestockMode::Set, -1),
+            (RestockMode::Set, MAX_STOCK + 1),
+            (RestockMode::Add, -(MAX_STOCK + 1)),
+            (RestockMode::Add, 0),
+            (RestockMode::Add, i64::MIN),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let d = s.apply(P, 2 + offset as i64, T, &recorded("r", mode, q));
+            assert_eq!((d.result, d.delta), (ResultCode::RejectedRestock, 0), "{q}");
+            let reason = d.reason.unwrap_or_default();
+            assert!(reason.starts_with("quantity: "), "{reason}");
+            assert!(reason.ends_with(&format!("got {q}")), "{reason}");
+            assert_eq!((s.available, s.total), (7, 10));
+        }
+        // Refused, the adjustment is not spent: sent right, it applies.
+        let fixed = s.apply(P, 9, T, &recorded("r", RestockMode::Set, 12));
+        assert_eq!((fixed.result, s.total), (ResultCode::Applied, 12));
+    }
+
+    #[test]
     fn restock_add_and_set_respect_held_stock() {
         let mut s = stocked(); // 7 available, 3 held
         let add = s.apply(P, 2, T, &restock("a1", RestockMode::Add, -7));

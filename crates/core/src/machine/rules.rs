@@ -342,6 +342,9 @@ impl SkuState {
                 Some("adjustment already applied".into()),
             );
         }
+        if let Some(refused) = r.out_of_range() {
+            return self.decide(ResultCode::RejectedRestock, 0, Some(refused.to_string()));
+        }
         let named = r.named();
         if named.is_empty() && self.named {
             return self.decide(
