@@ -147,6 +147,20 @@ fn corpus() -> anyhow::Result<Vec<Case>> {
             poison::deduct_at(TARGET, order, 1, now, deadline, Some("cart-1"))?,
         ));
     }
+    // Read, and refused by the restock rule: quantities outside what
+    // their mode takes.
+    for (mode, quantity) in [
+        ("SET", -1),
+        ("SET", 1_000_000_000_000_001),
+        ("ADD", -1_000_000_000_000_001),
+        ("ADD", 0),
+    ] {
+        cases.push(case(
+            format!("a restock {mode} {quantity}"),
+            TARGET,
+            poison::restock_with(TARGET, &format!("adv-{mode}{quantity}"), mode, quantity)?,
+        ));
+    }
     // Valid, and refused by the rules: more than the SKU has.
     cases.push(case(
         "quantity 10^9, more than there is",
@@ -222,7 +236,8 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
                 partition,
                 offset,
             };
-            archived(&h.pool, &position).await
+            archived(&h.pool, &position).await?;
+            anyhow::Ok(position)
         })
         .await;
         assert!(!applier.is_finished(), "{}: the applier stopped", case.name);
@@ -231,7 +246,22 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
             "{}: the archiver stopped",
             case.name
         );
-        waited.map_err(|_| anyhow::anyhow!("{}: not archived in 60 s", case.name))??;
+        let position =
+            waited.map_err(|_| anyhow::anyhow!("{}: not archived in 60 s", case.name))??;
+        if case.name.starts_with("a restock") {
+            // A rule's answer naming the field, not a dead letter.
+            let (result, reason): (String, Option<String>) = sqlx::query_as(
+                "SELECT result, reason FROM ledger_entries WHERE topic = $1 AND partition = $2 AND log_offset = $3",
+            )
+            .bind(&position.topic)
+            .bind(position.partition)
+            .bind(position.offset)
+            .fetch_one(&h.pool)
+            .await?;
+            assert_eq!(result, "REJECTED_RESTOCK", "{}", case.name);
+            let reason = reason.unwrap_or_default();
+            assert!(reason.starts_with("quantity: "), "{}: {reason}", case.name);
+        }
         assert_eq!(stock(&h).await?, before, "{}: the stock changed", case.name);
     }
     // Nothing dead-lettered was cut but what did not fit (the blob of
@@ -242,6 +272,12 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
         .iter()
         .filter_map(|r| r.header(DLQ_REASON_HEADER))
         .collect();
+    assert!(
+        !reasons
+            .iter()
+            .any(|r| r.contains("ADD needs") || r.contains("SET needs")),
+        "a restock out of range is not dead-lettered: {reasons:?}"
+    );
     for named in [
         "invalid expires_at: a line of basket cart-1 is a hold",
         "invalid order_id: order-1 is not the basket's id cart-1",

@@ -63,6 +63,30 @@ pub fn window_at(
     command(sku, 1_700_000_000_000, 9, body)
 }
 
+/// A well-formed Avro single-object `Restock` of counted stock, `mode`
+/// `"ADD"` or `"SET"`, its quantity not checked against the mode.
+pub fn restock_with(
+    sku: &str,
+    adjustment_id: &str,
+    mode: &str,
+    quantity: i64,
+) -> anyhow::Result<Vec<u8>> {
+    let index = match mode {
+        "ADD" => 0,
+        "SET" => 1,
+        other => anyhow::bail!("mode: {other} is neither ADD nor SET"),
+    };
+    let body = Value::Record(vec![
+        ("adjustment_id".into(), Value::String(adjustment_id.into())),
+        ("mode".into(), Value::Enum(index, mode.into())),
+        ("quantity".into(), Value::Long(quantity)),
+        ("units".into(), Value::Array(Vec::new())),
+        ("location".into(), optional(None::<Value>)),
+    ]);
+    // The Restock's branch of the Command's body union.
+    command(sku, 1_700_000_000_000, 2, body)
+}
+
 /// An optional field's union value.
 fn optional(value: Option<Value>) -> Value {
     match value {
