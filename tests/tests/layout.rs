@@ -126,8 +126,8 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
             let decision = Decision {
                 result: ResultCode::parse(&row.result).expect("a known result"),
                 delta: row.delta,
-                available: row.available_after,
-                total: row.total_after,
+                available: row.available_after.expect("a decided record's figures"),
+                total: row.total_after.expect("a decided record's figures"),
                 reason: row.reason,
                 location: row.location,
                 events: StockEvents::of(

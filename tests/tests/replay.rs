@@ -335,8 +335,8 @@ async fn compaction_prunes_archived_finished_orders_and_a_late_deduct_is_a_new_o
         use stockledger_analysts::query::{history, stock_as_of, AsOf, HistoryOf, StockAsOf};
         for (offset, expected) in [(0, 10), (1, 10), (2, 8), (3, 7), (4, 8)] {
             match stock_as_of(&h.pool, &h.ns.topic, "C1", AsOf::Offset(offset)).await? {
-                StockAsOf::Known { entry, .. } => {
-                    assert_eq!(entry.available_after, expected, "as of offset {offset}")
+                StockAsOf::Known { stock, .. } => {
+                    assert_eq!(stock.available, expected, "as of offset {offset}")
                 }
                 other => panic!("as of offset {offset}: {other:?}"),
             }

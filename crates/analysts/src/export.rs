@@ -86,8 +86,8 @@ const PARQUET_SCHEMA: &str = "message ledger_entry {
     OPTIONAL BYTE_ARRAY restock_mode (UTF8);
     REQUIRED BYTE_ARRAY result (UTF8);
     REQUIRED INT64 delta;
-    REQUIRED INT64 available_after;
-    REQUIRED INT64 total_after;
+    OPTIONAL INT64 available_after;
+    OPTIONAL INT64 total_after;
     OPTIONAL BYTE_ARRAY reason (UTF8);
     OPTIONAL BYTE_ARRAY rollback_reason (UTF8);
     OPTIONAL BYTE_ARRAY command_id (UTF8);
@@ -250,8 +250,8 @@ impl Sink for CsvSink {
             text(&e.restock_mode),
             printable(&e.result).into_owned(),
             e.delta.to_string(),
-            e.available_after.to_string(),
-            e.total_after.to_string(),
+            number(e.available_after),
+            number(e.total_after),
             text(&e.reason),
             text(&e.rollback_reason),
             text(&e.command_id),
@@ -290,8 +290,8 @@ struct Group {
     restock_mode: Optional<ByteArray>,
     result: Vec<ByteArray>,
     delta: Vec<i64>,
-    available_after: Vec<i64>,
-    total_after: Vec<i64>,
+    available_after: Optional<i64>,
+    total_after: Optional<i64>,
     reason: Optional<ByteArray>,
     rollback_reason: Optional<ByteArray>,
     command_id: Optional<ByteArray>,
@@ -391,8 +391,12 @@ impl ParquetSink {
         );
         column!(ByteArrayType, g.result, None);
         column!(Int64Type, g.delta, None);
-        column!(Int64Type, g.available_after, None);
-        column!(Int64Type, g.total_after, None);
+        column!(
+            Int64Type,
+            g.available_after.values,
+            Some(&g.available_after.levels)
+        );
+        column!(Int64Type, g.total_after.values, Some(&g.total_after.levels));
         column!(ByteArrayType, g.reason.values, Some(&g.reason.levels));
         column!(
             ByteArrayType,

@@ -1,7 +1,7 @@
 //! Reading the archive.
 
 use sqlx::{PgPool, Postgres, QueryBuilder};
-use stockledger_core::ResultCode;
+use stockledger_core::{Figures, ResultCode};
 
 pub use crate::report::{
     report, report_by_location, LocationReportRow, ReportRange, ReportRow, MAX_EVERY_SECS,
@@ -23,8 +23,10 @@ pub struct Entry {
     pub quantity: Option<i64>,
     pub result: String,
     pub delta: i64,
-    pub available_after: i64,
-    pub total_after: i64,
+    /// The SKU's stock after the record; `None` for a record not decided
+    /// on it (`INVALID`, `MISROUTED`), which says nothing of the stock.
+    pub available_after: Option<i64>,
+    pub total_after: Option<i64>,
     pub reason: Option<String>,
     /// RFC 3339, UTC, millisecond precision.
     pub occurred_at: String,
@@ -372,9 +374,13 @@ pub struct Reach {
 /// What the archive says a SKU's stock was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StockAsOf {
-    /// The stock right after `entry`; `reach` is how far the archive goes in
-    /// the SKU's partition.
-    Known { entry: Entry, reach: Reach },
+    /// The stock right after `entry` (its figures as `stock`); `reach` is
+    /// how far the archive goes in the SKU's partition.
+    Known {
+        entry: Entry,
+        stock: Figures,
+        reach: Reach,
+    },
     /// The SKU had no record yet at that moment; `first` is its first
     /// archived one.
     BeforeFirst { first: Entry },
@@ -388,15 +394,15 @@ pub enum StockAsOf {
 /// The stock of `sku` on command topic `topic` at `at`, from the archive.
 ///
 /// The archive holds each SKU's decisions in log order with the stock after
-/// each, so the answer is one indexed row. Records refused as invalid or
-/// misrouted carry no stock and are skipped.
+/// each, so the answer is one indexed row. Records not decided on the
+/// stock (invalid or misrouted) have no figures and are skipped.
 pub async fn stock_as_of(
     pool: &PgPool,
     topic: &str,
     sku: &str,
     at: AsOf,
 ) -> Result<StockAsOf, QueryError> {
-    const VALID: &str = "result NOT IN ('INVALID', 'MISROUTED')";
+    const VALID: &str = "available_after IS NOT NULL";
     let first: Option<Entry> = sqlx::query_as(&format!(
         "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE topic = $1 AND sku = $2 AND {VALID}
          ORDER BY log_offset, partition LIMIT 1"
@@ -453,8 +459,22 @@ pub async fn stock_as_of(
             .await?
         }
     };
+    let figures = |e: &Entry| {
+        Some(Figures {
+            available: e.available_after?,
+            total: e.total_after?,
+        })
+    };
     Ok(match entry {
-        Some(entry) => StockAsOf::Known { entry, reach },
+        Some(entry) => match figures(&entry) {
+            Some(stock) => StockAsOf::Known {
+                entry,
+                stock,
+                reach,
+            },
+            // Not taken by the query: every row it reads has figures.
+            None => StockAsOf::BeforeFirst { first },
+        },
         None => StockAsOf::BeforeFirst { first },
     })
 }
@@ -540,15 +560,13 @@ pub async fn count_by_command_and_result(
     .await
 }
 
-/// The lowest `available_after` ever archived for `topic` (None if no rows).
+/// The lowest `available_after` ever archived for `topic` (None if no row
+/// gives the stock).
 pub async fn min_available(pool: &PgPool, topic: &str) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT min(available_after) FROM ledger_entries
-         WHERE topic = $1 AND result NOT IN ('INVALID', 'MISROUTED')",
-    )
-    .bind(topic)
-    .fetch_one(pool)
-    .await
+    sqlx::query_scalar("SELECT min(available_after) FROM ledger_entries WHERE topic = $1")
+        .bind(topic)
+        .fetch_one(pool)
+        .await
 }
 
 #[cfg(test)]

@@ -54,6 +54,12 @@ impl Row {
         self
     }
 
+    /// The stock figures the archiver writes: none for a record not
+    /// decided on the stock.
+    fn figures(&self) -> Option<(i64, i64)> {
+        (!matches!(self.result, "INVALID" | "MISROUTED")).then_some((self.available, self.total))
+    }
+
     fn at(mut self, ms: i64) -> Self {
         self.at_ms = ms;
         self
@@ -84,8 +90,8 @@ async fn archive(pool: &PgPool, rows: &[Row]) -> sqlx::Result<()> {
         .bind(r.order)
         .bind(r.result)
         .bind(r.delta)
-        .bind(r.available)
-        .bind(r.total)
+        .bind(r.figures().map(|(available, _)| available))
+        .bind(r.figures().map(|(_, total)| total))
         .bind(r.at_ms)
         .execute(pool)
         .await?;
@@ -310,9 +316,14 @@ async fn stock_as_of_a_time_or_an_offset_answers_the_edges_without_guessing(
     )
     .await?;
     let available = |answer: StockAsOf| match answer {
-        StockAsOf::Known { entry, reach } => {
+        StockAsOf::Known {
+            entry,
+            stock,
+            reach,
+        } => {
             assert_eq!((reach.partition, reach.log_offset), (0, 15));
-            entry.available_after
+            assert_eq!(entry.available_after, Some(stock.available));
+            stock.available
         }
         other => panic!("expected a known stock, got {other:?}"),
     };

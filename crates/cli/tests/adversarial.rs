@@ -324,6 +324,16 @@ async fn no_record_a_producer_can_write_stops_the_applier_or_the_archiver() -> a
             Some(hex::encode(Sha256::digest(&value)))
         );
     }
+    // A record not decided on the stock says nothing of it: no figures.
+    let (garbage, with_figures): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(available_after) + count(total_after) FROM ledger_entries
+         WHERE topic = $1 AND result = 'INVALID'",
+    )
+    .bind(&h.ns.topic)
+    .fetch_one(&h.pool)
+    .await?;
+    assert!(garbage > 20, "{garbage} INVALID rows");
+    assert_eq!(with_figures, 0, "INVALID rows with stock figures");
     h.assert_contract().await?;
     readers_read_what_the_corpus_left(&h)?;
     applier.stop().await?;

@@ -42,6 +42,6 @@ pub use machine::{
     Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
 };
 pub use outcome::{
-    Decision, EventDedupe, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind,
+    Decision, EventDedupe, Figures, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind,
     StockEvents,
 };

@@ -400,6 +400,9 @@ pub struct Decision {
     pub result: ResultCode,
     /// Change in available stock caused by this record.
     pub delta: i64,
+    /// The SKU's available and total stock after the record; 0, meaning
+    /// nothing, for a record not decided on the SKU's stock: read them
+    /// through [`Decision::figures`].
     pub available: i64,
     pub total: i64,
     pub reason: Option<String>,
@@ -412,6 +415,44 @@ pub struct Decision {
     /// The stock events the record caused (outcomes before schema v8 have
     /// none).
     pub events: StockEvents,
+}
+
+/// A SKU's stock after a record, as its decision gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Figures {
+    pub available: i64,
+    pub total: i64,
+}
+
+impl Decision {
+    /// The SKU's stock after the record; `None` for a record that was not
+    /// decided on the SKU's stock: one that is not a command (`INVALID`)
+    /// or that sits on another partition than its SKU's (`MISROUTED`).
+    /// Their outcomes carry 0 in `available_after` and `total_after`,
+    /// which says nothing of the SKU: the archive stores NULL, and readers
+    /// show nothing.
+    ///
+    /// ```
+    /// use stockledger_core::{Decision, Figures, LogPosition, Outcome, ResultCode, StockEvents};
+    ///
+    /// let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset: 9 };
+    /// let garbage = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+    /// assert_eq!(garbage.decision.figures(), None);
+    /// let sold_out = Decision {
+    ///     result: ResultCode::Applied, delta: -1, available: 0, total: 5,
+    ///     reason: None, location: None, events: StockEvents::NONE,
+    /// };
+    /// assert_eq!(sold_out.figures(), Some(Figures { available: 0, total: 5 }));
+    /// ```
+    pub fn figures(&self) -> Option<Figures> {
+        match self.result {
+            ResultCode::Invalid | ResultCode::Misrouted => None,
+            _ => Some(Figures {
+                available: self.available,
+                total: self.total,
+            }),
+        }
+    }
 }
 
 /// The message published on the outcomes topic for one command record and

@@ -88,14 +88,15 @@ async fn check_page(
     let partitions: Vec<Option<i32>> = states.iter().map(|s| s.and_then(|s| s.partition)).collect();
     // The row of the record the state was last changed by: on the SKU's own
     // partition (a state from before partitions were recorded names none),
-    // never a record of the SKU refused as misrouted at the same offset.
+    // never a record of the SKU refused as misrouted at the same offset
+    // (which has no figures).
     let rows: Vec<(String, Option<i64>, Option<i64>)> = sqlx::query_as(
         "SELECT p.sku, e.available_after, e.total_after
          FROM UNNEST($2::text[], $3::bigint[], $4::integer[]) AS p(sku, log_offset, partition)
          LEFT JOIN ledger_entries e
            ON e.topic = $1 AND e.sku = p.sku AND e.log_offset = p.log_offset
           AND (p.partition IS NULL OR e.partition = p.partition)
-          AND e.result NOT IN ('INVALID', 'MISROUTED')",
+          AND e.available_after IS NOT NULL",
     )
     .bind(topic)
     .bind(skus)

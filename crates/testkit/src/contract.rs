@@ -243,13 +243,13 @@ impl Harness {
             let archived = (
                 row.try_get::<String, _>("result")?,
                 row.try_get::<i64, _>("delta")?,
-                row.try_get::<i64, _>("available_after")?,
-                row.try_get::<i64, _>("total_after")?,
+                row.try_get::<Option<i64>, _>("available_after")?,
+                row.try_get::<Option<i64>, _>("total_after")?,
                 row.try_get::<Option<String>, _>("reason")?,
                 row.try_get::<Option<String>, _>("location")?,
                 (row.try_get::<Option<Vec<String>>, _>("events")?).unwrap_or_default(),
             );
-            if archived.2 < 0 {
+            if archived.2.is_some_and(|available| available < 0) {
                 into.oversold
                     .push(format!("row {}@{}: {archived:?}", at.0, at.1));
             }
@@ -259,8 +259,8 @@ impl Harness {
             let fold = (
                 d.result.as_str().to_owned(),
                 d.delta,
-                d.available,
-                d.total,
+                d.figures().map(|f| f.available),
+                d.figures().map(|f| f.total),
                 d.reason.clone(),
                 d.location.clone(),
                 d.events.kinds().map(|k| k.as_str().to_owned()).collect(),

@@ -74,8 +74,10 @@ pub(super) struct Columns {
     pub(super) quantity: Vec<Option<i64>>,
     pub(super) result: Vec<String>,
     pub(super) delta: Vec<i64>,
-    pub(super) available_after: Vec<i64>,
-    pub(super) total_after: Vec<i64>,
+    /// The stock after the record (`None` for a record not decided on
+    /// it: see `Decision::figures`).
+    pub(super) available_after: Vec<Option<i64>>,
+    pub(super) total_after: Vec<Option<i64>>,
     pub(super) reason: Vec<Option<String>>,
     pub(super) occurred_at_ms: Vec<i64>,
     pub(super) restock_mode: Vec<Option<&'static str>>,
@@ -125,8 +127,9 @@ impl Columns {
         self.quantity.push(o.quantity);
         self.result.push(o.decision.result.as_str().to_owned());
         self.delta.push(o.decision.delta);
-        self.available_after.push(o.decision.available);
-        self.total_after.push(o.decision.total);
+        let figures = o.decision.figures();
+        self.available_after.push(figures.map(|f| f.available));
+        self.total_after.push(figures.map(|f| f.total));
         self.reason.push(storable_opt(o.decision.reason));
         self.location.push(storable_opt(o.decision.location));
         self.to_location.push(storable_opt(o.to_location));
@@ -315,8 +318,8 @@ pub(super) fn binary_copy(c: &Columns) -> Vec<u8> {
         int8(&mut out, c.quantity[i]);
         text(&mut out, Some(&c.result[i]));
         int8(&mut out, Some(c.delta[i]));
-        int8(&mut out, Some(c.available_after[i]));
-        int8(&mut out, Some(c.total_after[i]));
+        int8(&mut out, c.available_after[i]);
+        int8(&mut out, c.total_after[i]);
         text(&mut out, c.reason[i].as_deref());
         int8(&mut out, Some(micros(c.occurred_at_ms[i])));
         text(&mut out, c.restock_mode[i]);

@@ -120,20 +120,24 @@ async fn as_of(g: &Global, sku: &Sku, at: AsOf, format: Style) -> anyhow::Result
         .map_err(query_error)?;
     let reach_json = |r: &query::Reach| json!({ "partition": r.partition, "offset": r.log_offset, "occurred_at": r.occurred_at });
     let (exit, shown, text) = match answer {
-        StockAsOf::Known { entry: e, reach } => (
+        StockAsOf::Known {
+            entry: e,
+            stock,
+            reach,
+        } => (
             Exit::Ok,
             json!({
                 "sku": sku.as_str(), "as_of": asked, "state": "known",
-                "available": e.available_after, "total": e.total_after,
-                "held": e.total_after - e.available_after,
+                "available": stock.available, "total": stock.total,
+                "held": stock.total - stock.available,
                 "after": entry_json(&e), "archive_reaches": reach_json(&reach),
             }),
             format!(
                 "{sku} as of {asked}: available {}, total {}, held {}\n  \
                  after {}@{} ({} {} {}, occurred {}); the archive holds partition {} up to offset {} (occurred {})",
-                e.available_after,
-                e.total_after,
-                e.total_after - e.available_after,
+                stock.available,
+                stock.total,
+                stock.total - stock.available,
                 e.partition,
                 e.log_offset,
                 e.command.as_deref().unwrap_or("-"),

@@ -78,11 +78,15 @@ pub(crate) async fn as_of(
         offset,
     };
     match answer {
-        StockAsOf::Known { entry, reach } => Ok(Json(AsOfBody {
+        StockAsOf::Known {
+            entry,
+            stock,
+            reach,
+        } => Ok(Json(AsOfBody {
             sku: sku.to_string(),
-            available: entry.available_after,
-            total: entry.total_after,
-            held: entry.total_after - entry.available_after,
+            available: stock.available,
+            total: stock.total,
+            held: stock.total - stock.available,
             after: position(entry.partition, entry.log_offset),
             occurred_at: entry.occurred_at,
             archive_reach: position(reach.partition, reach.log_offset),

@@ -267,8 +267,12 @@ pub struct DecisionBody {
     pub result: String,
     /// Change in available stock.
     pub delta: i64,
-    pub available: i64,
-    pub total: i64,
+    /// The SKU's stock after the command; absent for a record not decided
+    /// on it (`MISROUTED`), which says nothing of the stock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The location the command named or acted on: where a deduct naming
@@ -288,8 +292,8 @@ impl From<Decision> for DecisionBody {
         Self {
             result: d.result.as_str().to_owned(),
             delta: d.delta,
-            available: d.available,
-            total: d.total,
+            available: d.figures().map(|f| f.available),
+            total: d.figures().map(|f| f.total),
             reason: d.reason,
             location: d.location,
             events: d.events.kinds().map(|k| k.as_str().to_owned()).collect(),
@@ -570,8 +574,12 @@ pub struct HistoryEntry {
     pub quantity: Option<i64>,
     pub result: String,
     pub delta: i64,
-    pub available_after: i64,
-    pub total_after: i64,
+    /// The SKU's stock after the record; absent for a record not decided
+    /// on it (`INVALID`, `MISROUTED`), which says nothing of the stock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_after: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_after: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The reason a rollback gave (archived from outcome schema v3 on).
