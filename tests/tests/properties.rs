@@ -554,6 +554,13 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
                     "{sku}: a change of the sale moved stock: {decision:?}"
                 );
             }
+            CommandBody::Refused(_) => {
+                anyhow::ensure!(
+                    decision.result == ResultCode::RejectedValue
+                        && (before.available, before.total) == (after.available, after.total),
+                    "{sku}: a refused command was not refused alone: {decision:?}"
+                );
+            }
         }
     }
     // Replaying the whole log again changes nothing and repeats every decision.

@@ -15,7 +15,7 @@ use apache_avro::Schema;
 
 use crate::command::{
     Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Refund,
-    Restock, Resume, Rollback, SaleWindow, Transfer, Window,
+    Refused, Restock, Resume, Rollback, SaleWindow, Transfer, Window,
 };
 use crate::ids::{
     AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
@@ -164,9 +164,22 @@ pub struct EncodeError {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
+    only_sendable(command)?;
     SCHEMAS
         .command
         .encode("command", &datum::CommandDatum(command))
+}
+
+/// Refuses a [`crate::Refused`] command: it is only ever read from the
+/// log, and its values have no place in the schema's types.
+fn only_sendable(command: &Command) -> Result<(), EncodeError> {
+    match &command.body {
+        CommandBody::Refused(r) => Err(EncodeError {
+            what: "command",
+            message: format!("a refused command is never sent ({})", r.problem),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The current schema's datum of `command`.
@@ -287,6 +300,8 @@ fn body_value(body: &CommandBody) -> Value {
         CommandBody::Window(w) => sale_value(9, &w.change_id, Some(&w.window)),
         CommandBody::Pause(p) => sale_value(10, &p.change_id, None),
         CommandBody::Resume(r) => sale_value(11, &r.change_id, None),
+        // Refused by `encode_command_as` before it gets here.
+        CommandBody::Refused(_) => Value::Null,
     }
 }
 
@@ -327,93 +342,198 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     })
 }
 
+/// A body's values built into its command, or, when they are refused, a
+/// [`Refused`] command of `kind` naming what it could read: the record is a
+/// command, and its answer is a rule's (`REJECTED_VALUE`), not a dead
+/// letter. What cannot be read (an id, a text, an instant outside the
+/// range every part of the ledger holds) stays a [`DecodeError`].
+struct Readable {
+    kind: CommandKind,
+    order_id: Option<OrderId>,
+    adjustment_id: Option<String>,
+    quantity: Option<i64>,
+}
+
+impl Readable {
+    fn of(kind: CommandKind) -> Self {
+        Self {
+            kind,
+            order_id: None,
+            adjustment_id: None,
+            quantity: None,
+        }
+    }
+
+    fn body(self, built: Result<CommandBody, ValidationError>) -> CommandBody {
+        built.unwrap_or_else(|problem| {
+            CommandBody::Refused(Refused {
+                kind: self.kind,
+                order_id: self.order_id,
+                adjustment_id: self.adjustment_id,
+                quantity: self.quantity,
+                problem,
+            })
+        })
+    }
+}
+
 /// A deduct's fields, checked as `Deduct`'s constructors check them.
-fn deduct_of(body: &mut Fields) -> Result<Deduct, DecodeError> {
+fn deduct_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
     let order_id = OrderId::new(body.string("order_id")?)?;
     let quantity = body.long("quantity")?;
     let names = body.strings("units")?;
-    let units = (!names.is_empty()).then_some(&names[..]);
-    let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
-    if let Some(location) = body.optional_string("location")? {
-        taking = taking.at(LocationId::new(location)?)?;
-    }
-    let deduct = Deduct {
-        user_id: body
-            .optional_string("user_id")?
-            .map(UserId::new)
-            .transpose()?,
-        expires_at: body
-            .optional_long("expires_at")?
-            .map(crate::command::check_expires_at)
-            .transpose()?,
-        basket_id: body
-            .optional_string("basket_id")?
-            .map(BasketId::new)
-            .transpose()?,
-        ..taking
+    let location = (body.optional_string("location")?)
+        .map(LocationId::new)
+        .transpose()?;
+    let user_id = (body.optional_string("user_id")?)
+        .map(UserId::new)
+        .transpose()?;
+    let expires_at = (body.optional_long("expires_at")?)
+        .map(crate::command::check_expires_at)
+        .transpose()?;
+    let basket_id = (body.optional_string("basket_id")?)
+        .map(BasketId::new)
+        .transpose()?;
+    let read = Readable {
+        order_id: Some(order_id.clone()),
+        quantity: Some(quantity),
+        ..Readable::of(CommandKind::Deduct)
     };
-    deduct.check_basket_line()?;
-    Ok(deduct)
+    let built = (|| {
+        let units = (!names.is_empty()).then_some(&names[..]);
+        let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
+        if let Some(location) = location {
+            taking = taking.at(location)?;
+        }
+        let deduct = Deduct {
+            user_id,
+            expires_at,
+            basket_id,
+            ..taking
+        };
+        deduct.check_basket_line()?;
+        Ok(CommandBody::Deduct(deduct))
+    })();
+    Ok(read.body(built))
+}
+
+/// A transfer's fields; its quantity and its two places are values.
+fn transfer_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+    let transfer_id = TransferId::new(body.string("transfer_id")?)?;
+    let from = LocationId::named("from", body.string("from")?)?;
+    let to = LocationId::named("to", body.string("to")?)?;
+    let quantity = body.long("quantity")?;
+    let read = Readable {
+        adjustment_id: Some(transfer_id.as_str().to_owned()),
+        quantity: Some(quantity),
+        ..Readable::of(CommandKind::Transfer)
+    };
+    let built = Quantity::new(quantity)
+        .and_then(|q| Transfer::new(transfer_id, from, to, q))
+        .map(CommandBody::Transfer);
+    Ok(read.body(built))
+}
+
+/// A window's fields: each instant must be one the ledger holds; that it
+/// closes after it opens is a value.
+fn window_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+    let change_id = ChangeId::new(body.string("change_id")?)?;
+    let mut instant = |field: &'static str| -> Result<Option<i64>, DecodeError> {
+        let at = body.optional_long(field)?;
+        Ok(at
+            .map(|at| crate::command::check_instant(field, at))
+            .transpose()?)
+    };
+    let (opens_at, closes_at) = (instant("opens_at")?, instant("closes_at")?);
+    let read = Readable {
+        adjustment_id: Some(change_id.as_str().to_owned()),
+        ..Readable::of(CommandKind::Window)
+    };
+    let built = SaleWindow::new(opens_at, closes_at)
+        .map(|window| CommandBody::Window(Window { change_id, window }));
+    Ok(read.body(built))
+}
+
+/// A restock's fields: a quantity outside what its mode takes is the
+/// restock rule's to refuse; named units of another shape are values.
+fn restock_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+    let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
+    let mode = parse_restock_mode(&body.symbol("mode")?)?;
+    let quantity = body.long("quantity")?;
+    let names = body.strings("units")?;
+    let location = (body.optional_string("location")?)
+        .map(LocationId::new)
+        .transpose()?;
+    let read = Readable {
+        adjustment_id: Some(adjustment_id.as_str().to_owned()),
+        quantity: Some(quantity),
+        ..Readable::of(CommandKind::Restock)
+    };
+    let units = (!names.is_empty()).then_some(&names[..]);
+    let built = Restock::as_recorded(adjustment_id, mode, Some(quantity), units)
+        .and_then(|restock| match location {
+            Some(location) => restock.at(location),
+            None => Ok(restock),
+        })
+        .map(CommandBody::Restock);
+    Ok(read.body(built))
+}
+
+/// A count read from a record: a value from 1 to 10⁹, named `field`.
+fn count_of(field: &'static str, read: Option<i64>) -> Result<Option<Quantity>, ValidationError> {
+    read.map(|n| Quantity::of_field(field, n)).transpose()
 }
 
 /// The body of union branch `branch`, from its record's fields.
 fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
     Ok(match branch {
-        0 => CommandBody::Deduct(deduct_of(&mut body)?),
+        0 => deduct_of(&mut body)?,
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
             body.optional_string("reason")?,
         )?),
-        2 => {
-            let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
-            let mode = parse_restock_mode(&body.symbol("mode")?)?;
-            let quantity = body.long("quantity")?;
-            let names = body.strings("units")?;
-            let units = (!names.is_empty()).then_some(&names[..]);
-            let restock = Restock::as_recorded(adjustment_id, mode, Some(quantity), units)?;
-            CommandBody::Restock(match body.optional_string("location")? {
-                Some(location) => restock.at(LocationId::new(location)?)?,
-                None => restock,
-            })
-        }
+        2 => restock_of(&mut body)?,
         3 => CommandBody::Confirm(Confirm {
             order_id: OrderId::new(body.string("order_id")?)?,
         }),
-        4 => CommandBody::Refund(Refund {
-            order_id: OrderId::new(body.string("order_id")?)?,
-            quantity: body
-                .optional_long("quantity")?
-                .map(Quantity::new)
-                .transpose()?,
-        }),
+        4 => {
+            let order_id = OrderId::new(body.string("order_id")?)?;
+            let quantity = body.optional_long("quantity")?;
+            let read = Readable {
+                order_id: Some(order_id.clone()),
+                quantity,
+                ..Readable::of(CommandKind::Refund)
+            };
+            let built = count_of("quantity", quantity)
+                .map(|quantity| CommandBody::Refund(Refund { order_id, quantity }));
+            read.body(built)
+        }
         5 => CommandBody::Expire(Expire {
             order_id: OrderId::new(body.string("order_id")?)?,
         }),
-        6 => CommandBody::Limit(Limit {
-            per_user: body
-                .optional_long("per_user")?
-                .map(|n| Quantity::of_field("per_user", n))
-                .transpose()?,
-        }),
-        7 => CommandBody::Transfer(Transfer::new(
-            TransferId::new(body.string("transfer_id")?)?,
-            LocationId::named("from", body.string("from")?)?,
-            LocationId::named("to", body.string("to")?)?,
-            Quantity::new(body.long("quantity")?)?,
-        )?),
-        8 => CommandBody::Alerts(Alerts {
-            low_stock_below: body
-                .optional_long("low_stock_below")?
-                .map(|n| Quantity::of_field("low_stock_below", n))
-                .transpose()?,
-        }),
-        9 => CommandBody::Window(Window {
-            change_id: ChangeId::new(body.string("change_id")?)?,
-            window: SaleWindow::new(
-                body.optional_long("opens_at")?,
-                body.optional_long("closes_at")?,
-            )?,
-        }),
+        6 => {
+            let per_user = body.optional_long("per_user")?;
+            let read = Readable {
+                quantity: per_user,
+                ..Readable::of(CommandKind::Limit)
+            };
+            read.body(
+                count_of("per_user", per_user)
+                    .map(|per_user| CommandBody::Limit(Limit { per_user })),
+            )
+        }
+        7 => transfer_of(&mut body)?,
+        8 => {
+            let below = body.optional_long("low_stock_below")?;
+            let read = Readable {
+                quantity: below,
+                ..Readable::of(CommandKind::Alerts)
+            };
+            let built = count_of("low_stock_below", below)
+                .map(|low_stock_below| CommandBody::Alerts(Alerts { low_stock_below }));
+            read.body(built)
+        }
+        9 => window_of(&mut body)?,
         10 => CommandBody::Pause(Pause {
             change_id: ChangeId::new(body.string("change_id")?)?,
         }),
@@ -493,6 +613,7 @@ pub fn encode_command_as(
     version: &Released,
     fingerprint: u64,
 ) -> Result<Vec<u8>, EncodeError> {
+    only_sendable(command)?;
     encode_as("command", command_value(command), version, fingerprint)
 }
 
@@ -1076,6 +1197,132 @@ mod tests {
         }
     }
 
+    /// A command record of body branch `branch` with `fields`, none of
+    /// their values checked, as another producer may write it.
+    fn raw(branch: u32, fields: Vec<(&str, Value)>) -> Vec<u8> {
+        let body = Value::Record(fields.into_iter().map(|(f, v)| (f.into(), v)).collect());
+        let value = Value::Record(vec![
+            ("command_id".into(), Value::String("c-1".into())),
+            ("sku".into(), Value::String("SKU-1".into())),
+            (
+                "occurred_at".into(),
+                Value::TimestampMillis(1_700_000_000_123),
+            ),
+            ("body".into(), Value::Union(branch, Box::new(body))),
+        ]);
+        let newest = schema::current(Subject::Command);
+        encode_as("command", value, newest, newest.fingerprint).unwrap()
+    }
+
+    #[test]
+    fn a_command_whose_values_are_refused_is_read_for_its_rule_to_answer() {
+        let none = || Value::Union(0, Box::new(Value::Null));
+        let some = |v: Value| Value::Union(1, Box::new(v));
+        let text = |s: &str| Value::String(s.into());
+        let deduct = |quantity: i64, expires_at: Option<i64>, basket: Option<&str>| {
+            vec![
+                ("order_id", text("cart-1")),
+                ("quantity", Value::Long(quantity)),
+                ("user_id", none()),
+                (
+                    "expires_at",
+                    expires_at.map_or_else(none, |t| some(Value::TimestampMillis(t))),
+                ),
+                ("basket_id", basket.map_or_else(none, |b| some(text(b)))),
+                ("units", Value::Array(Vec::new())),
+                ("location", none()),
+            ]
+        };
+        let transfer = |to: &str, quantity: i64| {
+            vec![
+                ("transfer_id", text("t-1")),
+                ("from", text("berlin")),
+                ("to", text(to)),
+                ("quantity", Value::Long(quantity)),
+            ]
+        };
+        let window = |opens: i64, closes: i64| {
+            vec![
+                ("change_id", text("w-1")),
+                ("opens_at", some(Value::TimestampMillis(opens))),
+                ("closes_at", some(Value::TimestampMillis(closes))),
+            ]
+        };
+        let cases = [
+            (
+                raw(0, deduct(0, None, None)),
+                CommandKind::Deduct,
+                "quantity",
+            ),
+            (
+                raw(0, deduct(1_000_000_001, None, None)),
+                CommandKind::Deduct,
+                "quantity",
+            ),
+            (
+                raw(0, deduct(1, None, Some("cart-1"))),
+                CommandKind::Deduct,
+                "expires_at",
+            ),
+            (
+                raw(
+                    4,
+                    vec![
+                        ("order_id", text("o-1")),
+                        ("quantity", some(Value::Long(0))),
+                    ],
+                ),
+                CommandKind::Refund,
+                "quantity",
+            ),
+            (
+                raw(6, vec![("per_user", some(Value::Long(0)))]),
+                CommandKind::Limit,
+                "per_user",
+            ),
+            (raw(7, transfer("berlin", 1)), CommandKind::Transfer, "to"),
+            (
+                raw(7, transfer("paris", -1)),
+                CommandKind::Transfer,
+                "quantity",
+            ),
+            (
+                raw(8, vec![("low_stock_below", some(Value::Long(0)))]),
+                CommandKind::Alerts,
+                "low_stock_below",
+            ),
+            (
+                raw(9, window(5_000, 5_000)),
+                CommandKind::Window,
+                "closes_at",
+            ),
+        ];
+        for (bytes, kind, field) in cases {
+            let read = decode_command(&bytes).map(|c| c.body);
+            match read {
+                Ok(CommandBody::Refused(r)) => {
+                    assert_eq!((r.kind, r.problem.field), (kind, field), "{r:?}")
+                }
+                other => panic!("{kind:?} {field}: {other:?}"),
+            }
+        }
+        // What cannot be read stays unreadable: an instant outside the
+        // range every part of the ledger holds, an id of another shape.
+        for bytes in [
+            raw(9, window(-1, 5_000)),
+            raw(0, {
+                let mut d = deduct(1, None, None);
+                d[0].1 = text("");
+                d
+            }),
+        ] {
+            assert!(matches!(
+                decode_command(&bytes),
+                Err(DecodeError::Invalid(_))
+            ));
+        }
+    }
+
     #[test]
     fn a_deduct_one_byte_short_is_refused_not_read_as_no_location() {
         // The last byte of a deduct is its `location` union index; apache-avro
@@ -1241,7 +1488,7 @@ mod tests {
     }
 
     #[test]
-    fn a_v3_record_reads_without_units_and_a_mismatched_count_is_invalid() {
+    fn a_v3_record_reads_without_units_and_a_mismatched_count_is_refused() {
         let v3 = schema::versions(Subject::Command).nth(2).unwrap();
         for body in bodies().into_iter().filter(before_transfers) {
             let written = command(body);
@@ -1252,9 +1499,12 @@ mod tests {
             units: units(&["A1"]),
             ..Deduct::new(order("o"), Quantity::new(2).unwrap())
         }));
-        match decode_command(&encode_command(&wrong).unwrap()) {
-            Err(DecodeError::Invalid(e)) => assert_eq!(e.field, "quantity"),
-            other => panic!("expected an invalid quantity, got {other:?}"),
+        match decode_command(&encode_command(&wrong).unwrap()).map(|c| c.body) {
+            Ok(CommandBody::Refused(r)) => {
+                assert_eq!((r.kind, r.quantity), (CommandKind::Deduct, Some(2)));
+                assert_eq!(r.problem.field, "quantity");
+            }
+            other => panic!("expected a refused quantity, got {other:?}"),
         }
     }
 

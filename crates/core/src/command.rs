@@ -83,6 +83,45 @@ pub enum CommandBody {
     Window(Window),
     Pause(Pause),
     Resume(Resume),
+    /// A command read from the log whose values are refused: see
+    /// [`Refused`]. Only ever read, never sent.
+    Refused(Refused),
+}
+
+/// A command read from the log whose values are refused before any rule
+/// is asked: a quantity, a limit or a threshold outside 1 to 10⁹, a
+/// transfer to the location it comes from, a window that closes when or
+/// before it opens, a basket line of another shape than a basket's, named
+/// units miscounted or given a location. The machine decides it
+/// `REJECTED_VALUE`, naming the field, and it changes nothing. The library
+/// refuses such a command before sending it, so one is only ever decoded
+/// from a record another producer wrote, and never encoded.
+///
+/// ```
+/// use stockledger_core::{CommandBody, CommandKind, Refused, ValidationError};
+///
+/// let zero = Refused {
+///     kind: CommandKind::Deduct,
+///     order_id: None,
+///     adjustment_id: None,
+///     quantity: Some(0),
+///     problem: ValidationError::new("quantity", "must be between 1 and 1000000000, got 0"),
+/// };
+/// assert_eq!(CommandBody::Refused(zero).kind(), CommandKind::Deduct);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The kind of command the record is.
+    pub kind: CommandKind,
+    /// The order it names (a deduct's, a refund's).
+    pub order_id: Option<OrderId>,
+    /// The id it would spend among the SKU's adjustments (a transfer's, a
+    /// window's).
+    pub adjustment_id: Option<String>,
+    /// The quantity it carries, as read.
+    pub quantity: Option<i64>,
+    /// What is refused, naming the field.
+    pub problem: ValidationError,
 }
 
 impl CommandBody {
@@ -109,6 +148,7 @@ impl CommandBody {
             Self::Window(_) => CommandKind::Window,
             Self::Pause(_) => CommandKind::Pause,
             Self::Resume(_) => CommandKind::Resume,
+            Self::Refused(r) => r.kind,
         }
     }
 
@@ -128,6 +168,7 @@ impl CommandBody {
             Self::Confirm(c) => Some(&c.order_id),
             Self::Refund(r) => Some(&r.order_id),
             Self::Expire(e) => Some(&e.order_id),
+            Self::Refused(r) => r.order_id.as_ref(),
             Self::Restock(_)
             | Self::Limit(_)
             | Self::Transfer(_)
@@ -157,6 +198,7 @@ impl CommandBody {
             Self::Limit(l) => l.per_user.map(Quantity::get),
             Self::Transfer(t) => Some(t.quantity.get()),
             Self::Alerts(a) => a.low_stock_below.map(Quantity::get),
+            Self::Refused(r) => r.quantity,
             Self::Rollback(_)
             | Self::Confirm(_)
             | Self::Expire(_)
@@ -200,6 +242,7 @@ impl CommandBody {
         match self {
             Self::Restock(r) => Some(r.adjustment_id.as_str()),
             Self::Transfer(t) => Some(t.transfer_id.as_str()),
+            Self::Refused(r) => r.adjustment_id.as_deref(),
             _ => self.change_id().map(ChangeId::as_str),
         }
     }

@@ -31,8 +31,8 @@ pub mod trace;
 
 pub use command::{
     sells_always, Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause,
-    Reason, Refund, Restock, RestockMode, Resume, Rollback, SalePhase, SaleWindow, Transfer,
-    Window,
+    Reason, Refund, Refused, Restock, RestockMode, Resume, Rollback, SalePhase, SaleWindow,
+    Transfer, Window,
 };
 pub use ids::{
     AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,

@@ -116,6 +116,9 @@ pub enum ResultCode {
     RejectedClosed,
     /// A deduct, hold or basket line while the SKU is paused.
     RejectedPaused,
+    /// A command whose values are refused before any rule is asked (see
+    /// [`crate::Refused`]): the reason names the field; nothing changed.
+    RejectedValue,
 }
 
 impl ResultCode {
@@ -126,7 +129,7 @@ impl ResultCode {
     ///
     /// assert!(ResultCode::ALL.into_iter().all(|r| ResultCode::parse(r.as_str()) == Some(r)));
     /// ```
-    pub const ALL: [ResultCode; 21] = [
+    pub const ALL: [ResultCode; 22] = [
         Self::Applied,
         Self::RejectedInsufficient,
         Self::RejectedCancelled,
@@ -148,6 +151,7 @@ impl ResultCode {
         Self::RejectedNotOpen,
         Self::RejectedClosed,
         Self::RejectedPaused,
+        Self::RejectedValue,
     ];
 
     /// The symbol used in Avro, Redis, Lua and PostgreSQL.
@@ -180,6 +184,7 @@ impl ResultCode {
             Self::RejectedNotOpen => "REJECTED_NOT_OPEN",
             Self::RejectedClosed => "REJECTED_CLOSED",
             Self::RejectedPaused => "REJECTED_PAUSED",
+            Self::RejectedValue => "REJECTED_VALUE",
         }
     }
 

@@ -92,7 +92,7 @@ pub struct Released {
 /// carried before this project computed fingerprints by the specification.
 /// The legacy values are literals on purpose: they describe logs already
 /// written, whatever a later apache-avro computes.
-const HISTORY: [(Subject, u32, &str, Option<u64>); 18] = [
+const HISTORY: [(Subject, u32, &str, Option<u64>); 19] = [
     (
         Subject::Command,
         1,
@@ -187,6 +187,12 @@ const HISTORY: [(Subject, u32, &str, Option<u64>); 18] = [
         Subject::Outcome,
         9,
         include_str!("../../../schemas/history/Outcome.v9.avsc"),
+        None,
+    ),
+    (
+        Subject::Outcome,
+        10,
+        include_str!("../../../schemas/history/Outcome.v10.avsc"),
         None,
     ),
     (
@@ -736,7 +742,7 @@ mod tests {
     /// Pairs where an older version's reader cannot read what a newer
     /// version writes, each a deliberate, documented addition (see
     /// `schemas/history/README.md`): (subject, reader version, writer version).
-    const FORWARD_BREAKS: [(Subject, u32, u32); 51] = [
+    const FORWARD_BREAKS: [(Subject, u32, u32); 60] = [
         // Outcome v2 added the MISROUTED result; a v1 reader has no symbol
         // for it (v1's enum has no default, so it cannot be given one).
         (Subject::Outcome, 1, 2),
@@ -802,6 +808,16 @@ mod tests {
         (Subject::Outcome, 6, 9),
         (Subject::Outcome, 7, 9),
         (Subject::Outcome, 8, 9),
+        // Outcome v10 added the REJECTED_VALUE result.
+        (Subject::Outcome, 1, 10),
+        (Subject::Outcome, 2, 10),
+        (Subject::Outcome, 3, 10),
+        (Subject::Outcome, 4, 10),
+        (Subject::Outcome, 5, 10),
+        (Subject::Outcome, 6, 10),
+        (Subject::Outcome, 7, 10),
+        (Subject::Outcome, 8, 10),
+        (Subject::Outcome, 9, 10),
         (Subject::StockEvent, 1, 2),
     ];
 

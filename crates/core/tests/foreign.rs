@@ -177,3 +177,20 @@ fn fastavro_written_windows_and_pauses_decode_as_the_ledger_means_them() {
         (StockEventKind::Paused, None)
     );
 }
+
+#[test]
+fn a_fastavro_written_deduct_of_nothing_is_a_command_the_rules_refuse() {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let zero = decode_command(&payloads(&fixture, "commands")[8]).unwrap();
+    let CommandBody::Refused(refused) = &zero.body else {
+        panic!("{zero:?}");
+    };
+    assert_eq!(
+        (refused.kind, refused.quantity, refused.problem.field),
+        (CommandKind::Deduct, Some(0), "quantity")
+    );
+    assert_eq!(refused.order_id.as_ref().map(|o| o.as_str()), Some("o-4"));
+    let answer = decode_outcome(&payloads(&fixture, "outcomes")[5]).unwrap();
+    assert_eq!(answer.decision.result, ResultCode::RejectedValue);
+    assert_eq!(answer.decision.figures().map(|f| f.total), Some(10));
+}

@@ -30,6 +30,7 @@ use apache_avro::schema::{Name, Schema};
 use apache_avro::types::Value;
 use stockledger_core::codec::{self, DecodeError};
 use stockledger_core::schema::{current, versions, Released, Subject};
+use stockledger_core::CommandBody;
 
 use common::{hex, Rng};
 
@@ -143,7 +144,8 @@ fn mutants(rng: &mut Rng, valid: &[u8]) -> Vec<Vec<u8>> {
 
 /// What the ledger's decoder makes of `payload`: the value in the newest
 /// version (written again, as Java answers it), read but not a valid
-/// command of the ledger, or refused.
+/// command of the ledger (or one whose values its rules refuse), or
+/// refused.
 #[derive(Debug)]
 enum Ours {
     Read(Vec<u8>),
@@ -154,8 +156,12 @@ enum Ours {
 fn ours(subject: Subject, payload: &[u8]) -> Ours {
     let newest = current(subject);
     let again = match subject {
-        Subject::Command => codec::decode_command(payload)
-            .map(|c| codec::encode_command_as(&c, newest, newest.fingerprint).unwrap()),
+        Subject::Command => match codec::decode_command(payload) {
+            // Read whole, but its values refused: not a command to write
+            // again.
+            Ok(c) if matches!(c.body, CommandBody::Refused(_)) => return Ours::Invalid,
+            read => read.map(|c| codec::encode_command_as(&c, newest, newest.fingerprint).unwrap()),
+        },
         Subject::Outcome => codec::decode_outcome(payload)
             .map(|o| codec::encode_outcome_as(&o, newest, newest.fingerprint).unwrap()),
         Subject::StockEvent => {

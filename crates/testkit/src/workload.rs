@@ -25,9 +25,9 @@ use stockledger_core::command::MAX_WINDOW_AHEAD_MS;
 use stockledger_core::ids::{MAX_HOLD_MS, MAX_QUANTITY, MAX_STOCK};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Alerts, ChangeId, Command, CommandBody, CommandId, Confirm, Deduct, Expire,
-    Limit, LocationId, OrderId, Pause, Quantity, Refund, Restock, RestockMode, Resume, Rollback,
-    SaleWindow, Sku, Transfer, TransferId, UnitId, UserId, Window,
+    AdjustmentId, Alerts, ChangeId, Command, CommandBody, CommandId, CommandKind, Confirm, Deduct,
+    Expire, Limit, LocationId, OrderId, Pause, Quantity, Refund, Refused, Restock, RestockMode,
+    Resume, Rollback, SaleWindow, Sku, Transfer, TransferId, UnitId, UserId, Window,
 };
 
 /// The partitions of generated logs.
@@ -222,8 +222,30 @@ fn body() -> impl Strategy<Value = Body> {
         let id = AdjustmentId::new(format!("a{a}")).unwrap();
         CommandBody::Restock(Restock::units(id, &units).unwrap())
     });
+    // Records another producer wrote with values the rules refuse: a
+    // deduct of nothing, or a transfer that spends no id.
+    let refused_deduct = order_id().prop_map(|order_id| {
+        CommandBody::Refused(Refused {
+            kind: CommandKind::Deduct,
+            order_id: Some(order_id),
+            adjustment_id: None,
+            quantity: Some(0),
+            problem: Quantity::new(0).unwrap_err(),
+        })
+    });
+    let refused_transfer = (0..4u8).prop_map(|n| {
+        CommandBody::Refused(Refused {
+            kind: CommandKind::Transfer,
+            order_id: None,
+            adjustment_id: Some(format!("t{n}")),
+            quantity: Some(-1),
+            problem: Quantity::new(-1).unwrap_err(),
+        })
+    });
+    let refused = prop_oneof![refused_deduct, refused_transfer];
     prop_oneof![
         3 => deduct.prop_map(Body::Ready),
+        1 => refused.prop_map(Body::Ready),
         1 => sale(),
         1 => seats.prop_map(Body::Ready),
         1 => add_seats.prop_map(Body::Ready),

@@ -169,6 +169,10 @@ impl Serialize for Body<'_> {
                 11,
                 Fields::new("Resume").string("change_id", r.change_id.as_str()),
             ),
+            // Refused by `encode_command` before it gets here.
+            CommandBody::Refused(_) => {
+                return Err(serde::ser::Error::custom("a refused command is never sent"))
+            }
         };
         s.serialize_newtype_variant("Body", branch, record.name, &record)
     }

@@ -470,6 +470,9 @@ impl SkuState {
             CommandBody::Window(w) => self.set_window(offset, time, w),
             CommandBody::Pause(p) => self.pause(offset, p),
             CommandBody::Resume(r) => self.resume(offset, r),
+            CommandBody::Refused(r) => {
+                self.decide(ResultCode::RejectedValue, 0, Some(r.problem.to_string()))
+            }
         };
         let moved = StockEvents::between(before, self.available, self.low_stock_below);
         decision.events = decision.events.with(moved).with(self.reach(time));
@@ -908,6 +911,32 @@ mod tests {
         // Refused, the adjustment is not spent: sent right, it applies.
         let fixed = s.apply(P, 9, T, &recorded("r", RestockMode::Set, 12));
         assert_eq!((fixed.result, s.total), (ResultCode::Applied, 12));
+    }
+
+    #[test]
+    fn a_command_whose_values_are_refused_changes_nothing_and_names_the_field() {
+        let mut s = stocked(); // 7 available, 3 held by "held"
+        let before = s.clone();
+        let zero = CommandBody::Refused(crate::Refused {
+            kind: crate::CommandKind::Deduct,
+            order_id: Some(OrderId::new("held").unwrap()),
+            adjustment_id: None,
+            quantity: Some(0),
+            problem: crate::ValidationError::new("quantity", "must be at least 1, got 0"),
+        });
+        let d = s.apply(P, 2, T, &zero);
+        assert_eq!((d.result, d.delta), (ResultCode::RejectedValue, 0));
+        assert_eq!(
+            d.reason.as_deref(),
+            Some("quantity: must be at least 1, got 0")
+        );
+        assert_eq!(d.figures().map(|f| (f.available, f.total)), Some((7, 10)));
+        assert_eq!(
+            (&s.orders, &s.adjustments, s.available, s.total),
+            (&before.orders, &before.adjustments, 7, 10)
+        );
+        // Redelivered, the same answer.
+        assert_eq!(s.apply(P, 2, T, &zero).result, ResultCode::RejectedValue);
     }
 
     #[test]
