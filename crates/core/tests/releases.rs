@@ -22,7 +22,7 @@ use stockledger_core::{
 
 /// (file, text, what its release's Outcome schema carries: restock mode and
 /// rollback reason since v3).
-const RELEASES: [(&str, &str, bool); 10] = [
+const RELEASES: [(&str, &str, bool); 11] = [
     (
         "command-v1-outcome-v1-legacy",
         include_str!("fixtures/releases/command-v1-outcome-v1-legacy.json"),
@@ -71,6 +71,11 @@ const RELEASES: [(&str, &str, bool); 10] = [
     (
         "command-v7-outcome-v9-event-v2",
         include_str!("fixtures/releases/command-v7-outcome-v9-event-v2.json"),
+        true,
+    ),
+    (
+        "command-v7-outcome-v10-event-v2",
+        include_str!("fixtures/releases/command-v7-outcome-v10-event-v2.json"),
         true,
     ),
 ];
@@ -311,6 +316,18 @@ fn script_v8() -> (Vec<Command>, Vec<Decided>) {
     (commands, decisions)
 }
 
+/// `script_v9.rs`: `script_v8.rs`, then a deduct answered `REJECTED_VALUE`.
+fn script_v9() -> (Vec<Command>, Vec<Decided>) {
+    let (mut commands, mut decisions) = script_v8();
+    commands.push(command(
+        "SKU-4",
+        "c-refused",
+        CommandBody::Deduct(Deduct::new("o-3".parse().unwrap(), quantity(1))),
+    ));
+    decisions.push((ResultCode::RejectedValue, 0, 7, Some("as decided".into())));
+    (commands, decisions)
+}
+
 /// The released version a payload's header names, by either fingerprint.
 fn version_of(payload: &[u8]) -> (&'static str, u32) {
     let fingerprint = fingerprint_of(payload).expect("a single-object header");
@@ -324,7 +341,9 @@ fn version_of(payload: &[u8]) -> (&'static str, u32) {
 #[test]
 fn bytes_each_release_wrote_decode_into_todays_commands_and_outcomes() {
     for (name, text, has_command_details) in RELEASES {
-        let (commands, decisions) = if name.starts_with("command-v7") {
+        let (commands, decisions) = if name.starts_with("command-v7-outcome-v10") {
+            script_v9()
+        } else if name.starts_with("command-v7") {
             script_v8()
         } else if name.starts_with("command-v6") {
             // script_v7.rs is script_v6.rs that also writes the events.
