@@ -13,19 +13,16 @@ use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
-use crate::command::{
-    Alerts, Command, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Refund,
-    Refused, Restock, Resume, Rollback, SaleWindow, Transfer, Window,
-};
+use crate::command::{Command, CommandBody, CommandKind, Deduct, SaleWindow};
 use crate::ids::{
-    AdjustmentId, BasketId, ChangeId, CommandId, LocationId, OrderId, Quantity, Sku, TransferId,
-    UserId, ValidationError,
+    BasketId, ChangeId, CommandId, LocationId, Quantity, Sku, UserId, ValidationError,
 };
 use crate::outcome::{
     Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
 };
 use crate::schema::Released;
 
+mod body;
 mod datum;
 mod frame;
 mod strict;
@@ -338,209 +335,7 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
         command_id,
         sku,
         occurred_at,
-        body: body_of(branch, Fields::of(body)?)?,
-    })
-}
-
-/// A body's values built into its command, or, when they are refused, a
-/// [`Refused`] command of `kind` naming what it could read: the record is a
-/// command, and its answer is a rule's (`REJECTED_VALUE`), not a dead
-/// letter. What cannot be read (an id, a text, an instant outside the
-/// range every part of the ledger holds) stays a [`DecodeError`].
-struct Readable {
-    kind: CommandKind,
-    order_id: Option<OrderId>,
-    adjustment_id: Option<String>,
-    quantity: Option<i64>,
-}
-
-impl Readable {
-    fn of(kind: CommandKind) -> Self {
-        Self {
-            kind,
-            order_id: None,
-            adjustment_id: None,
-            quantity: None,
-        }
-    }
-
-    fn body(self, built: Result<CommandBody, ValidationError>) -> CommandBody {
-        built.unwrap_or_else(|problem| {
-            CommandBody::Refused(Refused {
-                kind: self.kind,
-                order_id: self.order_id,
-                adjustment_id: self.adjustment_id,
-                quantity: self.quantity,
-                problem,
-            })
-        })
-    }
-}
-
-/// A deduct's fields, checked as `Deduct`'s constructors check them.
-fn deduct_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
-    let order_id = OrderId::new(body.string("order_id")?)?;
-    let quantity = body.long("quantity")?;
-    let names = body.strings("units")?;
-    let location = (body.optional_string("location")?)
-        .map(LocationId::new)
-        .transpose()?;
-    let user_id = (body.optional_string("user_id")?)
-        .map(UserId::new)
-        .transpose()?;
-    let expires_at = (body.optional_long("expires_at")?)
-        .map(crate::command::check_expires_at)
-        .transpose()?;
-    let basket_id = (body.optional_string("basket_id")?)
-        .map(BasketId::new)
-        .transpose()?;
-    let read = Readable {
-        order_id: Some(order_id.clone()),
-        quantity: Some(quantity),
-        ..Readable::of(CommandKind::Deduct)
-    };
-    let built = (|| {
-        let units = (!names.is_empty()).then_some(&names[..]);
-        let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
-        if let Some(location) = location {
-            taking = taking.at(location)?;
-        }
-        let deduct = Deduct {
-            user_id,
-            expires_at,
-            basket_id,
-            ..taking
-        };
-        deduct.check_basket_line()?;
-        Ok(CommandBody::Deduct(deduct))
-    })();
-    Ok(read.body(built))
-}
-
-/// A transfer's fields; its quantity and its two places are values.
-fn transfer_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
-    let transfer_id = TransferId::new(body.string("transfer_id")?)?;
-    let from = LocationId::named("from", body.string("from")?)?;
-    let to = LocationId::named("to", body.string("to")?)?;
-    let quantity = body.long("quantity")?;
-    let read = Readable {
-        adjustment_id: Some(transfer_id.as_str().to_owned()),
-        quantity: Some(quantity),
-        ..Readable::of(CommandKind::Transfer)
-    };
-    let built = Quantity::new(quantity)
-        .and_then(|q| Transfer::new(transfer_id, from, to, q))
-        .map(CommandBody::Transfer);
-    Ok(read.body(built))
-}
-
-/// A window's fields: each instant must be one the ledger holds; that it
-/// closes after it opens is a value.
-fn window_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
-    let change_id = ChangeId::new(body.string("change_id")?)?;
-    let mut instant = |field: &'static str| -> Result<Option<i64>, DecodeError> {
-        let at = body.optional_long(field)?;
-        Ok(at
-            .map(|at| crate::command::check_instant(field, at))
-            .transpose()?)
-    };
-    let (opens_at, closes_at) = (instant("opens_at")?, instant("closes_at")?);
-    let read = Readable {
-        adjustment_id: Some(change_id.as_str().to_owned()),
-        ..Readable::of(CommandKind::Window)
-    };
-    let built = SaleWindow::new(opens_at, closes_at)
-        .map(|window| CommandBody::Window(Window { change_id, window }));
-    Ok(read.body(built))
-}
-
-/// A restock's fields: a quantity outside what its mode takes is the
-/// restock rule's to refuse; named units of another shape are values.
-fn restock_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
-    let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
-    let mode = parse_restock_mode(&body.symbol("mode")?)?;
-    let quantity = body.long("quantity")?;
-    let names = body.strings("units")?;
-    let location = (body.optional_string("location")?)
-        .map(LocationId::new)
-        .transpose()?;
-    let read = Readable {
-        adjustment_id: Some(adjustment_id.as_str().to_owned()),
-        quantity: Some(quantity),
-        ..Readable::of(CommandKind::Restock)
-    };
-    let units = (!names.is_empty()).then_some(&names[..]);
-    let built = Restock::as_recorded(adjustment_id, mode, Some(quantity), units)
-        .and_then(|restock| match location {
-            Some(location) => restock.at(location),
-            None => Ok(restock),
-        })
-        .map(CommandBody::Restock);
-    Ok(read.body(built))
-}
-
-/// A count read from a record: a value from 1 to 10⁹, named `field`.
-fn count_of(field: &'static str, read: Option<i64>) -> Result<Option<Quantity>, ValidationError> {
-    read.map(|n| Quantity::of_field(field, n)).transpose()
-}
-
-/// The body of union branch `branch`, from its record's fields.
-fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
-    Ok(match branch {
-        0 => deduct_of(&mut body)?,
-        1 => CommandBody::Rollback(Rollback::new(
-            OrderId::new(body.string("order_id")?)?,
-            body.optional_string("reason")?,
-        )?),
-        2 => restock_of(&mut body)?,
-        3 => CommandBody::Confirm(Confirm {
-            order_id: OrderId::new(body.string("order_id")?)?,
-        }),
-        4 => {
-            let order_id = OrderId::new(body.string("order_id")?)?;
-            let quantity = body.optional_long("quantity")?;
-            let read = Readable {
-                order_id: Some(order_id.clone()),
-                quantity,
-                ..Readable::of(CommandKind::Refund)
-            };
-            let built = count_of("quantity", quantity)
-                .map(|quantity| CommandBody::Refund(Refund { order_id, quantity }));
-            read.body(built)
-        }
-        5 => CommandBody::Expire(Expire {
-            order_id: OrderId::new(body.string("order_id")?)?,
-        }),
-        6 => {
-            let per_user = body.optional_long("per_user")?;
-            let read = Readable {
-                quantity: per_user,
-                ..Readable::of(CommandKind::Limit)
-            };
-            read.body(
-                count_of("per_user", per_user)
-                    .map(|per_user| CommandBody::Limit(Limit { per_user })),
-            )
-        }
-        7 => transfer_of(&mut body)?,
-        8 => {
-            let below = body.optional_long("low_stock_below")?;
-            let read = Readable {
-                quantity: below,
-                ..Readable::of(CommandKind::Alerts)
-            };
-            let built = count_of("low_stock_below", below)
-                .map(|low_stock_below| CommandBody::Alerts(Alerts { low_stock_below }));
-            read.body(built)
-        }
-        9 => window_of(&mut body)?,
-        10 => CommandBody::Pause(Pause {
-            change_id: ChangeId::new(body.string("change_id")?)?,
-        }),
-        11 => CommandBody::Resume(Resume {
-            change_id: ChangeId::new(body.string("change_id")?)?,
-        }),
-        other => return Err(shape(format!("body: unknown union branch {other}"))),
+        body: body::body_of(branch, Fields::of(body)?)?,
     })
 }
 
@@ -927,6 +722,10 @@ fn stock_events(value: Value) -> Result<StockEvents, DecodeError> {
 mod tests {
     use super::*;
     use crate::command::RestockMode;
+    use crate::command::{
+        Alerts, Confirm, Expire, Limit, Pause, Refund, Restock, Resume, Rollback, Transfer, Window,
+    };
+    use crate::ids::{AdjustmentId, OrderId, TransferId};
     use crate::schema::{self, Subject};
 
     fn command(body: CommandBody) -> Command {

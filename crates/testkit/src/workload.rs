@@ -203,15 +203,6 @@ fn body() -> impl Strategy<Value = Body> {
                 None => restock,
             })
         });
-    // Transfer ids share the adjustments' namespace: "a0" may meet a restock.
-    let transfer_id = prop_oneof![Just("t"), Just("a")];
-    let transfer =
-        (transfer_id, 0..4u8, 0..3u8, 1..3u8, 1..=4i64).prop_map(|(kind, n, from, step, q)| {
-            let at = |i: u8| LocationId::new(format!("L{}", i % 3)).unwrap();
-            let id = TransferId::new(format!("{kind}{n}")).unwrap();
-            let moved = Transfer::new(id, at(from), at(from + step), Quantity::new(q).unwrap());
-            CommandBody::Transfer(moved.unwrap())
-        });
     let seats = (order_id(), units(), user_id()).prop_map(|(order_id, units, user_id)| {
         CommandBody::Deduct(Deduct {
             user_id,
@@ -222,8 +213,39 @@ fn body() -> impl Strategy<Value = Body> {
         let id = AdjustmentId::new(format!("a{a}")).unwrap();
         CommandBody::Restock(Restock::units(id, &units).unwrap())
     });
-    // Records another producer wrote with values the rules refuse: a
-    // deduct of nothing, or a transfer that spends no id.
+    prop_oneof![
+        3 => deduct.prop_map(Body::Ready),
+        1 => refused().prop_map(Body::Ready),
+        1 => sale(),
+        1 => seats.prop_map(Body::Ready),
+        1 => add_seats.prop_map(Body::Ready),
+        4 => reserve,
+        3 => rollback.prop_map(Body::Ready),
+        3 => restock.prop_map(Body::Ready),
+        3 => confirm.prop_map(Body::Ready),
+        2 => expire.prop_map(Body::Ready),
+        2 => refund.prop_map(Body::Ready),
+        1 => limit.prop_map(Body::Ready),
+        2 => transfer().prop_map(Body::Ready),
+        1 => alerts.prop_map(Body::Ready),
+    ]
+}
+
+/// A transfer between two of the three locations. Transfer ids share the
+/// adjustments' namespace: "a0" may meet a restock.
+fn transfer() -> impl Strategy<Value = CommandBody> {
+    let transfer_id = prop_oneof![Just("t"), Just("a")];
+    (transfer_id, 0..4u8, 0..3u8, 1..3u8, 1..=4i64).prop_map(|(kind, n, from, step, q)| {
+        let at = |i: u8| LocationId::new(format!("L{}", i % 3)).unwrap();
+        let id = TransferId::new(format!("{kind}{n}")).unwrap();
+        let moved = Transfer::new(id, at(from), at(from + step), Quantity::new(q).unwrap());
+        CommandBody::Transfer(moved.unwrap())
+    })
+}
+
+/// Records another producer wrote with values the rules refuse: a deduct
+/// of nothing, or a transfer that spends no id.
+fn refused() -> impl Strategy<Value = CommandBody> {
     let refused_deduct = order_id().prop_map(|order_id| {
         CommandBody::Refused(Refused {
             kind: CommandKind::Deduct,
@@ -242,23 +264,7 @@ fn body() -> impl Strategy<Value = Body> {
             problem: Quantity::new(-1).unwrap_err(),
         })
     });
-    let refused = prop_oneof![refused_deduct, refused_transfer];
-    prop_oneof![
-        3 => deduct.prop_map(Body::Ready),
-        1 => refused.prop_map(Body::Ready),
-        1 => sale(),
-        1 => seats.prop_map(Body::Ready),
-        1 => add_seats.prop_map(Body::Ready),
-        4 => reserve,
-        3 => rollback.prop_map(Body::Ready),
-        3 => restock.prop_map(Body::Ready),
-        3 => confirm.prop_map(Body::Ready),
-        2 => expire.prop_map(Body::Ready),
-        2 => refund.prop_map(Body::Ready),
-        1 => limit.prop_map(Body::Ready),
-        2 => transfer.prop_map(Body::Ready),
-        1 => alerts.prop_map(Body::Ready),
-    ]
+    prop_oneof![refused_deduct, refused_transfer]
 }
 
 /// A change of the sale: a window that opens or closes within a few
