@@ -87,6 +87,7 @@ async fn fill_and_measure(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu: None,
     }];
     // Same seed every run: the same SKUs and instants are asked for.
@@ -335,6 +336,7 @@ where
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu: None,
     })
 }

@@ -68,6 +68,7 @@ pub(crate) async fn redis_lua_direct(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu,
     })
 }
@@ -154,6 +155,7 @@ pub(crate) async fn pg_rows(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu,
     })
 }
@@ -284,6 +286,7 @@ pub(crate) async fn redis_floor(
             latency_ms: None,
             peak_rss_mib: None,
             failed: None,
+            instructions: None,
             machine_cpu,
         };
         print_measurement(&m);

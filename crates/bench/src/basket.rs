@@ -74,6 +74,7 @@ pub(crate) async fn basket(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed,
+        instructions: None,
         machine_cpu,
     })
 }

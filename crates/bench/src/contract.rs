@@ -153,6 +153,7 @@ pub(crate) async fn archive(
         latency_ms: None,
         peak_rss_mib: None,
         failed: archive_differs(pool, topic, records).await?,
+        instructions: None,
         machine_cpu,
     })
 }

@@ -72,6 +72,7 @@ pub(crate) async fn e2e(
         latency_ms: None,
         peak_rss_mib: None,
         failed: (!failures.is_empty()).then(|| failures.join("; ")),
+        instructions: None,
         machine_cpu,
     };
     archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
@@ -144,6 +145,7 @@ pub(crate) async fn events_cost(
             latency_ms: None,
             peak_rss_mib: None,
             failed: (!failures.is_empty()).then(|| failures.join("; ")),
+            instructions: None,
             machine_cpu,
         };
         print_measurement(&measurement);
@@ -238,6 +240,7 @@ pub(crate) fn latency_measurement(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu: None,
     })
 }
@@ -270,6 +273,7 @@ pub(crate) async fn replay(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu,
     })
 }

@@ -160,6 +160,7 @@ pub(crate) async fn kstreams(
             latency_ms: None,
             peak_rss_mib: None,
             failed: (!failures.is_empty()).then(|| failures.join("; ")),
+            instructions: None,
             machine_cpu: peer.machine_cpu,
         };
         print_measurement(&m);

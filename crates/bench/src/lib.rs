@@ -83,6 +83,7 @@ mod process;
 mod report;
 mod scaleout;
 mod seatmap;
+pub mod stages;
 mod timeline;
 
 /// One command in this many of the e2e scenarios is a rollback.
@@ -214,10 +215,15 @@ pub enum Scenario {
     /// archiver's peak RSS and the replay rate at a tenth, half and all of
     /// it. Run on demand only: not part of the default set.
     Scale,
+    /// The instructions a record costs in each stage of the apply path
+    /// (decode, decide, encode the outcome), counted by callgrind over a
+    /// fixed set of records: figures no neighbour moves.
+    Stages,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 21] = [
+    const ALL: [Scenario; 22] = [
+        Self::Stages,
         Self::RedisLuaDirect,
         Self::RedisFloor,
         Self::PgRow,
@@ -265,12 +271,13 @@ impl Scenario {
             Self::ScaleOut => "scale-out",
             Self::Kstreams => "kstreams",
             Self::Scale => "scale",
+            Self::Stages => "stages",
         }
     }
 }
 
 /// One scenario's figure.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Measurement {
     scenario: &'static str,
     records: u64,
@@ -286,6 +293,9 @@ struct Measurement {
     /// Busy CPU seconds of the whole machine over the timed part
     /// ([`cpu::MachineCpu`]), for throughput scenarios.
     machine_cpu: Option<f64>,
+    /// Instructions a record in each stage of the apply path, for the
+    /// stages scenario ([`stages`]).
+    instructions: Option<Vec<(&'static str, f64)>>,
 }
 
 impl Measurement {
@@ -501,6 +511,7 @@ impl Bench<'_> {
         let pool = &self.pool;
         let name = scenario.name();
         Ok(match scenario {
+            Scenario::Stages => stages::stages(counts.records)?,
             Scenario::SseFanout => {
                 let (streams, events) = if args.quick { (50, 50) } else { (1_000, 2_000) };
                 gateway::sse_fanout(g, args, run_id, streams, events, 100).await?

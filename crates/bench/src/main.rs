@@ -25,6 +25,16 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // The stages scenario's worker, run by callgrind: no flags, no services.
+    if let Some(records) = std::env::var_os(stockledger_bench::stages::WORKER_ENV) {
+        return match stockledger_bench::stages::worker(&records.to_string_lossy()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // KAFKA_PROPERTIES and the services' passwords, as `stockledger` takes them.

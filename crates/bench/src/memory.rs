@@ -53,6 +53,7 @@ pub(crate) async fn memory(
         latency_ms: None,
         peak_rss_mib: Some([applier_rss, archiver_rss]),
         failed,
+        instructions: None,
         machine_cpu: None,
     })
 }
@@ -102,10 +103,9 @@ pub(crate) async fn scale(
             setup: format!(
                 "scale: the first {step} of {records} records over {skus} SKUs, applied and archived by separate processes: peak RSS applier {applier_rss:.1} MiB, archiver {archiver_rss:.1} MiB"
             ),
-            latency_ms: None,
             peak_rss_mib: Some([applier_rss, archiver_rss]),
             failed,
-            machine_cpu: None,
+            ..Measurement::default()
         };
         print_measurement(&m);
         results.push(m);
@@ -144,6 +144,7 @@ pub(crate) async fn scale(
             latency_ms: None,
             peak_rss_mib: None,
             failed: None,
+            instructions: None,
             machine_cpu: None,
         };
         print_measurement(&m);

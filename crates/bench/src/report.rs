@@ -39,6 +39,7 @@ pub(crate) fn write_results(
             "machine_cpu_us_per_record": m.machine_cpu_us(),
             "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
             "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
+            "instructions": m.instructions.as_ref().map(|stages| stages.iter().map(|(stage, per)| ((*stage).to_owned(), serde_json::json!(per))).collect::<serde_json::Map<_, _>>()),
             "setup": m.setup,
             "failed": m.failed,
         })).collect::<Vec<_>>(),
@@ -227,6 +228,7 @@ mod tests {
             latency_ms: (scenario == "latency-5k").then_some([12.0, 25.0, 31.5]),
             peak_rss_mib: None,
             failed: None,
+            instructions: None,
             machine_cpu: None,
         }
     }

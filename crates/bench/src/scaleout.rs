@@ -64,6 +64,7 @@ pub(crate) async fn scale_out(
             latency_ms: None,
             peak_rss_mib: None,
             failed,
+            instructions: None,
             machine_cpu: None,
         };
         print_measurement(&m);

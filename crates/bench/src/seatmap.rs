@@ -85,6 +85,7 @@ pub(crate) async fn seat_map(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu: None,
     })
 }

@@ -160,6 +160,7 @@ pub(crate) async fn throughput(
         latency_ms: None,
         peak_rss_mib: None,
         failed: None,
+        instructions: None,
         machine_cpu,
     })
 }
@@ -260,6 +261,7 @@ pub(crate) async fn pipelined(
                 latency_ms: None,
                 peak_rss_mib: None,
                 failed: None,
+                instructions: None,
                 machine_cpu,
             };
             crate::print_measurement(&m);
@@ -370,6 +372,7 @@ pub(crate) async fn sse_fanout(
         latency_ms: Some([p50, p99, p999]),
         peak_rss_mib: None,
         failed: (!failures.is_empty()).then(|| failures.into_iter().take(3).collect::<Vec<_>>().join("; ")),
+        instructions: None,
         machine_cpu: None,
     })
 }
