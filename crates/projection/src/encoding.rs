@@ -101,6 +101,13 @@ pub fn decode_sale(s: &str) -> Option<(SaleWindow, SalePhase, bool)> {
     parts.next().is_none().then_some((window, phase, paused))
 }
 
+/// The value of stock field `name` in `stock`, a stock hash's fields as
+/// [`STOCK_FIELDS`].
+pub(crate) fn stock_field<'a>(stock: &'a [Option<String>], name: &str) -> Option<&'a str> {
+    let at = STOCK_FIELDS.iter().position(|f| *f == name)?;
+    stock.get(at)?.as_deref()
+}
+
 /// A stock hash read into a SKU's state, the one reading every reader of
 /// Redis shares: `field` gives a field's value, `None` when absent. The
 /// state's stock figures, reservations, limit, threshold, partition, last

@@ -19,19 +19,12 @@ use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit
 
 use crate::encoding::{
     decode_decision, decode_locations, decode_order, decode_stock, decode_unit, encode_decision,
-    encode_locations, encode_order, encode_sale, encode_unit, seat_letter, unit_of_field,
-    user_of_field, ALERTS_FIELD, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, OFFSET, SALE, SALE_FIELD,
-    SEATMAP_FIELD, STOCK_FIELDS, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
+    encode_locations, encode_order, encode_sale, encode_unit, seat_letter, stock_field,
+    unit_of_field, user_of_field, ALERTS_FIELD, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, OFFSET, SALE,
+    SALE_FIELD, SEATMAP_FIELD, STOCK_FIELDS, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
 };
 use crate::keys::SkuKeys;
 use crate::projection::ProjectionError;
-
-/// The value of stock field `name` in `stock`, a stock hash's fields as
-/// [`STOCK_FIELDS`].
-fn stock_field<'a>(stock: &'a [Option<String>], name: &str) -> Option<&'a str> {
-    let at = STOCK_FIELDS.iter().position(|f| *f == name)?;
-    stock.get(at)?.as_deref()
-}
 
 /// How many of [`STOCK_FIELDS`] every applied record writes (the rest are
 /// set and deleted by the records that change them).

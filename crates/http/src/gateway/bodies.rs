@@ -289,11 +289,12 @@ pub struct DecisionBody {
 
 impl From<Decision> for DecisionBody {
     fn from(d: Decision) -> Self {
+        let figures = d.figures();
         Self {
             result: d.result.as_str().to_owned(),
             delta: d.delta,
-            available: d.figures().map(|f| f.available),
-            total: d.figures().map(|f| f.total),
+            available: figures.map(|f| f.available),
+            total: figures.map(|f| f.total),
             reason: d.reason,
             location: d.location,
             events: d.events.kinds().map(|k| k.as_str().to_owned()).collect(),

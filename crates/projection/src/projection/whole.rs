@@ -2,7 +2,7 @@
 //! archived history (compaction), and swapped in from a rebuilt prefix.
 
 use super::*;
-use crate::encoding::STOCK_FIELDS;
+use crate::encoding::{stock_field, STOCK_FIELDS};
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
@@ -40,10 +40,7 @@ impl Projection {
             self.redis.transact_each(reads).await?;
         let mut states = Vec::with_capacity(skus.len());
         for (sku, (stock, orders, adjustments)) in skus.iter().zip(hashes) {
-            let read = decode_stock(|f| {
-                let at = STOCK_FIELDS.iter().position(|name| *name == f)?;
-                stock.get(at)?.as_deref()
-            });
+            let read = decode_stock(|f| stock_field(&stock, f));
             let corrupt = |value: String| ProjectionError::Corrupt {
                 key: SkuKeys::new(&self.prefix, sku).stock,
                 value,
