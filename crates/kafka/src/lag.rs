@@ -2,12 +2,12 @@
 //! member holds, for progress reports, metrics and readiness probes.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
@@ -56,6 +56,21 @@ pub struct LagContext {
     assignment: Assignment,
     /// The partitions of `topic` held now.
     held: Mutex<BTreeSet<i32>>,
+    /// librdkafka said it could not read the committed offsets of
+    /// partitions assigned here: it never fetches those ([`stranding`]).
+    stranded: AtomicBool,
+}
+
+/// Whether librdkafka's error `reason` says it could not read the committed
+/// offsets of partitions assigned to this member. librdkafka (2.12) then
+/// never starts fetching them: a request-level error to its OffsetFetch
+/// (`NOT_COORDINATOR` from a coordinator that just moved) leaves them
+/// waiting for an answer that never comes, and a partition-level one leaves
+/// them aside until the next assignment (confluentinc/librdkafka#5586). The
+/// member holds its partitions, reports no lag and reads nothing; only a new
+/// consumer starts them again.
+pub fn stranding(reason: &str) -> bool {
+    reason.starts_with("Failed to fetch committed offset")
 }
 
 impl LagContext {
@@ -76,7 +91,15 @@ impl LagContext {
             lag,
             assignment,
             held: Mutex::new(BTreeSet::new()),
+            stranded: AtomicBool::new(false),
         }
+    }
+
+    /// Whether librdkafka left partitions of this member unfetched for good
+    /// ([`stranding`]): the member must rejoin with a new consumer. Set by
+    /// the error the consumer hands out with it, before that error.
+    pub fn stranded(&self) -> bool {
+        self.stranded.load(Ordering::Relaxed)
     }
 }
 
@@ -107,13 +130,38 @@ impl ClientContext for LagContext {
             error,
             KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
         );
-        if !end_of_partition {
-            tracing::error!(%error, reason, "librdkafka error");
+        if end_of_partition {
+            return;
+        }
+        tracing::error!(%error, reason, "librdkafka error");
+        if stranding(reason) {
+            self.stranded.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                topic = %self.topic,
+                "librdkafka will not fetch the partitions whose committed offsets it could not \
+                 read (confluentinc/librdkafka#5586); this member rejoins with a new consumer"
+            );
         }
     }
 }
 
 impl ConsumerContext for LagContext {
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        // Asynchronous commits fail quietly otherwise. Not fatal: what was
+        // not committed is redelivered and recognised.
+        if let Err(error) = result {
+            let partitions: Vec<String> = offsets
+                .elements()
+                .iter()
+                .map(|e| {
+                    let offset = e.offset().to_raw().unwrap_or(-1);
+                    format!("{}/{}@{offset}", e.topic(), e.partition())
+                })
+                .collect();
+            tracing::warn!(%error, offsets = %partitions.join(","), "an offset commit failed");
+        }
+    }
+
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         // Kept from the events themselves (eager: a revoke of all, then
         // the whole new assignment; cooperative: the changes), never by
@@ -147,5 +195,28 @@ impl ConsumerContext for LagContext {
         }
         self.assignment.held.store(held.len(), Ordering::Relaxed);
         metrics::gauge!(ASSIGNED_GAUGE, "topic" => self.topic.clone()).set(held.len() as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The three ways librdkafka 2.12 words it (rdkafka_assignment.c).
+    #[test]
+    fn every_failed_offset_fetch_of_an_assignment_strands_it() {
+        for reason in [
+            "Failed to fetch committed offsets for 0 partition(s) in group \"g\": Broker: Not coordinator",
+            "Failed to fetch committed offsets for partitions in group \"g\": Local: Broker transport failure",
+            "Failed to fetch committed offset for group \"g\" topic t [2]: Broker: Unknown topic or partition",
+        ] {
+            assert!(stranding(reason), "{reason}");
+        }
+        for reason in [
+            "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+            "Fetch from broker 1 reached end of partition at offset 3 (HighwaterMark 3)",
+        ] {
+            assert!(!stranding(reason), "{reason}");
+        }
     }
 }

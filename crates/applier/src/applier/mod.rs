@@ -130,13 +130,14 @@ async fn fold(
         if !fenced || *stop.borrow() {
             return Ok(total);
         }
-        // librdkafka gives up on a consumer the broker fenced for good; a
-        // new one rejoins (what was not committed is redelivered and
-        // skipped as applied).
+        // librdkafka gives up on a consumer the broker fenced for good, and
+        // on partitions whose committed offsets it could not read; a new
+        // one rejoins (what was not committed is redelivered and skipped
+        // as applied).
         warn!(
             group = %config.group_id,
-            "the brokers fenced this member (its session ended while it could not reach \
-             them); rejoining with a new consumer"
+            "the consumer cannot go on (fenced by the brokers, or holding partitions it will \
+             never fetch); rejoining with a new consumer"
         );
         match start_when_possible(&config, &stop).await? {
             Some(fresh) => applier = fresh,
@@ -368,8 +369,10 @@ impl Applier {
         })
     }
 
-    /// Applies until asked to stop, or until the consumer is fenced for
-    /// good (`true`: the caller starts a new one).
+    /// Applies until asked to stop, or until the consumer cannot go on
+    /// (`true`: the caller starts a new one): fenced for good, or holding
+    /// partitions librdkafka will never fetch
+    /// ([`LagContext::stranded`]).
     // Over the length limit until the one-rule-set work reshapes the
     // applier's loop (the projection and applier crates are left to it).
     #[allow(clippy::too_many_lines)]
@@ -398,6 +401,14 @@ impl Applier {
         let mut settling = tokio::time::interval(crate::baskets::INTERVAL);
         settling.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            if self.consumer.context().stranded() {
+                // Set with a consumer error, which may have been taken
+                // while filling a batch: looked at every turn (the
+                // expirer's tick makes one five times a second).
+                error!("the consumer holds partitions it will never fetch");
+                fenced = true;
+                break;
+            }
             let first = tokio::select! {
                 biased;
                 // Unit, not the borrow `wait_for` returns: a branch below

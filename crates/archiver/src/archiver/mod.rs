@@ -238,6 +238,13 @@ async fn archive(
         if *stop.borrow() {
             break;
         }
+        if consumer.context().stranded() {
+            // librdkafka will never fetch some partitions it assigned here
+            // (`LagContext::stranded`); a new consumer starts them again.
+            warn!(group = %config.group_id, "the consumer holds partitions it will never fetch; rejoining with a new one");
+            consumer = rejoin(consumer, &config, &settings, &progress).await?;
+            continue;
+        }
         let page = if next.is_empty() {
             let first = tokio::select! {
                 biased;
@@ -255,9 +262,7 @@ async fn archive(
                     // for good; a new one rejoins. The progress table says
                     // where to go on; pages read again are skipped.
                     warn!(error = %Chain(&e), group = %config.group_id, "the consumer cannot go on; rejoining with a new one");
-                    let offsets = offsets_of(&config.outcomes_topic, &progress);
-                    commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await;
-                    consumer = join(&config, &settings)?;
+                    consumer = rejoin(consumer, &config, &settings, &progress).await?;
                     continue;
                 }
                 Err(e) => {
@@ -361,6 +366,19 @@ fn consumer_settings<'a>(config: &'a ArchiverConfig, stats_ms: &'a str) -> Vec<(
         settings.push(("group.instance.id", id));
     }
     settings
+}
+
+/// Closes `consumer` (committing what `progress` says is archived) and
+/// joins the group with a new one.
+async fn rejoin(
+    consumer: StreamConsumer<LagContext>,
+    config: &ArchiverConfig,
+    settings: &[(&str, &str)],
+    progress: &HashMap<i32, i64>,
+) -> Result<StreamConsumer<LagContext>, ArchiverError> {
+    let offsets = offsets_of(&config.outcomes_topic, progress);
+    commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await;
+    join(config, settings)
 }
 
 /// A new consumer in the archiver's group, subscribed to the outcomes.
