@@ -24,6 +24,7 @@ use crate::schema::Released;
 
 mod body;
 mod datum;
+mod direct;
 mod frame;
 mod strict;
 mod value;
@@ -322,20 +323,39 @@ fn sale_value(branch: u32, change_id: &ChangeId, window: Option<&SaleWindow>) ->
 /// assert_eq!(decode_command(b"not avro"), Err(DecodeError::NotSingleObject));
 /// ```
 pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
+    match SCHEMAS.command_direct(payload) {
+        Some((root, branch, body)) => command_of(root, branch, body),
+        None => decode_command_generally(payload),
+    }
+}
+
+/// [`decode_command`] by apache-avro's `Value`, after the strict walk: any
+/// released version, and every refusal named.
+fn decode_command_generally(payload: &[u8]) -> Result<Command, DecodeError> {
     let value = SCHEMAS.command.decode(payload)?;
     let mut fields = Fields::of(value)?;
-    let command_id = CommandId::new(fields.string("command_id")?)?;
-    let sku = Sku::new(fields.string("sku")?)?;
-    let occurred_at = crate::command::check_instant("occurred_at", fields.long("occurred_at")?)?;
     let (branch, body) = match fields.take("body")? {
         Value::Union(branch, body) => (branch, *body),
         other => return Err(malformed("body", &other)),
     };
+    command_of(fields, branch, Fields::of(body)?)
+}
+
+/// The command of a record's fields and its body's (union branch `branch`),
+/// whichever reader read them.
+fn command_of(
+    mut fields: impl Record,
+    branch: u32,
+    body: impl Record,
+) -> Result<Command, DecodeError> {
+    let command_id = CommandId::new(fields.string("command_id")?)?;
+    let sku = Sku::new(fields.string("sku")?)?;
+    let occurred_at = crate::command::check_instant("occurred_at", fields.long("occurred_at")?)?;
     Ok(Command {
         command_id,
         sku,
         occurred_at,
-        body: body::body_of(branch, Fields::of(body)?)?,
+        body: body::body_of(branch, body)?,
     })
 }
 

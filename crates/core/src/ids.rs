@@ -270,6 +270,16 @@ impl ValidationError {
 /// assert!(refused.to_string().contains("bidirectional"), "{refused}");
 /// ```
 pub fn check_text(field: &'static str, value: &str) -> Result<(), ValidationError> {
+    // Printable ASCII, as nearly every text is, has neither kind: passed
+    // in one look at each byte.
+    if value.bytes().all(|b| matches!(b, b' '..=b'~')) {
+        return Ok(());
+    }
+    check_text_fully(field, value)
+}
+
+/// [`check_text`] character by character, naming the one refused.
+fn check_text_fully(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if let Some(c) = value.chars().find(|c| c.is_control()) {
         return Err(ValidationError::new(
             field,
@@ -304,6 +314,14 @@ fn is_bidi_control(c: char) -> bool {
 /// assert_eq!(check_id("warehouse", " eu").unwrap_err().field, "warehouse");
 /// ```
 pub fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError> {
+    if is_plain_id(value) {
+        return Ok(());
+    }
+    check_id_fully(field, value)
+}
+
+/// [`check_id`] rule by rule, naming the first one `value` breaks.
+fn check_id_fully(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
     }
@@ -330,6 +348,18 @@ pub fn check_id(field: &'static str, value: &str) -> Result<(), ValidationError>
         ));
     }
     Ok(())
+}
+
+/// Whether `value` passes [`check_id`] at a glance, as nearly every id
+/// does: 1 to [`MAX_ID_LEN`] bytes of printable ASCII, no brace, no space
+/// at either end. Anything else takes the checks that name its fault.
+fn is_plain_id(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    matches!((bytes.first(), bytes.last()), (Some(&first), Some(&last)) if first != b' ' && last != b' ')
+        && bytes.len() <= MAX_ID_LEN
+        && bytes
+            .iter()
+            .all(|&b| matches!(b, b' '..=b'~') && b != b'{' && b != b'}')
 }
 
 macro_rules! id_type {
@@ -538,6 +568,38 @@ impl fmt::Display for Quantity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The glance of [`check_id`] and [`check_text`] answers every text of
+    /// up to three characters as their rules do, at the edges of printable
+    /// ASCII and beyond it.
+    #[test]
+    fn the_plain_ascii_glance_agrees_with_the_rules() {
+        let alphabet = [
+            ' ', '!', '~', '{', '}', 'a', '\u{7F}', '\u{1F}', '\t', 'é', '\u{200E}', '\u{A0}',
+        ];
+        let mut texts = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            texts.extend(longer);
+        }
+        texts.push("x".repeat(MAX_ID_LEN));
+        texts.push("x".repeat(MAX_ID_LEN + 1));
+        for text in &texts {
+            assert_eq!(
+                check_id("f", text).is_ok(),
+                check_id_fully("f", text).is_ok(),
+                "{text:?}"
+            );
+            assert_eq!(
+                check_text("f", text).is_ok(),
+                check_text_fully("f", text).is_ok(),
+                "{text:?}"
+            );
+        }
+    }
 
     #[test]
     fn ids_refuse_empty_long_and_control_characters_naming_the_field() {

@@ -49,7 +49,7 @@ impl Readable {
 }
 
 /// A deduct's fields, checked as `Deduct`'s constructors check them.
-fn deduct_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+fn deduct_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let order_id = OrderId::new(body.string("order_id")?)?;
     let quantity = body.long("quantity")?;
     let names = body.strings("units")?;
@@ -89,7 +89,7 @@ fn deduct_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
 }
 
 /// A transfer's fields; its quantity and its two places are values.
-fn transfer_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+fn transfer_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let transfer_id = TransferId::new(body.string("transfer_id")?)?;
     let from = LocationId::named("from", body.string("from")?)?;
     let to = LocationId::named("to", body.string("to")?)?;
@@ -107,7 +107,7 @@ fn transfer_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
 
 /// A window's fields: each instant must be one the ledger holds; that it
 /// closes after it opens is a value.
-fn window_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+fn window_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let change_id = ChangeId::new(body.string("change_id")?)?;
     let mut instant = |field: &'static str| -> Result<Option<i64>, DecodeError> {
         let at = body.optional_long(field)?;
@@ -127,9 +127,9 @@ fn window_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
 
 /// A restock's fields: a quantity outside what its mode takes is the
 /// restock rule's to refuse; named units of another shape are values.
-fn restock_of(body: &mut Fields) -> Result<CommandBody, DecodeError> {
+fn restock_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
-    let mode = parse_restock_mode(&body.symbol("mode")?)?;
+    let mode = body.restock_mode("mode")?;
     let quantity = body.long("quantity")?;
     let names = body.strings("units")?;
     let location = (body.optional_string("location")?)
@@ -156,7 +156,7 @@ fn count_of(field: &'static str, read: Option<i64>) -> Result<Option<Quantity>, 
 }
 
 /// The body of union branch `branch`, from its record's fields.
-pub(super) fn body_of(branch: u32, mut body: Fields) -> Result<CommandBody, DecodeError> {
+pub(super) fn body_of(branch: u32, mut body: impl Record) -> Result<CommandBody, DecodeError> {
     Ok(match branch {
         0 => deduct_of(&mut body)?,
         1 => CommandBody::Rollback(Rollback::new(

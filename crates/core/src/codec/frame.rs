@@ -11,6 +11,7 @@ use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::{GenericSingleObjectReader, Schema};
 
+use super::direct::{Plan, RawFields};
 use super::strict::{Flaw, Strict};
 use super::{DecodeError, EncodeError, MAX_PAYLOAD_LEN};
 use crate::schema::{self, Released, Subject};
@@ -265,16 +266,40 @@ pub fn fingerprint_of(payload: &[u8]) -> Option<u64> {
 
 pub(super) struct Schemas {
     pub(super) command: Framed,
+    /// The current command schema's datums read straight from their bytes
+    /// (`None`: its shape is beyond that reader, and every datum takes
+    /// the general one).
+    pub(super) command_plan: Option<Plan>,
     pub(super) outcome: Framed,
     pub(super) event: Framed,
+}
+
+impl Schemas {
+    /// The fields of a command `payload` in the current schema, its body's
+    /// branch and fields, read in one pass ([`Plan::read`]); `None`: the
+    /// payload is for [`Framed::decode`] to read or refuse.
+    pub(super) fn command_direct<'a>(
+        &'a self,
+        payload: &'a [u8],
+    ) -> Option<(RawFields<'a>, u32, RawFields<'a>)> {
+        let plan = self.command_plan.as_ref()?;
+        if payload.len() > MAX_PAYLOAD_LEN
+            || fingerprint_of(payload)? != self.command.current.fingerprint
+        {
+            return None;
+        }
+        plan.read(&payload[10..])
+    }
 }
 
 pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     // Garbage must never make the decoder allocate more than a payload can
     // hold; this caps every length prefix.
     apache_avro::util::max_allocation_bytes(MAX_PAYLOAD_LEN);
+    let command = Framed::new(Subject::Command);
     Schemas {
-        command: Framed::new(Subject::Command),
+        command_plan: Plan::of(command.schema()),
+        command,
         outcome: Framed::new(Subject::Outcome),
         event: Framed::new(Subject::StockEvent),
     }

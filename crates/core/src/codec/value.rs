@@ -54,7 +54,7 @@ pub(super) fn parse_restock_mode(symbol: &str) -> Result<RestockMode, DecodeErro
     }
 }
 
-pub(super) fn malformed(field: &str, value: &Value) -> DecodeError {
+pub(super) fn malformed(field: &str, value: &impl std::fmt::Debug) -> DecodeError {
     shape(format!("{field}: unexpected value {value:?}"))
 }
 
@@ -85,20 +85,6 @@ impl Fields {
         Ok(self.0.swap_remove(index).1)
     }
 
-    pub(super) fn string(&mut self, name: &str) -> Result<String, DecodeError> {
-        match self.take(name)? {
-            Value::String(s) => Ok(s),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
-    pub(super) fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
-        match self.take(name)? {
-            Value::Long(n) | Value::TimestampMillis(n) => Ok(n),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
     pub(super) fn symbol(&mut self, name: &str) -> Result<String, DecodeError> {
         match self.take(name)? {
             Value::Enum(_, symbol) => Ok(symbol),
@@ -115,8 +101,44 @@ impl Fields {
             other => Err(malformed(name, &other)),
         }
     }
+}
 
-    pub(super) fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
+/// A record's fields taken out by name with an error naming the field,
+/// whichever reader read them: a `Value` of apache-avro's ([`Fields`]), or
+/// the current schema's datum read straight from its bytes
+/// (`direct::RawFields`). The rules that build a command from them are
+/// written once, over this.
+pub(super) trait Record {
+    fn string(&mut self, name: &str) -> Result<String, DecodeError>;
+    fn long(&mut self, name: &str) -> Result<i64, DecodeError>;
+    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError>;
+    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError>;
+    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError>;
+    /// An array of strings (empty when a record written before the field
+    /// existed is resolved with its default).
+    fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError>;
+}
+
+impl Record for Fields {
+    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
+        match self.take(name)? {
+            Value::String(s) => Ok(s),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
+        match self.take(name)? {
+            Value::Long(n) | Value::TimestampMillis(n) => Ok(n),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError> {
+        parse_restock_mode(&self.symbol(name)?)
+    }
+
+    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
         match self.optional(name)? {
             None => Ok(None),
             Some(Value::Long(n) | Value::TimestampMillis(n)) => Ok(Some(n)),
@@ -124,9 +146,7 @@ impl Fields {
         }
     }
 
-    /// An array of strings (empty when a record written before the field
-    /// existed is resolved with its default).
-    pub(super) fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
+    fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
         match self.take(name)? {
             Value::Array(items) => items
                 .into_iter()
@@ -139,7 +159,7 @@ impl Fields {
         }
     }
 
-    pub(super) fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
+    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
         match self.optional(name)? {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),

@@ -1,0 +1,467 @@
+//! The current writer schema read straight from a payload's bytes, in one
+//! pass, its text borrowed from the payload: no `Value` tree, no strict
+//! walk before it, no resolution (the datum already has the current shape).
+//!
+//! It is the fast path of the datums every current writer sends, and only
+//! that: it accepts the canonical encoding alone (each varint in its
+//! fewest bytes, an array in one block with a positive count, text in
+//! UTF-8, every index in range, nothing after the datum), and at anything
+//! else it gives up, leaving the datum to the general reader, whose strict
+//! walk says exactly what is wrong and where. What it reads goes through
+//! the same [`Record`] rules as what the general reader reads, so both
+//! build the same command or refuse it with the same error.
+
+use apache_avro::schema::{RecordSchema, UnionSchema};
+use apache_avro::Schema;
+
+use super::value::{malformed, parse_restock_mode, shape, Record};
+use super::DecodeError;
+use crate::command::RestockMode;
+
+/// What a field of the schema holds, among the few shapes the command
+/// schema uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shape {
+    Text,
+    Long,
+    OptionalText,
+    OptionalLong,
+    /// An enum, by its symbols.
+    Symbol(Vec<String>),
+    Texts,
+    /// A union of records (the command's body), by each branch's fields.
+    Records(Vec<Vec<(String, Shape)>>),
+}
+
+/// A field's value as read, its text borrowed from the payload (a symbol
+/// from the plan).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Raw<'a> {
+    Text(&'a str),
+    Long(i64),
+    Null,
+    Symbol(&'a str),
+    Texts(Vec<&'a str>),
+}
+
+/// The fields of one record as read, in the schema's order, taken out by
+/// name (the body's branch, a record of its own, is read into another).
+#[derive(Debug, Default)]
+pub(super) struct RawFields<'a> {
+    fields: Vec<(&'a str, Option<Raw<'a>>)>,
+}
+
+/// The plan of the current command schema: the root record's fields, the
+/// body's branches among them.
+pub(super) struct Plan {
+    root: Vec<(String, Shape)>,
+}
+
+impl Plan {
+    /// The plan of `schema`, or `None` when it has a shape this reader does
+    /// not know (then every datum takes the general reader).
+    pub(super) fn of(schema: &Schema) -> Option<Self> {
+        let Schema::Record(RecordSchema { fields, .. }) = schema else {
+            return None;
+        };
+        let mut root = Vec::with_capacity(fields.len());
+        for field in fields {
+            root.push((field.name.clone(), shape_of(&field.schema, true)?));
+        }
+        let unions = root
+            .iter()
+            .filter(|(_, shape)| matches!(shape, Shape::Records(_)))
+            .count();
+        (unions == 1).then_some(Self { root })
+    }
+
+    /// The root record's fields (but the body), the body's union branch and
+    /// its fields, read from `datum`; `None` where the datum is not the
+    /// canonical encoding of one value.
+    pub(super) fn read<'a>(
+        &'a self,
+        datum: &'a [u8],
+    ) -> Option<(RawFields<'a>, u32, RawFields<'a>)> {
+        let mut bytes = Bytes { data: datum, at: 0 };
+        let mut root = RawFields {
+            fields: Vec::with_capacity(self.root.len()),
+        };
+        let mut branch = None;
+        let mut body = RawFields::default();
+        for (name, shape) in &self.root {
+            if let Shape::Records(branches) = shape {
+                let index = bytes.long()?;
+                let fields = branches.get(usize::try_from(index).ok()?)?;
+                body.fields.reserve(fields.len());
+                for (name, shape) in fields {
+                    body.fields.push((name.as_str(), Some(bytes.value(shape)?)));
+                }
+                branch = Some(u32::try_from(index).ok()?);
+            } else {
+                root.fields.push((name.as_str(), Some(bytes.value(shape)?)));
+            }
+        }
+        (bytes.at == datum.len()).then_some((root, branch?, body))
+    }
+}
+
+/// The shape of `schema`, when it is one this reader knows; a union of
+/// records only at the root (`records`).
+fn shape_of(schema: &Schema, records: bool) -> Option<Shape> {
+    match schema {
+        Schema::String => Some(Shape::Text),
+        Schema::Long | Schema::TimestampMillis => Some(Shape::Long),
+        Schema::Enum(e) => Some(Shape::Symbol(e.symbols.clone())),
+        Schema::Array(a) if *a.items == Schema::String => Some(Shape::Texts),
+        Schema::Union(u) => union_shape(u, records),
+        _ => None,
+    }
+}
+
+fn union_shape(union: &UnionSchema, records: bool) -> Option<Shape> {
+    match union.variants() {
+        [Schema::Null, Schema::String] => Some(Shape::OptionalText),
+        [Schema::Null, Schema::Long | Schema::TimestampMillis] => Some(Shape::OptionalLong),
+        variants if records => {
+            let mut branches = Vec::with_capacity(variants.len());
+            for variant in variants {
+                let Schema::Record(RecordSchema { fields, .. }) = variant else {
+                    return None;
+                };
+                let mut branch = Vec::with_capacity(fields.len());
+                for field in fields {
+                    branch.push((field.name.clone(), shape_of(&field.schema, false)?));
+                }
+                branches.push(branch);
+            }
+            Some(Shape::Records(branches))
+        }
+        _ => None,
+    }
+}
+
+/// The datum and how far it has been read.
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Bytes<'a> {
+    fn value(&mut self, shape: &'a Shape) -> Option<Raw<'a>> {
+        Some(match shape {
+            Shape::Text => Raw::Text(self.text()?),
+            Shape::Long => Raw::Long(self.long()?),
+            Shape::OptionalText => match self.long()? {
+                0 => Raw::Null,
+                1 => Raw::Text(self.text()?),
+                _ => return None,
+            },
+            Shape::OptionalLong => match self.long()? {
+                0 => Raw::Null,
+                1 => Raw::Long(self.long()?),
+                _ => return None,
+            },
+            Shape::Symbol(symbols) => {
+                let index = usize::try_from(self.long()?).ok()?;
+                Raw::Symbol(symbols.get(index)?)
+            }
+            Shape::Texts => {
+                let count = usize::try_from(self.long()?).ok()?;
+                if count == 0 {
+                    return Some(Raw::Texts(Vec::new()));
+                }
+                // Each text takes a byte at least: a count beyond what is
+                // left is no datum, found before anything is reserved.
+                if count > self.data.len() - self.at {
+                    return None;
+                }
+                let mut texts = Vec::with_capacity(count);
+                for _ in 0..count {
+                    texts.push(self.text()?);
+                }
+                match self.long()? {
+                    0 => Raw::Texts(texts),
+                    _ => return None,
+                }
+            }
+            Shape::Records(_) => return None,
+        })
+    }
+
+    /// A varint in its fewest bytes, before zig-zag.
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let byte = *self.data.get(self.at)?;
+            self.at += 1;
+            if i == 9 && byte > 1 {
+                return None;
+            }
+            value |= u64::from(byte & 0x7F) << (7 * i);
+            if byte & 0x80 == 0 {
+                return (i == 0 || byte != 0).then_some(value);
+            }
+        }
+        None
+    }
+
+    fn long(&mut self) -> Option<i64> {
+        let z = self.varint()?;
+        Some(((z >> 1) as i64) ^ -((z & 1) as i64))
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        let len = usize::try_from(self.long()?).ok()?;
+        let end = self.at.checked_add(len)?;
+        let text = std::str::from_utf8(self.data.get(self.at..end)?).ok()?;
+        self.at = end;
+        Some(text)
+    }
+}
+
+impl<'a> RawFields<'a> {
+    fn take(&mut self, name: &str) -> Result<Raw<'a>, DecodeError> {
+        self.fields
+            .iter_mut()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, raw)| raw.take())
+            .ok_or_else(|| shape(format!("{name}: missing")))
+    }
+}
+
+impl Record for RawFields<'_> {
+    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
+        match self.take(name)? {
+            Raw::Text(s) => Ok(s.to_owned()),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
+        match self.take(name)? {
+            Raw::Long(n) => Ok(n),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError> {
+        match self.take(name)? {
+            Raw::Symbol(s) => parse_restock_mode(s),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
+        match self.take(name)? {
+            Raw::Null => Ok(None),
+            Raw::Long(n) => Ok(Some(n)),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
+        match self.take(name)? {
+            Raw::Null => Ok(None),
+            Raw::Text(s) => Ok(Some(s.to_owned())),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
+        match self.take(name)? {
+            Raw::Texts(texts) => Ok(texts.into_iter().map(str::to_owned).collect()),
+            other => Err(malformed(name, &other)),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::super::frame::SCHEMAS;
+    use super::super::{decode_command, decode_command_generally, encode_command};
+    use crate::command::*;
+    use crate::ids::*;
+
+    /// A command of every kind, with its optional fields both left out and
+    /// given, named units among them.
+    fn every_kind() -> Vec<Command> {
+        let order = || OrderId::new("order-7").unwrap();
+        let change = || ChangeId::new("change-1").unwrap();
+        let place = |name: &str| LocationId::new(name).unwrap();
+        let bodies = vec![
+            CommandBody::Deduct(Deduct::new(order(), Quantity::new(2).unwrap())),
+            CommandBody::Deduct(Deduct {
+                user_id: Some(UserId::new("user-é").unwrap()),
+                expires_at: Some(1_700_000_600_000),
+                basket_id: Some(BasketId::new("order-7").unwrap()),
+                ..Deduct::taking(order(), Some(2), Some(&["A1", "A2"][..])).unwrap()
+            }),
+            CommandBody::Deduct(
+                Deduct::new(order(), Quantity::new(1).unwrap())
+                    .at(place("paris"))
+                    .unwrap(),
+            ),
+            CommandBody::Rollback(Rollback::new(order(), None).unwrap()),
+            CommandBody::Rollback(Rollback::new(order(), Some("payment failed".into())).unwrap()),
+            CommandBody::Restock(
+                Restock::new(AdjustmentId::new("a-1").unwrap(), RestockMode::Set, 10)
+                    .unwrap()
+                    .at(place("lyon"))
+                    .unwrap(),
+            ),
+            CommandBody::Restock(
+                Restock::with_units(
+                    AdjustmentId::new("a-2").unwrap(),
+                    RestockMode::Add,
+                    None,
+                    Some(&["B1", "B2", "B3"][..]),
+                )
+                .unwrap(),
+            ),
+            CommandBody::Restock(
+                Restock::new(AdjustmentId::new("a-3").unwrap(), RestockMode::Add, -4).unwrap(),
+            ),
+            CommandBody::Confirm(Confirm { order_id: order() }),
+            CommandBody::Refund(Refund {
+                order_id: order(),
+                quantity: None,
+            }),
+            CommandBody::Refund(Refund {
+                order_id: order(),
+                quantity: Some(Quantity::new(1).unwrap()),
+            }),
+            CommandBody::Expire(Expire { order_id: order() }),
+            CommandBody::Limit(Limit { per_user: None }),
+            CommandBody::Limit(Limit {
+                per_user: Some(Quantity::new(3).unwrap()),
+            }),
+            CommandBody::Transfer(
+                Transfer::new(
+                    TransferId::new("t-1").unwrap(),
+                    place("paris"),
+                    place("lyon"),
+                    Quantity::new(5).unwrap(),
+                )
+                .unwrap(),
+            ),
+            CommandBody::Alerts(Alerts {
+                low_stock_below: Some(Quantity::new(10).unwrap()),
+            }),
+            CommandBody::Window(Window {
+                change_id: change(),
+                window: SaleWindow::new(Some(1_700_000_000_000), Some(1_700_003_600_000)).unwrap(),
+            }),
+            CommandBody::Window(Window {
+                change_id: change(),
+                window: SaleWindow::new(None, Some(1_700_003_600_000)).unwrap(),
+            }),
+            CommandBody::Pause(Pause {
+                change_id: change(),
+            }),
+            CommandBody::Resume(Resume {
+                change_id: change(),
+            }),
+        ];
+        bodies
+            .into_iter()
+            .enumerate()
+            .map(|(i, body)| Command {
+                command_id: CommandId::new(format!("c-{i}")).unwrap(),
+                sku: Sku::new("SKU-1").unwrap(),
+                occurred_at: 1_700_000_000_000 + i as i64,
+                body,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_current_command_schema_is_read_straight_from_its_bytes() {
+        for command in every_kind() {
+            let payload = encode_command(&command).unwrap();
+            assert!(
+                SCHEMAS.command_direct(&payload).is_some(),
+                "{command:?} takes the general reader"
+            );
+            assert_eq!(decode_command(&payload).unwrap(), command);
+            assert_eq!(decode_command_generally(&payload).unwrap(), command);
+        }
+    }
+
+    /// Every flaw the strict walk names leaves the datum to it, so its
+    /// error is the one given.
+    #[test]
+    fn a_datum_in_any_but_the_canonical_encoding_is_left_to_the_general_reader() {
+        let command = &every_kind()[1];
+        let payload = encode_command(command).unwrap();
+        let datum = &payload[10..];
+        let plan = SCHEMAS.command_plan.as_ref().unwrap();
+        assert!(plan.read(datum).is_some());
+        // Cut short anywhere, or followed by a byte.
+        for end in 0..datum.len() {
+            assert!(plan.read(&datum[..end]).is_none(), "cut at {end}");
+        }
+        let mut longer = datum.to_vec();
+        longer.push(0);
+        assert!(plan.read(&longer).is_none());
+        // The command id's length (a varint of one byte) in two bytes.
+        let mut redundant = vec![datum[0] | 0x80, 0];
+        redundant.extend_from_slice(&datum[1..]);
+        assert!(plan.read(&redundant).is_none());
+        // A union index out of range.
+        let mut branch = datum.to_vec();
+        let at = 1 + 3 + 1 + 5 + 6; // after "c-1", "SKU-1" and occurred_at
+        assert_eq!(branch[at], 0, "the deduct's branch index");
+        branch[at] = 2 * 12;
+        assert!(plan.read(&branch).is_none());
+        // Text that is not UTF-8.
+        let mut text = datum.to_vec();
+        text[1] = 0xFF;
+        assert!(plan.read(&text).is_none());
+    }
+
+    /// Whatever bytes come, both readers answer alike: the same command,
+    /// or the same error.
+    #[test]
+    fn mutants_of_every_kind_are_answered_as_the_general_reader_answers_them() {
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below.max(1) as u64) as usize
+        };
+        let payloads: Vec<Vec<u8>> = every_kind()
+            .iter()
+            .map(|c| encode_command(c).unwrap())
+            .collect();
+        let (mut direct, mut accepted) = (0, 0);
+        for _ in 0..40_000 {
+            let mut mutant = payloads[next(payloads.len())].clone();
+            for _ in 0..1 + next(3) {
+                if mutant.len() == 10 {
+                    mutant.push(next(256) as u8);
+                }
+                let at = 10 + next(mutant.len() - 10);
+                match next(5) {
+                    0 => mutant[at] ^= 1 << next(8),
+                    1 => mutant[at] = [0, 1, 2, 0x7F, 0x80, 0xFF][next(6)],
+                    2 => mutant.insert(at, next(256) as u8),
+                    3 if mutant.len() > 11 => {
+                        mutant.remove(at);
+                    }
+                    _ => mutant.truncate(at.max(10)),
+                }
+            }
+            let answer = decode_command(&mutant);
+            assert_eq!(answer, decode_command_generally(&mutant), "{mutant:02x?}");
+            direct += usize::from(SCHEMAS.command_direct(&mutant).is_some());
+            accepted += usize::from(answer.is_ok());
+        }
+        // The mutants reach both paths, and commands as well as refusals.
+        assert!(
+            direct > 1_000 && accepted > 1_000,
+            "{direct} read straight, {accepted} accepted"
+        );
+    }
+}
