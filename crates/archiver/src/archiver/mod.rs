@@ -239,10 +239,7 @@ async fn archive(
             break;
         }
         if consumer.context().stranded() {
-            // librdkafka will never fetch some partitions it assigned here
-            // (`LagContext::stranded`); a new consumer starts them again.
-            warn!(group = %config.group_id, "the consumer holds partitions it will never fetch; rejoining with a new one");
-            consumer = rejoin(consumer, &config, &settings, &progress).await?;
+            consumer = rejoin(consumer, &config, &settings, &progress, None).await?;
             continue;
         }
         let page = if next.is_empty() {
@@ -258,11 +255,7 @@ async fn archive(
             match first {
                 Ok(m) => fill_page(&consumer, vec![m.detach()], &config).await,
                 Err(e) if is_fatal(&e) => {
-                    // librdkafka gives up on a consumer the broker fenced
-                    // for good; a new one rejoins. The progress table says
-                    // where to go on; pages read again are skipped.
-                    warn!(error = %Chain(&e), group = %config.group_id, "the consumer cannot go on; rejoining with a new one");
-                    consumer = rejoin(consumer, &config, &settings, &progress).await?;
+                    consumer = rejoin(consumer, &config, &settings, &progress, Some(&e)).await?;
                     continue;
                 }
                 Err(e) => {
@@ -369,13 +362,27 @@ fn consumer_settings<'a>(config: &'a ArchiverConfig, stats_ms: &'a str) -> Vec<(
 }
 
 /// Closes `consumer` (committing what `progress` says is archived) and
-/// joins the group with a new one.
+/// joins the group with a new one, when the consumer cannot go on:
+/// librdkafka gave up on it (`fatal`: the broker fenced it for good), or
+/// it holds partitions librdkafka will never fetch
+/// ([`LagContext::stranded`]). The progress table says where to go on;
+/// pages read again are skipped.
 async fn rejoin(
     consumer: StreamConsumer<LagContext>,
     config: &ArchiverConfig,
     settings: &[(&str, &str)],
     progress: &HashMap<i32, i64>,
+    fatal: Option<&KafkaError>,
 ) -> Result<StreamConsumer<LagContext>, ArchiverError> {
+    let group = &config.group_id;
+    match fatal {
+        Some(e) => {
+            warn!(error = %Chain(e), %group, "the consumer cannot go on; rejoining with a new one")
+        }
+        None => {
+            warn!(%group, "the consumer holds partitions it will never fetch; rejoining with a new one")
+        }
+    }
     let offsets = offsets_of(&config.outcomes_topic, progress);
     commit_and_close(consumer, offsets, SHUTDOWN_GRACE).await;
     join(config, settings)
