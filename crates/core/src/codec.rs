@@ -23,11 +23,11 @@ use crate::outcome::{
 use crate::schema::Released;
 
 mod body;
-mod datum;
 mod direct;
 mod frame;
 mod strict;
 mod value;
+mod write;
 
 pub use frame::{
     command_fingerprint, command_schema, datum_and_its_value_written_again, fingerprint_of,
@@ -163,9 +163,17 @@ pub struct EncodeError {
 /// ```
 pub fn encode_command(command: &Command) -> Result<Vec<u8>, EncodeError> {
     only_sendable(command)?;
+    Ok(SCHEMAS.command.encode(|out| write::command(out, command)))
+}
+
+/// [`encode_command`] into `out`, emptied first: a sender that keeps its
+/// buffer encodes command after command without allocating.
+pub fn encode_command_into(command: &Command, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    only_sendable(command)?;
     SCHEMAS
         .command
-        .encode("command", &datum::CommandDatum(command))
+        .encode_into(out, |out| write::command(out, command));
+    Ok(())
 }
 
 /// Refuses a [`crate::Refused`] command: it is only ever read from the
@@ -374,9 +382,29 @@ fn command_of(
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
+    Ok(SCHEMAS.outcome.encode(|out| write::outcome(out, outcome)))
+}
+
+/// [`encode_outcome`] into `out`, emptied first: a publisher that keeps
+/// its buffer encodes a batch's outcomes without allocating.
+///
+/// ```
+/// use stockledger_core::codec::{decode_outcome, encode_outcome_into};
+/// use stockledger_core::{LogPosition, Outcome};
+///
+/// let mut buffer = Vec::new();
+/// for offset in 0..3 {
+///     let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset };
+///     let outcome = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
+///     encode_outcome_into(&outcome, &mut buffer);
+///     assert_eq!(decode_outcome(&buffer)?, outcome);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn encode_outcome_into(outcome: &Outcome, out: &mut Vec<u8>) {
     SCHEMAS
         .outcome
-        .encode("outcome", &datum::OutcomeDatum(outcome))
+        .encode_into(out, |out| write::outcome(out, outcome));
 }
 
 /// `outcome` as released `version` of the Outcome schema wrote it (only the
@@ -674,9 +702,7 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn encode_stock_event(event: &StockEvent) -> Result<Vec<u8>, EncodeError> {
-    SCHEMAS
-        .event
-        .encode("stock event", &datum::EventDatum(event))
+    Ok(SCHEMAS.event.encode(|out| write::event(out, event)))
 }
 
 /// The stock event in `payload`, written with any released `StockEvent`
@@ -911,9 +937,9 @@ mod tests {
         }
     }
 
-    /// The serializer writes fields in the order they are handed over: the
-    /// bytes must be those of the `Value` apache-avro validates against the
-    /// current schema, for every body, result and optional field.
+    /// The writer writes fields in the order it is told: the bytes must be
+    /// those of the `Value` apache-avro validates against the current
+    /// schema, for every body, result, optional field and array.
     #[test]
     fn records_are_written_as_the_validated_value_path_writes_them() {
         let (commands, outcomes) = (
@@ -934,7 +960,15 @@ mod tests {
             );
             for (i, result) in ResultCode::ALL.into_iter().enumerate() {
                 let reason = (i % 2 == 0).then_some("why");
-                let d = decision(result, -(i as i64), i as i64, 40, reason);
+                let events = match i % 3 {
+                    0 => StockEvents::default(),
+                    1 => StockEvents::of([StockEventKind::SoldOut]),
+                    _ => StockEvents::of([StockEventKind::SoldOut, StockEventKind::LowStock]),
+                };
+                let d = Decision {
+                    events,
+                    ..decision(result, -(i as i64), i as i64, 40, reason)
+                };
                 let mut o = Outcome::for_command(position.clone(), &c, d);
                 o.rollback_reason = reason.map(str::to_owned);
                 let expected =

@@ -8,12 +8,11 @@ use std::sync::LazyLock;
 
 use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
-use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::{GenericSingleObjectReader, Schema};
 
 use super::direct::{Plan, RawFields};
 use super::strict::{Flaw, Strict};
-use super::{DecodeError, EncodeError, MAX_PAYLOAD_LEN};
+use super::{DecodeError, MAX_PAYLOAD_LEN};
 use crate::schema::{self, Released, Subject};
 
 /// The single-object header of one fingerprint.
@@ -55,8 +54,6 @@ pub(super) struct KnownWriter {
 /// them to read.
 pub(super) struct Framed {
     current: &'static Released,
-    /// The current version's writer, its named types resolved once.
-    writer: GenericDatumWriter<'static>,
     known: HashMap<u64, KnownWriter>,
 }
 
@@ -86,39 +83,28 @@ impl Framed {
                 );
             }
         }
-        #[allow(clippy::expect_used)]
-        let writer = GenericDatumWriter::builder(&current.schema)
-            .build()
-            .expect("the current schema resolves: it is self-contained (unit-tested)");
-        Self {
-            current,
-            writer,
-            known,
-        }
+        Self { current, known }
     }
 
     pub(super) fn schema(&self) -> &Schema {
         &self.current.schema
     }
 
-    /// `datum` in the current version, after its single-object header.
-    /// apache-avro's schema-aware serializer writes it straight from our
-    /// types: no `Value` is built and validated, and no per-record map of
-    /// field names is hashed, which made the `Value` path most of an
-    /// outcome's encoding cost.
-    pub(super) fn encode(
-        &self,
-        what: &'static str,
-        datum: &impl serde::Serialize,
-    ) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Header(self.current.fingerprint).with_room(246);
-        self.writer
-            .write_ser(&mut out, datum)
-            .map_err(|e| EncodeError {
-                what,
-                message: e.to_string(),
-            })?;
-        Ok(out)
+    /// A datum of the current version, written by `write`, after its
+    /// single-object header, in `out` (emptied first: a caller that keeps
+    /// it writes record after record without allocating).
+    pub(super) fn encode_into(&self, out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+        out.clear();
+        out.extend_from_slice(&[0xC3, 0x01]);
+        out.extend_from_slice(&self.current.fingerprint.to_le_bytes());
+        write(out);
+    }
+
+    /// [`Framed::encode_into`] a buffer of its own.
+    pub(super) fn encode(&self, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        self.encode_into(&mut out, write);
+        out
     }
 
     /// The datum of `payload`, in the shape of the current version.
@@ -370,7 +356,7 @@ pub fn datum_and_its_value_written_again(
     framed.decode(payload).ok()?;
     let writer = framed.known.get(&fingerprint_of(payload)?)?;
     let value = writer.reader.read_value(&mut Cursor::new(payload)).ok()?;
-    let again = GenericDatumWriter::builder(writer.schema)
+    let again = apache_avro::writer::datum::GenericDatumWriter::builder(writer.schema)
         .build()
         .and_then(|w| w.write_value_to_vec(value))
         .ok()?;
