@@ -26,9 +26,10 @@
 
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use stockledger_core::codec;
+
+use crate::deliveries::{Reports, UNTRACKED};
 use stockledger_core::report::Chain;
 use stockledger_core::{
     Command, CommandBody, CommandId, OrderEntry, OrderId, OrderStatus, Refund, Sku,
@@ -142,9 +143,9 @@ pub fn refund_command(
 /// Settles the baskets due at `now` (see the module): returns how many
 /// refunds were handed to the producer. Deliveries are not awaited: a
 /// basket stays open until its lines show the refunds.
-pub async fn settle_due<C: ClientContext + 'static>(
+pub async fn settle_due(
     projection: &Projection,
-    producer: &FutureProducer<C>,
+    producer: &ThreadedProducer<Reports>,
     topic: &str,
     now: i64,
 ) -> Result<usize, ProjectionError> {
@@ -193,8 +194,8 @@ pub async fn settle_due<C: ClientContext + 'static>(
 
 /// Hands the refund of `basket`'s line on `sku` to the producer; whether
 /// it took it.
-fn send_refund<C: ClientContext + 'static>(
-    producer: &FutureProducer<C>,
+fn send_refund(
+    producer: &ThreadedProducer<Reports>,
     topic: &str,
     sku: &str,
     basket: &str,
@@ -213,13 +214,13 @@ fn send_refund<C: ClientContext + 'static>(
             return false;
         }
     };
-    let record = FutureRecord::to(topic)
+    let record = BaseRecord::with_opaque_to(topic, UNTRACKED)
         .partition(partition)
         .key(sku)
         .payload(&payload)
         .timestamp(now);
-    match producer.send_result(record) {
-        Ok(_delivery) => {
+    match producer.send(record) {
+        Ok(()) => {
             debug!(%sku, %basket, "refund of a basket partly sold sent");
             true
         }

@@ -13,9 +13,10 @@
 use std::time::Duration;
 use stockledger_core::report::Chain;
 
-use rdkafka::client::ClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use stockledger_core::codec;
+
+use crate::deliveries::{Reports, UNTRACKED};
 use stockledger_core::{Command, CommandBody, CommandId, Expire, OrderId, Sku};
 use stockledger_projection::{Projection, ProjectionError};
 use tracing::{debug, warn};
@@ -64,9 +65,9 @@ pub fn expire_command(
 /// Appends an expire for every due hold of `partitions` of `topic`;
 /// returns how many were handed to the producer. Deliveries are not
 /// awaited: a lost one is retried after [`RETRY_MS`].
-pub async fn expire_due<C: ClientContext + 'static>(
+pub async fn expire_due(
     projection: &Projection,
-    producer: &FutureProducer<C>,
+    producer: &ThreadedProducer<Reports>,
     topic: &str,
     partitions: &[i32],
 ) -> Result<usize, ProjectionError> {
@@ -95,13 +96,13 @@ pub async fn expire_due<C: ClientContext + 'static>(
                     continue;
                 }
             };
-            let record = FutureRecord::to(topic)
+            let record = BaseRecord::with_opaque_to(topic, UNTRACKED)
                 .partition(partition)
                 .key(sku.as_str())
                 .payload(&payload)
                 .timestamp(now);
-            match producer.send_result(record) {
-                Ok(_delivery) => {
+            match producer.send(record) {
+                Ok(()) => {
                     debug!(%sku, %order, deadline, "expire sent");
                     sent.push((sku, order));
                 }

@@ -21,6 +21,7 @@
 pub mod applier;
 pub mod baskets;
 pub mod check;
+pub mod deliveries;
 pub mod expiry;
 pub mod record;
 pub mod redrive;

@@ -50,11 +50,9 @@ use std::time::Duration;
 use stockledger_core::report::Chain;
 
 use futures::FutureExt;
-use rdkafka::client::{ClientContext, DefaultClientContext};
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::ThreadedProducer;
 use rdkafka::TopicPartitionList;
 use stockledger_core::ResultCode;
 use stockledger_kafka::admin::{check_permanent, topic_config};
@@ -66,6 +64,7 @@ use stockledger_runtime::retry;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
+use crate::deliveries::Reports;
 use crate::expiry;
 use stockledger_kafka::lag::LagContext;
 use stockledger_projection::Projection;
@@ -222,36 +221,15 @@ pub fn describe_metrics() {
     }
 }
 
-/// The applier's producer's client context: rdkafka's own logging, but
-/// for the warning librdkafka gives at every start that
-/// `enable.gapless.guarantee`, which the applier sets on purpose, is
-/// experimental: that one is logged at debug, so that a warning at start
-/// still means something.
-pub(crate) struct ProducerContext;
-
-impl ClientContext for ProducerContext {
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        if is_gapless_notice(facility, message) {
-            tracing::debug!(target: "librdkafka", "librdkafka: {facility} {message}");
-        } else {
-            DefaultClientContext.log(level, facility, message);
-        }
-    }
-}
-
-/// Whether librdkafka's log line is its notice that
-/// `enable.gapless.guarantee` is experimental.
-fn is_gapless_notice(facility: &str, message: &str) -> bool {
-    facility == "CONFWARN" && message.contains("enable.gapless.guarantee is experimental")
-}
-
 struct Applier {
     config: ApplierConfig,
     /// The command topic's partition count, which decides each SKU's home
     /// partition; a record from a partition beyond it stops the applier.
     partitions: i32,
     consumer: StreamConsumer<LagContext>,
-    producer: FutureProducer<ProducerContext>,
+    /// Its delivery reports are collected a batch at a time
+    /// ([`Reports`]).
+    producer: ThreadedProducer<Reports>,
     projection: Projection,
     lag: Arc<AtomicI64>,
     stop: watch::Receiver<bool>,
@@ -269,6 +247,8 @@ struct Applier {
     stuck: Option<(i32, i64)>,
     /// A commit went past `stuck`: its note is removed at the next tick.
     unstuck: bool,
+    /// Where each outcome is encoded before the producer copies it.
+    buffer: Vec<u8>,
 }
 
 impl Applier {
@@ -324,10 +304,10 @@ impl Applier {
         // told apart from those already published by their position alone,
         // so a partition of them must never have a hole.
         producer_settings.push(("enable.gapless.guarantee", "true"));
-        let producer: FutureProducer<ProducerContext> = config
+        let producer: ThreadedProducer<Reports> = config
             .kafka
             .client_config(&producer_settings)
-            .create_with_context(ProducerContext)
+            .create_with_context(Reports::default())
             .map_err(|source| ApplierError::Client {
                 what: "producer",
                 source,
@@ -366,6 +346,7 @@ impl Applier {
             record_limit,
             stuck,
             unstuck: false,
+            buffer: Vec::with_capacity(512),
         })
     }
 
@@ -427,9 +408,9 @@ impl Applier {
                     self.forget_stop().await;
                     continue;
                 }
-                results = delivered(&mut in_flight) => {
+                answered = delivered(&mut in_flight) => {
                     if let Some(done) = in_flight.take() {
-                        self.commit(done, results)?;
+                        self.commit(done, answered)?;
                     }
                     continue;
                 }
@@ -693,28 +674,5 @@ impl Applier {
                 "applier progress"
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_notice_of_the_gapless_setting_is_quietened() {
-        // As librdkafka 2.x words it when the producer is created.
-        let notice = "[thrd:app]: Configuration property enable.gapless.guarantee is \
-                      experimental: When set to `true`, any error that could result in a gap \
-                      in the produced message series when a batch of messages fails, will \
-                      raise a fatal error (ERR__GAPLESS_GUARANTEE) and stop the producer.";
-        assert!(is_gapless_notice("CONFWARN", notice));
-        assert!(!is_gapless_notice(
-            "CONFWARN",
-            "[thrd:app]: Configuration property queue.buffering.max.ms is deprecated"
-        ));
-        assert!(!is_gapless_notice(
-            "FAIL",
-            "enable.gapless.guarantee is experimental"
-        ));
     }
 }

@@ -5,20 +5,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use stockledger_core::report::Chain;
 
-use futures::channel::oneshot::Canceled;
-use futures::future::{join_all, JoinAll};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::future_producer::{DeliveryFuture, OwnedDeliveryResult};
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec;
 use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
 use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind};
 use stockledger_runtime::retry;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinError;
 use tracing::{debug, instrument, warn};
 
@@ -26,6 +23,7 @@ use super::batch::{Applied, Applying, Decided, Decoded, Item};
 use super::letter;
 use super::start::offset_list;
 use super::{Applier, ApplierConfig, ApplierError, DEAD_LETTERS_METRIC, RECORDS_METRIC};
+use crate::deliveries::{Delivered, Numbering};
 
 /// What the applier publishes for a record.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +56,7 @@ pub(super) struct Outgoing<'a> {
     pub(super) kind: Kind,
     pub(super) key: &'a [u8],
     /// `None`: a record without a value (a dead letter's digest).
-    pub(super) payload: Option<Vec<u8>>,
+    pub(super) payload: Option<&'a [u8]>,
     pub(super) headers: Option<OwnedHeaders>,
     pub(super) position: &'a LogPosition,
     /// The partition to write to (stock events: the command partition's
@@ -108,23 +106,31 @@ impl Mark {
 
 /// A batch applied to Redis whose outcomes are on their way to the brokers.
 pub(super) struct InFlight {
-    pub(super) deliveries: JoinAll<DeliveryFuture>,
-    /// What each delivery carries and for which record (partition and
-    /// offset of the command topic), in the same order.
+    /// Answered once the brokers reported on every record of the batch
+    /// ([`crate::deliveries::Reports`]).
+    pub(super) deliveries: oneshot::Receiver<Delivered>,
+    /// What each record handed over carries and for which record
+    /// (partition and offset of the command topic), in the order handed
+    /// over.
     pub(super) sent: Vec<(Kind, i32, i64)>,
     /// The next offset of each partition the batch read.
     pub(super) offsets: TopicPartitionList,
     pub(super) records: usize,
 }
 
-/// The delivery results of the batch in flight; never ready without one.
-pub(super) async fn delivered(
-    in_flight: &mut Option<InFlight>,
-) -> Vec<Result<OwnedDeliveryResult, Canceled>> {
+/// The delivery answer of the batch in flight; never ready without one. A
+/// producer gone before answering (dropped) is a cancelled first record.
+pub(super) async fn delivered(in_flight: &mut Option<InFlight>) -> Delivered {
     match in_flight {
-        Some(batch) => (&mut batch.deliveries).await,
+        Some(batch) => answer(&mut batch.deliveries).await,
         None => std::future::pending().await,
     }
+}
+
+/// What `deliveries` answers, a producer that went without answering being
+/// a cancelled first record.
+pub(super) async fn answer(deliveries: &mut oneshot::Receiver<Delivered>) -> Delivered {
+    deliveries.await.unwrap_or(Err((0, KafkaError::Canceled)))
 }
 
 /// The outcome of one item of a batch, and why it is dead-lettered too,
@@ -148,23 +154,6 @@ fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<Strin
                 item.timestamp,
             );
             (outcome, Some(reason))
-        }
-    }
-}
-
-impl<'a> Outgoing<'a> {
-    /// The dead letter of a record refused for `reason`, no larger than
-    /// `limit` bytes ([`letter::dead_letter`]).
-    fn dead_letter(item: &'a Item, record: &'a OwnedMessage, reason: &str, limit: usize) -> Self {
-        let source = item.position.to_string();
-        let letter = letter::dead_letter(record, reason, &source, limit);
-        Self {
-            kind: Kind::DeadLetter,
-            key: letter.key,
-            payload: letter.payload,
-            headers: Some(letter.headers),
-            position: &item.position,
-            partition: None,
         }
     }
 }
@@ -195,10 +184,8 @@ fn offsets_to_commit(topic: &str, batch: &Decoded) -> TopicPartitionList {
 }
 
 impl Applier {
-    /// Sends the outcomes (and dead letters) of a batch decided and written.
-    // Over the length limit until the one-rule-set work reshapes the
-    // applier's loop (the projection and applier crates are left to it).
-    #[allow(clippy::too_many_lines)]
+    /// Sends the outcomes (and dead letters and stock events) of a batch
+    /// decided and written, numbered for the batch's one delivery answer.
     #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
     pub(super) async fn publish(&mut self, decided: Decided) -> Result<InFlight, ApplierError> {
         let Decided { batch, decisions } = decided;
@@ -218,25 +205,43 @@ impl Applier {
             // Off, no partition is marked, so no event is published.
             self.mark_events(&batch, &outcomes).await?;
         }
-        // Encode everything first so the delivery futures can borrow it.
-        let mut messages: Vec<Outgoing<'_>> = Vec::with_capacity(batch.items.len() + 1);
+        let mut numbering = self.producer.context().begin();
+        let mut sent = Vec::with_capacity(batch.items.len() + 1);
+        let handed = self
+            .hand_over_batch(&batch, outcomes, &mut numbering, &mut sent)
+            .await;
+        // Sealed even when a record could not be handed over: the run
+        // ends then, and no report of it waits for an answer.
+        let deliveries = self.producer.context().seal(numbering);
+        handed?;
+        Ok(InFlight {
+            deliveries,
+            sent,
+            offsets: offsets_to_commit(&self.config.topic, &batch),
+            records: batch.items.len(),
+        })
+    }
+
+    /// Hands each item's records to the producer, in order: its dead
+    /// letter, if refused, its stock events not yet published, and its
+    /// outcome, encoded into the applier's one buffer. `sent` gets what
+    /// each carries, in the order handed over.
+    async fn hand_over_batch(
+        &mut self,
+        batch: &Decoded,
+        outcomes: Vec<(Outcome, Option<String>)>,
+        numbering: &mut Numbering,
+        sent: &mut Vec<(Kind, i32, i64)>,
+    ) -> Result<(), ApplierError> {
+        let topics = [Kind::Outcome, Kind::DeadLetter, Kind::Event].map(|k| k.topic(&self.config));
+        let mut buffer = std::mem::take(&mut self.buffer);
         // Records per result, counted once per batch rather than once per
         // record (a registry lookup each).
         let mut results: Vec<(ResultCode, u64)> = Vec::new();
+        let mut handed = Ok(());
         for ((item, record), (outcome, refusal)) in
             batch.items.iter().zip(&batch.records).zip(outcomes)
         {
-            if let Some(reason) = refusal {
-                debug!(position = %item.position, %reason, "dead-lettering a record");
-                messages.push(Outgoing::dead_letter(
-                    item,
-                    record,
-                    &reason,
-                    self.record_limit,
-                ));
-                self.stats.dead_lettered += 1;
-                metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
-            }
             match results
                 .iter_mut()
                 .find(|(r, _)| *r == outcome.decision.result)
@@ -244,62 +249,89 @@ impl Applier {
                 Some((_, n)) => *n += 1,
                 None => results.push((outcome.decision.result, 1)),
             }
-            let partition = item.position.partition;
-            if let Some(mark) = self.events.published.get(&partition).copied() {
-                let events = StockEvent::of(&outcome);
-                let offset = item.position.offset;
-                for event in mark.unpublished(offset, &events) {
-                    messages.push(Outgoing {
-                        kind: Kind::Event,
-                        key: item.key.as_bytes(),
-                        payload: Some(codec::encode_stock_event(event)?),
-                        headers: trace_of(record),
-                        position: &item.position,
-                        partition: Some(partition),
-                    });
-                    let kind = None;
-                    self.events
-                        .published
-                        .insert(partition, Mark { offset, kind });
-                }
+            handed = self
+                .hand_over_item(
+                    item,
+                    record,
+                    &outcome,
+                    refusal,
+                    &topics,
+                    &mut buffer,
+                    numbering,
+                    sent,
+                )
+                .await;
+            if handed.is_err() {
+                break;
             }
-            messages.push(Outgoing {
-                kind: Kind::Outcome,
-                key: item.key.as_bytes(),
-                payload: Some(codec::encode_outcome(&outcome)?),
-                headers: trace_of(record),
-                position: &item.position,
-                partition: None,
-            });
         }
+        self.buffer = buffer;
         for (result, n) in results {
             metrics::counter!(RECORDS_METRIC, "result" => result.as_str()).increment(n);
         }
-        let mut deliveries = Vec::with_capacity(messages.len());
-        let mut sent = Vec::with_capacity(messages.len());
-        let topics = [Kind::Outcome, Kind::DeadLetter, Kind::Event].map(|k| k.topic(&self.config));
-        for m in &messages {
-            let topic = &topics[m.kind as usize];
-            let mut record = FutureRecord::to(topic).key(m.key);
-            if let Some(payload) = &m.payload {
-                record = record.payload(payload);
-            }
-            if let Some(headers) = &m.headers {
-                record = record.headers(headers.clone());
-            }
-            if let Some(partition) = m.partition {
-                record = record.partition(partition);
-            }
-            deliveries.push(self.enqueue(record, m).await?);
-            sent.push((m.kind, m.position.partition, m.position.offset));
-        }
+        handed
+    }
 
-        Ok(InFlight {
-            deliveries: join_all(deliveries),
-            sent,
-            offsets: offsets_to_commit(&self.config.topic, &batch),
-            records: batch.items.len(),
-        })
+    /// [`Applier::hand_over_batch`] for one item.
+    #[allow(clippy::too_many_arguments)] // the batch's state, lent for one item
+    async fn hand_over_item(
+        &mut self,
+        item: &Item,
+        record: &OwnedMessage,
+        outcome: &Outcome,
+        refusal: Option<String>,
+        topics: &[String; 3],
+        buffer: &mut Vec<u8>,
+        numbering: &mut Numbering,
+        sent: &mut Vec<(Kind, i32, i64)>,
+    ) -> Result<(), ApplierError> {
+        if let Some(reason) = refusal {
+            debug!(position = %item.position, %reason, "dead-lettering a record");
+            let source = item.position.to_string();
+            let letter = letter::dead_letter(record, &reason, &source, self.record_limit);
+            let m = Outgoing {
+                kind: Kind::DeadLetter,
+                key: letter.key,
+                payload: letter.payload.as_deref(),
+                headers: Some(letter.headers),
+                position: &item.position,
+                partition: None,
+            };
+            self.enqueue(m, topics, numbering, sent).await?;
+            self.stats.dead_lettered += 1;
+            metrics::counter!(DEAD_LETTERS_METRIC).increment(1);
+        }
+        let partition = item.position.partition;
+        if let Some(mark) = self.events.published.get(&partition).copied() {
+            let events = StockEvent::of(outcome);
+            let offset = item.position.offset;
+            for event in mark.unpublished(offset, &events) {
+                let payload = codec::encode_stock_event(event)?;
+                let m = Outgoing {
+                    kind: Kind::Event,
+                    key: item.key.as_bytes(),
+                    payload: Some(&payload),
+                    headers: trace_of(record),
+                    position: &item.position,
+                    partition: Some(partition),
+                };
+                self.enqueue(m, topics, numbering, sent).await?;
+                let kind = None;
+                self.events
+                    .published
+                    .insert(partition, Mark { offset, kind });
+            }
+        }
+        codec::encode_outcome_into(outcome, buffer);
+        let m = Outgoing {
+            kind: Kind::Outcome,
+            key: item.key.as_bytes(),
+            payload: Some(buffer),
+            headers: trace_of(record),
+            position: &item.position,
+            partition: None,
+        };
+        self.enqueue(m, topics, numbering, sent).await
     }
 
     /// Publishes a batch Redis has applied (`joined`) and makes it the
@@ -334,12 +366,12 @@ impl Applier {
         if let Some(mut previous) = in_flight.take() {
             // With the brokers away, deliveries wait for them; a stop
             // then finishes both batches within the shutdown grace.
-            let results = tokio::select! {
-                results = &mut previous.deliveries => Some(results),
+            let delivered = tokio::select! {
+                delivered = answer(&mut previous.deliveries) => Some(delivered),
                 _ = stop.wait_for(|s| *s) => None,
             };
-            match results {
-                Some(results) => self.commit(previous, results)?,
+            match delivered {
+                Some(delivered) => self.commit(previous, delivered)?,
                 None => {
                     unfinished.push(previous);
                     unfinished.push(next);
@@ -351,15 +383,31 @@ impl Applier {
         Ok(false)
     }
 
-    /// Hands one record to the producer, waiting while its queue is full.
-    pub(super) async fn enqueue(
+    /// Hands one record to the producer, numbered for its batch's
+    /// delivery answer, waiting while the producer's queue is full; `sent`
+    /// gets what it carries.
+    async fn enqueue(
         &self,
-        mut record: FutureRecord<'_, [u8], Vec<u8>>,
-        m: &Outgoing<'_>,
-    ) -> Result<DeliveryFuture, ApplierError> {
+        m: Outgoing<'_>,
+        topics: &[String; 3],
+        numbering: &mut Numbering,
+        sent: &mut Vec<(Kind, i32, i64)>,
+    ) -> Result<(), ApplierError> {
+        let topic = &topics[m.kind as usize];
+        let mut record = BaseRecord::with_opaque_to(topic, numbering.number()).key(m.key);
+        if let Some(payload) = m.payload {
+            record = record.payload(payload);
+        }
+        if let Some(headers) = m.headers {
+            record = record.headers(headers);
+        }
+        if let Some(partition) = m.partition {
+            record = record.partition(partition);
+        }
+        sent.push((m.kind, m.position.partition, m.position.offset));
         loop {
-            match self.producer.send_result(record) {
-                Ok(delivery) => return Ok(delivery),
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     record = back;
                     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -367,7 +415,7 @@ impl Applier {
                 Err((source, _)) => {
                     return Err(ApplierError::Publish {
                         what: m.kind.what(),
-                        topic: m.kind.topic(&self.config),
+                        topic: topic.clone(),
                         position: m.position.clone(),
                         source,
                     })
@@ -470,24 +518,24 @@ impl Applier {
 
     /// Waits for every outcome of `batch` to be delivered, then commits it.
     pub(super) async fn finish(&mut self, mut batch: InFlight) -> Result<(), ApplierError> {
-        let results = (&mut batch.deliveries).await;
-        self.commit(batch, results)
+        let delivered = answer(&mut batch.deliveries).await;
+        self.commit(batch, delivered)
     }
 
-    /// Once every outcome of `done` is delivered (`results`), commits its
+    /// Once every outcome of `done` is delivered (`delivered`), commits its
     /// offsets; fails on the first record the brokers did not take.
     #[allow(clippy::result_large_err)] // the applier's one error type; it ends the run
     pub(super) fn commit(
         &mut self,
         done: InFlight,
-        results: Vec<Result<OwnedDeliveryResult, Canceled>>,
+        delivered: Delivered,
     ) -> Result<(), ApplierError> {
-        for (result, (kind, partition, offset)) in results.into_iter().zip(done.sent) {
-            let source = match result {
-                Ok(Ok(_)) => continue,
-                Ok(Err((source, _))) => source,
-                Err(_) => KafkaError::Canceled,
-            };
+        if let Err((index, source)) = delivered {
+            let (kind, partition, offset) =
+                done.sent
+                    .get(index)
+                    .copied()
+                    .unwrap_or((Kind::Outcome, -1, -1));
             return Err(ApplierError::Publish {
                 what: kind.what(),
                 topic: kind.topic(&self.config),
