@@ -26,7 +26,7 @@ pub const UNTRACKED: usize = 0;
 pub type Delivered = Result<(), (usize, KafkaError)>;
 
 /// The applier's producer context: rdkafka's own logging (but for one
-/// notice, [`is_gapless_notice`]), and the batches awaiting reports.
+/// notice, `is_gapless_notice`), and the batches awaiting reports.
 #[derive(Default)]
 pub struct Reports {
     batches: Mutex<Batches>,

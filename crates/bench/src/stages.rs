@@ -7,8 +7,9 @@
 //! [`WORKER_ENV`] set; that process runs each stage over the records once
 //! and exits. Each stage is a function of its own, never inlined, and its
 //! inclusive count in callgrind's profile, divided by the records, is its
-//! figure. The Redis write is not a stage yet: the projection builds it
-//! only around a round trip to Redis.
+//! figure. The write is the projection's staging of the same records,
+//! SKU by SKU, with no Redis (`stage_without_redis`): what noting each
+//! record's changes and building each SKU's fenced write cost.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -30,11 +31,14 @@ use crate::Measurement;
 pub const WORKER_ENV: &str = "STOCKLEDGER_BENCH_STAGES";
 
 /// The stages, in the order a record passes them, as results.json names
-/// them, with the worker's function for each.
-const STAGES: [(&str, &str); 3] = [
-    ("decode", "stages::stage_decode"),
-    ("decide", "stages::stage_decide"),
-    ("encode_outcome", "stages::stage_encode_outcome"),
+/// them, with the functions whose inclusive counts add up to each: the
+/// worker's own, or (the write) the projection's noting of what a record
+/// changed and its building of a SKU's fenced write.
+const STAGES: [(&str, &[&str]); 4] = [
+    ("decode", &["stages::stage_decode"]),
+    ("decide", &["stages::stage_decide"]),
+    ("encode_outcome", &["stages::stage_encode_outcome"]),
+    ("write", &["SkuStage::note", "SkuStage::finish"]),
 ];
 
 /// Partitions of the records' topic, as the e2e scenarios have.
@@ -143,6 +147,18 @@ pub fn worker(n: &str) -> anyhow::Result<()> {
         "{} of {n} outcomes encoded",
         outcomes.len()
     );
+    // The same records through the projection's staging, each at its
+    // SKU's home partition, offsets in log order.
+    let staged = commands
+        .into_iter()
+        .enumerate()
+        .map(|(offset, c)| {
+            let home = home_partition(c.sku.as_str().as_bytes(), PARTITIONS);
+            (home, offset as i64, c.occurred_at, c)
+        })
+        .collect();
+    let written = stockledger_projection::stage_without_redis(staged, PARTITIONS)?;
+    anyhow::ensure!(written > 0, "the staged batch writes nothing");
     Ok(())
 }
 
@@ -180,9 +196,12 @@ pub(crate) fn stages(n: u64) -> anyhow::Result<Measurement> {
     );
     let text = String::from_utf8_lossy(&annotated.stdout);
     let mut instructions = Vec::new();
-    for (stage, function) in STAGES {
-        let total = inclusive(&text, function)
-            .with_context(|| format!("{function} is not in callgrind's profile"))?;
+    for (stage, functions) in STAGES {
+        let mut total = 0;
+        for function in functions {
+            total += inclusive(&text, function)
+                .with_context(|| format!("{function} is not in callgrind's profile"))?;
+        }
         instructions.push((stage, total as f64 / n.max(1) as f64));
     }
     let shown: Vec<String> = instructions

@@ -39,3 +39,5 @@ pub use projection::{
     redis_is_transient, BasketLine, Marker, Projection, ProjectionError, Sale, SkuExport, SkuPages,
     Stock, StopNote,
 };
+#[doc(hidden)]
+pub use stage::stage_without_redis;

@@ -439,7 +439,9 @@ impl SkuStage {
     }
 
     /// Notes the fields `record`, just applied with `decision`, may have
-    /// changed, in a fixed order.
+    /// changed, in a fixed order. Never inlined: the bench's `stages`
+    /// scenario counts it as the write's part of a record.
+    #[inline(never)]
     fn note(&mut self, record: &Record, decision: &Decision) {
         let offset = record.offset.to_string();
         self.extras.set(&offset, Some(encode_decision(decision)));
@@ -545,7 +547,9 @@ impl SkuStage {
     }
 
     /// What the batch writes for this SKU (`None` when it applied
-    /// nothing), and its stock hash once written.
+    /// nothing), and its stock hash once written. Never inlined, as
+    /// [`SkuStage::note`].
+    #[inline(never)]
     pub fn finish(self) -> (Option<SkuWrite>, Vec<Option<String>>) {
         let loaded = self.stock.clone();
         let Some(write) = self.write() else {
@@ -610,6 +614,66 @@ impl SkuStage {
             ],
         })
     }
+}
+
+/// Stages `commands` (partition, offset, timestamp and command, in log
+/// order) as the applier does, SKU by SKU, each SKU's state new and every
+/// field it asks for missing: decided by the machine, noted, and built
+/// into its fenced write, with no Redis. Returns the fields the writes
+/// set. For the bench's `stages` scenario, which counts
+/// [`SkuStage::note`] and [`SkuStage::finish`] as the write's part of a
+/// record.
+#[doc(hidden)]
+pub fn stage_without_redis(
+    commands: Vec<(i32, i64, i64, Command)>,
+    partitions: i32,
+) -> Result<usize, ProjectionError> {
+    let records: Vec<Record> = commands
+        .into_iter()
+        .map(|(partition, offset, time, command)| Record {
+            partition,
+            offset,
+            time,
+            command,
+        })
+        .collect();
+    let mut skus: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        let sku = r.command.sku.as_str();
+        let s = *index.entry(sku.to_owned()).or_insert_with(|| {
+            skus.push((sku.to_owned(), Vec::new()));
+            skus.len() - 1
+        });
+        skus[s].1.push(i);
+    }
+    let mut decided = vec![None; records.len()];
+    let mut written = 0;
+    for (sku, indices) in skus {
+        let home = stockledger_core::partition::home_partition(sku.as_bytes(), partitions);
+        let fresh = vec![None; STOCK_FIELDS.len()];
+        let mut stage = SkuStage::new("bench", &sku, home, Some(fresh))?;
+        stage.records = indices;
+        for round in 0..2 {
+            let wanted = match round {
+                0 => stage.wanted(&records),
+                _ => stage.wanted_next(&records),
+            };
+            let missing = |n: usize| vec![None; n];
+            let values = [
+                missing(wanted.stock.len()),
+                missing(wanted.orders.len()),
+                missing(wanted.adjustments.len()),
+                missing(wanted.decisions.len()),
+            ];
+            stage.load(&wanted, values)?;
+        }
+        stage.decide(&records, &mut decided);
+        if let (Some(write), _) = stage.finish() {
+            written += write.hashes.iter().map(|h| h.sets.len()).sum::<usize>();
+        }
+    }
+    Ok(written)
 }
 
 /// Field names in the order first asked for, each once.
