@@ -774,7 +774,7 @@ mod tests {
     use crate::ids::{AdjustmentId, OrderId, TransferId};
     use crate::schema::{self, Subject};
 
-    fn command(body: CommandBody) -> Command {
+    pub(super) fn command(body: CommandBody) -> Command {
         Command {
             command_id: CommandId::new("c-1").unwrap(),
             sku: Sku::new("SKU-1").unwrap(),
@@ -805,7 +805,8 @@ mod tests {
         OrderId::new(id).unwrap()
     }
 
-    fn bodies() -> Vec<CommandBody> {
+    /// A body of every kind, with its optional fields left out and given.
+    pub(super) fn bodies() -> Vec<CommandBody> {
         vec![
             CommandBody::Deduct(Deduct::new(order("o-1"), Quantity::new(3).unwrap())),
             CommandBody::Deduct(Deduct {

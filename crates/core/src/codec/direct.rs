@@ -279,98 +279,19 @@ impl Record for RawFields<'_> {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::super::frame::SCHEMAS;
+    use super::super::tests::{bodies, command};
     use super::super::{decode_command, decode_command_generally, encode_command};
-    use crate::command::*;
-    use crate::ids::*;
+    use crate::command::Command;
+    use crate::ids::CommandId;
 
-    /// A command of every kind, with its optional fields both left out and
-    /// given, named units among them.
+    /// A command of every kind ([`bodies`]), each its own id.
     fn every_kind() -> Vec<Command> {
-        let order = || OrderId::new("order-7").unwrap();
-        let change = || ChangeId::new("change-1").unwrap();
-        let place = |name: &str| LocationId::new(name).unwrap();
-        let bodies = vec![
-            CommandBody::Deduct(Deduct::new(order(), Quantity::new(2).unwrap())),
-            CommandBody::Deduct(Deduct {
-                user_id: Some(UserId::new("user-é").unwrap()),
-                expires_at: Some(1_700_000_600_000),
-                basket_id: Some(BasketId::new("order-7").unwrap()),
-                ..Deduct::taking(order(), Some(2), Some(&["A1", "A2"][..])).unwrap()
-            }),
-            CommandBody::Deduct(
-                Deduct::new(order(), Quantity::new(1).unwrap())
-                    .at(place("paris"))
-                    .unwrap(),
-            ),
-            CommandBody::Rollback(Rollback::new(order(), None).unwrap()),
-            CommandBody::Rollback(Rollback::new(order(), Some("payment failed".into())).unwrap()),
-            CommandBody::Restock(
-                Restock::new(AdjustmentId::new("a-1").unwrap(), RestockMode::Set, 10)
-                    .unwrap()
-                    .at(place("lyon"))
-                    .unwrap(),
-            ),
-            CommandBody::Restock(
-                Restock::with_units(
-                    AdjustmentId::new("a-2").unwrap(),
-                    RestockMode::Add,
-                    None,
-                    Some(&["B1", "B2", "B3"][..]),
-                )
-                .unwrap(),
-            ),
-            CommandBody::Restock(
-                Restock::new(AdjustmentId::new("a-3").unwrap(), RestockMode::Add, -4).unwrap(),
-            ),
-            CommandBody::Confirm(Confirm { order_id: order() }),
-            CommandBody::Refund(Refund {
-                order_id: order(),
-                quantity: None,
-            }),
-            CommandBody::Refund(Refund {
-                order_id: order(),
-                quantity: Some(Quantity::new(1).unwrap()),
-            }),
-            CommandBody::Expire(Expire { order_id: order() }),
-            CommandBody::Limit(Limit { per_user: None }),
-            CommandBody::Limit(Limit {
-                per_user: Some(Quantity::new(3).unwrap()),
-            }),
-            CommandBody::Transfer(
-                Transfer::new(
-                    TransferId::new("t-1").unwrap(),
-                    place("paris"),
-                    place("lyon"),
-                    Quantity::new(5).unwrap(),
-                )
-                .unwrap(),
-            ),
-            CommandBody::Alerts(Alerts {
-                low_stock_below: Some(Quantity::new(10).unwrap()),
-            }),
-            CommandBody::Window(Window {
-                change_id: change(),
-                window: SaleWindow::new(Some(1_700_000_000_000), Some(1_700_003_600_000)).unwrap(),
-            }),
-            CommandBody::Window(Window {
-                change_id: change(),
-                window: SaleWindow::new(None, Some(1_700_003_600_000)).unwrap(),
-            }),
-            CommandBody::Pause(Pause {
-                change_id: change(),
-            }),
-            CommandBody::Resume(Resume {
-                change_id: change(),
-            }),
-        ];
-        bodies
+        bodies()
             .into_iter()
             .enumerate()
             .map(|(i, body)| Command {
                 command_id: CommandId::new(format!("c-{i}")).unwrap(),
-                sku: Sku::new("SKU-1").unwrap(),
-                occurred_at: 1_700_000_000_000 + i as i64,
-                body,
+                ..command(body)
             })
             .collect()
     }
