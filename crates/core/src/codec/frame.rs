@@ -22,9 +22,14 @@ impl Header {
     /// The header followed by room for a datum of `datum` bytes.
     pub(super) fn with_room(&self, datum: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(10 + datum);
+        self.append_to(&mut out);
+        out
+    }
+
+    /// Appends the header's ten bytes to `out`.
+    pub(super) fn append_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&[0xC3, 0x01]);
         out.extend_from_slice(&self.0.to_le_bytes());
-        out
     }
 }
 
@@ -95,8 +100,7 @@ impl Framed {
     /// it writes record after record without allocating).
     pub(super) fn encode_into(&self, out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
         out.clear();
-        out.extend_from_slice(&[0xC3, 0x01]);
-        out.extend_from_slice(&self.current.fingerprint.to_le_bytes());
+        Header(self.current.fingerprint).append_to(out);
         write(out);
     }
 
