@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    CommandBody, Decision, Ledger, LocationStock, OrderStatus, ResultCode, SalePhase,
-    StockEventKind, StockEvents, Unit,
+    Changes, CommandBody, Decision, Hold, Ledger, LocationStock, OrderStatus, Placement,
+    ResultCode, SalePhase, SkuState, StockEventKind, StockEvents, Unit,
 };
-use stockledger_projection::{Entry, Projection};
+use stockledger_projection::{keys, Entry, Projection};
 use stockledger_redis::RedisConn;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix, hashes_under};
 use stockledger_testkit::services::redis_url;
@@ -125,6 +125,41 @@ async fn same_final_state(projection: &Projection, reference: &Ledger) -> anyhow
     Ok(())
 }
 
+/// Fails unless the index of live holds in `prefix` names exactly the
+/// machine's live reservations, each under its SKU's partition with its
+/// deadline: redeliveries and rewinds (a crash's aftermath) leave no hold
+/// behind and lose none.
+async fn same_holds(conn: &RedisConn, prefix: &str, reference: &Ledger) -> anyhow::Result<()> {
+    let mut expected: BTreeSet<(i32, String, i64)> = BTreeSet::new();
+    for sku in SKUS {
+        let Some(state) = reference.sku(sku) else {
+            continue;
+        };
+        let owner = state.owner(home_partition(sku.as_bytes(), PARTITIONS));
+        for (order, entry) in &state.orders {
+            if let (OrderStatus::Reserved, Some(deadline)) = (entry.status, entry.expires_at) {
+                expected.insert((owner, keys::hold_member(sku, order), deadline));
+            }
+        }
+    }
+    let mut actual = BTreeSet::new();
+    for partition in 0..PARTITIONS {
+        let held: Vec<(String, i64)> = redis::cmd("ZRANGE")
+            .arg(keys::holds_key(prefix, partition))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn.clone())
+            .await?;
+        actual.extend(held.into_iter().map(|(m, d)| (partition, m, d)));
+    }
+    anyhow::ensure!(
+        actual == expected,
+        "the index of live holds: Redis {actual:?}\nreference {expected:?}"
+    );
+    Ok(())
+}
+
 #[test]
 fn the_fold_into_redis_decides_exactly_what_the_machine_alone_decides() {
     with_redis(600, 60, |rt, conn, s| {
@@ -148,6 +183,7 @@ fn the_fold_into_redis_decides_exactly_what_the_machine_alone_decides() {
             })
             .await?;
             same_final_state(&projection, &reference).await?;
+            same_holds(&conn, &prefix, &reference).await?;
             delete_prefix(&conn, &prefix).await
         })
     });
@@ -591,6 +627,130 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
         );
     }
     anyhow::ensure!(ledger == folded, "replaying the log changed the state");
+    Ok(())
+}
+
+/// The change set the machine gives with each decision names every part
+/// of the state the record changed (the projection writes those parts
+/// only): the order named, with its user's count and its units; the
+/// adjustment spent, with a restock's new units; the limit, the
+/// threshold, the stock per location, the sale. A redelivery or a
+/// misrouted record changes nothing, and every record naming an order
+/// that was ever a reservation says where its hold stands.
+#[test]
+fn the_machines_change_sets_name_every_part_a_record_changed() {
+    let result = runner(2000).run(&scenario(80), |s| check_change_sets(&s).map_err(fail));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn check_change_sets(s: &Scenario) -> anyhow::Result<()> {
+    fn changed<'a, K: Ord, V: PartialEq>(
+        before: &'a BTreeMap<K, V>,
+        after: &'a BTreeMap<K, V>,
+    ) -> BTreeSet<&'a K> {
+        let differs = |a: &'a BTreeMap<K, V>, b: &'a BTreeMap<K, V>| {
+            a.iter()
+                .filter(move |(k, v)| b.get(k) != Some(v))
+                .map(|(k, _)| k)
+        };
+        differs(before, after)
+            .chain(differs(after, before))
+            .collect()
+    }
+    let mut states: BTreeMap<String, SkuState> = BTreeMap::new();
+    for &i in &s.deliveries {
+        let record = &s.log[i];
+        let sku = record.command.sku.as_str();
+        let state = states.entry(sku.to_owned()).or_default();
+        let before = state.clone();
+        let at = Placement {
+            partition: record.partition,
+            home: home_partition(sku.as_bytes(), PARTITIONS),
+        };
+        let body = &record.command.body;
+        let (decision, changes) = state.apply_noting(at, record.offset, record.timestamp, body);
+        let after = &*state;
+        let order = body.order_id().map(|id| id.as_str().to_owned());
+        let entry = order.as_ref().and_then(|id| after.orders.get(id));
+        let hold = entry.and_then(|e| {
+            let deadline = e.expires_at?;
+            Some(match e.status {
+                OrderStatus::Reserved => Hold::Live(deadline),
+                _ => Hold::Ended,
+            })
+        });
+        let what = format!(
+            "{sku} offset {}: {body:?} {decision:?} {changes:?}",
+            record.offset
+        );
+        let misrouted = decision.result == ResultCode::Misrouted;
+        anyhow::ensure!(
+            changes.hold == if misrouted { None } else { hold },
+            "{what}: the hold is {hold:?}"
+        );
+        if !changes.decided {
+            anyhow::ensure!(before == *after, "{what}: changed the state undecided");
+            let only_hold = Changes {
+                hold: changes.hold,
+                ..Changes::default()
+            };
+            anyhow::ensure!(changes == only_hold, "{what}: undecided, yet changes");
+            continue;
+        }
+        anyhow::ensure!(!misrouted, "{what}: misrouted, yet decided");
+        let orders = changed(&before.orders, &after.orders);
+        let expected: BTreeSet<&String> = order.iter().filter(|_| changes.order).collect();
+        anyhow::ensure!(orders == expected, "{what}: orders {orders:?} changed");
+        let users = changed(&before.users, &after.users);
+        let user = entry
+            .filter(|_| changes.order)
+            .and_then(|e| e.user.as_ref());
+        anyhow::ensure!(
+            users.iter().all(|u| Some(*u) == user),
+            "{what}: users {users:?} changed"
+        );
+        let mut units: BTreeSet<String> = BTreeSet::new();
+        if changes.order {
+            units.extend(entry.iter().flat_map(|e| e.units.iter().cloned()));
+        }
+        if let (CommandBody::Restock(r), true) = (body, changes.adjustment) {
+            units.extend(r.named().iter().map(|u| u.as_str().to_owned()));
+        }
+        let moved = changed(&before.units, &after.units);
+        anyhow::ensure!(
+            moved.iter().all(|u| units.contains(*u)),
+            "{what}: units {moved:?} changed"
+        );
+        let spent = changed(&before.adjustments, &after.adjustments);
+        let id = body.adjustment_id().filter(|_| changes.adjustment);
+        anyhow::ensure!(
+            spent.iter().map(|s| s.as_str()).eq(id),
+            "{what}: adjustments {spent:?} changed"
+        );
+        for (flag, moved, part) in [
+            (changes.limit, before.limit != after.limit, "limit"),
+            (
+                changes.low_stock,
+                before.low_stock_below != after.low_stock_below,
+                "threshold",
+            ),
+            (
+                changes.locations,
+                before.locations != after.locations,
+                "locations",
+            ),
+            (
+                changes.sale,
+                (before.window, before.phase, before.paused)
+                    != (after.window, after.phase, after.paused),
+                "sale",
+            ),
+        ] {
+            anyhow::ensure!(flag == moved, "{what}: the {part} changed: {moved}");
+        }
+    }
     Ok(())
 }
 

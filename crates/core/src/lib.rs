@@ -39,7 +39,8 @@ pub use ids::{
     UnitId, UserId, ValidationError,
 };
 pub use machine::{
-    Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit, UnitState,
+    Changes, Hold, Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit,
+    UnitState,
 };
 pub use outcome::{
     Decision, EventDedupe, Figures, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind,

@@ -1,9 +1,8 @@
 //! The one fold path: how a batch of log records reaches Redis.
 //!
 //! [`Projection::prepare`] takes a batch once: it groups the commands by
-//! SKU, notes which holds each command may take or end and how far each
-//! partition was read, and owns all of it, so the result can be applied
-//! from another task. [`Projection::apply`] then takes the part of each
+//! SKU and notes how far each partition was read, and owns all of it, so
+//! the result can be applied from another task. [`Projection::apply`] then takes the part of each
 //! SKU's state the batch's records need, from what the projection keeps
 //! in memory (see `heads`) or else from Redis (`lua/load.lua`), decides
 //! every record with the core's machine
@@ -30,7 +29,7 @@ use foldhash::{HashMap, HashMapExt};
 use redis::Script;
 use stockledger_core::command::record_time;
 use stockledger_core::partition::home_partition;
-use stockledger_core::{Command, CommandBody, Decision, ResultCode};
+use stockledger_core::{Command, Decision, Hold};
 
 use crate::fence::{Expected, Learned, GENERATION_FIELD};
 use crate::heads::{answer_in, Change, Whole};
@@ -87,8 +86,6 @@ pub struct Prepared {
     /// Each SKU's name, home partition and records (indexes into
     /// `records`, in log order), in the order first met.
     skus: Vec<(String, i32, Vec<usize>)>,
-    /// For each command, in the order given, the hold it may take or end.
-    holds: Vec<Option<HoldChange>>,
     /// The last offset read from each partition.
     marks: Vec<(i32, i64)>,
     /// The basket lines among the commands, by basket id.
@@ -108,47 +105,13 @@ impl Prepared {
     }
 }
 
+/// A record's decision, and where the hold of the order it names stands
+/// after it ([`stockledger_core::Changes::hold`]).
+type Decided = (Decision, Option<Hold>);
+
 /// A basket's lines in a batch: its holds' deadline, and each line's SKU
 /// with the partition and offset of its record.
 type BasketLines = (i64, BTreeMap<String, (i32, i64)>);
-
-/// What a command may do to the index of live holds, once decided.
-#[derive(Debug, Clone)]
-struct HoldChange {
-    partition: i32,
-    /// [`keys::hold_member`] of the SKU and order.
-    member: String,
-    /// `Some(deadline)`: a reservation, indexed if applied. `None`: a
-    /// confirm, rollback or expire, which ends the hold when decided.
-    deadline: Option<i64>,
-}
-
-impl HoldChange {
-    fn of(partition: i32, command: &Command) -> Option<Self> {
-        let deadline = match &command.body {
-            CommandBody::Deduct(d) => Some(d.expires_at?),
-            CommandBody::Confirm(_) | CommandBody::Rollback(_) | CommandBody::Expire(_) => None,
-            _ => return None,
-        };
-        let order = command.body.order_id()?;
-        Some(Self {
-            partition,
-            member: keys::hold_member(command.sku.as_str(), order.as_str()),
-            deadline,
-        })
-    }
-
-    /// The index entry after `decision`: `Some(Some(deadline))` to add,
-    /// `Some(None)` to remove, `None` to leave as it is.
-    fn after(&self, decision: &Decision) -> Option<Option<i64>> {
-        match self.deadline {
-            Some(deadline) => (decision.result == ResultCode::Applied).then_some(Some(deadline)),
-            None => (decision.result != ResultCode::IgnoredNotDue
-                && decision.result != ResultCode::Misrouted)
-                .then_some(None),
-        }
-    }
-}
 
 impl Projection {
     /// Prepares `entries`, records of a command topic with `partitions`
@@ -174,10 +137,6 @@ impl Projection {
                 });
             }
         }
-        let holds = records
-            .iter()
-            .map(|r| HoldChange::of(r.partition, &r.command))
-            .collect();
         let mut baskets: BTreeMap<String, BasketLines> = BTreeMap::new();
         for r in &records {
             if let Some(basket) = r.command.body.basket_id() {
@@ -201,7 +160,6 @@ impl Projection {
         Prepared {
             records,
             skus,
-            holds,
             marks: last.into_iter().collect(),
             baskets,
         }
@@ -234,8 +192,8 @@ impl Projection {
             let _: Vec<redis::Value> = self.redis.query_each(index).await?;
         }
         self.check_marked().await?;
-        let decisions = self.decide_and_write(batch).await?;
-        let mut writes = hold_writes(&self.prefix, batch, &decisions);
+        let decided = self.decide_and_write(batch).await?;
+        let mut writes = hold_writes(&self.prefix, batch, &decided);
         if !batch.marks.is_empty() {
             if let Some(topic) = &self.announce_on {
                 writes.push(
@@ -249,7 +207,7 @@ impl Projection {
         if !writes.is_empty() {
             let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
         }
-        Ok(decisions)
+        Ok(decided.into_iter().map(|(decision, _)| decision).collect())
     }
 
     /// For a guarded projection, fails when the marker is gone (Redis
@@ -278,8 +236,8 @@ impl Projection {
     /// whose state moved under the decisions (on a single Redis, the whole
     /// batch when the fence refused it); records the marks with the last
     /// write.
-    async fn decide_and_write(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
-        let mut decided: Vec<Option<Decision>> = vec![None; batch.records.len()];
+    async fn decide_and_write(&self, batch: &Prepared) -> Result<Vec<Decided>, ProjectionError> {
+        let mut decided: Vec<Option<Decided>> = vec![None; batch.records.len()];
         let all: Vec<usize> = (0..batch.skus.len()).collect();
         let mut pending = all.clone();
         for attempt in 1u32.. {
@@ -584,26 +542,29 @@ fn split_whole(read: &mut Vec<Option<String>>, asked: usize) -> Option<HashMap<S
 }
 
 /// The writes that keep the [`keys::holds_key`] index of live reservations
-/// after a batch's `decisions`: a reservation taken is added with its
-/// deadline; a confirm, rollback or expire that leaves no hold removes its
-/// order. Only each hold's last change is written: on a cluster the writes
-/// are in flight together, so a reservation's add and its confirm's remove
-/// must not both be sent. An entry left behind (a redelivery, a crash)
-/// only makes the expirer send an expire that changes nothing.
-fn hold_writes(prefix: &str, batch: &Prepared, decisions: &[Decision]) -> Vec<redis::Cmd> {
-    let mut last: BTreeMap<(i32, &str), Option<i64>> = BTreeMap::new();
-    for (hold, decision) in batch.holds.iter().zip(decisions) {
-        let Some(hold) = hold else { continue };
-        if let Some(change) = hold.after(decision) {
-            last.insert((hold.partition, &hold.member), change);
-        }
+/// after a batch, as the machine says where each record's order's hold
+/// stands: a live hold is added with its deadline, one that ended is
+/// removed. Redeliveries say it too, so an index a crash left behind
+/// (the batch written, its index not) is mended when they come. Only
+/// each hold's last change is written: on a cluster the writes are in
+/// flight together, so a reservation's add and its confirm's remove must
+/// not both be sent.
+fn hold_writes(prefix: &str, batch: &Prepared, decided: &[Decided]) -> Vec<redis::Cmd> {
+    let mut last: BTreeMap<(i32, &str, &str), Hold> = BTreeMap::new();
+    for (record, (_, hold)) in batch.records.iter().zip(decided) {
+        let (Some(hold), Some(order)) = (hold, record.command.body.order_id()) else {
+            continue;
+        };
+        let sku = record.command.sku.as_str();
+        last.insert((record.partition, sku, order.as_str()), *hold);
     }
     last.into_iter()
-        .map(|((partition, member), change)| {
+        .map(|((partition, sku, order), hold)| {
             let key = keys::holds_key(prefix, partition);
-            match change {
-                Some(deadline) => redis::Cmd::zadd(key, member, deadline),
-                None => redis::Cmd::zrem(key, member),
+            let member = keys::hold_member(sku, order);
+            match hold {
+                Hold::Live(deadline) => redis::Cmd::zadd(key, member, deadline),
+                Hold::Ended => redis::Cmd::zrem(key, member),
             }
         })
         .collect()

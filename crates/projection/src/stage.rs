@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use foldhash::{HashMap, HashMapExt};
 
-use stockledger_core::{Command, CommandBody, Decision, Placement, SkuState, Unit};
+use stockledger_core::{Changes, Command, CommandBody, Decision, Hold, Placement, SkuState, Unit};
 
 use crate::encoding::{
     decode_decision, decode_locations, decode_order, decode_stock, decode_unit, encode_decision,
@@ -198,8 +198,6 @@ pub(crate) struct SkuStage {
     /// threshold, the sale and each record's decision (by offset), in log
     /// order.
     extras: Tracker,
-    /// The SKU's sale as [`SALE`] holds it, as the batch leaves it.
-    sale: Option<String>,
     adjustments: Vec<(String, String)>,
     /// Whether a record of the batch applied (and so wrote a decision).
     applied: bool,
@@ -227,7 +225,6 @@ impl SkuStage {
             listed: String::new(),
             orders: Tracker::default(),
             extras: Tracker::default(),
-            sale: None,
             adjustments: Vec::new(),
             applied: false,
             cached: false,
@@ -381,8 +378,7 @@ impl SkuStage {
         self.orders
             .start
             .insert(SALE_FIELD.to_owned(), sale.clone());
-        self.extras.start.insert(SALE.to_owned(), sale.clone());
-        self.sale = sale;
+        self.extras.start.insert(SALE.to_owned(), sale);
         let low = field(LOW);
         self.orders
             .start
@@ -417,9 +413,10 @@ impl SkuStage {
     }
 
     /// Decides each of the SKU's records with the machine, in log order,
-    /// noting what each one applied changes; `decisions` gets each
-    /// record's decision at its index.
-    pub fn decide(&mut self, records: &[Record], decisions: &mut [Option<Decision>]) {
+    /// noting what each one applied changed; `decided` gets each record's
+    /// decision, and where the hold of the order it names stands, at its
+    /// index.
+    pub fn decide(&mut self, records: &[Record], decided: &mut [Option<(Decision, Option<Hold>)>]) {
         for k in 0..self.records.len() {
             let i = self.records[k];
             let record = &records[i];
@@ -427,101 +424,74 @@ impl SkuStage {
                 partition: record.partition,
                 home: self.home,
             };
-            let before = self.state.last_offset;
-            let decision = self
-                .state
-                .apply(at, record.offset, record.time, &record.command.body);
-            if self.state.last_offset != before {
-                self.note(record, &decision);
+            let (decision, changes) =
+                (self.state).apply_noting(at, record.offset, record.time, &record.command.body);
+            if changes.decided {
+                self.note(record, &decision, &changes);
             }
-            decisions[i] = Some(decision);
+            decided[i] = Some((decision, changes.hold));
         }
     }
 
-    /// Notes the fields `record`, just applied with `decision`, may have
-    /// changed, in a fixed order. Never inlined: the bench's `stages`
-    /// scenario counts it as the write's part of a record.
+    /// Notes the fields `record`, just decided with `decision`, changed, as
+    /// the machine's `changes` name them, in a fixed order. Never inlined:
+    /// the bench's `stages` scenario counts it as the write's part of a
+    /// record.
     #[inline(never)]
-    fn note(&mut self, record: &Record, decision: &Decision) {
+    fn note(&mut self, record: &Record, decision: &Decision, changes: &Changes) {
         let offset = record.offset.to_string();
         self.extras.set(&offset, Some(encode_decision(decision)));
         self.applied = true;
         let body = &record.command.body;
-        let entry = body
-            .order_id()
-            .and_then(|id| self.state.orders.get(id.as_str()));
-        if let Some(id) = body.order_id() {
+        if let Some(id) = body.order_id().filter(|_| changes.order) {
+            let entry = self.state.orders.get(id.as_str());
             self.orders.set(id.as_str(), entry.map(encode_order));
+            if let Some(user) = entry.and_then(|e| e.user.as_deref()) {
+                let counted = self.state.users.get(user).map(i64::to_string);
+                self.orders
+                    .set(&format!("{USER_FIELD_PREFIX}{user}"), counted);
+            }
+            let units = entry.map_or(&[][..], |e| &e.units[..]);
+            let units = units.iter().map(String::as_str);
+            mark_units(
+                &mut self.orders,
+                &mut self.seatmap,
+                &self.state,
+                &self.places,
+                units,
+            );
         }
-        let mut users: Vec<String> = entry.and_then(|e| e.user.clone()).into_iter().collect();
-        let mut units: Vec<String> = entry.map(|e| e.units.clone()).unwrap_or_default();
-        if let Some(id) = body.adjustment_id() {
-            // The id is spent by the record that first used it, only.
-            if self.state.adjustments.get(id) == Some(&record.offset) {
-                self.adjustments.push((id.to_owned(), offset.clone()));
-                if let CommandBody::Restock(r) = body {
-                    self.add_units(r.named().iter().map(|u| u.as_str()));
-                }
+        if let Some(id) = body.adjustment_id().filter(|_| changes.adjustment) {
+            self.adjustments.push((id.to_owned(), offset));
+            if let CommandBody::Restock(r) = body {
+                let named = || r.named().iter().map(|u| u.as_str());
+                self.add_units(named());
+                mark_units(
+                    &mut self.orders,
+                    &mut self.seatmap,
+                    &self.state,
+                    &self.places,
+                    named(),
+                );
             }
         }
-        match body {
-            CommandBody::Deduct(d) => {
-                users.extend(d.user_id.as_ref().map(|u| u.as_str().to_owned()));
-                units.extend(d.units.iter().map(|u| u.as_str().to_owned()));
-            }
-            CommandBody::Restock(r) => {
-                units.extend(r.named().iter().map(|u| u.as_str().to_owned()));
-            }
-            CommandBody::Limit(_) => {
-                let limit = self.state.limit.map(|l| l.to_string());
-                self.extras.set(LIMIT, limit);
-            }
-            CommandBody::Alerts(_) => {
-                let low = self.state.low_stock_below.map(|l| l.to_string());
-                self.extras.set(LOW, low.clone());
-                self.orders.set(ALERTS_FIELD, low);
-            }
-            _ => {}
+        if changes.limit {
+            self.extras
+                .set(LIMIT, self.state.limit.map(|l| l.to_string()));
         }
-        users.dedup();
-        for user in users {
-            let counted = self.state.users.get(&user).map(i64::to_string);
-            self.orders
-                .set(&format!("{USER_FIELD_PREFIX}{user}"), counted);
+        if changes.low_stock {
+            let low = self.state.low_stock_below.map(|l| l.to_string());
+            self.extras.set(LOW, low.clone());
+            self.orders.set(ALERTS_FIELD, low);
         }
-        let mut marked = false;
-        for name in units {
-            let (Some(unit), Some(&place)) = (self.state.units.get(&name), self.places.get(&name))
-            else {
-                continue;
-            };
-            if let Some(letter) = self.seatmap.get_mut(place) {
-                *letter = seat_letter(unit.state()) as u8;
-            }
-            let value = encode_unit(place, unit);
-            self.orders
-                .set(&format!("{UNIT_FIELD_PREFIX}{name}"), Some(value));
-            marked = true;
-        }
-        if marked {
-            self.orders.set_deferred(SEATMAP_FIELD);
-        }
-        if !self.state.locations.is_empty() {
+        if changes.locations {
             let locations = encode_locations(&self.state.locations);
             self.orders.set(LOCATIONS_FIELD, Some(locations));
         }
-        self.note_sale();
-    }
-
-    /// Notes the sale's field and its copy if the record changed them:
-    /// any record may move the sale's phase (the first one past its
-    /// opening or closing), not only the sale's own commands.
-    fn note_sale(&mut self) {
-        let sale = encode_sale(&self.state);
-        if sale != self.sale {
+        if changes.sale {
+            let sale = encode_sale(&self.state);
             self.extras.set(SALE, sale.clone());
-            self.orders.set(SALE_FIELD, sale.clone());
-            self.sale = sale;
+            self.orders.set(SALE_FIELD, sale);
         }
     }
 
@@ -674,6 +644,34 @@ pub fn stage_without_redis(
         }
     }
     Ok(written)
+}
+
+/// Notes the state of each of the named units `names` that the stage
+/// knows, in the orders hash and in the seat map.
+fn mark_units<'a>(
+    orders: &mut Tracker,
+    seatmap: &mut [u8],
+    state: &SkuState,
+    places: &HashMap<String, usize>,
+    names: impl Iterator<Item = &'a str>,
+) {
+    let mut marked = false;
+    for name in names {
+        let (Some(unit), Some(&place)) = (state.units.get(name), places.get(name)) else {
+            continue;
+        };
+        if let Some(letter) = seatmap.get_mut(place) {
+            *letter = seat_letter(unit.state()) as u8;
+        }
+        orders.set(
+            &format!("{UNIT_FIELD_PREFIX}{name}"),
+            Some(encode_unit(place, unit)),
+        );
+        marked = true;
+    }
+    if marked {
+        orders.set_deferred(SEATMAP_FIELD);
+    }
 }
 
 /// Field names in the order first asked for, each once.

@@ -31,8 +31,12 @@ use crate::outcome::StockEvents;
 use crate::outcome::{Decision, ResultCode};
 use crate::Command;
 
+mod changes;
 mod rules;
 mod sale;
+
+use changes::Before;
+pub use changes::{Changes, Hold};
 
 /// Where one order of one SKU stands.
 ///
@@ -440,19 +444,42 @@ impl SkuState {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn apply(&mut self, at: Placement, offset: i64, time: i64, body: &CommandBody) -> Decision {
+        self.apply_noting(at, offset, time, body).0
+    }
+
+    /// As [`SkuState::apply`], and what the record changed: see
+    /// [`Changes`].
+    pub fn apply_noting(
+        &mut self,
+        at: Placement,
+        offset: i64,
+        time: i64,
+        body: &CommandBody,
+    ) -> (Decision, Changes) {
         let owner = self.owner(at.home);
         if at.partition != owner {
-            return misrouted(at.partition, owner);
+            return (misrouted(at.partition, owner), Changes::default());
         }
         if self.last_offset.is_some_and(|last| offset <= last) {
-            return self.decisions.get(&offset).cloned().unwrap_or_else(|| {
+            let decision = self.decisions.get(&offset).cloned().unwrap_or_else(|| {
                 self.decide(
                     ResultCode::Duplicate,
                     0,
                     Some("redelivered record; its first decision was pruned".into()),
                 )
             });
+            let hold = (body.order_id())
+                .and_then(|id| self.orders.get(id.as_str()))
+                .and_then(changes::hold_of);
+            return (
+                decision,
+                Changes {
+                    hold,
+                    ..Changes::default()
+                },
+            );
         }
+        let was = Before::of(self);
         let before = self.available;
         let mut decision = match body {
             CommandBody::Deduct(d) => self.deduct(offset, time, d),
@@ -482,7 +509,8 @@ impl SkuState {
         self.decisions.insert(offset, decision.clone());
         self.partition = Some(at.partition);
         self.last_offset = Some(offset);
-        decision
+        let changes = was.changes(self, offset, body);
+        (decision, changes)
     }
 
     fn decide(&self, result: ResultCode, delta: i64, reason: Option<String>) -> Decision {
