@@ -221,6 +221,38 @@ pub fn describe_metrics() {
     }
 }
 
+/// The clocks of the applier's loop, and what its stats line reads.
+struct Clocks {
+    /// The stats line's.
+    ticker: tokio::time::Interval,
+    /// The expirer's ([`expiry::INTERVAL`]).
+    expiry: tokio::time::Interval,
+    /// The baskets' settling ([`crate::baskets::INTERVAL`]).
+    settling: tokio::time::Interval,
+    line: ProgressLine,
+    group: GroupWatch,
+}
+
+/// Three batches at once, at most: one applied in Redis by a task of its
+/// own, the one before it on its way to the brokers, while the loop reads
+/// the next. Redis applies batches one after another, in log order.
+struct Underway {
+    applying: Option<Applying>,
+    in_flight: Option<InFlight>,
+    /// Batches published but not yet delivered and committed when a stop
+    /// came while waiting for them: `drain` finishes them.
+    unfinished: Vec<InFlight>,
+    stop: watch::Receiver<bool>,
+}
+
+/// What a turn of the applier's loop leaves it to do.
+enum Turn {
+    Again,
+    Stop,
+    /// The consumer cannot go on; a new one is to take over.
+    Fenced,
+}
+
 struct Applier {
     config: ApplierConfig,
     /// The command topic's partition count, which decides each SKU's home
@@ -354,111 +386,120 @@ impl Applier {
     /// (`true`: the caller starts a new one): fenced for good, or holding
     /// partitions librdkafka will never fetch
     /// ([`LagContext::stranded`]).
-    // Over the length limit until the one-rule-set work reshapes the
-    // applier's loop (the projection and applier crates are left to it).
-    #[allow(clippy::too_many_lines)]
     async fn run(mut self) -> Result<(ApplierStats, bool), ApplierError> {
-        let mut fenced = false;
         let mut ticker = tokio::time::interval(self.config.stats_interval);
         ticker.tick().await;
-        let mut line =
-            ProgressLine::new("applier", &self.config.group_id, self.config.stats_interval);
-        let mut stop = self.stop.clone();
-        let group = GroupWatch::start(
-            &self.config.kafka,
-            &self.config.group_id,
-            &self.config.topic,
-            stop.clone(),
-        );
-        // Three batches at once, at most: one applied in Redis by a task of
-        // its own, the one before it on its way to the brokers, while this
-        // task reads the next. Redis applies batches one after another, in
-        // log order.
-        let mut applying: Option<Applying> = None;
-        let mut in_flight: Option<InFlight> = None;
-        let mut unfinished: Vec<InFlight> = Vec::new();
-        let mut expiry = tokio::time::interval(expiry::INTERVAL);
-        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut settling = tokio::time::interval(crate::baskets::INTERVAL);
-        settling.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let stop = self.stop.clone();
+        let mut clocks = Clocks {
+            ticker,
+            expiry: tokio::time::interval(expiry::INTERVAL),
+            settling: tokio::time::interval(crate::baskets::INTERVAL),
+            line: ProgressLine::new("applier", &self.config.group_id, self.config.stats_interval),
+            group: GroupWatch::start(
+                &self.config.kafka,
+                &self.config.group_id,
+                &self.config.topic,
+                stop.clone(),
+            ),
+        };
+        for clock in [&mut clocks.expiry, &mut clocks.settling] {
+            clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        let mut flow = Underway {
+            applying: None,
+            in_flight: None,
+            unfinished: Vec::new(),
+            stop,
+        };
+        let fenced = loop {
             if self.consumer.context().stranded() {
                 // Set with a consumer error, which may have been taken
                 // while filling a batch: looked at every turn (the
                 // expirer's tick makes one five times a second).
                 error!("the consumer holds partitions it will never fetch");
-                fenced = true;
-                break;
+                break true;
             }
-            let first = tokio::select! {
-                biased;
-                // Unit, not the borrow `wait_for` returns: a branch below
-                // awaits, and the borrow would make this future not `Send`.
-                () = async { let _ = stop.wait_for(|s| *s).await; } => break,
-                _ = expiry.tick() => {
-                    self.expire_due().await;
-                    continue;
-                }
-                _ = settling.tick() => {
-                    self.settle_baskets().await;
-                    continue;
-                }
-                _ = ticker.tick() => {
-                    self.report(&group, &mut line);
-                    self.forget_stop().await;
-                    continue;
-                }
-                answered = delivered(&mut in_flight) => {
-                    if let Some(done) = in_flight.take() {
-                        self.commit(done, answered)?;
-                    }
-                    continue;
-                }
-                // Records waiting come first: they are read while Redis
-                // applies the batch before them.
-                m = self.consumer.recv() => m,
-                // Idle: publish what Redis has applied rather than wait
-                // for more.
-                joined = applied(&mut applying) => {
-                    let Some(batch) = applying.take() else { continue };
-                    let stopping = self
-                        .publish_applied(batch, joined, &mut in_flight, &mut unfinished, &mut stop)
-                        .await?;
-                    if stopping {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            let first = match first {
-                Ok(m) => m.detach(),
-                Err(e) if is_fatal(&e) => {
-                    // What is applied and under way is finished below.
-                    error!(error = %Chain(&e), "the consumer cannot go on");
-                    fenced = true;
-                    break;
-                }
-                Err(e) => {
-                    warn!(error = %Chain(&e), "consumer error; retrying");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let stopping = self
-                .take_batch(
-                    first,
-                    &mut applying,
-                    &mut in_flight,
-                    &mut unfinished,
-                    &mut stop,
-                )
-                .await?;
-            if stopping {
-                break;
+            match self.turn(&mut clocks, &mut flow).await? {
+                Turn::Again => {}
+                Turn::Stop => break false,
+                Turn::Fenced => break true,
             }
-        }
+        };
+        let Underway {
+            applying,
+            in_flight,
+            mut unfinished,
+            ..
+        } = flow;
         unfinished.extend(in_flight);
         self.drain(applying, unfinished, fenced).await
+    }
+
+    /// One turn of the loop: the first of a stop, a clock's tick, a batch
+    /// delivered or applied, and a record read (with the batch it starts).
+    async fn turn(
+        &mut self,
+        clocks: &mut Clocks,
+        flow: &mut Underway,
+    ) -> Result<Turn, ApplierError> {
+        let Underway {
+            applying,
+            in_flight,
+            unfinished,
+            stop,
+        } = flow;
+        let first = tokio::select! {
+            biased;
+            // Unit, not the borrow `wait_for` returns: a branch below
+            // awaits, and the borrow would make this future not `Send`.
+            () = async { let _ = stop.wait_for(|s| *s).await; } => return Ok(Turn::Stop),
+            _ = clocks.expiry.tick() => {
+                self.expire_due().await;
+                return Ok(Turn::Again);
+            }
+            _ = clocks.settling.tick() => {
+                self.settle_baskets().await;
+                return Ok(Turn::Again);
+            }
+            _ = clocks.ticker.tick() => {
+                self.report(&clocks.group, &mut clocks.line);
+                self.forget_stop().await;
+                return Ok(Turn::Again);
+            }
+            answered = delivered(in_flight) => {
+                if let Some(done) = in_flight.take() {
+                    self.commit(done, answered)?;
+                }
+                return Ok(Turn::Again);
+            }
+            // Records waiting come first: they are read while Redis
+            // applies the batch before them.
+            m = self.consumer.recv() => m,
+            // Idle: publish what Redis has applied rather than wait
+            // for more.
+            joined = applied(applying) => {
+                let Some(batch) = applying.take() else { return Ok(Turn::Again) };
+                let stopping = self
+                    .publish_applied(batch, joined, in_flight, unfinished, stop)
+                    .await?;
+                return Ok(if stopping { Turn::Stop } else { Turn::Again });
+            }
+        };
+        let first = match first {
+            Ok(m) => m.detach(),
+            Err(e) if is_fatal(&e) => {
+                // What is applied and under way is finished by `drain`.
+                error!(error = %Chain(&e), "the consumer cannot go on");
+                return Ok(Turn::Fenced);
+            }
+            Err(e) => {
+                warn!(error = %Chain(&e), "consumer error; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(Turn::Again);
+            }
+        };
+        let stopping = (self.take_batch(first, applying, in_flight, unfinished, stop)).await?;
+        Ok(if stopping { Turn::Stop } else { Turn::Again })
     }
 
     /// Takes a batch starting at `first`: publishes the batch Redis has

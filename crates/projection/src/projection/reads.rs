@@ -10,13 +10,9 @@ static UNITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../.
 
 impl Projection {
     /// The state of `sku`, or `None` if nothing was ever applied to it.
-    // Over the length limit until the one-rule-set work reshapes the
-    // projection's reads (it replaces this with the staged reads).
-    #[allow(clippy::too_many_lines)]
     pub async fn read_sku(&self, sku: &str) -> Result<Option<SkuState>, ProjectionError> {
         let keys = SkuKeys::new(&self.prefix, sku);
         let mut conn = self.redis.clone();
-        type Hash = BTreeMap<String, String>;
         let (stock, orders, adjustments, decisions): (Hash, Hash, Hash, Hash) = redis::pipe()
             .hgetall(&keys.stock)
             .hgetall(&keys.orders)
@@ -27,94 +23,13 @@ impl Projection {
         if stock.is_empty() {
             return Ok(None);
         }
-        let corrupt = |key: &str, value: &str| ProjectionError::Corrupt {
-            key: key.to_owned(),
-            value: value.to_owned(),
-        };
         let Some(mut state) = decode_stock(|f| stock.get(f).map(String::as_str))
             .map_err(|value: String| corrupt(&keys.stock, &value))?
         else {
             return Err(corrupt(&keys.stock, ""));
         };
-        let (mut registry, mut seatmap, mut alerts, mut sale) = (None, None, None, None);
-        let mut places = BTreeMap::new();
-        for (field, value) in orders {
-            if let Some(user) = user_of_field(&field) {
-                let units = value.parse().map_err(|_| corrupt(&keys.orders, &value))?;
-                state.users.insert(user.to_owned(), units);
-                continue;
-            }
-            if let Some(unit) = unit_of_field(&field) {
-                let (place, state_of) =
-                    decode_unit(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
-                places.insert(place, unit.to_owned());
-                state.units.insert(unit.to_owned(), state_of);
-                continue;
-            }
-            if field == UNITS_FIELD {
-                registry = Some(value);
-                continue;
-            }
-            if field == SEATMAP_FIELD {
-                seatmap = Some(value);
-                continue;
-            }
-            if field == ALERTS_FIELD {
-                alerts = Some(value);
-                continue;
-            }
-            if field == SALE_FIELD {
-                sale = Some(value);
-                continue;
-            }
-            if field == LOCATIONS_FIELD {
-                state.locations =
-                    decode_locations(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
-                continue;
-            }
-            let entry = decode_order(&value).ok_or_else(|| corrupt(&keys.orders, &value))?;
-            state.orders.insert(field, entry);
-        }
-        // The list of units, their places, the seat map, the units' fields
-        // and the stock hash's flag must all tell the same story.
-        let listed: Vec<&str> = registry
-            .as_deref()
-            .map_or_else(Vec::new, |r| r.split('\n').collect());
-        let letters: String = listed
-            .iter()
-            .filter_map(|name| state.units.get(*name).map(|u| seat_letter(u.state())))
-            .collect();
-        let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
-        let agree = listed.len() == state.units.len()
-            && listed
-                .iter()
-                .enumerate()
-                .all(|(i, name)| places.get(&i).map(String::as_str) == Some(*name))
-            && seatmap.as_deref().unwrap_or("") == letters
-            && named != state.units.is_empty();
-        state.named = named;
-        if !agree {
-            return Err(corrupt(&keys.orders, registry.as_deref().unwrap_or("")));
-        }
-        // The threshold's two copies must agree.
-        if alerts.as_deref().map(str::parse::<i64>).transpose().ok() != Some(state.low_stock_below)
-        {
-            return Err(corrupt(&keys.orders, alerts.as_deref().unwrap_or("")));
-        }
-        // So must the sale's.
-        if sale.as_ref() != stock.get(SALE) {
-            return Err(corrupt(&keys.orders, sale.as_deref().unwrap_or("")));
-        }
-        // The locations must sum to the SKU's stock and agree with the flag.
-        let located = stock.get(LOCATED).is_some_and(|flag| flag == "1");
-        let (available, total) =
-            (state.locations.iter()).fold((0, 0), |(a, t), l| (a + l.available, t + l.total));
-        if located == state.locations.is_empty()
-            || (located && (available, total) != (state.available, state.total))
-        {
-            let value = stock.get(LOCATED).cloned().unwrap_or_default();
-            return Err(corrupt(&keys.stock, &value));
-        }
+        let copies = take_orders(&mut state, orders, &keys.orders)?;
+        copies.check(&mut state, &stock, &keys)?;
         for (adjustment, value) in adjustments {
             let offset = value
                 .parse()
@@ -553,4 +468,110 @@ pub struct Stock {
     pub reserved: i64,
     /// Units one user may hold and buy, if limited.
     pub limit: Option<i64>,
+}
+
+/// A hash read whole, field by field.
+type Hash = BTreeMap<String, String>;
+
+fn corrupt(key: &str, value: &str) -> ProjectionError {
+    ProjectionError::Corrupt {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    }
+}
+
+/// What a SKU's orders hash holds besides its orders, users and units:
+/// copies of what other fields say, which [`Copies::check`] holds to them.
+#[derive(Default)]
+struct Copies {
+    /// The list of units, one name a line.
+    registry: Option<String>,
+    seatmap: Option<String>,
+    /// The low-stock threshold's copy.
+    alerts: Option<String>,
+    /// The sale's copy.
+    sale: Option<String>,
+    /// The name of the unit at each place, as the units' fields say.
+    places: BTreeMap<usize, String>,
+}
+
+/// Takes the orders hash `orders` (at `key`) into `state`: orders, users'
+/// counts, named units and the stock per location; returns the copies it
+/// holds besides.
+fn take_orders(state: &mut SkuState, orders: Hash, key: &str) -> Result<Copies, ProjectionError> {
+    let mut copies = Copies::default();
+    for (field, value) in orders {
+        if let Some(user) = user_of_field(&field) {
+            let units = value.parse().map_err(|_| corrupt(key, &value))?;
+            state.users.insert(user.to_owned(), units);
+        } else if let Some(unit) = unit_of_field(&field) {
+            let (place, state_of) = decode_unit(&value).ok_or_else(|| corrupt(key, &value))?;
+            copies.places.insert(place, unit.to_owned());
+            state.units.insert(unit.to_owned(), state_of);
+        } else if field == UNITS_FIELD {
+            copies.registry = Some(value);
+        } else if field == SEATMAP_FIELD {
+            copies.seatmap = Some(value);
+        } else if field == ALERTS_FIELD {
+            copies.alerts = Some(value);
+        } else if field == SALE_FIELD {
+            copies.sale = Some(value);
+        } else if field == LOCATIONS_FIELD {
+            state.locations = decode_locations(&value).ok_or_else(|| corrupt(key, &value))?;
+        } else {
+            let entry = decode_order(&value).ok_or_else(|| corrupt(key, &value))?;
+            state.orders.insert(field, entry);
+        }
+    }
+    Ok(copies)
+}
+
+impl Copies {
+    /// Fails unless every copy tells the story of what it copies (the
+    /// stock hash `stock`, the units' fields); sets `state.named` from the
+    /// stock hash's flag.
+    fn check(
+        &self,
+        state: &mut SkuState,
+        stock: &Hash,
+        keys: &SkuKeys,
+    ) -> Result<(), ProjectionError> {
+        // The list of units, their places, the seat map, the units' fields
+        // and the stock hash's flag must all tell the same story.
+        let registry = self.registry.as_deref();
+        let listed: Vec<&str> = registry.map_or_else(Vec::new, |r| r.split('\n').collect());
+        let letters: String = (listed.iter())
+            .filter_map(|name| state.units.get(*name).map(|u| seat_letter(u.state())))
+            .collect();
+        let named = stock.get(NAMED).is_some_and(|flag| flag == "1");
+        let agree = listed.len() == state.units.len()
+            && (listed.iter().enumerate())
+                .all(|(i, name)| self.places.get(&i).map(String::as_str) == Some(*name))
+            && self.seatmap.as_deref().unwrap_or("") == letters
+            && named != state.units.is_empty();
+        state.named = named;
+        if !agree {
+            return Err(corrupt(&keys.orders, registry.unwrap_or("")));
+        }
+        // The threshold's two copies must agree.
+        let alerts = self.alerts.as_deref();
+        if alerts.map(str::parse::<i64>).transpose().ok() != Some(state.low_stock_below) {
+            return Err(corrupt(&keys.orders, alerts.unwrap_or("")));
+        }
+        // So must the sale's.
+        if self.sale.as_ref() != stock.get(SALE) {
+            return Err(corrupt(&keys.orders, self.sale.as_deref().unwrap_or("")));
+        }
+        // The locations must sum to the SKU's stock and agree with the flag.
+        let located = stock.get(LOCATED).is_some_and(|flag| flag == "1");
+        let (available, total) =
+            (state.locations.iter()).fold((0, 0), |(a, t), l| (a + l.available, t + l.total));
+        if located == state.locations.is_empty()
+            || (located && (available, total) != (state.available, state.total))
+        {
+            let value = stock.get(LOCATED).map_or("", String::as_str);
+            return Err(corrupt(&keys.stock, value));
+        }
+        Ok(())
+    }
 }
