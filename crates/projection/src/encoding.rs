@@ -4,7 +4,7 @@
 
 use stockledger_core::{
     Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, SalePhase, SaleWindow, SkuState,
-    StockEvents, Unit, UnitState,
+    StockEventKind, StockEvents, Unit, UnitState,
 };
 
 /// The stock hash's fields, in the order a SKU's first record writes them
@@ -281,23 +281,29 @@ pub fn decode_unit(s: &str) -> Option<(usize, Unit)> {
 /// when the record caused stock events, a tab and their letters (the
 /// location part is then present, empty when there is none).
 pub fn encode_decision(d: &Decision) -> String {
-    let mut s = format!(
-        "{}|{}|{}|{}|{}",
-        d.result,
-        d.delta,
-        d.available,
-        d.total,
-        d.reason.as_deref().unwrap_or("")
-    );
+    let reason = d.reason.as_deref().unwrap_or("");
+    let mut s = String::with_capacity(40 + reason.len());
+    s.push_str(d.result.as_str());
+    for n in [d.delta, d.available, d.total] {
+        s.push('|');
+        push_int(&mut s, n);
+    }
+    s.push('|');
+    s.push_str(reason);
     if d.location.is_some() || !d.events.is_empty() {
         s.push('\t');
         s.push_str(d.location.as_deref().unwrap_or(""));
     }
     if !d.events.is_empty() {
         s.push('\t');
-        s.push_str(&d.events.letters());
+        s.extend(d.events.kinds().map(StockEventKind::letter));
     }
     s
+}
+
+/// Appends `n` in decimal to `s`.
+pub(crate) fn push_int(s: &mut String, n: i64) {
+    s.push_str(itoa::Buffer::new().format(n));
 }
 
 /// The offset whose decision a field of the stock hash holds, if it holds
@@ -381,11 +387,22 @@ fn status_of(code: char) -> Option<OrderStatus> {
 /// has a tab and the location after that. An order of named units has the
 /// long form followed by each unit's name on a line of its own.
 pub fn encode_order(e: &OrderEntry) -> String {
-    let mut s = format!("{}|{}|{}", status_code(e.status), e.quantity, e.offset);
+    let user = e.user.as_deref().unwrap_or("");
+    let mut s = String::with_capacity(48 + user.len());
+    s.push(status_code(e.status));
+    for n in [e.quantity, e.offset] {
+        s.push('|');
+        push_int(&mut s, n);
+    }
     if e.user.is_some() || e.expires_at.is_some() || e.refunded > 0 || !e.units.is_empty() {
-        let expires_at = e.expires_at.map(|t| t.to_string()).unwrap_or_default();
-        let user = e.user.as_deref().unwrap_or("");
-        s.push_str(&format!("|{expires_at}|{}|{user}", e.refunded));
+        s.push('|');
+        if let Some(expires_at) = e.expires_at {
+            push_int(&mut s, expires_at);
+        }
+        s.push('|');
+        push_int(&mut s, e.refunded);
+        s.push('|');
+        s.push_str(user);
     }
     if let Some(location) = &e.location {
         s.push('\t');

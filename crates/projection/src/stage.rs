@@ -439,7 +439,7 @@ impl SkuStage {
     /// record.
     #[inline(never)]
     fn note(&mut self, record: &Record, decision: &Decision, changes: &Changes) {
-        let offset = record.offset.to_string();
+        let offset = itoa::Buffer::new().format(record.offset).to_owned();
         self.extras.set(&offset, Some(encode_decision(decision)));
         self.applied = true;
         let body = &record.command.body;
@@ -447,7 +447,8 @@ impl SkuStage {
             let entry = self.state.orders.get(id.as_str());
             self.orders.set(id.as_str(), entry.map(encode_order));
             if let Some(user) = entry.and_then(|e| e.user.as_deref()) {
-                let counted = self.state.users.get(user).map(i64::to_string);
+                let counted =
+                    (self.state.users.get(user)).map(|&n| itoa::Buffer::new().format(n).to_owned());
                 self.orders
                     .set(&format!("{USER_FIELD_PREFIX}{user}"), counted);
             }

@@ -33,11 +33,13 @@ impl SkuState {
         self.count(user, quantity);
         let names: Vec<String> = d.units.iter().map(|u| u.as_str().to_owned()).collect();
         let order = d.order_id.as_str().to_owned();
-        let unit = match status {
-            OrderStatus::Reserved => Unit::Held(order.clone()),
-            _ => Unit::Sold(order.clone()),
-        };
-        self.mark_units(&names, &unit);
+        if !names.is_empty() {
+            let unit = match status {
+                OrderStatus::Reserved => Unit::Held(order.clone()),
+                _ => Unit::Sold(order.clone()),
+            };
+            self.mark_units(&names, &unit);
+        }
         self.orders.insert(
             order,
             OrderEntry {
