@@ -49,17 +49,26 @@ pub struct SkuKeys {
 /// The hash of `sku`'s orders ([`SkuKeys::orders`]), alone: for a read
 /// that needs no other key of the SKU.
 pub fn orders_key(prefix: &str, sku: &str) -> String {
-    format!("{prefix}:{{{sku}}}:orders")
+    sku_key(prefix, sku, "orders")
+}
+
+/// `prefix:{sku}:suffix`, put together without the formatting machinery:
+/// four of them a SKU a batch.
+fn sku_key(prefix: &str, sku: &str, suffix: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + sku.len() + suffix.len() + 4);
+    for part in [prefix, ":{", sku, "}:", suffix] {
+        key.push_str(part);
+    }
+    key
 }
 
 impl SkuKeys {
     pub fn new(prefix: &str, sku: &str) -> Self {
-        let key = |suffix: &str| format!("{prefix}:{{{sku}}}:{suffix}");
         Self {
-            stock: key("stock"),
+            stock: sku_key(prefix, sku, "stock"),
             orders: orders_key(prefix, sku),
-            adjustments: key("adjustments"),
-            decisions: key("decisions"),
+            adjustments: sku_key(prefix, sku, "adjustments"),
+            decisions: sku_key(prefix, sku, "decisions"),
         }
     }
 

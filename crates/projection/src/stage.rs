@@ -521,12 +521,11 @@ impl SkuStage {
     /// nothing), and its stock hash once written. Never inlined, as
     /// [`SkuStage::note`].
     #[inline(never)]
-    pub fn finish(self) -> (Option<SkuWrite>, Vec<Option<String>>) {
-        let loaded = self.stock.clone();
-        let Some(write) = self.write() else {
-            return (None, loaded);
+    pub fn finish(mut self) -> (Option<SkuWrite>, Vec<Option<String>>) {
+        let mut head = std::mem::take(&mut self.stock);
+        let Some(write) = self.write(&head) else {
+            return (None, head);
         };
-        let mut head = loaded;
         let stock = &write.hashes[0];
         for (k, field) in STOCK_FIELDS.iter().enumerate() {
             if stock.deletes.iter().any(|d| d == field) {
@@ -539,25 +538,28 @@ impl SkuStage {
         (Some(write), head)
     }
 
-    fn write(self) -> Option<SkuWrite> {
+    /// The write, from the stock hash's fields as `loaded`.
+    fn write(self, loaded: &[Option<String>]) -> Option<SkuWrite> {
         if !self.applied {
             return None;
         }
-        let fence = stock_field(&self.stock, OFFSET).map(str::to_owned);
+        let fence = stock_field(loaded, OFFSET).map(str::to_owned);
         let mut stock = HashWrite::default();
         let s = &self.state;
+        let mut digits = itoa::Buffer::new();
+        let mut number = |n: Option<i64>| n.map_or("", |n| digits.format(n)).to_owned();
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
         let core: [String; CORE_FIELDS] = [
-            s.available.to_string(),
-            s.total.to_string(),
-            s.reserved.to_string(),
-            s.partition.map(|p| p.to_string()).unwrap_or_default(),
-            s.last_offset.map(|o| o.to_string()).unwrap_or_default(),
+            number(Some(s.available)),
+            number(Some(s.total)),
+            number(Some(s.reserved)),
+            number(s.partition.map(i64::from)),
+            number(s.last_offset),
             flag(s.named),
             flag(!s.locations.is_empty()),
         ];
         for (k, value) in core.into_iter().enumerate() {
-            if self.stock.get(k).and_then(Option::as_ref) != Some(&value) {
+            if loaded.get(k).and_then(Option::as_ref) != Some(&value) {
                 stock.sets.push((STOCK_FIELDS[k].to_owned(), value));
             }
         }
