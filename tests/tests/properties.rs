@@ -295,7 +295,13 @@ fn replaying_into_two_prefixes_gives_byte_equal_redis_state() {
 
 #[test]
 fn the_reference_machine_keeps_the_ledger_invariants() {
-    let result = runner(5000).run(&scenario(80), |s| check_invariants(&s).map_err(fail));
+    on_machine_alone(5000, check_invariants);
+}
+
+/// Runs `property` on generated scenarios of up to 80 steps, with the
+/// machine alone (no Redis).
+fn on_machine_alone(default_cases: u32, property: fn(&Scenario) -> anyhow::Result<()>) {
+    let result = runner(default_cases).run(&scenario(80), |s| property(&s).map_err(fail));
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -639,10 +645,7 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
 /// that was ever a reservation says where its hold stands.
 #[test]
 fn the_machines_change_sets_name_every_part_a_record_changed() {
-    let result = runner(2000).run(&scenario(80), |s| check_change_sets(&s).map_err(fail));
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    on_machine_alone(2000, check_change_sets);
 }
 
 fn check_change_sets(s: &Scenario) -> anyhow::Result<()> {

@@ -2,25 +2,27 @@
 //!
 //! [`Projection::prepare`] takes a batch once: it groups the commands by
 //! SKU and notes how far each partition was read, and owns all of it, so
-//! the result can be applied from another task. [`Projection::apply`] then takes the part of each
-//! SKU's state the batch's records need, from what the projection keeps
-//! in memory (see `heads`) or else from Redis (`lua/load.lua`), decides
-//! every record with the core's machine
-//! ([`stockledger_core::SkuState::apply`], the one place a rule is
-//! written), and writes what changed in one fenced step. On a single Redis
-//! it is a transaction that lands only if the marker still holds, for each
-//! of the batch's partitions, the offset this projection last saw there,
-//! and the generation restores and swaps move (see `fence`); on a cluster
-//! a script per SKU (`lua/write.lua`) whose changes land only if its stock
-//! hash still holds the offset they were decided on, and the marker is
-//! written once every SKU is. What another writer moved since it was read
-//! (a member that has not yet noticed it lost the partition, a restore, a
+//! the result can be applied from another task. [`Projection::apply`]
+//! then takes the part of each SKU's state the batch's records need, from
+//! what the projection keeps in memory (see `heads`) or else from Redis
+//! (`lua/load.lua`), decides every record with the core's machine
+//! ([`stockledger_core::SkuState::apply_noting`], the one place a rule is
+//! written, which also says what each record changed), and writes those
+//! changes in one fenced step. On a single Redis it is a transaction that
+//! lands only if the marker still holds, for each of the batch's
+//! partitions, the offset this projection last saw there, and the
+//! generation restores and swaps move (see `fence`); on a cluster a script
+//! per SKU (`lua/write.lua`) whose changes land only if its stock hash
+//! still holds the offset they were decided on, and the marker is written
+//! once every SKU is. What another writer moved since it was read (a
+//! member that has not yet noticed it lost the partition, a restore, a
 //! swap) gets nothing written; it is read and decided again on what Redis
 //! holds now, where the records the other writer applied are redeliveries
 //! answered with their stored decisions. Then the fold keeps the index of
-//! live holds and, for a live applier, announces the offsets to waiting
-//! order services. The applier
-//! and replay both fold this way; nothing else writes a SKU's decisions.
+//! live holds, as the machine says where each record's order's hold
+//! stands, and, for a live applier, announces the offsets to waiting
+//! order services. The applier and replay both fold this way; nothing
+//! else writes a SKU's decisions.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;

@@ -1,7 +1,8 @@
 //! One SKU of a batch on its way through the applier: the part of its
 //! state the batch's records read, loaded from Redis; every record decided
-//! by the core's machine; and the fields those decisions changed, ready
-//! for the fenced write (see `fence`, and `lua/write.lua` on a cluster).
+//! by the core's machine; and the fields those decisions changed, as the
+//! machine's change sets name them, ready for the fenced write (see
+//! `fence`, and `lua/write.lua` on a cluster).
 //!
 //! A SKU's state in Redis can be large (every order it ever took), and a
 //! batch reads little of it: the stock hash, the orders its records name,
