@@ -142,6 +142,22 @@ impl Tracker {
         field.now = value;
     }
 
+    /// Creates `name`, a field neither read nor set before in this batch
+    /// (a record's decision, at an offset past every one the SKU had), set
+    /// to `value`: as [`Tracker::set`] would, without looking it up.
+    fn create(&mut self, name: String, value: String) {
+        debug_assert!(!self.index.contains_key(&name) && !self.start.contains_key(&name));
+        self.seq += 1;
+        self.fields.push(Tracked {
+            name,
+            start: None,
+            now: Some(value),
+            deleted: false,
+            created: Some(self.seq),
+            deferred: false,
+        });
+    }
+
     /// Marks `name` as present, its value given when written.
     fn set_deferred(&mut self, name: &str) {
         self.set(name, Some(String::new()));
@@ -264,10 +280,10 @@ impl SkuStage {
             match body {
                 CommandBody::Deduct(d) => {
                     if let Some(user) = &d.user_id {
-                        orders.add(format!("{USER_FIELD_PREFIX}{user}"));
+                        orders.add(prefixed(USER_FIELD_PREFIX, user.as_str()));
                     }
                     for unit in &d.units {
-                        orders.add(format!("{UNIT_FIELD_PREFIX}{unit}"));
+                        orders.add(prefixed(UNIT_FIELD_PREFIX, unit.as_str()));
                     }
                 }
                 CommandBody::Restock(r) => {
@@ -275,7 +291,7 @@ impl SkuStage {
                         orders.add(UNITS_FIELD.to_owned());
                     }
                     for unit in r.named() {
-                        orders.add(format!("{UNIT_FIELD_PREFIX}{unit}"));
+                        orders.add(prefixed(UNIT_FIELD_PREFIX, unit.as_str()));
                     }
                 }
                 _ => {}
@@ -303,13 +319,13 @@ impl SkuStage {
         let mut orders = Fields::default();
         for entry in self.state.orders.values() {
             if let Some(user) = &entry.user {
-                let field = format!("{USER_FIELD_PREFIX}{user}");
+                let field = prefixed(USER_FIELD_PREFIX, user);
                 if !self.orders.start.contains_key(&field) {
                     orders.add(field);
                 }
             }
             for unit in &entry.units {
-                let field = format!("{UNIT_FIELD_PREFIX}{unit}");
+                let field = prefixed(UNIT_FIELD_PREFIX, unit);
                 if !self.orders.start.contains_key(&field) {
                     orders.add(field);
                 }
@@ -440,8 +456,10 @@ impl SkuStage {
     /// record.
     #[inline(never)]
     fn note(&mut self, record: &Record, decision: &Decision, changes: &Changes) {
-        let offset = itoa::Buffer::new().format(record.offset).to_owned();
-        self.extras.set(&offset, Some(encode_decision(decision)));
+        let offset = || itoa::Buffer::new().format(record.offset).to_owned();
+        // A record decided anew is past every offset the SKU had: its
+        // decision's field is new.
+        (self.extras).create(offset(), encode_decision(decision));
         self.applied = true;
         let body = &record.command.body;
         if let Some(id) = body.order_id().filter(|_| changes.order) {
@@ -450,8 +468,7 @@ impl SkuStage {
             if let Some(user) = entry.and_then(|e| e.user.as_deref()) {
                 let counted =
                     (self.state.users.get(user)).map(|&n| itoa::Buffer::new().format(n).to_owned());
-                self.orders
-                    .set(&format!("{USER_FIELD_PREFIX}{user}"), counted);
+                self.orders.set(&prefixed(USER_FIELD_PREFIX, user), counted);
             }
             let units = entry.map_or(&[][..], |e| &e.units[..]);
             let units = units.iter().map(String::as_str);
@@ -464,7 +481,7 @@ impl SkuStage {
             );
         }
         if let Some(id) = body.adjustment_id().filter(|_| changes.adjustment) {
-            self.adjustments.push((id.to_owned(), offset));
+            self.adjustments.push((id.to_owned(), offset()));
             if let CommandBody::Restock(r) = body {
                 let named = || r.named().iter().map(|u| u.as_str());
                 self.add_units(named());
@@ -650,6 +667,15 @@ pub fn stage_without_redis(
     Ok(written)
 }
 
+/// `prefix` and `name` in one string, put together without the formatting
+/// machinery: a user's or a unit's field, a few a record.
+fn prefixed(prefix: &str, name: &str) -> String {
+    let mut field = String::with_capacity(prefix.len() + name.len());
+    field.push_str(prefix);
+    field.push_str(name);
+    field
+}
+
 /// Notes the state of each of the named units `names` that the stage
 /// knows, in the orders hash and in the seat map.
 fn mark_units<'a>(
@@ -668,7 +694,7 @@ fn mark_units<'a>(
             *letter = seat_letter(unit.state()) as u8;
         }
         orders.set(
-            &format!("{UNIT_FIELD_PREFIX}{name}"),
+            &prefixed(UNIT_FIELD_PREFIX, name),
             Some(encode_unit(place, unit)),
         );
         marked = true;
