@@ -4,7 +4,7 @@
 
 use stockledger_core::{
     Decision, LocationStock, OrderEntry, OrderStatus, ResultCode, SalePhase, SaleWindow, SkuState,
-    StockEventKind, StockEvents, Unit, UnitState,
+    StockEvents, Unit, UnitState,
 };
 
 /// The stock hash's fields, in the order a SKU's first record writes them
@@ -296,14 +296,20 @@ pub fn encode_decision(d: &Decision) -> String {
     }
     if !d.events.is_empty() {
         s.push('\t');
-        s.extend(d.events.kinds().map(StockEventKind::letter));
+        s.push_str(&d.events.letters());
     }
     s
 }
 
 /// Appends `n` in decimal to `s`.
-pub(crate) fn push_int(s: &mut String, n: i64) {
+fn push_int(s: &mut String, n: i64) {
     s.push_str(itoa::Buffer::new().format(n));
+}
+
+/// `n` in decimal, without the formatting machinery: a field or two a
+/// record.
+pub(crate) fn int_text(n: i64) -> String {
+    itoa::Buffer::new().format(n).to_owned()
 }
 
 /// The offset whose decision a field of the stock hash holds, if it holds

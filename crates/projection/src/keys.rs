@@ -52,14 +52,10 @@ pub fn orders_key(prefix: &str, sku: &str) -> String {
     sku_key(prefix, sku, "orders")
 }
 
-/// `prefix:{sku}:suffix`, put together without the formatting machinery:
-/// four of them a SKU a batch.
+/// `prefix:{sku}:suffix`: four of them a SKU a batch, so put together by
+/// `concat` rather than the formatting machinery.
 fn sku_key(prefix: &str, sku: &str, suffix: &str) -> String {
-    let mut key = String::with_capacity(prefix.len() + sku.len() + suffix.len() + 4);
-    for part in [prefix, ":{", sku, "}:", suffix] {
-        key.push_str(part);
-    }
-    key
+    [prefix, ":{", sku, "}:", suffix].concat()
 }
 
 impl SkuKeys {

@@ -20,7 +20,7 @@ use stockledger_core::{Changes, Command, CommandBody, Decision, Hold, Placement,
 
 use crate::encoding::{
     decode_decision, decode_locations, decode_order, decode_stock, decode_unit, encode_decision,
-    encode_locations, encode_order, encode_sale, encode_unit, seat_letter, stock_field,
+    encode_locations, encode_order, encode_sale, encode_unit, int_text, seat_letter, stock_field,
     unit_of_field, user_of_field, ALERTS_FIELD, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, OFFSET, SALE,
     SALE_FIELD, SEATMAP_FIELD, STOCK_FIELDS, UNITS_FIELD, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,
 };
@@ -280,10 +280,10 @@ impl SkuStage {
             match body {
                 CommandBody::Deduct(d) => {
                     if let Some(user) = &d.user_id {
-                        orders.add(prefixed(USER_FIELD_PREFIX, user.as_str()));
+                        orders.add([USER_FIELD_PREFIX, user.as_str()].concat());
                     }
                     for unit in &d.units {
-                        orders.add(prefixed(UNIT_FIELD_PREFIX, unit.as_str()));
+                        orders.add([UNIT_FIELD_PREFIX, unit.as_str()].concat());
                     }
                 }
                 CommandBody::Restock(r) => {
@@ -291,7 +291,7 @@ impl SkuStage {
                         orders.add(UNITS_FIELD.to_owned());
                     }
                     for unit in r.named() {
-                        orders.add(prefixed(UNIT_FIELD_PREFIX, unit.as_str()));
+                        orders.add([UNIT_FIELD_PREFIX, unit.as_str()].concat());
                     }
                 }
                 _ => {}
@@ -319,13 +319,13 @@ impl SkuStage {
         let mut orders = Fields::default();
         for entry in self.state.orders.values() {
             if let Some(user) = &entry.user {
-                let field = prefixed(USER_FIELD_PREFIX, user);
+                let field = [USER_FIELD_PREFIX, user].concat();
                 if !self.orders.start.contains_key(&field) {
                     orders.add(field);
                 }
             }
             for unit in &entry.units {
-                let field = prefixed(UNIT_FIELD_PREFIX, unit);
+                let field = [UNIT_FIELD_PREFIX, unit].concat();
                 if !self.orders.start.contains_key(&field) {
                     orders.add(field);
                 }
@@ -456,7 +456,7 @@ impl SkuStage {
     /// record.
     #[inline(never)]
     fn note(&mut self, record: &Record, decision: &Decision, changes: &Changes) {
-        let offset = || itoa::Buffer::new().format(record.offset).to_owned();
+        let offset = || int_text(record.offset);
         // A record decided anew is past every offset the SKU had: its
         // decision's field is new.
         (self.extras).create(offset(), encode_decision(decision));
@@ -466,9 +466,9 @@ impl SkuStage {
             let entry = self.state.orders.get(id.as_str());
             self.orders.set(id.as_str(), entry.map(encode_order));
             if let Some(user) = entry.and_then(|e| e.user.as_deref()) {
-                let counted =
-                    (self.state.users.get(user)).map(|&n| itoa::Buffer::new().format(n).to_owned());
-                self.orders.set(&prefixed(USER_FIELD_PREFIX, user), counted);
+                let counted = self.state.users.get(user).map(|&n| int_text(n));
+                self.orders
+                    .set(&[USER_FIELD_PREFIX, user].concat(), counted);
             }
             let units = entry.map_or(&[][..], |e| &e.units[..]);
             let units = units.iter().map(String::as_str);
@@ -564,8 +564,7 @@ impl SkuStage {
         let fence = stock_field(loaded, OFFSET).map(str::to_owned);
         let mut stock = HashWrite::default();
         let s = &self.state;
-        let mut digits = itoa::Buffer::new();
-        let mut number = |n: Option<i64>| n.map_or("", |n| digits.format(n)).to_owned();
+        let number = |n: Option<i64>| n.map(int_text).unwrap_or_default();
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
         let core: [String; CORE_FIELDS] = [
             number(Some(s.available)),
@@ -667,15 +666,6 @@ pub fn stage_without_redis(
     Ok(written)
 }
 
-/// `prefix` and `name` in one string, put together without the formatting
-/// machinery: a user's or a unit's field, a few a record.
-fn prefixed(prefix: &str, name: &str) -> String {
-    let mut field = String::with_capacity(prefix.len() + name.len());
-    field.push_str(prefix);
-    field.push_str(name);
-    field
-}
-
 /// Notes the state of each of the named units `names` that the stage
 /// knows, in the orders hash and in the seat map.
 fn mark_units<'a>(
@@ -694,7 +684,7 @@ fn mark_units<'a>(
             *letter = seat_letter(unit.state()) as u8;
         }
         orders.set(
-            &prefixed(UNIT_FIELD_PREFIX, name),
+            &[UNIT_FIELD_PREFIX, name].concat(),
             Some(encode_unit(place, unit)),
         );
         marked = true;

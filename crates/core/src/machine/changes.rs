@@ -95,7 +95,7 @@ impl Before {
     /// What the record at `offset`, decided anew with `body`, changed from
     /// this to `after`.
     pub(super) fn changes(self, after: &SkuState, offset: i64, body: &CommandBody) -> Changes {
-        let order = (body.order_id()).and_then(|id| after.orders.get(id.as_str()));
+        let order = named_order(after, body);
         let adjustment = body.adjustment_id();
         Changes {
             decided: true,
@@ -108,6 +108,11 @@ impl Before {
             hold: order.and_then(hold_of),
         }
     }
+}
+
+/// The entry of the order `body` names, in `state`.
+pub(super) fn named_order<'a>(state: &'a SkuState, body: &CommandBody) -> Option<&'a OrderEntry> {
+    state.orders.get(body.order_id()?.as_str())
 }
 
 /// The hold of `entry`, if it was ever a reservation.

@@ -468,9 +468,7 @@ impl SkuState {
                     Some("redelivered record; its first decision was pruned".into()),
                 )
             });
-            let hold = (body.order_id())
-                .and_then(|id| self.orders.get(id.as_str()))
-                .and_then(changes::hold_of);
+            let hold = changes::named_order(self, body).and_then(changes::hold_of);
             return (
                 decision,
                 Changes {
