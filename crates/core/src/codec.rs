@@ -332,7 +332,7 @@ fn sale_value(branch: u32, change_id: &ChangeId, window: Option<&SaleWindow>) ->
 /// ```
 pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
     match SCHEMAS.command_direct(payload) {
-        Some((root, branch, body)) => command_of(root, branch, body),
+        Some(command) => Ok(command),
         None => decode_command_generally(payload),
     }
 }
@@ -341,29 +341,21 @@ pub fn decode_command(payload: &[u8]) -> Result<Command, DecodeError> {
 /// released version, and every refusal named.
 fn decode_command_generally(payload: &[u8]) -> Result<Command, DecodeError> {
     let value = SCHEMAS.command.decode(payload)?;
-    let mut fields = Fields::of(value)?;
-    let (branch, body) = match fields.take("body")? {
-        Value::Union(branch, body) => (branch, *body),
-        other => return Err(malformed("body", &other)),
-    };
-    command_of(fields, branch, Fields::of(body)?)
+    command_of(&mut Fields::of(value)?)
 }
 
-/// The command of a record's fields and its body's (union branch `branch`),
-/// whichever reader read them.
-fn command_of(
-    mut fields: impl Record,
-    branch: u32,
-    body: impl Record,
-) -> Result<Command, DecodeError> {
+/// The command of a record's fields, its body's among them, whichever
+/// reader read them (asked in the schema's order).
+fn command_of(fields: &mut impl Record) -> Result<Command, DecodeError> {
     let command_id = CommandId::new(fields.string("command_id")?)?;
     let sku = Sku::new(fields.string("sku")?)?;
     let occurred_at = crate::command::check_instant("occurred_at", fields.long("occurred_at")?)?;
+    let branch = fields.enter("body")?;
     Ok(Command {
         command_id,
         sku,
         occurred_at,
-        body: body::body_of(branch, body)?,
+        body: body::body_of(branch, fields)?,
     })
 }
 

@@ -451,6 +451,19 @@ impl Deduct {
         quantity: Option<i64>,
         units: Option<&[S]>,
     ) -> Result<Self, ValidationError> {
+        let (quantity, units) = Self::counted(quantity, units)?;
+        Ok(Self {
+            units,
+            ..Self::new(order_id, quantity)
+        })
+    }
+
+    /// The quantity and the units of what [`Deduct::taking`] takes, by its
+    /// rules, before there is a deduct to hold them.
+    pub(crate) fn counted<S: AsRef<str>>(
+        quantity: Option<i64>,
+        units: Option<&[S]>,
+    ) -> Result<(Quantity, Vec<UnitId>), ValidationError> {
         let Some(names) = units else {
             let Some(quantity) = quantity else {
                 return Err(ValidationError::new(
@@ -458,14 +471,11 @@ impl Deduct {
                     "give quantity, or units for a SKU of named units",
                 ));
             };
-            return Ok(Self::new(order_id, Quantity::new(quantity)?));
+            return Ok((Quantity::new(quantity)?, Vec::new()));
         };
         let units = check_units(names, MAX_UNITS_PER_DEDUCT)?;
         let counted = named_quantity(quantity, &units)?;
-        Ok(Self {
-            units,
-            ..Self::new(order_id, Quantity::new(counted)?)
-        })
+        Ok((Quantity::new(counted)?, units))
     }
 
     /// The same deduct, taking from `location`. Named units have no
@@ -480,11 +490,20 @@ impl Deduct {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
-        units_have_no_location(&self.units)?;
-        Ok(Self {
+        let deduct = Self {
             location: Some(location),
             ..self
-        })
+        };
+        deduct.check_location()?;
+        Ok(deduct)
+    }
+
+    /// That a deduct with a location takes counted stock ([`Deduct::at`]).
+    pub(crate) fn check_location(&self) -> Result<(), ValidationError> {
+        match self.location {
+            Some(_) => units_have_no_location(&self.units),
+            None => Ok(()),
+        }
     }
 
     /// Checks a reservation's deadline against `now` (milliseconds since
@@ -984,11 +1003,20 @@ impl Restock {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
-        units_have_no_location(&self.units)?;
-        Ok(Self {
+        let deduct = Self {
             location: Some(location),
             ..self
-        })
+        };
+        deduct.check_location()?;
+        Ok(deduct)
+    }
+
+    /// That a deduct with a location takes counted stock ([`Deduct::at`]).
+    pub(crate) fn check_location(&self) -> Result<(), ValidationError> {
+        match self.location {
+            Some(_) => units_have_no_location(&self.units),
+            None => Ok(()),
+        }
     }
 
     /// The location this restock stocks, if it names one.

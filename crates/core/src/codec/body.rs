@@ -36,15 +36,27 @@ impl Readable {
     }
 
     fn body(self, built: Result<CommandBody, ValidationError>) -> CommandBody {
-        built.unwrap_or_else(|problem| {
-            CommandBody::Refused(Refused {
-                kind: self.kind,
-                order_id: self.order_id,
-                adjustment_id: self.adjustment_id,
-                quantity: self.quantity,
-                problem,
-            })
+        built.unwrap_or_else(|problem| self.refused(problem))
+    }
+
+    fn refused(self, problem: ValidationError) -> CommandBody {
+        CommandBody::Refused(Refused {
+            kind: self.kind,
+            order_id: self.order_id,
+            adjustment_id: self.adjustment_id,
+            quantity: self.quantity,
+            problem,
         })
+    }
+
+    /// [`Readable::refused`], of order `order_id`: the order's id is moved
+    /// into the command it builds, and back here only when it is refused.
+    fn refused_order(self, order_id: OrderId, problem: ValidationError) -> CommandBody {
+        Self {
+            order_id: Some(order_id),
+            ..self
+        }
+        .refused(problem)
     }
 }
 
@@ -52,10 +64,6 @@ impl Readable {
 fn deduct_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let order_id = OrderId::new(body.string("order_id")?)?;
     let quantity = body.long("quantity")?;
-    let names = body.strings("units")?;
-    let location = (body.optional_string("location")?)
-        .map(LocationId::new)
-        .transpose()?;
     let user_id = (body.optional_string("user_id")?)
         .map(UserId::new)
         .transpose()?;
@@ -65,27 +73,32 @@ fn deduct_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let basket_id = (body.optional_string("basket_id")?)
         .map(BasketId::new)
         .transpose()?;
+    let names = body.strings("units")?;
+    let location = (body.optional_string("location")?)
+        .map(LocationId::new)
+        .transpose()?;
     let read = Readable {
-        order_id: Some(order_id.clone()),
         quantity: Some(quantity),
         ..Readable::of(CommandKind::Deduct)
     };
-    let built = (|| {
-        let units = (!names.is_empty()).then_some(&names[..]);
-        let mut taking = Deduct::taking(order_id, Some(quantity), units)?;
-        if let Some(location) = location {
-            taking = taking.at(location)?;
-        }
-        let deduct = Deduct {
-            user_id,
-            expires_at,
-            basket_id,
-            ..taking
-        };
-        deduct.check_basket_line()?;
-        Ok(CommandBody::Deduct(deduct))
-    })();
-    Ok(read.body(built))
+    let units = (!names.is_empty()).then_some(&names[..]);
+    let (counted, units) = match Deduct::counted(Some(quantity), units) {
+        Ok(counted) => counted,
+        Err(problem) => return Ok(read.refused_order(order_id, problem)),
+    };
+    let deduct = Deduct {
+        user_id,
+        expires_at,
+        basket_id,
+        units,
+        location,
+        ..Deduct::new(order_id, counted)
+    };
+    let checked = (deduct.check_location()).and_then(|()| deduct.check_basket_line());
+    Ok(match checked {
+        Ok(()) => CommandBody::Deduct(deduct),
+        Err(problem) => read.refused_order(deduct.order_id, problem),
+    })
 }
 
 /// A transfer's fields; its quantity and its two places are values.
@@ -156,28 +169,31 @@ fn count_of(field: &'static str, read: Option<i64>) -> Result<Option<Quantity>, 
 }
 
 /// The body of union branch `branch`, from its record's fields.
-pub(super) fn body_of(branch: u32, mut body: impl Record) -> Result<CommandBody, DecodeError> {
+pub(super) fn body_of(branch: u32, body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     Ok(match branch {
-        0 => deduct_of(&mut body)?,
+        0 => deduct_of(body)?,
         1 => CommandBody::Rollback(Rollback::new(
             OrderId::new(body.string("order_id")?)?,
             body.optional_string("reason")?,
         )?),
-        2 => restock_of(&mut body)?,
+        2 => restock_of(body)?,
         3 => CommandBody::Confirm(Confirm {
             order_id: OrderId::new(body.string("order_id")?)?,
         }),
         4 => {
             let order_id = OrderId::new(body.string("order_id")?)?;
             let quantity = body.optional_long("quantity")?;
-            let read = Readable {
-                order_id: Some(order_id.clone()),
-                quantity,
-                ..Readable::of(CommandKind::Refund)
-            };
-            let built = count_of("quantity", quantity)
-                .map(|quantity| CommandBody::Refund(Refund { order_id, quantity }));
-            read.body(built)
+            match count_of("quantity", quantity) {
+                Ok(counted) => CommandBody::Refund(Refund {
+                    order_id,
+                    quantity: counted,
+                }),
+                Err(problem) => Readable {
+                    quantity,
+                    ..Readable::of(CommandKind::Refund)
+                }
+                .refused_order(order_id, problem),
+            }
         }
         5 => CommandBody::Expire(Expire {
             order_id: OrderId::new(body.string("order_id")?)?,
@@ -193,7 +209,7 @@ pub(super) fn body_of(branch: u32, mut body: impl Record) -> Result<CommandBody,
                     .map(|per_user| CommandBody::Limit(Limit { per_user })),
             )
         }
-        7 => transfer_of(&mut body)?,
+        7 => transfer_of(body)?,
         8 => {
             let below = body.optional_long("low_stock_below")?;
             let read = Readable {
@@ -204,7 +220,7 @@ pub(super) fn body_of(branch: u32, mut body: impl Record) -> Result<CommandBody,
                 .map(|low_stock_below| CommandBody::Alerts(Alerts { low_stock_below }));
             read.body(built)
         }
-        9 => window_of(&mut body)?,
+        9 => window_of(body)?,
         10 => CommandBody::Pause(Pause {
             change_id: ChangeId::new(body.string("change_id")?)?,
         }),

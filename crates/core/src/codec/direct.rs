@@ -1,22 +1,25 @@
 //! The current writer schema read straight from a payload's bytes, in one
-//! pass, its text borrowed from the payload: no `Value` tree, no strict
-//! walk before it, no resolution (the datum already has the current shape).
+//! pass, as the rules ask for each field: no `Value` tree, no strict walk
+//! before it, no resolution (the datum already has the current shape), no
+//! list of the fields read.
 //!
 //! It is the fast path of the datums every current writer sends, and only
 //! that: it accepts the canonical encoding alone (each varint in its
 //! fewest bytes, an array in one block with a positive count, text in
 //! UTF-8, every index in range, nothing after the datum), and at anything
 //! else it gives up, leaving the datum to the general reader, whose strict
-//! walk says exactly what is wrong and where. What it reads goes through
-//! the same [`Record`] rules as what the general reader reads, so both
-//! build the same command or refuse it with the same error.
+//! walk says exactly what is wrong and where. The rules that build the
+//! command ([`Record`]) are the ones the general reader's fields go
+//! through, asked in the schema's order; a refusal of theirs is also left
+//! to the general reader, so both build the same command or refuse it with
+//! the same error.
 
 use apache_avro::schema::{RecordSchema, UnionSchema};
 use apache_avro::Schema;
 
-use super::value::{malformed, parse_restock_mode, shape, Record};
+use super::value::{parse_restock_mode, shape, Record};
 use super::DecodeError;
-use crate::command::RestockMode;
+use crate::command::{Command, RestockMode};
 
 /// What a field of the schema holds, among the few shapes the command
 /// schema uses.
@@ -33,33 +36,16 @@ enum Shape {
     Records(Vec<Vec<(String, Shape)>>),
 }
 
-/// A field's value as read, its text borrowed from the payload (a symbol
-/// from the plan).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Raw<'a> {
-    Text(&'a str),
-    Long(i64),
-    Null,
-    Symbol(&'a str),
-    Texts(Vec<&'a str>),
-}
-
-/// The fields of one record as read, in the schema's order, taken out by
-/// name (the body's branch, a record of its own, is read into another).
-#[derive(Debug, Default)]
-pub(super) struct RawFields<'a> {
-    fields: Vec<(&'a str, Option<Raw<'a>>)>,
-}
-
 /// The plan of the current command schema: the root record's fields, the
-/// body's branches among them.
+/// body's branches the last of them.
 pub(super) struct Plan {
     root: Vec<(String, Shape)>,
 }
 
 impl Plan {
     /// The plan of `schema`, or `None` when it has a shape this reader does
-    /// not know (then every datum takes the general reader).
+    /// not know (then every datum takes the general reader): its one union
+    /// of records must be its last field.
     pub(super) fn of(schema: &Schema) -> Option<Self> {
         let Schema::Record(RecordSchema { fields, .. }) = schema else {
             return None;
@@ -72,36 +58,24 @@ impl Plan {
             .iter()
             .filter(|(_, shape)| matches!(shape, Shape::Records(_)))
             .count();
-        (unions == 1).then_some(Self { root })
+        let last = matches!(root.last(), Some((_, Shape::Records(_))));
+        (unions == 1 && last).then_some(Self { root })
     }
 
-    /// The root record's fields (but the body), the body's union branch and
-    /// its fields, read from `datum`; `None` where the datum is not the
-    /// canonical encoding of one value.
-    pub(super) fn read<'a>(
-        &'a self,
-        datum: &'a [u8],
-    ) -> Option<(RawFields<'a>, u32, RawFields<'a>)> {
-        let mut bytes = Bytes { data: datum, at: 0 };
-        let mut root = RawFields {
-            fields: Vec::with_capacity(self.root.len()),
+    /// The command of `datum`, read in one pass; `None` where the datum is
+    /// not the canonical encoding of one value, or the rules refuse what it
+    /// holds (the general reader then names why).
+    pub(super) fn command(&self, datum: &[u8]) -> Option<Command> {
+        let mut stream = Stream {
+            fields: self.root.iter(),
+            bytes: Bytes { data: datum, at: 0 },
+            strayed: false,
         };
-        let mut branch = None;
-        let mut body = RawFields::default();
-        for (name, shape) in &self.root {
-            if let Shape::Records(branches) = shape {
-                let index = bytes.long()?;
-                let fields = branches.get(usize::try_from(index).ok()?)?;
-                body.fields.reserve(fields.len());
-                for (name, shape) in fields {
-                    body.fields.push((name.as_str(), Some(bytes.value(shape)?)));
-                }
-                branch = Some(u32::try_from(index).ok()?);
-            } else {
-                root.fields.push((name.as_str(), Some(bytes.value(shape)?)));
-            }
-        }
-        (bytes.at == datum.len()).then_some((root, branch?, body))
+        let command = super::command_of(&mut stream).ok()?;
+        let whole = !stream.strayed
+            && stream.fields.as_slice().is_empty()
+            && stream.bytes.at == datum.len();
+        whole.then_some(command)
     }
 }
 
@@ -147,47 +121,6 @@ struct Bytes<'a> {
 }
 
 impl<'a> Bytes<'a> {
-    fn value(&mut self, shape: &'a Shape) -> Option<Raw<'a>> {
-        Some(match shape {
-            Shape::Text => Raw::Text(self.text()?),
-            Shape::Long => Raw::Long(self.long()?),
-            Shape::OptionalText => match self.long()? {
-                0 => Raw::Null,
-                1 => Raw::Text(self.text()?),
-                _ => return None,
-            },
-            Shape::OptionalLong => match self.long()? {
-                0 => Raw::Null,
-                1 => Raw::Long(self.long()?),
-                _ => return None,
-            },
-            Shape::Symbol(symbols) => {
-                let index = usize::try_from(self.long()?).ok()?;
-                Raw::Symbol(symbols.get(index)?)
-            }
-            Shape::Texts => {
-                let count = usize::try_from(self.long()?).ok()?;
-                if count == 0 {
-                    return Some(Raw::Texts(Vec::new()));
-                }
-                // Each text takes a byte at least: a count beyond what is
-                // left is no datum, found before anything is reserved.
-                if count > self.data.len() - self.at {
-                    return None;
-                }
-                let mut texts = Vec::with_capacity(count);
-                for _ in 0..count {
-                    texts.push(self.text()?);
-                }
-                match self.long()? {
-                    0 => Raw::Texts(texts),
-                    _ => return None,
-                }
-            }
-            Shape::Records(_) => return None,
-        })
-    }
-
     /// A varint in its fewest bytes, before zig-zag.
     fn varint(&mut self) -> Option<u64> {
         let mut value = 0u64;
@@ -210,6 +143,15 @@ impl<'a> Bytes<'a> {
         Some(((z >> 1) as i64) ^ -((z & 1) as i64))
     }
 
+    /// A union's branch index: 0 or 1 of a `["null", …]` union.
+    fn present(&mut self) -> Option<bool> {
+        match self.long()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+
     fn text(&mut self) -> Option<&'a str> {
         let len = usize::try_from(self.long()?).ok()?;
         let end = self.at.checked_add(len)?;
@@ -217,61 +159,134 @@ impl<'a> Bytes<'a> {
         self.at = end;
         Some(text)
     }
-}
 
-impl<'a> RawFields<'a> {
-    fn take(&mut self, name: &str) -> Result<Raw<'a>, DecodeError> {
-        self.fields
-            .iter_mut()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, raw)| raw.take())
-            .ok_or_else(|| shape(format!("{name}: missing")))
+    /// An array of texts in one block.
+    fn texts(&mut self) -> Option<Vec<String>> {
+        let count = usize::try_from(self.long()?).ok()?;
+        if count == 0 {
+            return Some(Vec::new());
+        }
+        // Each text takes a byte at least: a count beyond what is left is
+        // no datum, found before anything is reserved.
+        if count > self.data.len() - self.at {
+            return None;
+        }
+        let mut texts = Vec::with_capacity(count);
+        for _ in 0..count {
+            texts.push(self.text()?.to_owned());
+        }
+        (self.long()? == 0).then_some(texts)
     }
 }
 
-impl Record for RawFields<'_> {
-    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
-        match self.take(name)? {
-            Raw::Text(s) => Ok(s.to_owned()),
-            other => Err(malformed(name, &other)),
+/// A record's fields read from the datum as the rules ask for them, which
+/// must be in the schema's order: a field asked out of order, of another
+/// shape, or not canonically encoded strays, and the datum is left to the
+/// general reader.
+struct Stream<'p, 'a> {
+    /// The fields still to read: the root record's, then, once the body is
+    /// entered, its branch's.
+    fields: std::slice::Iter<'p, (String, Shape)>,
+    bytes: Bytes<'a>,
+    strayed: bool,
+}
+
+impl<'p> Stream<'p, '_> {
+    /// The shape of the next field, which must be `name`. The rules ask in
+    /// the schema's order or no command of theirs reads straight: the
+    /// tests of every kind hold that, so the name is compared only where
+    /// they run (a debug build); a release reads by place and shape.
+    fn next(&mut self, name: &str) -> Result<&'p Shape, DecodeError> {
+        match self.fields.next() {
+            Some((next, shape)) => {
+                debug_assert_eq!(next, name, "asked out of the schema's order");
+                Ok(shape)
+            }
+            None => Err(self.stray()),
         }
+    }
+
+    /// What was read, or the stray that `None` is.
+    fn read<T>(&mut self, read: Option<T>) -> Result<T, DecodeError> {
+        read.ok_or_else(|| self.stray())
+    }
+
+    fn stray(&mut self) -> DecodeError {
+        self.strayed = true;
+        shape("not the current schema's canonical encoding".to_owned())
+    }
+}
+
+impl Record for Stream<'_, '_> {
+    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
+        let read = match self.next(name)? {
+            Shape::Text => self.bytes.text().map(str::to_owned),
+            _ => None,
+        };
+        self.read(read)
     }
 
     fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
-        match self.take(name)? {
-            Raw::Long(n) => Ok(n),
-            other => Err(malformed(name, &other)),
-        }
+        let read = match self.next(name)? {
+            Shape::Long => self.bytes.long(),
+            _ => None,
+        };
+        self.read(read)
     }
 
     fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError> {
-        match self.take(name)? {
-            Raw::Symbol(s) => parse_restock_mode(s),
-            other => Err(malformed(name, &other)),
-        }
+        let read = match self.next(name)? {
+            Shape::Symbol(symbols) => (self.bytes.long())
+                .and_then(|index| usize::try_from(index).ok())
+                .and_then(|index| symbols.get(index)),
+            _ => None,
+        };
+        parse_restock_mode(self.read(read)?)
     }
 
     fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
-        match self.take(name)? {
-            Raw::Null => Ok(None),
-            Raw::Long(n) => Ok(Some(n)),
-            other => Err(malformed(name, &other)),
-        }
+        let read = match self.next(name)? {
+            Shape::OptionalLong => match self.bytes.present() {
+                Some(true) => self.bytes.long().map(Some),
+                Some(false) => Some(None),
+                None => None,
+            },
+            _ => None,
+        };
+        self.read(read)
     }
 
     fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
-        match self.take(name)? {
-            Raw::Null => Ok(None),
-            Raw::Text(s) => Ok(Some(s.to_owned())),
-            other => Err(malformed(name, &other)),
-        }
+        let read = match self.next(name)? {
+            Shape::OptionalText => match self.bytes.present() {
+                Some(true) => self.bytes.text().map(|text| Some(text.to_owned())),
+                Some(false) => Some(None),
+                None => None,
+            },
+            _ => None,
+        };
+        self.read(read)
     }
 
     fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
-        match self.take(name)? {
-            Raw::Texts(texts) => Ok(texts.into_iter().map(str::to_owned).collect()),
-            other => Err(malformed(name, &other)),
-        }
+        let read = match self.next(name)? {
+            Shape::Texts => self.bytes.texts(),
+            _ => None,
+        };
+        self.read(read)
+    }
+
+    fn enter(&mut self, name: &str) -> Result<u32, DecodeError> {
+        let read = match self.next(name)? {
+            Shape::Records(branches) => self.bytes.long().and_then(|index| {
+                let fields = branches.get(usize::try_from(index).ok()?)?;
+                Some((u32::try_from(index).ok()?, fields))
+            }),
+            _ => None,
+        };
+        let (index, fields) = self.read(read)?;
+        self.fields = fields.iter();
+        Ok(index)
     }
 }
 
@@ -317,28 +332,28 @@ mod tests {
         let payload = encode_command(command).unwrap();
         let datum = &payload[10..];
         let plan = SCHEMAS.command_plan.as_ref().unwrap();
-        assert!(plan.read(datum).is_some());
+        assert!(plan.command(datum).is_some());
         // Cut short anywhere, or followed by a byte.
         for end in 0..datum.len() {
-            assert!(plan.read(&datum[..end]).is_none(), "cut at {end}");
+            assert!(plan.command(&datum[..end]).is_none(), "cut at {end}");
         }
         let mut longer = datum.to_vec();
         longer.push(0);
-        assert!(plan.read(&longer).is_none());
+        assert!(plan.command(&longer).is_none());
         // The command id's length (a varint of one byte) in two bytes.
         let mut redundant = vec![datum[0] | 0x80, 0];
         redundant.extend_from_slice(&datum[1..]);
-        assert!(plan.read(&redundant).is_none());
+        assert!(plan.command(&redundant).is_none());
         // A union index out of range.
         let mut branch = datum.to_vec();
         let at = 1 + 3 + 1 + 5 + 6; // after "c-1", "SKU-1" and occurred_at
         assert_eq!(branch[at], 0, "the deduct's branch index");
         branch[at] = 2 * 12;
-        assert!(plan.read(&branch).is_none());
+        assert!(plan.command(&branch).is_none());
         // Text that is not UTF-8.
         let mut text = datum.to_vec();
         text[1] = 0xFF;
-        assert!(plan.read(&text).is_none());
+        assert!(plan.command(&text).is_none());
     }
 
     /// Whatever bytes come, both readers answer alike: the same command,

@@ -10,9 +10,10 @@ use apache_avro::headers::HeaderBuilder;
 use apache_avro::types::Value;
 use apache_avro::{GenericSingleObjectReader, Schema};
 
-use super::direct::{Plan, RawFields};
+use super::direct::Plan;
 use super::strict::{Flaw, Strict};
 use super::{DecodeError, MAX_PAYLOAD_LEN};
+use crate::command::Command;
 use crate::schema::{self, Released, Subject};
 
 /// The single-object header of one fingerprint.
@@ -265,20 +266,17 @@ pub(super) struct Schemas {
 }
 
 impl Schemas {
-    /// The fields of a command `payload` in the current schema, its body's
-    /// branch and fields, read in one pass ([`Plan::read`]); `None`: the
-    /// payload is for [`Framed::decode`] to read or refuse.
-    pub(super) fn command_direct<'a>(
-        &'a self,
-        payload: &'a [u8],
-    ) -> Option<(RawFields<'a>, u32, RawFields<'a>)> {
+    /// The command of a `payload` in the current schema, read in one pass
+    /// ([`Plan::command`]); `None`: the payload is for [`Framed::decode`]
+    /// to read or refuse.
+    pub(super) fn command_direct(&self, payload: &[u8]) -> Option<Command> {
         let plan = self.command_plan.as_ref()?;
         if payload.len() > MAX_PAYLOAD_LEN
             || fingerprint_of(payload)? != self.command.current.fingerprint
         {
             return None;
         }
-        plan.read(&payload[10..])
+        plan.command(&payload[10..])
     }
 }
 

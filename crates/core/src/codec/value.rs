@@ -106,8 +106,8 @@ impl Fields {
 /// A record's fields taken out by name with an error naming the field,
 /// whichever reader read them: a `Value` of apache-avro's ([`Fields`]), or
 /// the current schema's datum read straight from its bytes
-/// (`direct::RawFields`). The rules that build a command from them are
-/// written once, over this.
+/// (`direct::Stream`, which wants them asked in the schema's order). The
+/// rules that build a command from them are written once, over this.
 pub(super) trait Record {
     fn string(&mut self, name: &str) -> Result<String, DecodeError>;
     fn long(&mut self, name: &str) -> Result<i64, DecodeError>;
@@ -117,6 +117,9 @@ pub(super) trait Record {
     /// An array of strings (empty when a record written before the field
     /// existed is resolved with its default).
     fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError>;
+    /// The branch of the union of records `name`, whose fields are read
+    /// from then on (the union is the record's last field).
+    fn enter(&mut self, name: &str) -> Result<u32, DecodeError>;
 }
 
 impl Record for Fields {
@@ -164,6 +167,16 @@ impl Record for Fields {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(malformed(name, &other)),
+        }
+    }
+
+    fn enter(&mut self, name: &str) -> Result<u32, DecodeError> {
+        match self.take(name)? {
+            Value::Union(branch, body) => {
+                *self = Self::of(*body)?;
+                Ok(branch)
+            }
+            other => Err(malformed(name, &other)),
         }
     }
 }
