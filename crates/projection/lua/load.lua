@@ -6,13 +6,25 @@
 -- ARGV[1]  the most fields a hash asked for whole may have to be read so
 -- then per key, in order: '1' to read it whole too (if small enough) or
 --          '0', a count, then that many field names
--- Returns per key the values of its fields, in order (nil for a field
--- the hash lacks), followed, for a hash read whole, by '*' and its
--- field, value pairs. Fields are read a thousand at a time, within Lua's
--- limit on unpacked arguments.
+-- Returns one string, per key a list: its count of items and '#', then
+-- each item as its length in bytes, ':' and its bytes, or '-' for a field
+-- the hash lacks. A key's items are the values of its fields, in order,
+-- followed, for a hash read whole, by '*' and its field, value pairs.
+-- One string rather than nested replies: the applier reads it in one
+-- pass. Fields are read a thousand at a time, within Lua's limit on
+-- unpacked arguments.
 
 local limit = tonumber(ARGV[1])
 local out = {}
+local function put(v)
+  if v then
+    out[#out + 1] = #v
+    out[#out + 1] = ':'
+    out[#out + 1] = v
+  else
+    out[#out + 1] = '-'
+  end
+end
 local a = 2
 for k = 1, #KEYS do
   local whole = ARGV[a] == '1'
@@ -25,13 +37,21 @@ for k = 1, #KEYS do
       values[#values + 1] = got[i]
     end
   end
+  local all = nil
   if whole and redis.call('HLEN', KEYS[k]) <= limit then
-    values[#values + 1] = '*'
-    for _, item in ipairs(redis.call('HGETALL', KEYS[k])) do
-      values[#values + 1] = item
+    all = redis.call('HGETALL', KEYS[k])
+  end
+  out[#out + 1] = #values + (all and 1 + #all or 0)
+  out[#out + 1] = '#'
+  for i = 1, #values do
+    put(values[i])
+  end
+  if all then
+    put('*')
+    for i = 1, #all do
+      put(all[i])
     end
   end
-  out[k] = values
   a = a + 2 + count
 end
-return out
+return table.concat(out)

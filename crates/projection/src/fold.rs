@@ -504,8 +504,12 @@ impl Projection {
                 })
                 .collect()
         };
-        let replies: Vec<Vec<Vec<Option<String>>>> = self.run(&LOAD, calls).await?;
-        let mut values = replies.into_iter().flatten();
+        let replies: Vec<Vec<u8>> = self.run(&LOAD, calls).await?;
+        let mut values = Vec::with_capacity(4 * asking.len());
+        for reply in &replies {
+            values.extend(crate::reply::lists(reply)?);
+        }
+        let mut values = values.into_iter();
         for &k in &asking {
             let mut four = || values.next().unwrap_or_default();
             let mut read = [four(), four(), four(), four()];

@@ -30,6 +30,7 @@ pub mod fold;
 mod heads;
 pub mod keys;
 mod projection;
+mod reply;
 mod stage;
 mod write;
 
