@@ -608,45 +608,47 @@ fn events_value(events: &StockEvents) -> Value {
 /// assert_eq!(decode_outcome(&[0xC3]), Err(DecodeError::NotSingleObject));
 /// ```
 pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
-    let mut f = Fields::of(SCHEMAS.outcome.decode(payload)?)?;
-    let partition = match f.take("partition")? {
-        Value::Int(p) => p,
-        other => return Err(malformed("partition", &other)),
-    };
+    match SCHEMAS.outcome_direct(payload) {
+        Some(outcome) => Ok(outcome),
+        None => decode_outcome_generally(payload),
+    }
+}
+
+/// [`decode_outcome`] by apache-avro's `Value`, after the strict walk: any
+/// released version, and every refusal named.
+fn decode_outcome_generally(payload: &[u8]) -> Result<Outcome, DecodeError> {
+    outcome_of(&mut Fields::of(SCHEMAS.outcome.decode(payload)?)?)
+}
+
+/// The outcome of a record's fields, whichever reader read them (asked in
+/// the schema's order).
+fn outcome_of(f: &mut impl Record) -> Result<Outcome, DecodeError> {
     let position = LogPosition {
         topic: f.string("topic")?,
-        partition,
+        partition: f.int("partition")?,
         offset: f.long("offset")?,
     };
     let sku = f.string("sku")?;
     let command_id = f.optional_string("command_id")?;
-    let kind = match f.optional("kind")? {
-        None => None,
-        Some(Value::Enum(_, symbol)) => Some(
-            CommandKind::parse(&symbol)
-                .ok_or_else(|| shape(format!("kind: unknown symbol {symbol}")))?,
-        ),
-        Some(other) => return Err(malformed("kind", &other)),
-    };
+    let kind = f.optional_symbol("kind", CommandKind::parse)?;
     let order_id = f.optional_string("order_id")?;
     let adjustment_id = f.optional_string("adjustment_id")?;
-    let quantity = match f.optional("quantity")? {
-        None => None,
-        Some(Value::Long(q)) => Some(q),
-        Some(other) => return Err(malformed("quantity", &other)),
-    };
-    let symbol = f.symbol("result")?;
-    let result = ResultCode::parse(&symbol)
-        .ok_or_else(|| shape(format!("result: unknown symbol {symbol}")))?;
-    let decision = Decision {
-        result,
-        delta: f.long("delta")?,
-        available: f.long("available_after")?,
-        total: f.long("total_after")?,
-        reason: f.optional_string("reason")?,
-        location: f.optional_string("location")?,
-        events: stock_events(f.take("events")?)?,
-    };
+    let quantity = f.optional_long("quantity")?;
+    let result = f.symbol("result", ResultCode::parse)?;
+    let delta = f.long("delta")?;
+    let available = f.long("available_after")?;
+    let total = f.long("total_after")?;
+    let reason = f.optional_string("reason")?;
+    let occurred_at = f.long("occurred_at")?;
+    let restock_mode = f.optional_symbol("restock_mode", restock_mode_of)?;
+    let rollback_reason = f.optional_string("rollback_reason")?;
+    let user_id = f.optional_string("user_id")?;
+    let expires_at = f.optional_long("expires_at")?;
+    let basket_id = f.optional_string("basket_id")?;
+    let units = f.strings("units")?;
+    let location = f.optional_string("location")?;
+    let to_location = f.optional_string("to_location")?;
+    let events = stock_events(f.symbols("events", StockEventKind::parse)?)?;
     Ok(Outcome {
         position,
         sku,
@@ -655,19 +657,23 @@ pub fn decode_outcome(payload: &[u8]) -> Result<Outcome, DecodeError> {
         order_id,
         adjustment_id,
         quantity,
-        decision,
-        occurred_at: f.long("occurred_at")?,
-        restock_mode: match f.optional("restock_mode")? {
-            None => None,
-            Some(Value::Enum(_, symbol)) => Some(parse_restock_mode(&symbol)?),
-            Some(other) => return Err(malformed("restock_mode", &other)),
+        decision: Decision {
+            result,
+            delta,
+            available,
+            total,
+            reason,
+            location,
+            events,
         },
-        rollback_reason: f.optional_string("rollback_reason")?,
-        user_id: f.optional_string("user_id")?,
-        expires_at: f.optional_long("expires_at")?,
-        basket_id: f.optional_string("basket_id")?,
-        units: f.strings("units")?,
-        to_location: f.optional_string("to_location")?,
+        occurred_at,
+        restock_mode,
+        rollback_reason,
+        user_id,
+        expires_at,
+        basket_id,
+        units,
+        to_location,
         opens_at: f.optional_long("opens_at")?,
         closes_at: f.optional_long("closes_at")?,
     })
@@ -701,18 +707,13 @@ pub fn encode_stock_event(event: &StockEvent) -> Result<Vec<u8>, EncodeError> {
 /// schema.
 pub fn decode_stock_event(payload: &[u8]) -> Result<StockEvent, DecodeError> {
     let mut f = Fields::of(SCHEMAS.event.decode(payload)?)?;
-    let symbol = f.symbol("kind")?;
-    let kind = StockEventKind::parse(&symbol)
-        .ok_or_else(|| shape(format!("kind: unknown symbol {symbol}")))?;
+    let kind = f.symbol("kind", StockEventKind::parse)?;
     let sku = f.string("sku")?;
     let location = f.optional_string("location")?;
     let available = f.long("available")?;
     let total = f.long("total")?;
     let topic = f.string("topic")?;
-    let partition = match f.take("partition")? {
-        Value::Int(p) => p,
-        other => return Err(malformed("partition", &other)),
-    };
+    let partition = f.int("partition")?;
     Ok(StockEvent {
         kind,
         sku,
@@ -729,19 +730,8 @@ pub fn decode_stock_event(payload: &[u8]) -> Result<StockEvent, DecodeError> {
     })
 }
 
-/// The `events` array of an outcome.
-fn stock_events(value: Value) -> Result<StockEvents, DecodeError> {
-    let Value::Array(items) = value else {
-        return Err(malformed("events", &value));
-    };
-    let kinds = items
-        .into_iter()
-        .map(|item| match item {
-            Value::Enum(_, symbol) => StockEventKind::parse(&symbol)
-                .ok_or_else(|| shape(format!("events: unknown symbol {symbol}"))),
-            other => Err(malformed("events", &other)),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+/// The `events` array of an outcome, its kinds as read.
+fn stock_events(kinds: Vec<StockEventKind>) -> Result<StockEvents, DecodeError> {
     // A set, written in the order of its kinds: anything else would be read
     // as another array than the one written.
     if kinds

@@ -142,7 +142,7 @@ fn window_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
 /// restock rule's to refuse; named units of another shape are values.
 fn restock_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
     let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
-    let mode = body.restock_mode("mode")?;
+    let mode = body.symbol("mode", restock_mode_of)?;
     let quantity = body.long("quantity")?;
     let names = body.strings("units")?;
     let location = (body.optional_string("location")?)

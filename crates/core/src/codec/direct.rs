@@ -1,7 +1,7 @@
-//! The current writer schema read straight from a payload's bytes, in one
-//! pass, as the rules ask for each field: no `Value` tree, no strict walk
-//! before it, no resolution (the datum already has the current shape), no
-//! list of the fields read.
+//! The current writer schema of commands and of outcomes read straight
+//! from a payload's bytes, in one pass, as the rules ask for each field: no
+//! `Value` tree, no strict walk before it, no resolution (the datum already
+//! has the current shape), no list of the fields read.
 //!
 //! It is the fast path of the datums every current writer sends, and only
 //! that: it accepts the canonical encoding alone (each varint in its
@@ -9,43 +9,46 @@
 //! UTF-8, every index in range, nothing after the datum), and at anything
 //! else it gives up, leaving the datum to the general reader, whose strict
 //! walk says exactly what is wrong and where. The rules that build the
-//! command ([`Record`]) are the ones the general reader's fields go
-//! through, asked in the schema's order; a refusal of theirs is also left
-//! to the general reader, so both build the same command or refuse it with
-//! the same error.
+//! command or the outcome ([`Record`]) are the ones the general reader's
+//! fields go through, asked in the schema's order; a refusal of theirs is
+//! also left to the general reader, so both build the same value or refuse
+//! it with the same error.
 
 use apache_avro::schema::{RecordSchema, UnionSchema};
 use apache_avro::Schema;
 
-use super::value::{parse_restock_mode, shape, Record};
+use super::value::{shape, Record};
 use super::DecodeError;
-use crate::command::{Command, RestockMode};
 
-/// What a field of the schema holds, among the few shapes the command
-/// schema uses.
+/// What a field of the schema holds, among the few shapes the command and
+/// outcome schemas use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Shape {
     Text,
+    Int,
     Long,
     OptionalText,
     OptionalLong,
     /// An enum, by its symbols.
     Symbol(Vec<String>),
+    OptionalSymbol(Vec<String>),
     Texts,
+    /// An array of an enum, by its symbols.
+    Symbols(Vec<String>),
     /// A union of records (the command's body), by each branch's fields.
     Records(Vec<Vec<(String, Shape)>>),
 }
 
-/// The plan of the current command schema: the root record's fields, the
-/// body's branches the last of them.
+/// The plan of a current schema: the root record's fields, a union of
+/// records, if there is one, the last of them.
 pub(super) struct Plan {
     root: Vec<(String, Shape)>,
 }
 
 impl Plan {
     /// The plan of `schema`, or `None` when it has a shape this reader does
-    /// not know (then every datum takes the general reader): its one union
-    /// of records must be its last field.
+    /// not know (then every datum takes the general reader): a union of
+    /// records may only be its last field.
     pub(super) fn of(schema: &Schema) -> Option<Self> {
         let Schema::Record(RecordSchema { fields, .. }) = schema else {
             return None;
@@ -54,28 +57,29 @@ impl Plan {
         for field in fields {
             root.push((field.name.clone(), shape_of(&field.schema, true)?));
         }
-        let unions = root
-            .iter()
-            .filter(|(_, shape)| matches!(shape, Shape::Records(_)))
-            .count();
-        let last = matches!(root.last(), Some((_, Shape::Records(_))));
-        (unions == 1 && last).then_some(Self { root })
+        let inner = root.len().saturating_sub(1);
+        let placed = !(root[..inner].iter()).any(|(_, shape)| matches!(shape, Shape::Records(_)));
+        placed.then_some(Self { root })
     }
 
-    /// The command of `datum`, read in one pass; `None` where the datum is
-    /// not the canonical encoding of one value, or the rules refuse what it
-    /// holds (the general reader then names why).
-    pub(super) fn command(&self, datum: &[u8]) -> Option<Command> {
+    /// What `rules` build of `datum`, read in one pass; `None` where the
+    /// datum is not the canonical encoding of one value, or the rules
+    /// refuse what it holds (the general reader then names why).
+    pub(super) fn read<'p, 'a, T>(
+        &'p self,
+        datum: &'a [u8],
+        rules: impl FnOnce(&mut Stream<'p, 'a>) -> Result<T, DecodeError>,
+    ) -> Option<T> {
         let mut stream = Stream {
             fields: self.root.iter(),
             bytes: Bytes { data: datum, at: 0 },
             strayed: false,
         };
-        let command = super::command_of(&mut stream).ok()?;
+        let value = rules(&mut stream).ok()?;
         let whole = !stream.strayed
             && stream.fields.as_slice().is_empty()
             && stream.bytes.at == datum.len();
-        whole.then_some(command)
+        whole.then_some(value)
     }
 }
 
@@ -84,9 +88,14 @@ impl Plan {
 fn shape_of(schema: &Schema, records: bool) -> Option<Shape> {
     match schema {
         Schema::String => Some(Shape::Text),
+        Schema::Int => Some(Shape::Int),
         Schema::Long | Schema::TimestampMillis => Some(Shape::Long),
         Schema::Enum(e) => Some(Shape::Symbol(e.symbols.clone())),
-        Schema::Array(a) if *a.items == Schema::String => Some(Shape::Texts),
+        Schema::Array(a) => match &*a.items {
+            Schema::String => Some(Shape::Texts),
+            Schema::Enum(e) => Some(Shape::Symbols(e.symbols.clone())),
+            _ => None,
+        },
         Schema::Union(u) => union_shape(u, records),
         _ => None,
     }
@@ -96,6 +105,7 @@ fn union_shape(union: &UnionSchema, records: bool) -> Option<Shape> {
     match union.variants() {
         [Schema::Null, Schema::String] => Some(Shape::OptionalText),
         [Schema::Null, Schema::Long | Schema::TimestampMillis] => Some(Shape::OptionalLong),
+        [Schema::Null, Schema::Enum(e)] => Some(Shape::OptionalSymbol(e.symbols.clone())),
         variants if records => {
             let mut branches = Vec::with_capacity(variants.len());
             for variant in variants {
@@ -160,22 +170,28 @@ impl<'a> Bytes<'a> {
         Some(text)
     }
 
-    /// An array of texts in one block.
-    fn texts(&mut self) -> Option<Vec<String>> {
+    /// An enum's symbol, among `symbols`.
+    fn symbol<'p>(&mut self, symbols: &'p [String]) -> Option<&'p str> {
+        let index = usize::try_from(self.long()?).ok()?;
+        symbols.get(index).map(String::as_str)
+    }
+
+    /// An array in one block, each item read by `item`.
+    fn array<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
         let count = usize::try_from(self.long()?).ok()?;
         if count == 0 {
             return Some(Vec::new());
         }
-        // Each text takes a byte at least: a count beyond what is left is
+        // Each item takes a byte at least: a count beyond what is left is
         // no datum, found before anything is reserved.
         if count > self.data.len() - self.at {
             return None;
         }
-        let mut texts = Vec::with_capacity(count);
+        let mut items = Vec::with_capacity(count);
         for _ in 0..count {
-            texts.push(self.text()?.to_owned());
+            items.push(item(self)?);
         }
-        (self.long()? == 0).then_some(texts)
+        (self.long()? == 0).then_some(items)
     }
 }
 
@@ -183,7 +199,7 @@ impl<'a> Bytes<'a> {
 /// must be in the schema's order: a field asked out of order, of another
 /// shape, or not canonically encoded strays, and the datum is left to the
 /// general reader.
-struct Stream<'p, 'a> {
+pub(super) struct Stream<'p, 'a> {
     /// The fields still to read: the root record's, then, once the body is
     /// entered, its branch's.
     fields: std::slice::Iter<'p, (String, Shape)>,
@@ -234,14 +250,48 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError> {
+    fn int(&mut self, name: &str) -> Result<i32, DecodeError> {
         let read = match self.next(name)? {
-            Shape::Symbol(symbols) => (self.bytes.long())
-                .and_then(|index| usize::try_from(index).ok())
-                .and_then(|index| symbols.get(index)),
+            Shape::Int => (self.bytes.long()).and_then(|n| i32::try_from(n).ok()),
             _ => None,
         };
-        parse_restock_mode(self.read(read)?)
+        self.read(read)
+    }
+
+    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, DecodeError> {
+        let read = match self.next(name)? {
+            Shape::Symbol(symbols) => self.bytes.symbol(symbols).and_then(parse),
+            _ => None,
+        };
+        self.read(read)
+    }
+
+    fn optional_symbol<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, DecodeError> {
+        let read = match self.next(name)? {
+            Shape::OptionalSymbol(symbols) => match self.bytes.present() {
+                Some(true) => self.bytes.symbol(symbols).and_then(parse).map(Some),
+                Some(false) => Some(None),
+                None => None,
+            },
+            _ => None,
+        };
+        self.read(read)
+    }
+
+    fn symbols<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let read = match self.next(name)? {
+            Shape::Symbols(symbols) => self.bytes.array(|b| b.symbol(symbols).and_then(parse)),
+            _ => None,
+        };
+        self.read(read)
     }
 
     fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
@@ -270,7 +320,7 @@ impl Record for Stream<'_, '_> {
 
     fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
         let read = match self.next(name)? {
-            Shape::Texts => self.bytes.texts(),
+            Shape::Texts => self.bytes.array(|b| b.text().map(str::to_owned)),
             _ => None,
         };
         self.read(read)
@@ -295,9 +345,13 @@ impl Record for Stream<'_, '_> {
 mod tests {
     use super::super::frame::SCHEMAS;
     use super::super::tests::{bodies, command};
-    use super::super::{decode_command, decode_command_generally, encode_command};
-    use crate::command::Command;
+    use super::super::{
+        command_of, decode_command, decode_command_generally, decode_outcome,
+        decode_outcome_generally, encode_command, encode_outcome, DecodeError,
+    };
+    use crate::command::{Command, RestockMode};
     use crate::ids::CommandId;
+    use crate::outcome::{Decision, LogPosition, Outcome, ResultCode, StockEventKind, StockEvents};
 
     /// A command of every kind ([`bodies`]), each its own id.
     fn every_kind() -> Vec<Command> {
@@ -332,34 +386,81 @@ mod tests {
         let payload = encode_command(command).unwrap();
         let datum = &payload[10..];
         let plan = SCHEMAS.command_plan.as_ref().unwrap();
-        assert!(plan.command(datum).is_some());
+        let read = |datum: &[u8]| plan.read(datum, command_of);
+        assert!(read(datum).is_some());
         // Cut short anywhere, or followed by a byte.
         for end in 0..datum.len() {
-            assert!(plan.command(&datum[..end]).is_none(), "cut at {end}");
+            assert!(read(&datum[..end]).is_none(), "cut at {end}");
         }
         let mut longer = datum.to_vec();
         longer.push(0);
-        assert!(plan.command(&longer).is_none());
+        assert!(read(&longer).is_none());
         // The command id's length (a varint of one byte) in two bytes.
         let mut redundant = vec![datum[0] | 0x80, 0];
         redundant.extend_from_slice(&datum[1..]);
-        assert!(plan.command(&redundant).is_none());
+        assert!(read(&redundant).is_none());
         // A union index out of range.
         let mut branch = datum.to_vec();
         let at = 1 + 3 + 1 + 5 + 6; // after "c-1", "SKU-1" and occurred_at
         assert_eq!(branch[at], 0, "the deduct's branch index");
         branch[at] = 2 * 12;
-        assert!(plan.command(&branch).is_none());
+        assert!(read(&branch).is_none());
         // Text that is not UTF-8.
         let mut text = datum.to_vec();
         text[1] = 0xFF;
-        assert!(plan.command(&text).is_none());
+        assert!(read(&text).is_none());
     }
 
-    /// Whatever bytes come, both readers answer alike: the same command,
-    /// or the same error.
+    /// An outcome of every kind of command and every result, with every
+    /// optional field written and not, and a record that was no command.
+    fn outcomes() -> Vec<Outcome> {
+        let position = |offset| LogPosition {
+            topic: "stock.ledger".into(),
+            partition: 3,
+            offset,
+        };
+        let mut outcomes: Vec<Outcome> = (every_kind().iter().zip(ResultCode::ALL.iter().cycle()))
+            .enumerate()
+            .map(|(i, (command, &result))| {
+                let decision = Decision {
+                    result,
+                    delta: -(i as i64),
+                    available: 7 - i as i64,
+                    total: 1_000_000_000_000,
+                    reason: (i % 2 == 0).then(|| format!("reason {i}")),
+                    location: (i % 3 == 0).then(|| "paris".to_owned()),
+                    events: StockEvents::of([StockEventKind::SoldOut, StockEventKind::LowStock]),
+                };
+                Outcome::for_command(position(i as i64), command, decision)
+            })
+            .collect();
+        outcomes[0].restock_mode = Some(RestockMode::Set);
+        outcomes.push(Outcome::invalid(position(-1), "k", "garbage".into(), 7));
+        outcomes
+    }
+
     #[test]
-    fn mutants_of_every_kind_are_answered_as_the_general_reader_answers_them() {
+    fn the_current_outcome_schema_is_read_straight_from_its_bytes() {
+        for outcome in outcomes() {
+            let payload = encode_outcome(&outcome).unwrap();
+            assert!(
+                SCHEMAS.outcome_direct(&payload).is_some(),
+                "{outcome:?} takes the general reader"
+            );
+            assert_eq!(decode_outcome(&payload).unwrap(), outcome);
+            assert_eq!(decode_outcome_generally(&payload).unwrap(), outcome);
+        }
+    }
+
+    /// Mutants of `payloads` (a bit flipped, a byte set, inserted or
+    /// removed, the payload cut), each answered by `decode` as by
+    /// `generally`; how many were read straight (`direct`) and accepted.
+    fn mutants<T: PartialEq + std::fmt::Debug>(
+        payloads: &[Vec<u8>],
+        decode: fn(&[u8]) -> Result<T, DecodeError>,
+        generally: fn(&[u8]) -> Result<T, DecodeError>,
+        direct: impl Fn(&[u8]) -> bool,
+    ) -> (usize, usize) {
         let mut state = 0x9E37_79B9_7F4A_7C15_u64;
         let mut next = move |below: usize| {
             state ^= state << 13;
@@ -367,11 +468,7 @@ mod tests {
             state ^= state << 17;
             (state % below.max(1) as u64) as usize
         };
-        let payloads: Vec<Vec<u8>> = every_kind()
-            .iter()
-            .map(|c| encode_command(c).unwrap())
-            .collect();
-        let (mut direct, mut accepted) = (0, 0);
+        let (mut straight, mut accepted) = (0, 0);
         for _ in 0..40_000 {
             let mut mutant = payloads[next(payloads.len())].clone();
             for _ in 0..1 + next(3) {
@@ -389,12 +486,47 @@ mod tests {
                     _ => mutant.truncate(at.max(10)),
                 }
             }
-            let answer = decode_command(&mutant);
-            assert_eq!(answer, decode_command_generally(&mutant), "{mutant:02x?}");
-            direct += usize::from(SCHEMAS.command_direct(&mutant).is_some());
+            let answer = decode(&mutant);
+            assert_eq!(answer, generally(&mutant), "{mutant:02x?}");
+            straight += usize::from(direct(&mutant));
             accepted += usize::from(answer.is_ok());
         }
+        (straight, accepted)
+    }
+
+    /// Whatever bytes come, both readers answer alike: the same command,
+    /// or the same error.
+    #[test]
+    fn mutants_of_every_kind_are_answered_as_the_general_reader_answers_them() {
+        let payloads: Vec<Vec<u8>> = every_kind()
+            .iter()
+            .map(|c| encode_command(c).unwrap())
+            .collect();
+        let (direct, accepted) = mutants(
+            &payloads,
+            decode_command,
+            decode_command_generally,
+            |mutant| SCHEMAS.command_direct(mutant).is_some(),
+        );
         // The mutants reach both paths, and commands as well as refusals.
+        assert!(
+            direct > 1_000 && accepted > 1_000,
+            "{direct} read straight, {accepted} accepted"
+        );
+    }
+
+    /// The same of outcomes.
+    #[test]
+    fn mutants_of_outcomes_are_answered_as_the_general_reader_answers_them() {
+        let payloads: Vec<Vec<u8>> = (outcomes().iter())
+            .map(|o| encode_outcome(o).unwrap())
+            .collect();
+        let (direct, accepted) = mutants(
+            &payloads,
+            decode_outcome,
+            decode_outcome_generally,
+            |mutant| SCHEMAS.outcome_direct(mutant).is_some(),
+        );
         assert!(
             direct > 1_000 && accepted > 1_000,
             "{direct} read straight, {accepted} accepted"

@@ -14,6 +14,7 @@ use super::direct::Plan;
 use super::strict::{Flaw, Strict};
 use super::{DecodeError, MAX_PAYLOAD_LEN};
 use crate::command::Command;
+use crate::outcome::Outcome;
 use crate::schema::{self, Released, Subject};
 
 /// The single-object header of one fingerprint.
@@ -94,6 +95,14 @@ impl Framed {
 
     pub(super) fn schema(&self) -> &Schema {
         &self.current.schema
+    }
+
+    /// The datum of `payload` when it is framed with the current version's
+    /// fingerprint and within the size every reader takes.
+    pub(super) fn current_datum<'a>(&self, payload: &'a [u8]) -> Option<&'a [u8]> {
+        let current = payload.len() <= MAX_PAYLOAD_LEN
+            && fingerprint_of(payload)? == self.current.fingerprint;
+        current.then(|| &payload[10..])
     }
 
     /// A datum of the current version, written by `write`, after its
@@ -262,6 +271,9 @@ pub(super) struct Schemas {
     /// the general one).
     pub(super) command_plan: Option<Plan>,
     pub(super) outcome: Framed,
+    /// The current outcome schema's datums read straight from their bytes,
+    /// as `command_plan`.
+    pub(super) outcome_plan: Option<Plan>,
     pub(super) event: Framed,
 }
 
@@ -270,13 +282,15 @@ impl Schemas {
     /// ([`Plan::command`]); `None`: the payload is for [`Framed::decode`]
     /// to read or refuse.
     pub(super) fn command_direct(&self, payload: &[u8]) -> Option<Command> {
-        let plan = self.command_plan.as_ref()?;
-        if payload.len() > MAX_PAYLOAD_LEN
-            || fingerprint_of(payload)? != self.command.current.fingerprint
-        {
-            return None;
-        }
-        plan.command(&payload[10..])
+        let datum = self.command.current_datum(payload)?;
+        (self.command_plan.as_ref())?.read(datum, super::command_of)
+    }
+
+    /// The outcome of a `payload` in the current schema, read in one pass,
+    /// as [`Schemas::command_direct`].
+    pub(super) fn outcome_direct(&self, payload: &[u8]) -> Option<Outcome> {
+        let datum = self.outcome.current_datum(payload)?;
+        (self.outcome_plan.as_ref())?.read(datum, super::outcome_of)
     }
 }
 
@@ -285,10 +299,12 @@ pub(super) static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     // hold; this caps every length prefix.
     apache_avro::util::max_allocation_bytes(MAX_PAYLOAD_LEN);
     let command = Framed::new(Subject::Command);
+    let outcome = Framed::new(Subject::Outcome);
     Schemas {
         command_plan: Plan::of(command.schema()),
         command,
-        outcome: Framed::new(Subject::Outcome),
+        outcome_plan: Plan::of(outcome.schema()),
+        outcome,
         event: Framed::new(Subject::StockEvent),
     }
 });

@@ -46,12 +46,17 @@ pub(super) fn restock_mode(mode: RestockMode) -> Value {
     }
 }
 
-pub(super) fn parse_restock_mode(symbol: &str) -> Result<RestockMode, DecodeError> {
+/// The restock mode a symbol names, if it names one.
+pub(super) fn restock_mode_of(symbol: &str) -> Option<RestockMode> {
     match symbol {
-        "ADD" => Ok(RestockMode::Add),
-        "SET" => Ok(RestockMode::Set),
-        other => Err(shape(format!("mode: unknown symbol {other}"))),
+        "ADD" => Some(RestockMode::Add),
+        "SET" => Some(RestockMode::Set),
+        _ => None,
     }
+}
+
+fn unknown_symbol(name: &str, symbol: &str) -> DecodeError {
+    shape(format!("{name}: unknown symbol {symbol}"))
 }
 
 pub(super) fn malformed(field: &str, value: &impl std::fmt::Debug) -> DecodeError {
@@ -85,13 +90,6 @@ impl Fields {
         Ok(self.0.swap_remove(index).1)
     }
 
-    pub(super) fn symbol(&mut self, name: &str) -> Result<String, DecodeError> {
-        match self.take(name)? {
-            Value::Enum(_, symbol) => Ok(symbol),
-            other => Err(malformed(name, &other)),
-        }
-    }
-
     pub(super) fn optional(&mut self, name: &str) -> Result<Option<Value>, DecodeError> {
         match self.take(name)? {
             Value::Union(_, inner) => match *inner {
@@ -110,8 +108,22 @@ impl Fields {
 /// rules that build a command from them are written once, over this.
 pub(super) trait Record {
     fn string(&mut self, name: &str) -> Result<String, DecodeError>;
+    fn int(&mut self, name: &str) -> Result<i32, DecodeError>;
     fn long(&mut self, name: &str) -> Result<i64, DecodeError>;
-    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError>;
+    /// An enum's symbol as `parse` reads it; one it does not read is an
+    /// error naming the field.
+    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, DecodeError>;
+    fn optional_symbol<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, DecodeError>;
+    /// An array of an enum's symbols, each as `parse` reads it.
+    fn symbols<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Vec<T>, DecodeError>;
     fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError>;
     fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError>;
     /// An array of strings (empty when a record written before the field
@@ -137,8 +149,51 @@ impl Record for Fields {
         }
     }
 
-    fn restock_mode(&mut self, name: &str) -> Result<RestockMode, DecodeError> {
-        parse_restock_mode(&self.symbol(name)?)
+    fn int(&mut self, name: &str) -> Result<i32, DecodeError> {
+        match self.take(name)? {
+            Value::Int(n) => Ok(n),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, DecodeError> {
+        match self.take(name)? {
+            Value::Enum(_, symbol) => parse(&symbol).ok_or_else(|| unknown_symbol(name, &symbol)),
+            other => Err(malformed(name, &other)),
+        }
+    }
+
+    fn optional_symbol<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, DecodeError> {
+        match self.optional(name)? {
+            None => Ok(None),
+            Some(Value::Enum(_, symbol)) => parse(&symbol)
+                .map(Some)
+                .ok_or_else(|| unknown_symbol(name, &symbol)),
+            Some(other) => Err(malformed(name, &other)),
+        }
+    }
+
+    fn symbols<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<Vec<T>, DecodeError> {
+        match self.take(name)? {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Enum(_, symbol) => {
+                        parse(&symbol).ok_or_else(|| unknown_symbol(name, &symbol))
+                    }
+                    other => Err(malformed(name, &other)),
+                })
+                .collect(),
+            other => Err(malformed(name, &other)),
+        }
     }
 
     fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
