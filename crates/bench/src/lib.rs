@@ -216,8 +216,9 @@ pub enum Scenario {
     /// it. Run on demand only: not part of the default set.
     Scale,
     /// The instructions a record costs in each stage of the apply path
-    /// (decode, decide, encode the outcome), counted by callgrind over a
-    /// fixed set of records: figures no neighbour moves.
+    /// (decode, decide, encode the outcome, build the write) and in the
+    /// order service's reading of its outcome, counted by callgrind over
+    /// a fixed set of records: figures no neighbour moves.
     Stages,
 }
 

@@ -17,7 +17,7 @@ use std::process::Command as Process;
 use std::time::Instant;
 
 use anyhow::Context;
-use stockledger_core::codec::{decode_command, encode_command, encode_outcome};
+use stockledger_core::codec::{decode_command, decode_outcome, encode_command, encode_outcome};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Decision, Deduct, LogPosition, OrderId, Outcome,
@@ -33,12 +33,14 @@ pub const WORKER_ENV: &str = "STOCKLEDGER_BENCH_STAGES";
 /// The stages, in the order a record passes them, as results.json names
 /// them, with the functions whose inclusive counts add up to each: the
 /// worker's own, or (the write) the projection's noting of what a record
-/// changed and its building of a SKU's fenced write.
-const STAGES: [(&str, &[&str]); 4] = [
+/// changed and its building of a SKU's fenced write. The last is the order
+/// service's: reading the outcome that answers it.
+const STAGES: [(&str, &[&str]); 5] = [
     ("decode", &["stages::stage_decode"]),
     ("decide", &["stages::stage_decide"]),
     ("encode_outcome", &["stages::stage_encode_outcome"]),
     ("write", &["SkuStage::note", "SkuStage::finish"]),
+    ("read_outcome", &["stages::stage_read_outcome"]),
 ];
 
 /// Partitions of the records' topic, as the e2e scenarios have.
@@ -128,6 +130,16 @@ pub fn stage_encode_outcome(commands: &[Command], decisions: &[Decision]) -> Vec
         .collect()
 }
 
+/// Reads every outcome back, as an order service's reader of decisions
+/// does; how many were read.
+#[inline(never)]
+pub fn stage_read_outcome(outcomes: &[Vec<u8>]) -> usize {
+    outcomes
+        .iter()
+        .filter(|o| decode_outcome(black_box(o)).is_ok())
+        .count()
+}
+
 /// The worker: each stage once over `n` records. Run by callgrind.
 pub fn worker(n: &str) -> anyhow::Result<()> {
     let n: usize = n
@@ -147,6 +159,8 @@ pub fn worker(n: &str) -> anyhow::Result<()> {
         "{} of {n} outcomes encoded",
         outcomes.len()
     );
+    let read = stage_read_outcome(&outcomes);
+    anyhow::ensure!(read == n, "{read} of {n} outcomes read back");
     // The same records through the projection's staging, each at its
     // SKU's home partition, offsets in log order.
     let staged = commands
