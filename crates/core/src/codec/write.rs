@@ -20,11 +20,22 @@ struct Datum<'a>(&'a mut Vec<u8>);
 impl Datum<'_> {
     fn long(&mut self, n: i64) {
         let mut z = ((n << 1) ^ (n >> 63)) as u64;
-        while z >= 0x80 {
-            self.0.push((z as u8) | 0x80);
-            z >>= 7;
+        if z < 0x80 {
+            // Most longs written (indexes, counts, small quantities).
+            self.0.push(z as u8);
+            return;
         }
-        self.0.push(z as u8);
+        // The varint built aside, then appended at once: one check of
+        // the buffer's room rather than one a byte.
+        let mut bytes = [0u8; 10];
+        let mut len = 0;
+        while z >= 0x80 {
+            bytes[len] = (z as u8) | 0x80;
+            z >>= 7;
+            len += 1;
+        }
+        bytes[len] = z as u8;
+        self.0.extend_from_slice(&bytes[..=len]);
     }
 
     fn text(&mut self, s: &str) {
