@@ -12,10 +12,11 @@
 //! Each watcher reads the whole outcomes topic (one outcome per command);
 //! a service keeps one per process and shares it (it is cheap to clone).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -56,6 +57,9 @@ pub enum WatchError {
     NoSuchTopic(String),
 }
 
+/// The decisions waited for and those read before anyone waited, by
+/// position. Hashed with foldhash: the positions come from the outcomes
+/// topic the applier writes, and each outcome read is looked up.
 #[derive(Default)]
 struct Shared {
     waiting: HashMap<LogPosition, Vec<oneshot::Sender<Decision>>>,
