@@ -1003,20 +1003,11 @@ impl Restock {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn at(self, location: LocationId) -> Result<Self, ValidationError> {
-        let deduct = Self {
+        units_have_no_location(&self.units)?;
+        Ok(Self {
             location: Some(location),
             ..self
-        };
-        deduct.check_location()?;
-        Ok(deduct)
-    }
-
-    /// That a deduct with a location takes counted stock ([`Deduct::at`]).
-    pub(crate) fn check_location(&self) -> Result<(), ValidationError> {
-        match self.location {
-            Some(_) => units_have_no_location(&self.units),
-            None => Ok(()),
-        }
+        })
     }
 
     /// The location this restock stocks, if it names one.

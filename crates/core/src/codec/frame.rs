@@ -279,7 +279,7 @@ pub(super) struct Schemas {
 
 impl Schemas {
     /// The command of a `payload` in the current schema, read in one pass
-    /// ([`Plan::command`]); `None`: the payload is for [`Framed::decode`]
+    /// ([`Plan::read`]); `None`: the payload is for [`Framed::decode`]
     /// to read or refuse.
     pub(super) fn command_direct(&self, payload: &[u8]) -> Option<Command> {
         let datum = self.command.current_datum(payload)?;
