@@ -475,7 +475,10 @@ impl Projection {
             asking
                 .chunks(per_call)
                 .map(|chunk| {
-                    let mut cmd = redis::cmd("EVALSHA");
+                    let (args, bytes) = (chunk.iter())
+                        .map(|&k| load_size(&stages[k], &wanted[k]))
+                        .fold((3, 64), |(a, b), (args, bytes)| (a + args, b + bytes));
+                    let mut cmd = crate::write::sized("EVALSHA", args, bytes);
                     cmd.arg(LOAD.get_hash()).arg(4 * chunk.len());
                     for &k in chunk {
                         for key in stages[k].keys.as_array() {
@@ -529,6 +532,22 @@ impl Projection {
         }
         Ok(())
     }
+}
+
+/// The arguments a SKU adds to a call of the load script, and their bytes
+/// (a count taken as 8), to size the call.
+fn load_size(stage: &SkuStage, want: &Wanted) -> (usize, usize) {
+    let keys: usize = stage.keys.as_array().iter().map(|k| k.len()).sum();
+    let stock: usize = want.stock.iter().map(|f| f.len()).sum();
+    let [orders, adjustments, decisions] = [&want.orders, &want.adjustments, &want.decisions]
+        .map(|f| f.iter().map(String::len).sum::<usize>());
+    let fields =
+        want.stock.len() + want.orders.len() + want.adjustments.len() + 2 * want.decisions.len();
+    let args = 4 + 12 + fields;
+    (
+        args,
+        keys + 12 * 8 + stock + orders + adjustments + 2 * decisions,
+    )
 }
 
 /// Takes off `read` (a hash's reply from the load script, the values of

@@ -562,7 +562,11 @@ impl SkuStage {
             return None;
         }
         let fence = stock_field(loaded, OFFSET).map(str::to_owned);
-        let mut stock = HashWrite::default();
+        // The core fields and a few extras at most.
+        let mut stock = HashWrite {
+            deletes: Vec::new(),
+            sets: Vec::with_capacity(STOCK_FIELDS.len()),
+        };
         let s = &self.state;
         let number = |n: Option<i64>| n.map(int_text).unwrap_or_default();
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();

@@ -72,19 +72,24 @@ impl Projection {
         for (partition, _) in &expected.applied {
             look.arg(format!("{APPLIED_FIELD}{partition}"));
         }
-        let mut write = redis::pipe();
+        let mut write = redis::Pipeline::with_capacity(2 * 3 * writes.len() + marks.len());
         write.atomic();
         for w in writes {
             for (key, hash) in w.keys.written().into_iter().zip(&w.hashes) {
                 if !hash.deletes.is_empty() {
-                    write.cmd("HDEL").arg(key).arg(&hash.deletes).ignore();
+                    let fields: usize = hash.deletes.iter().map(String::len).sum();
+                    let mut delete = sized("HDEL", 1 + hash.deletes.len(), key.len() + fields);
+                    delete.arg(key).arg(&hash.deletes);
+                    write.add_command(delete).ignore();
                 }
                 if !hash.sets.is_empty() {
-                    let set = write.cmd("HSET").arg(key);
+                    let pairs: usize = (hash.sets.iter()).map(|(f, v)| f.len() + v.len()).sum();
+                    let mut set = sized("HSET", 1 + 2 * hash.sets.len(), key.len() + pairs);
+                    set.arg(key);
                     for (field, value) in &hash.sets {
                         set.arg(field).arg(value);
                     }
-                    set.ignore();
+                    write.add_command(set).ignore();
                 }
             }
         }
@@ -125,6 +130,15 @@ impl Projection {
         let _: Vec<Vec<i64>> = self.run(&WRITE, call).await?;
         Ok(())
     }
+}
+
+/// A command `name` with room for `args` more arguments of `bytes` in
+/// all: a write's commands carry hundreds of fields, and a command grown
+/// an argument at a time copies its buffer again and again.
+pub(crate) fn sized(name: &str, args: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(1 + args, name.len() + bytes);
+    cmd.arg(name);
+    cmd
 }
 
 /// What a call of the write script must find to land (see
