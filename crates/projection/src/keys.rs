@@ -52,19 +52,34 @@ pub fn orders_key(prefix: &str, sku: &str) -> String {
     sku_key(prefix, sku, "orders")
 }
 
-/// `prefix:{sku}:suffix`: four of them a SKU a batch, so put together by
-/// `concat` rather than the formatting machinery.
+/// `prefix:{sku}:suffix`.
 fn sku_key(prefix: &str, sku: &str, suffix: &str) -> String {
     [prefix, ":{", sku, "}:", suffix].concat()
 }
 
 impl SkuKeys {
     pub fn new(prefix: &str, sku: &str) -> Self {
+        // Four keys a SKU a batch: the stock key's start put together
+        // once, copied into the others, with no formatting machinery.
+        let mut stock = String::with_capacity(prefix.len() + sku.len() + 4 + "stock".len());
+        for part in [prefix, ":{", sku, "}:"] {
+            stock.push_str(part);
+        }
+        let start = stock.len();
+        let key = |suffix: &str| {
+            let mut key = String::with_capacity(start + suffix.len());
+            key.push_str(&stock[..start]);
+            key.push_str(suffix);
+            key
+        };
+        let (orders, adjustments, decisions) =
+            (key("orders"), key("adjustments"), key("decisions"));
+        stock.push_str("stock");
         Self {
-            stock: sku_key(prefix, sku, "stock"),
-            orders: orders_key(prefix, sku),
-            adjustments: sku_key(prefix, sku, "adjustments"),
-            decisions: sku_key(prefix, sku, "decisions"),
+            stock,
+            orders,
+            adjustments,
+            decisions,
         }
     }
 
@@ -208,6 +223,9 @@ mod tests {
         let k = SkuKeys::new("sl", "SKU-1");
         assert_eq!(k.stock, "sl:{SKU-1}:stock");
         assert_eq!(k.decisions, "sl:{SKU-1}:decisions");
+        assert_eq!(k.adjustments, "sl:{SKU-1}:adjustments");
+        assert_eq!(k.orders, orders_key("sl", "SKU-1"));
+        assert_eq!(k.orders, "sl:{SKU-1}:orders");
         assert_eq!(sku_of_stock_key("sl", &k.stock), Some("SKU-1"));
         assert_eq!(sku_of_stock_key("other", &k.stock), None);
         assert_eq!(stock_key_pattern("sl"), "sl:{*}:stock");
