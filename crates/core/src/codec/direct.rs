@@ -153,11 +153,12 @@ impl<'a> Bytes<'a> {
         Some(((z >> 1) as i64) ^ -((z & 1) as i64))
     }
 
-    /// A union's branch index: 0 or 1 of a `["null", …]` union.
-    fn present(&mut self) -> Option<bool> {
+    /// A `["null", …]` union: its branch index, 0 or 1, then, for 1, the
+    /// value `read` reads.
+    fn optional<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         match self.long()? {
-            0 => Some(false),
-            1 => Some(true),
+            0 => Some(None),
+            1 => read(self).map(Some),
             _ => None,
         }
     }
@@ -272,11 +273,9 @@ impl Record for Stream<'_, '_> {
         parse: fn(&str) -> Option<T>,
     ) -> Result<Option<T>, DecodeError> {
         let read = match self.next(name)? {
-            Shape::OptionalSymbol(symbols) => match self.bytes.present() {
-                Some(true) => self.bytes.symbol(symbols).and_then(parse).map(Some),
-                Some(false) => Some(None),
-                None => None,
-            },
+            Shape::OptionalSymbol(symbols) => {
+                (self.bytes).optional(|b| b.symbol(symbols).and_then(parse))
+            }
             _ => None,
         };
         self.read(read)
@@ -296,11 +295,7 @@ impl Record for Stream<'_, '_> {
 
     fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
         let read = match self.next(name)? {
-            Shape::OptionalLong => match self.bytes.present() {
-                Some(true) => self.bytes.long().map(Some),
-                Some(false) => Some(None),
-                None => None,
-            },
+            Shape::OptionalLong => self.bytes.optional(Bytes::long),
             _ => None,
         };
         self.read(read)
@@ -308,11 +303,7 @@ impl Record for Stream<'_, '_> {
 
     fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
         let read = match self.next(name)? {
-            Shape::OptionalText => match self.bytes.present() {
-                Some(true) => self.bytes.text().map(|text| Some(text.to_owned())),
-                Some(false) => Some(None),
-                None => None,
-            },
+            Shape::OptionalText => (self.bytes).optional(|b| b.text().map(str::to_owned)),
             _ => None,
         };
         self.read(read)
