@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
@@ -30,6 +31,10 @@ pub(crate) struct Hub {
     pub(super) kafka: KafkaConfig,
     pub(super) topic: String,
     state: Mutex<HubState>,
+    /// True once the hub knows where it starts: a stream that joined
+    /// before would be handed no positions and miss what lies between its
+    /// own and the hub's start.
+    placed: watch::Sender<bool>,
     pub(super) stop: watch::Receiver<bool>,
     levels: Levels,
 }
@@ -102,6 +107,7 @@ impl Hub {
                 at: Positions::default(),
                 sender,
             }),
+            placed: watch::Sender::new(false),
             stop,
             levels: Levels {
                 projection,
@@ -177,10 +183,19 @@ impl Hub {
     }
 
     /// Joins the hub: every event it hands on from now, and where it
-    /// stands (what came before is the log's).
-    pub(super) fn join(&self) -> (broadcast::Receiver<Arc<Read>>, Positions) {
+    /// stands (what came before is the log's); `None` when the hub has not
+    /// found where it starts within `limit`.
+    pub(super) async fn join(
+        &self,
+        limit: Duration,
+    ) -> Option<(broadcast::Receiver<Arc<Read>>, Positions)> {
+        let mut placed = self.placed.subscribe();
+        tokio::time::timeout(limit, placed.wait_for(|placed| *placed))
+            .await
+            .ok()?
+            .ok()?;
         let state = self.state();
-        (state.sender.subscribe(), state.at.clone())
+        Some((state.sender.subscribe(), state.at.clone()))
     }
 
     async fn follow(self: Arc<Self>) {
@@ -194,6 +209,9 @@ impl Hub {
                         info!(topic = %self.topic, "no stock events topic yet; streams wait for it");
                     }
                     missing = true;
+                    // The hub will read the topic from its start: a stream
+                    // that joins now misses nothing.
+                    self.placed.send_replace(true);
                 }
                 Err(error) => {
                     warn!(topic = %self.topic, error = %error, "cannot read the stock events topic; retrying")
@@ -218,6 +236,7 @@ impl Hub {
             }
         };
         self.state().at = start.clone();
+        self.placed.send_replace(true);
         info!(topic = %self.topic, at = %start.id(), "following the stock events topic");
         let mut dedupe = EventDedupe::default();
         loop {

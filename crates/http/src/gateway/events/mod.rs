@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use axum::Extension;
@@ -74,6 +74,9 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const BACKLOG: usize = 4096;
 /// Longest a reconnecting stream reads the log to catch up with the hub.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
+/// Longest a stream waits for a starting gateway's hub to find where the
+/// events topic stands.
+const PLACE_LIMIT: Duration = Duration::from_secs(10);
 /// How often the hub looks again for an events topic that does not exist.
 const TOPIC_RETRY: Duration = Duration::from_secs(2);
 /// How often the SKUs whose levels a stream asked for are read from Redis.
@@ -148,7 +151,7 @@ pub struct StockSnapshot {
         (status = 200, description = "An endless text/event-stream: without Last-Event-ID first a `stock` event (data: StockSnapshot), then an event per stock event of the SKU (`sold_out`, `back_in_stock`, `low_stock`, `opened`, `closed`, `paused`, `resumed`; data: StockEventBody), each with an id to resume from", content_type = "text/event-stream", body = String),
         (status = 422, description = "The SKU, `levels`, another query parameter or Last-Event-ID is refused", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The caller's API key has its most event streams open (--max-streams-per-key), or the gateway has (--max-streams); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "Redis does not answer (the opening snapshot), or a starting gateway has not found where the stock events topic stands (Kafka does not answer); retry after Retry-After", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn sku_events(
     State(gateway): Shared,
     key: Option<Extension<KeyName>>,
@@ -198,7 +201,7 @@ fn unknown_param(name: &str, takes: &str) -> Problem {
         (status = 200, description = "As /v1/skus/{sku}/events, for every SKU named: a `stock` event each, then their events in the order of each partition", content_type = "text/event-stream", body = String),
         (status = 422, description = "No SKU, more than 100, a SKU refused, `levels` refused, another query parameter, or Last-Event-ID refused", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The caller's API key has its most event streams open (--max-streams-per-key), or the gateway has (--max-streams); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Redis does not answer (the opening snapshot)", body = Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "Redis does not answer (the opening snapshot), or a starting gateway has not found where the stock events topic stands (Kafka does not answer); retry after Retry-After", body = Problem, content_type = "application/problem+json")))]
 pub(crate) async fn events(
     State(gateway): Shared,
     key: Option<Extension<KeyName>>,
@@ -264,7 +267,13 @@ async fn open(
         .streams
         .take(key.map(|Extension(KeyName(name))| name))?;
     let hub = gateway.events.clone();
-    let (receiver, at) = hub.join();
+    let (receiver, at) = hub.join(PLACE_LIMIT).await.ok_or_else(|| {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway has not yet found where the stock events topic stands (Kafka does not answer)",
+        )
+        .retry_after(1)
+    })?;
     let skus_set: HashSet<String> = skus.iter().map(|s| s.as_str().to_owned()).collect();
     let levels = levels.then(|| hub.watch_levels(&skus_set));
     let opening = match resume {
