@@ -89,6 +89,7 @@ async fn fill_and_measure(
         failed: None,
         instructions: None,
         machine_cpu: None,
+        hops: None,
     }];
     // Same seed every run: the same SKUs and instants are asked for.
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -338,6 +339,7 @@ where
         failed: None,
         instructions: None,
         machine_cpu: None,
+        hops: None,
     })
 }
 

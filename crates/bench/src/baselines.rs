@@ -70,6 +70,7 @@ pub(crate) async fn redis_lua_direct(
         failed: None,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }
 
@@ -157,6 +158,7 @@ pub(crate) async fn pg_rows(
         failed: None,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }
 
@@ -288,6 +290,7 @@ pub(crate) async fn redis_floor(
             failed: None,
             instructions: None,
             machine_cpu,
+            hops: None,
         };
         print_measurement(&m);
         results.push(m);

@@ -76,6 +76,7 @@ pub(crate) async fn basket(
         failed,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }
 

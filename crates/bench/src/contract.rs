@@ -155,5 +155,6 @@ pub(crate) async fn archive(
         failed: archive_differs(pool, topic, records).await?,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }

@@ -80,6 +80,43 @@ fn machine_busy(stat: &str) -> Option<f64> {
     Some((at(0)? + at(1)? + at(2)? + at(5)? + at(6)?) / TICKS_PER_SECOND)
 }
 
+/// The `cpu` line of `/proc/stat` at one moment: the ticks stolen from
+/// this machine by its host, and all ticks, to tell a run on a busy
+/// machine from one on a quiet one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Steal(Option<(f64, f64)>);
+
+impl Steal {
+    pub(crate) fn now() -> Self {
+        Self(
+            std::fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|s| steal_and_total(&s)),
+        )
+    }
+
+    /// The share of the machine's CPU time stolen since `self`, in per
+    /// cent (`None` without a Linux `/proc`).
+    pub(crate) fn percent_since(self) -> Option<f64> {
+        let (steal, total) = self.0?;
+        let (steal_now, total_now) = Self::now().0?;
+        Some(100.0 * (steal_now - steal) / (total_now - total).max(1.0))
+    }
+}
+
+/// Steal ticks and all ticks of the `cpu` line of `/proc/stat` (guest
+/// time is within user, so not counted twice).
+fn steal_and_total(stat: &str) -> Option<(f64, f64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    Some((*ticks.get(7)?, ticks.iter().sum()))
+}
+
 /// CPU seconds so far of every service a pipeline runs on, each read
 /// where it is kept: `INFO cpu` for Redis, `/proc/<pid>/stat` for the
 /// rest (the broker's process id from the local stack's state directory,
@@ -240,6 +277,14 @@ mod tests {
         assert_eq!(machine_busy(stat), Some(1.6));
         assert_eq!(machine_busy("cpu0 1 2 3\n"), None);
         assert!(MachineCpu::now().since().is_some(), "a Linux /proc/stat");
+    }
+
+    #[test]
+    fn steal_is_the_eighth_tick_count_of_the_cpu_line_out_of_the_first_eight() {
+        let stat = "cpu  100 20 30 5000 70 4 6 900 0 0\ncpu0 50 10 15 2500 35 2 3 450 0 0\n";
+        assert_eq!(steal_and_total(stat), Some((900.0, 6130.0)));
+        assert_eq!(steal_and_total("cpu  1 2 3\n"), None);
+        assert!(Steal::now().percent_since().is_some(), "a Linux /proc/stat");
     }
 
     #[test]

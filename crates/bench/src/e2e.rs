@@ -9,7 +9,11 @@ use stockledger_client::decisions::{DecisionSource, TopicDecisions};
 use stockledger_client::RedisDecisions;
 use stockledger_testkit::ids;
 
+use anyhow::Context;
+
 use crate::contract::{archive, projection_differs};
+use crate::cpu::Steal;
+use crate::hops::{self, Caller, Hops};
 use crate::pipeline::Pipeline;
 use crate::{cpu, print_measurement, timeline, BenchArgs, DecisionsVia, Ledger, Measurement};
 
@@ -74,6 +78,7 @@ pub(crate) async fn e2e(
         failed: (!failures.is_empty()).then(|| failures.join("; ")),
         instructions: None,
         machine_cpu,
+        hops: None,
     };
     archive.setup = format!("the {} outcomes, {}", measurement.scenario, archive.setup);
     let ledger = Ledger { log, archive };
@@ -147,6 +152,7 @@ pub(crate) async fn events_cost(
             failed: (!failures.is_empty()).then(|| failures.join("; ")),
             instructions: None,
             machine_cpu,
+            hops: None,
         };
         print_measurement(&measurement);
         results.push(measurement);
@@ -169,7 +175,10 @@ pub(crate) async fn latency(
 ) -> anyhow::Result<Measurement> {
     let warm_up = rate;
     let per_sku = (warm_up + records) as i64;
-    let pipeline = Pipeline::start(g, args, run_id, scenario, 100, per_sku, true).await?;
+    let mut pipeline = Pipeline::start_timed(g, args, run_id, scenario, 100, per_sku).await?;
+    let steps = pipeline
+        .take_hops()
+        .context("a timed pipeline reports its steps")?;
     let decisions = match args.decisions {
         DecisionsVia::Redis => DecisionSource::Redis(
             RedisDecisions::connect(&g.redis_url, pipeline.prefix.clone()).await?,
@@ -192,17 +201,29 @@ pub(crate) async fn latency(
                 .await?;
             let acknowledged = tokio::time::Instant::now();
             decisions.wait(&receipt, Duration::from_secs(60)).await?;
-            anyhow::Ok(Some(acknowledged))
+            anyhow::Ok(timeline::Answer {
+                acked: Some(acknowledged),
+                position: Some((receipt.position.partition, receipt.position.offset)),
+            })
         }
     };
     timeline::open_loop(rate, 0, warm_up, offer).await?;
+    let steal = Steal::now();
     let run = timeline::open_loop(rate, warm_up, records, offer).await?;
+    let steal = steal.percent_since();
     pipeline.stop().await?;
-    let through = match args.decisions {
-        DecisionsVia::Redis => "the library",
-        DecisionsVia::Outcomes => "the library, decisions from the outcomes topic",
+    let (through, caller) = match args.decisions {
+        DecisionsVia::Redis => ("the library", Caller::Redis),
+        DecisionsVia::Outcomes => (
+            "the library, decisions from the outcomes topic",
+            Caller::Outcomes,
+        ),
     };
-    latency_measurement(args, scenario, rate, &run, through)
+    let hops = Hops::of(&run.samples, &hops::steps(&steps), caller, steal)?;
+    let mut measurement = latency_measurement(args, scenario, rate, &run, through)?;
+    measurement.setup = format!("{}; {}", measurement.setup, hops.line());
+    measurement.hops = Some(hops);
+    Ok(measurement)
 }
 
 /// A latency scenario's figure from its run, with its plot drawn.
@@ -242,6 +263,7 @@ pub(crate) fn latency_measurement(
         failed: None,
         instructions: None,
         machine_cpu: None,
+        hops: None,
     })
 }
 
@@ -275,5 +297,6 @@ pub(crate) async fn replay(
         failed: None,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }

@@ -162,6 +162,7 @@ pub(crate) async fn kstreams(
             failed: (!failures.is_empty()).then(|| failures.join("; ")),
             instructions: None,
             machine_cpu: peer.machine_cpu,
+            hops: None,
         };
         print_measurement(&m);
         results.push(m);

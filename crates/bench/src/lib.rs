@@ -12,7 +12,10 @@
 //!   not a figure, and the run exits non-zero.
 //! - `latency-5k` / `latency-20k`: commands offered open loop at a fixed
 //!   rate, each timed from when it was due until its decision is visible
-//!   to the order service; p50, p99, p999 and a plot over time.
+//!   to the order service; p50, p99, p999 and a plot over time, and each
+//!   decision broken into its hops (the caller's clock for the send and
+//!   the answer, the in-process applier's for its steps, `hops_ms`), with
+//!   the CPU time stolen from the machine during the run.
 //! - `replay`: rebuilding a fresh prefix from the e2e-uniform log.
 //! - `archive`: archiving the e2e-uniform outcomes into PostgreSQL (the
 //!   contract check's archiving, timed).
@@ -76,6 +79,7 @@ mod contract;
 mod cpu;
 mod e2e;
 mod gateway;
+mod hops;
 mod kstreams;
 mod memory;
 mod pipeline;
@@ -297,6 +301,8 @@ struct Measurement {
     /// Instructions a record in each stage of the apply path, for the
     /// stages scenario ([`stages`]).
     instructions: Option<Vec<(&'static str, f64)>>,
+    /// Each hop of a decision's time, for latency scenarios ([`hops`]).
+    hops: Option<hops::Hops>,
 }
 
 impl Measurement {

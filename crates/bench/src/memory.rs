@@ -55,6 +55,7 @@ pub(crate) async fn memory(
         failed,
         instructions: None,
         machine_cpu: None,
+        hops: None,
     })
 }
 
@@ -146,6 +147,7 @@ pub(crate) async fn scale(
             failed: None,
             instructions: None,
             machine_cpu: None,
+            hops: None,
         };
         print_measurement(&m);
         results.push(m);

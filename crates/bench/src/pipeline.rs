@@ -2,10 +2,13 @@
 //! bench, or a `stockledger apply` process whose memory can be read
 //! alone), a producer, and every SKU restocked before the clock starts.
 
+use std::sync::mpsc::Receiver;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::stream::{self, StreamExt};
+use stockledger_applier::applier::hops::{HopSink, RecordHops};
 use stockledger_cli::{applier_config, Global};
 use stockledger_client::producer::Tuning;
 use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder, ProducerError, Receipt};
@@ -134,6 +137,16 @@ pub(crate) struct Pipeline {
     applier_env: Vec<(&'static str, String)>,
     /// Appliers added to the group by [`Pipeline::add_applier`].
     more_appliers: Vec<Component>,
+    /// The applier's steps of each batch, for [`Pipeline::start_timed`].
+    hops: Option<Mutex<Receiver<Vec<RecordHops>>>>,
+}
+
+/// How a pipeline's applier runs: a task of the bench or a process, with
+/// its stock events published or not, and its steps reported or not.
+struct Setup {
+    in_process: bool,
+    stock_events: bool,
+    hops: Option<HopSink>,
 }
 
 impl Pipeline {
@@ -149,6 +162,35 @@ impl Pipeline {
         Self::start_with_events(g, args, run_id, name, skus, per_sku, in_process, true).await
     }
 
+    /// [`Pipeline::start`] with its applier a task that reports when each
+    /// record passed its steps ([`Pipeline::hops`]).
+    pub(crate) async fn start_timed(
+        g: &Global,
+        args: &BenchArgs,
+        run_id: &str,
+        name: &str,
+        skus: usize,
+        per_sku: i64,
+    ) -> anyhow::Result<Self> {
+        let (sink, hops) = std::sync::mpsc::channel();
+        let setup = Setup {
+            in_process: true,
+            stock_events: true,
+            hops: Some(HopSink::new(sink)),
+        };
+        let mut pipeline = Self::start_inner(g, args, (run_id, name), skus, per_sku, setup).await?;
+        pipeline.hops = Some(Mutex::new(hops));
+        Ok(pipeline)
+    }
+
+    /// Where the applier of a pipeline started with
+    /// [`Pipeline::start_timed`] reports its steps: read it once the
+    /// applier has stopped ([`crate::hops::steps`]).
+    pub(crate) fn take_hops(&mut self) -> Option<Receiver<Vec<RecordHops>>> {
+        let hops = self.hops.take()?;
+        Some(hops.into_inner().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// [`Pipeline::start`], its applier publishing stock events or not.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start_with_events(
@@ -161,6 +203,27 @@ impl Pipeline {
         in_process: bool,
         stock_events: bool,
     ) -> anyhow::Result<Self> {
+        let setup = Setup {
+            in_process,
+            stock_events,
+            hops: None,
+        };
+        Self::start_inner(g, args, (run_id, name), skus, per_sku, setup).await
+    }
+
+    async fn start_inner(
+        g: &Global,
+        args: &BenchArgs,
+        (run_id, name): (&str, &str),
+        skus: usize,
+        per_sku: i64,
+        setup: Setup,
+    ) -> anyhow::Result<Self> {
+        let Setup {
+            in_process,
+            stock_events,
+            hops,
+        } = setup;
         let topic = format!("{run_id}.{name}.ledger");
         let outcomes_topic = format!("{run_id}.{name}.outcomes");
         let dlq_topic = format!("{run_id}.{name}.dlq");
@@ -183,6 +246,7 @@ impl Pipeline {
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);
         config.batch_wait = Duration::from_millis(args.batch_wait_ms);
+        config.hops = hops;
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
         let applier_env = vec![
             ("STOCKLEDGER_TOPIC", config.topic.clone()),
@@ -220,6 +284,7 @@ impl Pipeline {
             applier,
             applier_env,
             more_appliers: Vec::new(),
+            hops: None,
         };
         pipeline.stock_every_sku(per_sku, args.in_flight).await?;
         if args.sale_windows {

@@ -39,6 +39,8 @@ pub(crate) fn write_results(
             "machine_cpu_us_per_record": m.machine_cpu_us(),
             "latency_ms": m.latency_ms.map(|[p50, p99, p999]| serde_json::json!({"p50": p50, "p99": p99, "p999": p999})),
             "peak_rss_mib": m.peak_rss_mib.map(|[applier, archiver]| serde_json::json!({"applier": applier, "archiver": archiver})),
+            "hops_ms": m.hops.as_ref().map(crate::hops::Hops::json),
+            "steal_percent": m.hops.as_ref().and_then(|h| h.steal_percent),
             "instructions": m.instructions.as_ref().map(|stages| stages.iter().map(|(stage, per)| ((*stage).to_owned(), serde_json::json!(per))).collect::<serde_json::Map<_, _>>()),
             "setup": m.setup,
             "failed": m.failed,
@@ -78,9 +80,41 @@ pub(crate) fn write_results(
         ));
     }
     md.push_str(&memory_growth(results));
+    md.push_str(&hop_table(results));
     std::fs::write(dir.join("results.md"), md)?;
     chart(&dir.join("results.svg"), run_id, results)?;
     Ok(())
+}
+
+/// Each latency scenario's hops, p50 / p99 / p999 in milliseconds, as a
+/// Markdown table (empty without one).
+pub(crate) fn hop_table(results: &[Measurement]) -> String {
+    let timed: Vec<(&Measurement, &crate::hops::Hops)> = results
+        .iter()
+        .filter_map(|m| Some((m, m.hops.as_ref()?)))
+        .collect();
+    if timed.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "\nWhere each decision's time went (ms, p50 / p99 / p999):\n\n| scenario | {} | CPU stolen |\n|---|{}---:|\n",
+        crate::hops::HOPS.join(" | "),
+        "---:|".repeat(crate::hops::HOPS.len())
+    );
+    for (m, hops) in timed {
+        let cells: Vec<String> = (hops.ms.iter())
+            .map(|(_, [p50, p99, p999])| format!("{p50:.1} / {p99:.1} / {p999:.1}"))
+            .collect();
+        let steal = hops
+            .steal_percent
+            .map_or("–".to_owned(), |s| format!("{s:.1} %"));
+        md.push_str(&format!(
+            "| {} | {} | {steal} |\n",
+            m.scenario,
+            cells.join(" | ")
+        ));
+    }
+    md
 }
 
 /// How the applier's and archiver's peak RSS grew from the smallest to the
@@ -230,6 +264,7 @@ mod tests {
             failed: None,
             instructions: None,
             machine_cpu: None,
+            hops: None,
         }
     }
 
@@ -258,6 +293,25 @@ mod tests {
             assert!(svg.contains(text), "{text} missing from the chart");
         }
         Ok(())
+    }
+
+    #[test]
+    fn the_hop_table_has_a_row_per_timed_scenario_and_a_cell_per_hop() {
+        let mut timed = measurement("latency-5k", 20_000, 4.0);
+        timed.hops = Some(crate::hops::Hops {
+            ms: (crate::hops::HOPS.iter())
+                .map(|&h| (h, [1.0, 2.0, 3.0]))
+                .collect(),
+            timed: 20_000,
+            steal_percent: Some(0.5),
+        });
+        let table = hop_table(&[measurement("e2e-uniform", 10, 1.0), timed]);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(rows[0].contains("| send_to_ack |"), "{table}");
+        assert_eq!(rows[2].matches("1.0 / 2.0 / 3.0").count(), 6, "{table}");
+        assert!(rows[2].ends_with("| 0.5 % |"), "{table}");
+        assert!(hop_table(&[measurement("e2e-uniform", 10, 1.0)]).is_empty());
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub(crate) async fn scale_out(
             failed,
             instructions: None,
             machine_cpu: None,
+            hops: None,
         };
         print_measurement(&m);
         results.push(m);

@@ -87,6 +87,7 @@ pub(crate) async fn seat_map(
         failed: None,
         instructions: None,
         machine_cpu: None,
+        hops: None,
     })
 }
 

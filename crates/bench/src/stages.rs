@@ -234,6 +234,7 @@ pub(crate) fn stages(n: u64) -> anyhow::Result<Measurement> {
         peak_rss_mib: None,
         failed: None,
         machine_cpu: None,
+        hops: None,
         instructions: Some(instructions),
     })
 }

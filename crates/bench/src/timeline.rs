@@ -21,6 +21,20 @@ pub(crate) struct Sample {
     pub(crate) due_s: f64,
     pub(crate) total_us: u64,
     pub(crate) ack_us: Option<u64>,
+    /// When it was due, acknowledged (if seen) and answered.
+    pub(crate) due: Instant,
+    pub(crate) acked: Option<Instant>,
+    pub(crate) answered: Instant,
+    /// Where the command lies in the log, if the caller learnt it.
+    pub(crate) position: Option<(i32, i64)>,
+}
+
+/// What an offered command's caller saw: when the broker acknowledged it
+/// and where it put it, where the caller sees that.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Answer {
+    pub(crate) acked: Option<Instant>,
+    pub(crate) position: Option<(i32, i64)>,
 }
 
 /// A run of [`open_loop`].
@@ -54,7 +68,7 @@ fn histogram(values: impl Iterator<Item = u64>) -> anyhow::Result<Histogram<u64>
 /// Offers `count` commands at `rate` a second, the `i`-th (from `first`)
 /// started by `offer(i)` at its due time on a task of its own, so a slow
 /// answer never delays the next send. `offer` resolves once the caller has
-/// its answer, with when the broker acknowledged, if it saw that.
+/// its answer, with what it saw of the broker's ([`Answer`]).
 pub(crate) async fn open_loop<F, Fut>(
     rate: u64,
     first: u64,
@@ -63,7 +77,7 @@ pub(crate) async fn open_loop<F, Fut>(
 ) -> anyhow::Result<Run>
 where
     F: Fn(u64) -> Fut,
-    Fut: Future<Output = anyhow::Result<Option<Instant>>> + Send + 'static,
+    Fut: Future<Output = anyhow::Result<Answer>> + Send + 'static,
 {
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     let start = Instant::now();
@@ -73,12 +87,17 @@ where
         tokio::time::sleep_until(due).await;
         let answered = offer(first + n);
         tasks.spawn(async move {
-            let acked = answered.await?;
-            let total = due.elapsed();
+            let answer = answered.await?;
+            let now = Instant::now();
             anyhow::Ok(Sample {
                 due_s: (due - start).as_secs_f64(),
-                total_us: total.as_micros() as u64,
-                ack_us: acked.map(|at| at.saturating_duration_since(due).as_micros() as u64),
+                total_us: (now - due).as_micros() as u64,
+                ack_us: (answer.acked)
+                    .map(|at| at.saturating_duration_since(due).as_micros() as u64),
+                due,
+                acked: answer.acked,
+                answered: now,
+                position: answer.position,
             })
         });
     }
@@ -163,10 +182,15 @@ mod tests {
     use super::*;
 
     fn sample(due_s: f64, ms: u64) -> Sample {
+        let due = Instant::now();
         Sample {
             due_s,
             total_us: ms * 1000,
             ack_us: None,
+            due,
+            acked: None,
+            answered: due + Duration::from_millis(ms),
+            position: None,
         }
     }
 
@@ -190,7 +214,7 @@ mod tests {
             if i == 0 {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            Ok(None)
+            Ok(Answer::default())
         })
         .await
         .unwrap();

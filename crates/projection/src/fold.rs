@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
+use std::time::Instant;
 
 use foldhash::{HashMap, HashMapExt};
 use redis::Script;
@@ -176,6 +177,15 @@ impl Projection {
     /// read is in its basket's index. Safe to repeat: records already
     /// applied are answered from the stored decisions and change nothing.
     pub async fn apply(&self, batch: &Prepared) -> Result<Vec<Decision>, ProjectionError> {
+        Ok(self.apply_timed(batch).await?.0)
+    }
+
+    /// [`Projection::apply`], with when the batch was decided: after its
+    /// last reading of Redis, before its write.
+    pub async fn apply_timed(
+        &self,
+        batch: &Prepared,
+    ) -> Result<(Vec<Decision>, Instant), ProjectionError> {
         if !batch.baskets.is_empty() {
             let mut index = Vec::with_capacity(batch.baskets.len() + 1);
             let mut open = redis::cmd("ZADD");
@@ -194,7 +204,7 @@ impl Projection {
             let _: Vec<redis::Value> = self.redis.query_each(index).await?;
         }
         self.check_marked().await?;
-        let decided = self.decide_and_write(batch).await?;
+        let (decided, decided_at) = self.decide_and_write(batch).await?;
         let mut writes = hold_writes(&self.prefix, batch, &decided);
         if !batch.marks.is_empty() {
             if let Some(topic) = &self.announce_on {
@@ -209,7 +219,8 @@ impl Projection {
         if !writes.is_empty() {
             let _: Vec<redis::Value> = self.redis.query_each(writes).await?;
         }
-        Ok(decided.into_iter().map(|(decision, _)| decision).collect())
+        let decisions = decided.into_iter().map(|(decision, _)| decision).collect();
+        Ok((decisions, decided_at))
     }
 
     /// For a guarded projection, fails when the marker is gone (Redis
@@ -238,8 +249,12 @@ impl Projection {
     /// whose state moved under the decisions (on a single Redis, the whole
     /// batch when the fence refused it); records the marks with the last
     /// write.
-    async fn decide_and_write(&self, batch: &Prepared) -> Result<Vec<Decided>, ProjectionError> {
+    async fn decide_and_write(
+        &self,
+        batch: &Prepared,
+    ) -> Result<(Vec<Decided>, Instant), ProjectionError> {
         let mut decided: Vec<Option<Decided>> = vec![None; batch.records.len()];
+        let mut decided_at = Instant::now();
         let all: Vec<usize> = (0..batch.skus.len()).collect();
         let mut pending = all.clone();
         for attempt in 1u32.. {
@@ -259,6 +274,7 @@ impl Projection {
                     hashes: Default::default(),
                 });
             }
+            decided_at = Instant::now();
             let written = match self.write(&batch.marks, &writes, expected.as_ref()).await {
                 Ok(written) => written,
                 Err(e) => {
@@ -312,7 +328,7 @@ impl Projection {
                 pending = moved;
             }
         }
-        Ok(decided.into_iter().flatten().collect())
+        Ok((decided.into_iter().flatten().collect(), decided_at))
     }
 
     /// On a single Redis, what the batch's write must find in the marker

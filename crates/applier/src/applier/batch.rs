@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 use crate::record::{interpret, key_text};
 use stockledger_projection::{Entry, Prepared, ProjectionError};
 
+use super::hops::Pending;
 use super::start::partition_count;
 use super::{
     Applier, ApplierError, APPLY_SECONDS_METRIC, BATCH_RECORDS_METRIC, BATCH_RUNS_METRIC,
@@ -41,12 +42,22 @@ pub(super) struct Decoded {
     /// The next offset of each partition of the command topic (the one
     /// topic the consumer reads) in the batch.
     pub(super) next: BTreeMap<i32, i64>,
+    /// When each record was read, with hops timed (else empty).
+    pub(super) read: Vec<Instant>,
 }
 
 /// What applying a batch in its own task came to: `None` when asked to
 /// stop before Redis answered (whether it applied the batch or not, a
 /// redelivery settles it).
-pub(super) type Applied = Result<Option<Vec<Decision>>, ProjectionError>;
+pub(super) type Applied = Result<Option<Answered>, ProjectionError>;
+
+/// Redis's answer for a batch: a decision for each valid command, in
+/// record order, and when the batch was decided and written.
+pub(super) struct Answered {
+    decisions: Vec<Decision>,
+    decided: Instant,
+    written: Instant,
+}
 
 /// A batch whose script calls are on their way to Redis, sent by a task of
 /// their own while the applier reads the next batch and publishes the
@@ -74,6 +85,8 @@ pub(super) fn redis_away(e: &ProjectionError, wait: Duration) {
 pub(super) struct Decided {
     pub(super) batch: Decoded,
     pub(super) decisions: Vec<Decision>,
+    /// With hops timed, the batch's steps so far.
+    pub(super) hops: Option<Pending>,
 }
 
 impl Applier {
@@ -83,6 +96,7 @@ impl Applier {
     pub(super) async fn decode(
         &self,
         records: Vec<OwnedMessage>,
+        read: Vec<Instant>,
     ) -> Result<(Decoded, Prepared), ApplierError> {
         let items: Vec<Item> = records
             .iter()
@@ -130,6 +144,7 @@ impl Applier {
                 .iter()
                 .map(|&(p, last)| (p, last + 1))
                 .collect(),
+            read,
         };
         Ok((batch, prepared))
     }
@@ -148,10 +163,15 @@ impl Applier {
             retry::until_stopped(
                 || async {
                     let started = Instant::now();
-                    let applied = projection.apply(&prepared).await;
+                    let applied = projection.apply_timed(&prepared).await;
+                    let written = Instant::now();
                     metrics::histogram!(APPLY_SECONDS_METRIC)
-                        .record(started.elapsed().as_secs_f64());
-                    applied
+                        .record((written - started).as_secs_f64());
+                    applied.map(|(decisions, decided)| Answered {
+                        decisions,
+                        decided,
+                        written,
+                    })
                 },
                 ProjectionError::is_transient,
                 redis_away,
@@ -192,11 +212,27 @@ impl Applier {
             offsets: offsets(),
             source,
         })?;
-        let Some(decisions) = applied else {
+        let Some(Answered {
+            decisions,
+            decided,
+            written,
+        }) = applied
+        else {
             return Ok(None);
         };
+        let hops = (!batch.read.is_empty()).then(|| Pending {
+            records: (batch.items.iter().zip(&batch.read))
+                .map(|(item, &read)| (item.position.partition, item.position.offset, read))
+                .collect(),
+            decided,
+            written,
+        });
         debug!(runs = batch.runs, offsets = %offsets(), "applied to Redis");
         metrics::counter!(FENCE_REFUSALS_METRIC).absolute(self.projection.fence_refusals());
-        Ok(Some(Decided { batch, decisions }))
+        Ok(Some(Decided {
+            batch,
+            decisions,
+            hops,
+        }))
     }
 }

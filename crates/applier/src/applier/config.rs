@@ -8,6 +8,8 @@ use stockledger_runtime::redact_url;
 
 use stockledger_kafka::lag::Assignment;
 
+use super::hops::HopSink;
+
 #[derive(Clone)]
 pub struct ApplierConfig {
     pub kafka: KafkaConfig,
@@ -56,6 +58,10 @@ pub struct ApplierConfig {
     /// The partitions this member holds, kept up to date while it runs
     /// (clone it before `run` to probe readiness).
     pub assignment: Assignment,
+    /// Where to send when each record passed the applier's steps (off:
+    /// `None`, and no clock is read a record). For timing decisions hop
+    /// by hop, as the bench's latency scenarios do.
+    pub hops: Option<HopSink>,
 }
 
 impl std::fmt::Debug for ApplierConfig {
@@ -77,6 +83,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("stats_interval", &self.stats_interval)
             .field("cached_skus", &self.cached_skus)
             .field("cached_fields", &self.cached_fields)
+            .field("hops", &self.hops.is_some())
             .finish()
     }
 }
@@ -106,6 +113,7 @@ impl ApplierConfig {
             cached_skus: stockledger_projection::DEFAULT_CACHED_SKUS,
             cached_fields: stockledger_projection::DEFAULT_CACHED_FIELDS,
             assignment: Assignment::new(),
+            hops: None,
         }
     }
 }

@@ -29,6 +29,7 @@
 mod batch;
 pub mod config;
 pub mod error;
+pub mod hops;
 mod letter;
 mod publish;
 mod start;
@@ -525,8 +526,8 @@ impl Applier {
                 return Ok(true);
             }
         }
-        let records = self.fill_batch(first, applying).await;
-        let batch = self.decode(records).await?;
+        let (records, read) = self.fill_batch(first, applying).await;
+        let batch = self.decode(records, read).await?;
         // Redis takes the next batch once it has answered for this one.
         let decided = match applying.take() {
             Some(mut previous) => {
@@ -657,12 +658,18 @@ impl Applier {
     /// Takes `first` and the records after it into a batch: those already
     /// received, and those arriving within the batch wait while Redis is
     /// still applying the batch before (`previous`). With Redis idle the
-    /// batch goes at once: waiting would only delay its decisions.
+    /// batch goes at once: waiting would only delay its decisions. With
+    /// hops timed, also when each record was taken.
     async fn fill_batch(
         &self,
         first: OwnedMessage,
         previous: &Option<Applying>,
-    ) -> Vec<OwnedMessage> {
+    ) -> (Vec<OwnedMessage>, Vec<std::time::Instant>) {
+        let timed = self.config.hops.is_some();
+        let mut read = Vec::new();
+        if timed {
+            read.push(std::time::Instant::now());
+        }
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + self.config.batch_wait;
         let redis_busy = || previous.as_ref().is_some_and(|p| !p.task.is_finished());
@@ -677,14 +684,19 @@ impl Applier {
                 },
             };
             match received {
-                Ok(m) => batch.push(m.detach()),
+                Ok(m) => {
+                    batch.push(m.detach());
+                    if timed {
+                        read.push(std::time::Instant::now());
+                    }
+                }
                 Err(e) => {
                     warn!(error = %Chain(&e), "consumer error while filling a batch");
                     break;
                 }
             }
         }
-        batch
+        (batch, read)
     }
 
     /// Removes the applier's stop note once a commit went past its record:

@@ -20,6 +20,7 @@ use tokio::task::JoinError;
 use tracing::{debug, instrument, warn};
 
 use super::batch::{Applied, Applying, Decided, Decoded, Item};
+use super::hops::Pending;
 use super::letter;
 use super::start::offset_list;
 use super::{Applier, ApplierConfig, ApplierError, DEAD_LETTERS_METRIC, RECORDS_METRIC};
@@ -116,6 +117,8 @@ pub(super) struct InFlight {
     /// The next offset of each partition the batch read.
     pub(super) offsets: TopicPartitionList,
     pub(super) records: usize,
+    /// With hops timed, the batch's steps until its delivery.
+    pub(super) hops: Option<Pending>,
 }
 
 /// The delivery answer of the batch in flight; never ready without one. A
@@ -188,7 +191,11 @@ impl Applier {
     /// decided and written, numbered for the batch's one delivery answer.
     #[instrument(name = "batch", skip_all, fields(n = self.stats.batches + 1, records = decided.batch.items.len()))]
     pub(super) async fn publish(&mut self, decided: Decided) -> Result<InFlight, ApplierError> {
-        let Decided { batch, decisions } = decided;
+        let Decided {
+            batch,
+            decisions,
+            hops,
+        } = decided;
         let mut decisions = decisions.into_iter();
         let outcomes: Vec<(Outcome, Option<String>)> = batch
             .items
@@ -219,6 +226,7 @@ impl Applier {
             sent,
             offsets: offsets_to_commit(&self.config.topic, &batch),
             records: batch.items.len(),
+            hops,
         })
     }
 
@@ -573,6 +581,9 @@ impl Applier {
                         .add_partition_offset(topic, partition, element.offset());
                 }
             }
+        }
+        if let (Some(sink), Some(hops)) = (&self.config.hops, done.hops) {
+            sink.send(hops.delivered());
         }
         self.stats.records += done.records as u64;
         self.stats.batches += 1;

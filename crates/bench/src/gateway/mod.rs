@@ -52,7 +52,7 @@ pub(crate) async fn fixed_rate(
             async move {
                 let path = format!("{}?wait_ms=10000", deduct_path(i));
                 connections.post(&path, r#"{"quantity":1}"#, 200).await?;
-                anyhow::Ok(None)
+                anyhow::Ok(timeline::Answer::default())
             }
         };
         timeline::open_loop(rate, 0, warm_up, offer).await?;
@@ -162,6 +162,7 @@ pub(crate) async fn throughput(
         failed: None,
         instructions: None,
         machine_cpu,
+        hops: None,
     })
 }
 
@@ -263,6 +264,7 @@ pub(crate) async fn pipelined(
                 failed: None,
                 instructions: None,
                 machine_cpu,
+                hops: None,
             };
             crate::print_measurement(&m);
             results.push(m);
@@ -374,6 +376,7 @@ pub(crate) async fn sse_fanout(
         failed: (!failures.is_empty()).then(|| failures.into_iter().take(3).collect::<Vec<_>>().join("; ")),
         instructions: None,
         machine_cpu: None,
+        hops: None,
     })
 }
 
