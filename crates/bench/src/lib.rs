@@ -78,6 +78,7 @@ mod basket;
 mod contract;
 mod cpu;
 mod e2e;
+mod floor;
 mod gateway;
 mod hops;
 mod kstreams;
@@ -171,6 +172,10 @@ pub enum DecisionsVia {
 pub enum Scenario {
     E2eUniform,
     E2eHot,
+    /// The floor under the latency scenarios' acknowledgement: a bare
+    /// librdkafka producer with the ledger's contract settings, 5,000/s
+    /// offered open loop, with `linger.ms` 0 and 1.
+    KafkaFloor,
     #[value(name = "latency-5k")]
     Latency5k,
     #[value(name = "latency-20k")]
@@ -227,7 +232,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 22] = [
+    const ALL: [Scenario; 23] = [
         Self::Stages,
         Self::RedisLuaDirect,
         Self::RedisFloor,
@@ -236,6 +241,7 @@ impl Scenario {
         Self::E2eUniform,
         Self::E2eHot,
         Self::Kstreams,
+        Self::KafkaFloor,
         Self::Latency5k,
         Self::Latency20k,
         Self::Events,
@@ -256,6 +262,7 @@ impl Scenario {
         match self {
             Self::E2eUniform => "e2e-uniform",
             Self::E2eHot => "e2e-hot",
+            Self::KafkaFloor => "kafka-floor",
             Self::Latency5k => "latency-5k",
             Self::Latency20k => "latency-20k",
             Self::Replay => "replay",
@@ -459,6 +466,9 @@ impl Bench<'_> {
         let pool = &self.pool;
         Ok(Some(match scenario {
             Scenario::RedisFloor => redis_floor(g, run_id, counts, args.batch_size).await?,
+            Scenario::KafkaFloor => {
+                floor::kafka_floor(g, args, run_id, 5_000, counts.latency).await?
+            }
             Scenario::Memory => {
                 let mut results = Vec::new();
                 for records in [counts.records / 10, counts.records] {
@@ -573,6 +583,7 @@ impl Bench<'_> {
             }
             Scenario::Memory
             | Scenario::RedisFloor
+            | Scenario::KafkaFloor
             | Scenario::Scale
             | Scenario::ScaleOut
             | Scenario::GatewayPipelined
