@@ -220,10 +220,7 @@ pub(crate) async fn latency(
         ),
     };
     let hops = Hops::of(&run.samples, &hops::steps(&steps), caller, steal)?;
-    let mut measurement = latency_measurement(args, scenario, rate, &run, through)?;
-    measurement.setup = format!("{}; {}", measurement.setup, hops.line());
-    measurement.hops = Some(hops);
-    Ok(measurement)
+    Ok(hops.add_to(latency_measurement(args, scenario, rate, &run, through)?))
 }
 
 /// A latency scenario's figure from its run, with its plot drawn.

@@ -9,6 +9,7 @@ use std::sync::mpsc::Receiver;
 use stockledger_applier::applier::hops::RecordHops;
 
 use crate::timeline::Sample;
+use crate::Measurement;
 
 /// The steps an applier reported on `receiver` until now (read once it
 /// stopped: it reports a batch once its outcomes are delivered), by the
@@ -30,10 +31,13 @@ pub(crate) enum Caller {
     Outcomes,
 }
 
-/// The hops, in the order a decision passes them.
-pub(crate) const HOPS: [&str; 6] = [
+/// The hops, in the order a decision passes them; `send_to_read` is the
+/// first two together, the one a caller that does not see the broker's
+/// acknowledgement (the gateway's) can time.
+pub(crate) const HOPS: [&str; 7] = [
     "send_to_ack",
     "ack_to_read",
+    "send_to_read",
     "read_to_decided",
     "decided_to_written",
     "written_to_delivered",
@@ -41,8 +45,8 @@ pub(crate) const HOPS: [&str; 6] = [
 ];
 
 /// Each hop's p50, p99 and p999 (milliseconds) over the decisions whose
-/// every step was seen, how many those were, and the share of the
-/// machine's CPU time stolen during the run.
+/// steps were seen (a hop no caller saw left out), how many those were,
+/// and the share of the machine's CPU time stolen during the run.
 #[derive(Debug, Clone)]
 pub(crate) struct Hops {
     pub(crate) ms: Vec<(&'static str, [f64; 3])>,
@@ -65,30 +69,29 @@ impl Hops {
             .collect::<Result<_, _>>()?;
         let mut timed = 0;
         for sample in samples {
-            let (Some(position), Some(acked)) = (sample.position, sample.acked) else {
+            let Some(step) = sample.position.and_then(|p| steps.get(&p)) else {
                 continue;
             };
-            let Some(step) = steps.get(&position) else {
-                continue;
-            };
-            let (due, acked, answered) = (
-                sample.due.into_std(),
-                acked.into_std(),
-                sample.answered.into_std(),
-            );
+            let (due, answered) = (sample.due.into_std(), sample.answered.into_std());
+            let acked = sample.acked.map(tokio::time::Instant::into_std);
             let heard = match caller {
                 Caller::Redis => step.written,
                 Caller::Outcomes => step.delivered,
             };
             let spans = [
-                (due, acked),
-                (acked, step.read),
-                (step.read, step.decided),
-                (step.decided, step.written),
-                (step.written, step.delivered),
-                (heard, answered),
+                acked.map(|acked| (due, acked)),
+                acked.map(|acked| (acked, step.read)),
+                Some((due, step.read)),
+                Some((step.read, step.decided)),
+                Some((step.decided, step.written)),
+                Some((step.written, step.delivered)),
+                Some((heard, answered)),
             ];
-            for (h, (from, to)) in hops.iter_mut().zip(spans) {
+            for (h, (from, to)) in hops
+                .iter_mut()
+                .zip(spans)
+                .filter_map(|(h, s)| Some((h, s?)))
+            {
                 // A step seen on two threads may be read a hair before the
                 // one it follows: counted as no time.
                 h.record(to.saturating_duration_since(from).as_micros() as u64)?;
@@ -100,14 +103,20 @@ impl Hops {
             "no decision's hops could be timed: the applier reported no step of the commands offered"
         );
         Ok(Self {
-            ms: HOPS
-                .iter()
-                .zip(&hops)
+            ms: (HOPS.iter().zip(&hops))
+                .filter(|(_, h)| !h.is_empty())
                 .map(|(&name, h)| (name, crate::percentiles_ms(h)))
                 .collect(),
             timed,
             steal_percent,
         })
+    }
+
+    /// `measurement` with these hops, told in its setup too.
+    pub(crate) fn add_to(self, mut measurement: Measurement) -> Measurement {
+        measurement.setup = format!("{}; {}", measurement.setup, self.line());
+        measurement.hops = Some(self);
+        measurement
     }
 
     /// One line for the results: "hops p50/p99/p999 ms: send_to_ack
@@ -189,6 +198,7 @@ mod tests {
             [
                 ("send_to_ack", 2.0),
                 ("ack_to_read", 3.0),
+                ("send_to_read", 5.0),
                 ("read_to_decided", 4.0),
                 ("decided_to_written", 1.0),
                 ("written_to_delivered", 6.0),
@@ -198,9 +208,18 @@ mod tests {
         assert_eq!(redis.timed, 1, "the sample the applier did not report");
         let outcomes = Hops::of(&[sample], &steps, Caller::Outcomes, None).unwrap();
         assert_eq!(
-            (outcomes.ms[5].0, tenth(outcomes.ms[5].1[1])),
+            (outcomes.ms[6].0, tenth(outcomes.ms[6].1[1])),
             ("to_caller", 4.0)
         );
+        // Without the acknowledgement (the gateway's callers): its two
+        // hops are left out, the send to the read is not.
+        let unacked = Sample {
+            acked: None,
+            ..sample
+        };
+        let gateway = Hops::of(&[unacked], &steps, Caller::Redis, None).unwrap();
+        let names: Vec<&str> = gateway.ms.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, HOPS[2..]);
         assert!(
             redis.line().contains("to_caller 10.0/10.0/10.0"),
             "{}",

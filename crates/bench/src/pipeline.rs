@@ -110,12 +110,13 @@ pub(crate) fn peak_rss(pipeline: &Pipeline, archiver: &Component) -> anyhow::Res
 
 /// Where a scenario's applier runs.
 pub(crate) enum Applier {
-    /// A task of the bench process.
+    /// A task of the bench process, on a runtime of its own or not.
     Task {
         stop: oneshot::Sender<()>,
         task: tokio::task::JoinHandle<
             Result<stockledger_applier::ApplierStats, stockledger_applier::ApplierError>,
         >,
+        runtime: Option<tokio::runtime::Runtime>,
     },
     /// A `stockledger apply` process, so its memory can be read alone.
     Process(Component),
@@ -162,8 +163,9 @@ impl Pipeline {
         Self::start_with_events(g, args, run_id, name, skus, per_sku, in_process, true).await
     }
 
-    /// [`Pipeline::start`] with its applier a task that reports when each
-    /// record passed its steps ([`Pipeline::hops`]).
+    /// [`Pipeline::start`] with its applier a task on a runtime of its own
+    /// (as in a process of its own) that reports when each record passed
+    /// its steps ([`Pipeline::take_hops`]).
     pub(crate) async fn start_timed(
         g: &Global,
         args: &BenchArgs,
@@ -246,6 +248,7 @@ impl Pipeline {
         config.group_id = format!("{run_id}-{name}-applier");
         config.batch_size = args.batch_size.max(1);
         config.batch_wait = Duration::from_millis(args.batch_wait_ms);
+        let timed = hops.is_some();
         config.hops = hops;
         let (group, prefix) = (config.group_id.clone(), config.prefix.clone());
         let applier_env = vec![
@@ -260,10 +263,31 @@ impl Pipeline {
         ];
         let applier = if in_process {
             let (stop, stopped) = oneshot::channel::<()>();
-            let task = tokio::spawn(stockledger_applier::run(config, async {
+            let run = stockledger_applier::run(config, async {
                 let _ = stopped.await;
-            }));
-            Applier::Task { stop, task }
+            });
+            // A timed applier runs on threads of its own, as it would in
+            // its own process: the thousands of callers the latency
+            // scenarios keep waiting do not delay its turns.
+            let runtime = match timed {
+                true => Some(
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .thread_name("applier")
+                        .enable_all()
+                        .build()?,
+                ),
+                false => None,
+            };
+            let task = match &runtime {
+                Some(runtime) => runtime.spawn(run),
+                None => tokio::spawn(run),
+            };
+            Applier::Task {
+                stop,
+                task,
+                runtime,
+            }
         } else {
             Applier::Process(start_applier(g, &applier_env)?)
         };
@@ -524,9 +548,17 @@ impl Pipeline {
             process.stop().await?;
         }
         match self.applier {
-            Applier::Task { stop, task } => {
+            Applier::Task {
+                stop,
+                task,
+                runtime,
+            } => {
                 let _ = stop.send(());
                 task.await.context("applier task")??;
+                if let Some(runtime) = runtime {
+                    // Its applier has stopped: nothing of it is left to wait for.
+                    runtime.shutdown_background();
+                }
             }
             Applier::Process(process) => process.stop().await?,
         }

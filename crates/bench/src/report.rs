@@ -102,8 +102,11 @@ pub(crate) fn hop_table(results: &[Measurement]) -> String {
         "---:|".repeat(crate::hops::HOPS.len())
     );
     for (m, hops) in timed {
-        let cells: Vec<String> = (hops.ms.iter())
-            .map(|(_, [p50, p99, p999])| format!("{p50:.1} / {p99:.1} / {p999:.1}"))
+        let cells: Vec<String> = (crate::hops::HOPS.iter())
+            .map(|hop| match hops.ms.iter().find(|(name, _)| name == hop) {
+                Some((_, [p50, p99, p999])) => format!("{p50:.1} / {p99:.1} / {p999:.1}"),
+                None => "–".to_owned(),
+            })
             .collect();
         let steal = hops
             .steal_percent
@@ -309,7 +312,7 @@ mod tests {
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
         assert_eq!(rows.len(), 3, "{table}");
         assert!(rows[0].contains("| send_to_ack |"), "{table}");
-        assert_eq!(rows[2].matches("1.0 / 2.0 / 3.0").count(), 6, "{table}");
+        assert_eq!(rows[2].matches("1.0 / 2.0 / 3.0").count(), 7, "{table}");
         assert!(rows[2].ends_with("| 0.5 % |"), "{table}");
         assert!(hop_table(&[measurement("e2e-uniform", 10, 1.0)]).is_empty());
     }

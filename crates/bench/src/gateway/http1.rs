@@ -39,7 +39,14 @@ impl Connections {
     /// POSTs `body` (JSON) to `path` on an idle connection and reads the
     /// answer; an error unless its status is `expected`. A connection that
     /// failed is dropped, and its permit with it.
-    pub(super) async fn post(&self, path: &str, body: &str, expected: u16) -> anyhow::Result<()> {
+    /// POSTs `body` to `path` on an idle connection; the answer's body,
+    /// once its status is `expected`.
+    pub(super) async fn post(
+        &self,
+        path: &str,
+        body: &str,
+        expected: u16,
+    ) -> anyhow::Result<Vec<u8>> {
         let permit = self.free.acquire().await?;
         let mut conn = self
             .idle
@@ -64,7 +71,7 @@ impl Connections {
             "POST {path}: {status} {}",
             String::from_utf8_lossy(&answer)
         );
-        Ok(())
+        Ok(answer)
     }
 
     /// One request on `conn` and its answer: the status and the body.

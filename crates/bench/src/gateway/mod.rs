@@ -22,7 +22,8 @@ mod serve;
 use http1::{deduct_path, pipelined_load, Connections};
 use serve::Gateway;
 
-use crate::cpu::{shown, shown_per_million, ServiceCpu};
+use crate::cpu::{shown, shown_per_million, ServiceCpu, Steal};
+use crate::hops::{self, Caller, Hops};
 use crate::pipeline::Pipeline;
 use crate::{timeline, BenchArgs, Measurement};
 
@@ -43,7 +44,10 @@ pub(crate) async fn fixed_rate(
 ) -> anyhow::Result<Measurement> {
     let warm_up = rate;
     let per_sku = (warm_up + records) as i64;
-    let pipeline = Pipeline::start(g, args, run_id, scenario, SKUS, per_sku, true).await?;
+    let mut pipeline = Pipeline::start_timed(g, args, run_id, scenario, SKUS, per_sku).await?;
+    let steps = pipeline
+        .take_hops()
+        .context("a timed pipeline reports its steps")?;
     let gateway = Gateway::start(g, &pipeline).await?;
     let run = async {
         let connections = Arc::new(Connections::open(gateway.port, 200).await?);
@@ -51,23 +55,41 @@ pub(crate) async fn fixed_rate(
             let connections = connections.clone();
             async move {
                 let path = format!("{}?wait_ms=10000", deduct_path(i));
-                connections.post(&path, r#"{"quantity":1}"#, 200).await?;
-                anyhow::Ok(timeline::Answer::default())
+                let answer = connections.post(&path, r#"{"quantity":1}"#, 200).await?;
+                anyhow::Ok(timeline::Answer {
+                    acked: None,
+                    position: position_of(&answer),
+                })
             }
         };
         timeline::open_loop(rate, 0, warm_up, offer).await?;
-        timeline::open_loop(rate, warm_up, records, offer).await
+        let steal = Steal::now();
+        let run = timeline::open_loop(rate, warm_up, records, offer).await?;
+        anyhow::Ok((run, steal.percent_since()))
     }
     .await;
     gateway.stop().await?;
     pipeline.stop().await?;
-    crate::e2e::latency_measurement(
+    let (run, steal) = run?;
+    let hops = Hops::of(&run.samples, &hops::steps(&steps), Caller::Redis, steal)?;
+    let measurement = crate::e2e::latency_measurement(
         args,
         scenario,
         rate,
-        &run?,
+        &run,
         "the gateway (200 keep-alive connections)",
-    )
+    )?;
+    Ok(hops.add_to(measurement))
+}
+
+/// The command's partition and offset in a gateway's answer to it.
+fn position_of(answer: &[u8]) -> Option<(i32, i64)> {
+    let answer: Value = serde_json::from_slice(answer).ok()?;
+    let position = &answer["position"];
+    Some((
+        i32::try_from(position["partition"].as_i64()?).ok()?,
+        position["offset"].as_i64()?,
+    ))
 }
 
 /// Connections the throughput scenario's HTTP clients keep open, and the
