@@ -13,7 +13,9 @@
 #       DIR/data is formatted on first use with the cluster id kept in
 #       DIR/cluster.id; a log directory that belongs to another cluster is
 #       refused, never deleted. KAFKA_HEAP_OPTS sets the heap (default 1 GiB),
-#       KAFKA_JVM_PERFORMANCE_OPTS the collector (default Kafka's G1 settings).
+#       KAFKA_JVM_PERFORMANCE_OPTS the collector (default Kafka's G1 settings),
+#       KAFKA_GC_LOG_OPTS the collector's log (default each pause, one line,
+#       in DIR/gc.log, four files of 16 MiB at most; empty: none).
 #       With SASL_PORT, clients may also log in there (SASL_PLAINTEXT, PLAIN
 #       or SCRAM-SHA-512) as user `stockledger`, whose password is made once
 #       into DIR/sasl-password (readable by its owner only).
@@ -196,10 +198,14 @@ run() { # dir port controller_port [sasl_port]
       { cat "$dir/format.log" >&2; fail "formatting $dir/data failed"; }
   fi
   # The JVM settings of Kafka's own bin/kafka-run-class.sh, overridden the
-  # same way (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS).
+  # same way (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS). Its collector's
+  # pauses stop every request for their length (10-20 ms on a 2-core
+  # machine under the latency scenarios): the log says when and how long.
+  local gc_log=${KAFKA_GC_LOG_OPTS--Xlog:gc:file=$dir/gc.log:time,uptime:filecount=4,filesize=16m}
   # shellcheck disable=SC2086
   exec java ${KAFKA_HEAP_OPTS:--Xmx1G -Xms1G} \
     ${KAFKA_JVM_PERFORMANCE_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent} \
+    $gc_log \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$dir/log4j2.properties" \
     -cp "$LIBS/*" kafka.Kafka "$dir/server.properties"
 }
