@@ -122,6 +122,47 @@ pub(crate) enum Applier {
     Process(Component),
 }
 
+impl Applier {
+    /// Starts the applier of `config`: a task of the bench (on a runtime
+    /// of its own when `timed`: as in a process of its own, so the
+    /// thousands of callers the latency scenarios keep waiting do not
+    /// delay its turns), or a `stockledger apply` process with `env`.
+    fn start(
+        g: &Global,
+        config: stockledger_applier::ApplierConfig,
+        env: &[(&'static str, String)],
+        in_process: bool,
+        timed: bool,
+    ) -> anyhow::Result<Self> {
+        if !in_process {
+            return Ok(Self::Process(start_applier(g, env)?));
+        }
+        let (stop, stopped) = oneshot::channel::<()>();
+        let run = stockledger_applier::run(config, async {
+            let _ = stopped.await;
+        });
+        let runtime = match timed {
+            true => Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("applier")
+                    .enable_all()
+                    .build()?,
+            ),
+            false => None,
+        };
+        let task = match &runtime {
+            Some(runtime) => runtime.spawn(run),
+            None => tokio::spawn(run),
+        };
+        Ok(Self::Task {
+            stop,
+            task,
+            runtime,
+        })
+    }
+}
+
 /// Topics, an applier and a producer for one scenario, with every SKU
 /// restocked and the restocks applied.
 pub(crate) struct Pipeline {
@@ -261,36 +302,7 @@ impl Pipeline {
             ("STOCKLEDGER_BATCH_WAIT_MS", args.batch_wait_ms.to_string()),
             ("STOCKLEDGER_NO_STOCK_EVENTS", (!stock_events).to_string()),
         ];
-        let applier = if in_process {
-            let (stop, stopped) = oneshot::channel::<()>();
-            let run = stockledger_applier::run(config, async {
-                let _ = stopped.await;
-            });
-            // A timed applier runs on threads of its own, as it would in
-            // its own process: the thousands of callers the latency
-            // scenarios keep waiting do not delay its turns.
-            let runtime = match timed {
-                true => Some(
-                    tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(2)
-                        .thread_name("applier")
-                        .enable_all()
-                        .build()?,
-                ),
-                false => None,
-            };
-            let task = match &runtime {
-                Some(runtime) => runtime.spawn(run),
-                None => tokio::spawn(run),
-            };
-            Applier::Task {
-                stop,
-                task,
-                runtime,
-            }
-        } else {
-            Applier::Process(start_applier(g, &applier_env)?)
-        };
+        let applier = Applier::start(g, config, &applier_env, in_process, timed)?;
         // The scenarios that time a caller's wait make producers of their
         // own; these publish as much as they can.
         let producer = (Self::builder(&kafka, &topic).tuning(Tuning::Throughput))
