@@ -248,20 +248,14 @@ pub(crate) fn latency_measurement(
         &format!("{scenario}: {rate}/s offered through {through}, p50 {p50:.1} p99 {p99:.1} p999 {p999:.1} ms"),
         run,
     )?;
-    Ok(Measurement {
+    Ok(Measurement::of_latency(
         scenario,
-        records: run.samples.len() as u64,
-        seconds: run.seconds,
-        setup: format!(
+        run,
+        [p50, p99, p999],
+        format!(
             "offered {rate}/s open loop over 100 SKUs, timed from each one's due time: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms{ack}"
         ),
-        latency_ms: Some([p50, p99, p999]),
-        peak_rss_mib: None,
-        failed: None,
-        instructions: None,
-        machine_cpu: None,
-        hops: None,
-    })
+    ))
 }
 
 pub(crate) async fn replay(

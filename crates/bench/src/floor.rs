@@ -66,20 +66,14 @@ pub(crate) async fn kafka_floor(
         let steal = steal.percent_since();
         let [p50, p99, p999] = crate::percentiles_ms(&run.totals()?);
         let stolen = steal.map_or(String::new(), |s| format!("; {s:.1} % of the CPU stolen"));
-        let measurement = Measurement {
-            scenario: "kafka-floor",
-            records: run.samples.len() as u64,
-            seconds: run.seconds,
-            setup: format!(
+        let measurement = Measurement::of_latency(
+            "kafka-floor",
+            &run,
+            [p50, p99, p999],
+            format!(
                 "a bare librdkafka producer (acks=all, idempotent, linger.ms={linger}), {rate}/s offered open loop over 100 keys, 64-byte values, timed from each one's due time until acknowledged: p50 {p50:.1} ms, p99 {p99:.1} ms, p999 {p999:.1} ms{stolen}"
             ),
-            latency_ms: Some([p50, p99, p999]),
-            peak_rss_mib: None,
-            failed: None,
-            instructions: None,
-            machine_cpu: None,
-            hops: None,
-        };
+        );
         crate::print_measurement(&measurement);
         results.push(measurement);
     }

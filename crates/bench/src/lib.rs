@@ -313,6 +313,28 @@ struct Measurement {
 }
 
 impl Measurement {
+    /// A latency scenario's figure: `run`'s count and length, its answer
+    /// times' p50, p99 and p999 (`latency`), told in `setup`.
+    fn of_latency(
+        scenario: &'static str,
+        run: &timeline::Run,
+        latency: [f64; 3],
+        setup: String,
+    ) -> Self {
+        Self {
+            scenario,
+            records: run.samples.len() as u64,
+            seconds: run.seconds,
+            setup,
+            latency_ms: Some(latency),
+            peak_rss_mib: None,
+            failed: None,
+            instructions: None,
+            machine_cpu: None,
+            hops: None,
+        }
+    }
+
     fn rate(&self) -> f64 {
         self.records as f64 / self.seconds.max(1e-9)
     }
