@@ -47,7 +47,7 @@ use start::{check_marker, partition_count, prepare_events_topic, record_limit};
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stockledger_core::report::Chain;
 
 use futures::FutureExt;
@@ -487,7 +487,12 @@ impl Applier {
             }
         };
         let first = match first {
-            Ok(m) => m.detach(),
+            // With hops timed, when it was read: before the batch Redis
+            // answered meanwhile is published.
+            Ok(m) => (
+                m.detach(),
+                self.config.hops.as_ref().map(|_| Instant::now()),
+            ),
             Err(e) if is_fatal(&e) => {
                 // What is applied and under way is finished by `drain`.
                 error!(error = %Chain(&e), "the consumer cannot go on");
@@ -503,13 +508,13 @@ impl Applier {
         Ok(if stopping { Turn::Stop } else { Turn::Again })
     }
 
-    /// Takes a batch starting at `first`: publishes the batch Redis has
-    /// answered for, reads and decodes the rest of this one, and hands it
-    /// to Redis once the batch before is decided. `true` when the applier
-    /// is to stop.
+    /// Takes a batch starting at `first` (with when it was read, with hops
+    /// timed): publishes the batch Redis has answered for, reads and
+    /// decodes the rest of this one, and hands it to Redis once the batch
+    /// before is decided. `true` when the applier is to stop.
     async fn take_batch(
         &mut self,
-        first: OwnedMessage,
+        first: (OwnedMessage, Option<Instant>),
         applying: &mut Option<Applying>,
         in_flight: &mut Option<InFlight>,
         unfinished: &mut Vec<InFlight>,
@@ -662,14 +667,11 @@ impl Applier {
     /// hops timed, also when each record was taken.
     async fn fill_batch(
         &self,
-        first: OwnedMessage,
+        (first, first_read): (OwnedMessage, Option<Instant>),
         previous: &Option<Applying>,
-    ) -> (Vec<OwnedMessage>, Vec<std::time::Instant>) {
-        let timed = self.config.hops.is_some();
-        let mut read = Vec::new();
-        if timed {
-            read.push(std::time::Instant::now());
-        }
+    ) -> (Vec<OwnedMessage>, Vec<Instant>) {
+        let timed = first_read.is_some();
+        let mut read: Vec<Instant> = first_read.into_iter().collect();
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + self.config.batch_wait;
         let redis_busy = || previous.as_ref().is_some_and(|p| !p.task.is_finished());
@@ -687,7 +689,7 @@ impl Applier {
                 Ok(m) => {
                     batch.push(m.detach());
                     if timed {
-                        read.push(std::time::Instant::now());
+                        read.push(Instant::now());
                     }
                 }
                 Err(e) => {
