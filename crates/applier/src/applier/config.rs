@@ -46,6 +46,12 @@ pub struct ApplierConfig {
     /// wait at all made batches so small at 20k/s that the applier fell
     /// behind, p50 200+ ms).
     pub batch_wait: Duration,
+    /// `linger.ms` of the producer of outcomes, dead letters and stock
+    /// events. A batch is handed over whole, so no wait makes it larger;
+    /// none (the default) gives a reader of the outcomes topic its outcome
+    /// about 1 ms sooner at 5,000 commands/s (and the applier its next
+    /// batch sooner), for 1-2 µs more machine CPU a record at full load.
+    pub outcome_linger_ms: u32,
     /// How often throughput and lag are logged.
     pub stats_interval: Duration,
     /// Most SKUs kept between batches (their stock hashes, and their
@@ -80,6 +86,7 @@ impl std::fmt::Debug for ApplierConfig {
             .field("allow_finite_retention", &self.allow_finite_retention)
             .field("batch_size", &self.batch_size)
             .field("batch_wait", &self.batch_wait)
+            .field("outcome_linger_ms", &self.outcome_linger_ms)
             .field("stats_interval", &self.stats_interval)
             .field("cached_skus", &self.cached_skus)
             .field("cached_fields", &self.cached_fields)
@@ -109,6 +116,7 @@ impl ApplierConfig {
             allow_finite_retention: false,
             batch_size: 10_000,
             batch_wait: Duration::from_millis(1),
+            outcome_linger_ms: 0,
             stats_interval: Duration::from_secs(10),
             cached_skus: stockledger_projection::DEFAULT_CACHED_SKUS,
             cached_fields: stockledger_projection::DEFAULT_CACHED_FIELDS,

@@ -329,7 +329,8 @@ impl Applier {
         let max_bytes = record_limit.to_string();
         let batch_bytes = record_limit.min(1_000_000).to_string();
         let mut producer_settings = CONTRACT_SETTINGS.to_vec();
-        producer_settings.push(("linger.ms", "1"));
+        let linger = config.outcome_linger_ms.to_string();
+        producer_settings.push(("linger.ms", &linger));
         producer_settings.push(("message.max.bytes", &max_bytes));
         producer_settings.push(("batch.size", &batch_bytes));
         // A record the brokers refuse for good stops the producer rather

@@ -34,6 +34,12 @@ pub struct Args {
     /// received are taken in any case).
     #[arg(long, env = "STOCKLEDGER_BATCH_WAIT_MS", default_value_t = 1)]
     pub batch_wait_ms: u64,
+    /// `linger.ms` of the applier's producer (outcomes, dead letters,
+    /// stock events). A batch is handed over whole; 0 gives readers of the
+    /// outcomes topic their outcome about 1 ms sooner at 5,000 commands/s,
+    /// for 1-2 µs more machine CPU a record at full load.
+    #[arg(long, env = "STOCKLEDGER_OUTCOME_LINGER_MS", default_value_t = 0)]
+    pub outcome_linger_ms: u32,
     /// Most SKUs the applier keeps between batches, so a batch reads only
     /// what is not kept (0: none; about 550 bytes each for the stock hash).
     #[arg(long, env = "STOCKLEDGER_CACHED_SKUS", default_value_t = stockledger_projection::DEFAULT_CACHED_SKUS)]
@@ -62,6 +68,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
     config.allow_finite_retention = args.allow_finite_retention;
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = Duration::from_millis(args.batch_wait_ms);
+    config.outcome_linger_ms = args.outcome_linger_ms;
     config.stats_interval = Duration::from_secs(args.stats_interval_s.max(1));
     config.cached_skus = args.cached_skus;
     config.cached_fields = args.cached_fields;
