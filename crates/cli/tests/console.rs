@@ -134,6 +134,16 @@ impl Browser {
         stdin.write_all(format!("{what}\n").as_bytes()).await?;
         Ok(stdin.flush().await?)
     }
+
+    /// Ends the check as it ends by itself: its input closed, it closes
+    /// Chromium and exits. Killed instead (`kill_on_drop`), the driver
+    /// would leave Chromium running.
+    async fn close(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await??;
+        anyhow::ensure!(status.success(), "the browser check ended with {status}");
+        Ok(())
+    }
 }
 
 /// The figures of `sku` the page should show, read from Redis by the
@@ -372,6 +382,7 @@ async fn the_console_shows_the_ledgers_figures_and_outages_in_headless_chromium(
         "{stalled}"
     );
     assert_eq!(stalled["services"]["redis"], true, "{stalled}");
+    browser.close().await?;
 
     for step in [&page, &down, &stalled] {
         let path = step["screenshot"].as_str().unwrap_or_default();
