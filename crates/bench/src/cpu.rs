@@ -52,11 +52,7 @@ pub(crate) struct MachineCpu(Option<f64>);
 
 impl MachineCpu {
     pub(crate) fn now() -> Self {
-        Self(
-            std::fs::read_to_string("/proc/stat")
-                .ok()
-                .and_then(|s| machine_busy(&s)),
-        )
+        Self(proc_stat().and_then(|s| machine_busy(&s)))
     }
 
     /// Busy CPU seconds of the whole machine since `self` (`None` without
@@ -70,12 +66,7 @@ impl MachineCpu {
 /// irq and softirq (guest time is within user; idle, iowait and steal
 /// are not work done here).
 fn machine_busy(stat: &str) -> Option<f64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|t| t.parse().ok())
-        .collect::<Option<_>>()?;
+    let ticks = cpu_ticks(stat)?;
     let at = |i: usize| ticks.get(i).copied();
     Some((at(0)? + at(1)? + at(2)? + at(5)? + at(6)?) / TICKS_PER_SECOND)
 }
@@ -88,11 +79,7 @@ pub(crate) struct Steal(Option<(f64, f64)>);
 
 impl Steal {
     pub(crate) fn now() -> Self {
-        Self(
-            std::fs::read_to_string("/proc/stat")
-                .ok()
-                .and_then(|s| steal_and_total(&s)),
-        )
+        Self(proc_stat().and_then(|s| steal_and_total(&s)))
     }
 
     /// The share of the machine's CPU time stolen since `self`, in per
@@ -107,14 +94,22 @@ impl Steal {
 /// Steal ticks and all ticks of the `cpu` line of `/proc/stat` (guest
 /// time is within user, so not counted twice).
 fn steal_and_total(stat: &str) -> Option<(f64, f64)> {
+    let ticks = cpu_ticks(stat)?;
+    Some((*ticks.get(7)?, ticks.iter().take(8).sum()))
+}
+
+/// The tick counts of the `cpu` line (all CPUs) of `/proc/stat`, in order.
+fn cpu_ticks(stat: &str) -> Option<Vec<f64>> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: Vec<f64> = line
-        .split_whitespace()
+    line.split_whitespace()
         .skip(1)
-        .take(8)
         .map(|t| t.parse().ok())
-        .collect::<Option<_>>()?;
-    Some((*ticks.get(7)?, ticks.iter().sum()))
+        .collect()
+}
+
+/// `/proc/stat` now (`None` without a Linux `/proc`).
+fn proc_stat() -> Option<String> {
+    std::fs::read_to_string("/proc/stat").ok()
 }
 
 /// CPU seconds so far of every service a pipeline runs on, each read
