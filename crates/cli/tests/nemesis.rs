@@ -227,11 +227,19 @@ impl Report {
     /// decisions flowed again on every partition (p50 and max) by the
     /// probes; then, for the faults scheduled alone, the longest a
     /// partition went without a decision from the strike until the fault's
-    /// goal (p50 and max) against that goal ([`Fault::goal`]).
+    /// goal (p50 and max) against that goal ([`Fault::goal`]), and how
+    /// many partitions' leaders moved in those windows; then each window
+    /// that missed its goal, with the moves seen in it.
     fn figures(&self) -> String {
         let mut out = format!(
-            "{:<14} {:>8} {:>18} {:>7} {:>18} {:>10}\n",
-            "fault", "injected", "recovery p50/max", "alone", "stopped p50/max", "goal met"
+            "{:<14} {:>8} {:>18} {:>7} {:>18} {:>10} {:>12}\n",
+            "fault",
+            "injected",
+            "recovery p50/max",
+            "alone",
+            "stopped p50/max",
+            "goal met",
+            "leader moves"
         );
         let recoveries = &self.run.recoveries;
         for (kind, injected) in self.run.schedule.counts() {
@@ -252,11 +260,15 @@ impl Report {
                 let met = alone.iter().filter(|a| a.met()).count();
                 format!("{met}/{} ≤{:.0}s", alone.len(), a.goal)
             });
+            let moves: usize = alone.iter().map(|a| a.moves.len()).sum();
             out += &format!(
-                "{kind:<14} {injected:>8} {:>18} {:>7} {stopped:>18} {goal:>10}\n",
+                "{kind:<14} {injected:>8} {:>18} {:>7} {stopped:>18} {goal:>10} {moves:>12}\n",
                 spread(&all),
                 alone.len()
             );
+        }
+        for missed in self.availability.alone.iter().filter(|a| !a.met()) {
+            out += &missed.described(self.availability.started_ms);
         }
         out += &format!(
             "longest stretch without a decision on a partition: {:.1}s",
@@ -299,6 +311,8 @@ impl Report {
 /// How long decisions stopped: for each fault scheduled alone, and the
 /// longest stretch of the run.
 struct Availability {
+    /// The run's start, in milliseconds since the Unix epoch.
+    started_ms: i64,
     alone: Vec<Alone>,
     /// The longest a partition went without a decision during the run,
     /// in seconds.
@@ -307,23 +321,110 @@ struct Availability {
 
 /// A fault alone: the longest a partition went without a decision from
 /// its strike until its goal (and [`QUIET`] after), against the goal, all
-/// in seconds.
+/// in seconds; and the leaders that moved in that window.
 struct Alone {
     kind: &'static str,
+    /// When it struck, in seconds from the start of the run.
+    struck: f64,
     stopped: f64,
     goal: f64,
+    /// Leaders that moved while it was judged: a stop in a window where
+    /// none of its own fault moved a leader (a PostgreSQL cut, say) may be
+    /// the controller's doing (its preferred-leader election every five
+    /// minutes, once a killed node is back), not the fault's.
+    moves: Vec<Move>,
+}
+
+/// A partition's leader seen to change during the run.
+#[derive(Debug, Clone)]
+struct Move {
+    /// Milliseconds since the Unix epoch, as record timestamps are.
+    at_ms: i64,
+    topic: String,
+    partition: i32,
+    from: i32,
+    to: i32,
+}
+
+/// Asks the cluster for its partitions' leaders every half second until
+/// `until`, and gives the changes of the topics a decision passes through
+/// (the command and outcome topics, and the groups' coordinators in
+/// `__consumer_offsets`).
+async fn watch_leaders(
+    cluster: KafkaCluster,
+    topics: [String; 2],
+    until: Instant,
+) -> anyhow::Result<Vec<Move>> {
+    let watched = |topic: &str| topics.iter().any(|t| t == topic) || topic == "__consumer_offsets";
+    let mut moves = Vec::new();
+    let mut known: BTreeMap<(String, i32), i32> = BTreeMap::new();
+    while Instant::now() < until {
+        let polled = cluster.clone();
+        // A node down or slow to answer is no move: asked again next time.
+        if let Ok(Ok(leaders)) = tokio::task::spawn_blocking(move || polled.leaders()).await {
+            let at_ms = stockledger_runtime::clock::now_ms();
+            for ((topic, partition), to) in leaders {
+                if !watched(&topic) {
+                    continue;
+                }
+                match known.insert((topic.clone(), partition), to) {
+                    Some(from) if from != to => moves.push(Move {
+                        at_ms,
+                        topic,
+                        partition,
+                        from,
+                        to,
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(moves)
 }
 
 impl Alone {
     fn met(&self) -> bool {
         self.stopped <= self.goal
     }
+
+    /// A line saying how long decisions stopped and which leaders moved
+    /// meanwhile (times in seconds from `started_ms`, the run's start).
+    fn described(&self, started_ms: i64) -> String {
+        let moves: Vec<String> = (self.moves.iter())
+            .map(|m| {
+                let at = (m.at_ms - started_ms) as f64 / 1000.0;
+                format!(
+                    "{}/{} {}→{} at {at:.1}s",
+                    m.topic, m.partition, m.from, m.to
+                )
+            })
+            .collect();
+        format!(
+            "{} at {:.1}s stopped decisions {:.1}s (goal {:.0}s); leaders moved meanwhile: {}\n",
+            self.kind,
+            self.struck,
+            self.stopped,
+            self.goal,
+            if moves.is_empty() {
+                "none".to_owned()
+            } else {
+                moves.join(", ")
+            }
+        )
+    }
 }
 
 impl Availability {
     /// From each partition's decision times (epoch milliseconds, in
     /// order) and the run's start.
-    fn of(run: &Run, started_ms: i64, decided_at: &BTreeMap<i32, Vec<i64>>) -> Self {
+    fn of(
+        run: &Run,
+        started_ms: i64,
+        decided_at: &BTreeMap<i32, Vec<i64>>,
+        moves: &[Move],
+    ) -> Self {
         let at = |d: Duration| started_ms + d.as_millis() as i64;
         // Each step's recovery, in the schedule's order: its window runs
         // from when it really struck, as long as the schedule planned.
@@ -338,15 +439,22 @@ impl Availability {
                 };
                 let late = recovery.struck.saturating_sub(step.at);
                 let window = (at(step.at + late), at(step.due_at() + late + QUIET));
+                let inside = |m: &&Move| m.at_ms > window.0 && m.at_ms < window.1;
                 Alone {
                     kind: step.fault.kind(),
+                    struck: recovery.struck.as_secs_f64(),
                     stopped: longest_gap(decided_at, window),
                     goal: goal.as_secs_f64(),
+                    moves: moves.iter().filter(inside).cloned().collect(),
                 }
             })
             .collect();
         let longest = longest_gap(decided_at, (started_ms, at(run.length)));
-        Self { alone, longest }
+        Self {
+            started_ms,
+            alone,
+            longest,
+        }
     }
 }
 
@@ -876,6 +984,12 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
         let called = workload::basket_caller(settler, caller, seed, until, give_up);
         basket_callers.push(tokio::spawn(called));
     }
+    // Watched until the last fault's window has closed.
+    let leaders = tokio::spawn(watch_leaders(
+        world.cluster.clone(),
+        [world.h.ns.topic.clone(), world.h.ns.outcomes_topic.clone()],
+        until + QUIET,
+    ));
     let supervisor = {
         let world = world.clone();
         tokio::spawn(async move { world.supervise(until).await })
@@ -923,6 +1037,7 @@ async fn run(seed: u64, length: Duration, redis: Redis) -> anyhow::Result<Report
         length,
         schedule,
         recoveries,
+        moves: leaders.await??,
     };
     check(&world, run, acks, baskets).await
 }
@@ -933,6 +1048,8 @@ struct Run {
     length: Duration,
     schedule: Schedule,
     recoveries: Vec<Recovery>,
+    /// Partitions' leaders seen to move, in the order seen.
+    moves: Vec<Move>,
 }
 
 /// Waits until every record is decided and every hold has ended, then
@@ -1039,7 +1156,7 @@ async fn check(
     for times in decided_at.values_mut() {
         times.sort_unstable();
     }
-    let availability = Availability::of(&run, world.started_ms, &decided_at);
+    let availability = Availability::of(&run, world.started_ms, &decided_at, &run.moves);
     Ok(Report {
         availability,
         run,

@@ -5,6 +5,7 @@
 //! be killed and started again on its log. The nodes stop once the test
 //! process is gone.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -131,6 +132,25 @@ impl KafkaCluster {
             .map(|p| p.leader())
             .filter(|&leader| leader >= 0)
             .with_context(|| format!("{topic}/{partition} has no leader"))
+    }
+
+    /// The node leading each partition of every topic (the internal ones
+    /// too: a group's coordinator is the leader of its `__consumer_offsets`
+    /// partition), as one metadata request says now; a partition without a
+    /// leader is left out.
+    pub fn leaders(&self) -> anyhow::Result<BTreeMap<(String, i32), i32>> {
+        let consumer: BaseConsumer = self.kafka().client_config(&[]).create()?;
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+        let mut leaders = BTreeMap::new();
+        for topic in metadata.topics() {
+            for partition in topic.partitions().iter().filter(|p| p.leader() >= 0) {
+                leaders.insert(
+                    (topic.name().to_owned(), partition.id()),
+                    partition.leader(),
+                );
+            }
+        }
+        Ok(leaders)
     }
 
     fn node_dir(&self, id: i32) -> PathBuf {
