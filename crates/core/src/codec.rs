@@ -346,7 +346,7 @@ fn decode_command_generally(payload: &[u8]) -> Result<Command, DecodeError> {
 
 /// The command of a record's fields, its body's among them, whichever
 /// reader read them (asked in the schema's order).
-fn command_of(fields: &mut impl Record) -> Result<Command, DecodeError> {
+fn command_of<R: Record>(fields: &mut R) -> Result<Command, R::Error> {
     let command_id = CommandId::new(fields.string("command_id")?)?;
     let sku = Sku::new(fields.string("sku")?)?;
     let occurred_at = crate::command::check_instant("occurred_at", fields.long("occurred_at")?)?;
@@ -622,7 +622,7 @@ fn decode_outcome_generally(payload: &[u8]) -> Result<Outcome, DecodeError> {
 
 /// The outcome of a record's fields, whichever reader read them (asked in
 /// the schema's order).
-fn outcome_of(f: &mut impl Record) -> Result<Outcome, DecodeError> {
+fn outcome_of<R: Record>(f: &mut R) -> Result<Outcome, R::Error> {
     let position = LogPosition {
         topic: f.string("topic")?,
         partition: f.int("partition")?,

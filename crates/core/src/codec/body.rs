@@ -1,9 +1,10 @@
 //! A command's body read from its record's fields: built into the command
 //! it is, or, when the values are refused, into a [`Refused`] command the
-//! machine answers. What cannot be read is a [`DecodeError`].
+//! machine answers. What cannot be read is a [`DecodeError`](super::DecodeError)
+//! (or, for the one-pass reader, a stray that leaves it to the general
+//! reader).
 
 use super::value::*;
-use super::DecodeError;
 use crate::command::{
     Alerts, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Refund, Refused,
     Restock, Resume, Rollback, SaleWindow, Transfer, Window,
@@ -17,7 +18,7 @@ use crate::ids::{
 /// [`Refused`] command of `kind` naming what it could read: the record is a
 /// command, and its answer is a rule's (`REJECTED_VALUE`), not a dead
 /// letter. What cannot be read (an id, a text, an instant outside the
-/// range every part of the ledger holds) stays a [`DecodeError`].
+/// range every part of the ledger holds) stays a [`DecodeError`](super::DecodeError).
 struct Readable {
     kind: CommandKind,
     order_id: Option<OrderId>,
@@ -61,7 +62,7 @@ impl Readable {
 }
 
 /// A deduct's fields, checked as `Deduct`'s constructors check them.
-fn deduct_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
+fn deduct_of<R: Record>(body: &mut R) -> Result<CommandBody, R::Error> {
     let order_id = OrderId::new(body.string("order_id")?)?;
     let quantity = body.long("quantity")?;
     let user_id = (body.optional_string("user_id")?)
@@ -102,7 +103,7 @@ fn deduct_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
 }
 
 /// A transfer's fields; its quantity and its two places are values.
-fn transfer_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
+fn transfer_of<R: Record>(body: &mut R) -> Result<CommandBody, R::Error> {
     let transfer_id = TransferId::new(body.string("transfer_id")?)?;
     let from = LocationId::named("from", body.string("from")?)?;
     let to = LocationId::named("to", body.string("to")?)?;
@@ -120,9 +121,9 @@ fn transfer_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
 
 /// A window's fields: each instant must be one the ledger holds; that it
 /// closes after it opens is a value.
-fn window_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
+fn window_of<R: Record>(body: &mut R) -> Result<CommandBody, R::Error> {
     let change_id = ChangeId::new(body.string("change_id")?)?;
-    let mut instant = |field: &'static str| -> Result<Option<i64>, DecodeError> {
+    let mut instant = |field: &'static str| -> Result<Option<i64>, R::Error> {
         let at = body.optional_long(field)?;
         Ok(at
             .map(|at| crate::command::check_instant(field, at))
@@ -140,7 +141,7 @@ fn window_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
 
 /// A restock's fields: a quantity outside what its mode takes is the
 /// restock rule's to refuse; named units of another shape are values.
-fn restock_of(body: &mut impl Record) -> Result<CommandBody, DecodeError> {
+fn restock_of<R: Record>(body: &mut R) -> Result<CommandBody, R::Error> {
     let adjustment_id = AdjustmentId::new(body.string("adjustment_id")?)?;
     let mode = body.symbol("mode", restock_mode_of)?;
     let quantity = body.long("quantity")?;
@@ -169,7 +170,7 @@ fn count_of(field: &'static str, read: Option<i64>) -> Result<Option<Quantity>, 
 }
 
 /// The body of union branch `branch`, from its record's fields.
-pub(super) fn body_of(branch: u32, body: &mut impl Record) -> Result<CommandBody, DecodeError> {
+pub(super) fn body_of<R: Record>(branch: u32, body: &mut R) -> Result<CommandBody, R::Error> {
     Ok(match branch {
         0 => deduct_of(body)?,
         1 => CommandBody::Rollback(Rollback::new(
@@ -227,6 +228,6 @@ pub(super) fn body_of(branch: u32, body: &mut impl Record) -> Result<CommandBody
         11 => CommandBody::Resume(Resume {
             change_id: ChangeId::new(body.string("change_id")?)?,
         }),
-        other => return Err(shape(format!("body: unknown union branch {other}"))),
+        other => return Err(shape(format!("body: unknown union branch {other}")).into()),
     })
 }

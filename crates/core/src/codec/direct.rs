@@ -17,8 +17,9 @@
 use apache_avro::schema::{RecordSchema, UnionSchema};
 use apache_avro::Schema;
 
-use super::value::{shape, Record};
+use super::value::Record;
 use super::DecodeError;
+use crate::ids::ValidationError;
 
 /// What a field of the schema holds, among the few shapes the command and
 /// outcome schemas use.
@@ -68,7 +69,7 @@ impl Plan {
     pub(super) fn read<'p, 'a, T>(
         &'p self,
         datum: &'a [u8],
-        rules: impl FnOnce(&mut Stream<'p, 'a>) -> Result<T, DecodeError>,
+        rules: impl FnOnce(&mut Stream<'p, 'a>) -> Result<T, Strayed>,
     ) -> Option<T> {
         let mut stream = Stream {
             fields: self.root.iter(),
@@ -196,6 +197,24 @@ impl<'a> Bytes<'a> {
     }
 }
 
+/// Why the one-pass reader gave a datum up: nothing to tell, since the
+/// general reader reads it again and names what is wrong (an encoding
+/// other than the canonical one, or a value the rules refuse).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Strayed;
+
+impl From<DecodeError> for Strayed {
+    fn from(_: DecodeError) -> Self {
+        Self
+    }
+}
+
+impl From<ValidationError> for Strayed {
+    fn from(_: ValidationError) -> Self {
+        Self
+    }
+}
+
 /// A record's fields read from the datum as the rules ask for them, which
 /// must be in the schema's order: a field asked out of order, of another
 /// shape, or not canonically encoded strays, and the datum is left to the
@@ -213,7 +232,7 @@ impl<'p> Stream<'p, '_> {
     /// the schema's order or no command of theirs reads straight: the
     /// tests of every kind hold that, so the name is compared only where
     /// they run (a debug build); a release reads by place and shape.
-    fn next(&mut self, name: &str) -> Result<&'p Shape, DecodeError> {
+    fn next(&mut self, name: &str) -> Result<&'p Shape, Strayed> {
         match self.fields.next() {
             Some((next, shape)) => {
                 debug_assert_eq!(next, name, "asked out of the schema's order");
@@ -224,18 +243,20 @@ impl<'p> Stream<'p, '_> {
     }
 
     /// What was read, or the stray that `None` is.
-    fn read<T>(&mut self, read: Option<T>) -> Result<T, DecodeError> {
+    fn read<T>(&mut self, read: Option<T>) -> Result<T, Strayed> {
         read.ok_or_else(|| self.stray())
     }
 
-    fn stray(&mut self) -> DecodeError {
+    fn stray(&mut self) -> Strayed {
         self.strayed = true;
-        shape("not the current schema's canonical encoding".to_owned())
+        Strayed
     }
 }
 
 impl Record for Stream<'_, '_> {
-    fn string(&mut self, name: &str) -> Result<String, DecodeError> {
+    type Error = Strayed;
+
+    fn string(&mut self, name: &str) -> Result<String, Strayed> {
         let read = match self.next(name)? {
             Shape::Text => self.bytes.text().map(str::to_owned),
             _ => None,
@@ -243,7 +264,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn long(&mut self, name: &str) -> Result<i64, DecodeError> {
+    fn long(&mut self, name: &str) -> Result<i64, Strayed> {
         let read = match self.next(name)? {
             Shape::Long => self.bytes.long(),
             _ => None,
@@ -251,7 +272,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn int(&mut self, name: &str) -> Result<i32, DecodeError> {
+    fn int(&mut self, name: &str) -> Result<i32, Strayed> {
         let read = match self.next(name)? {
             Shape::Int => (self.bytes.long()).and_then(|n| i32::try_from(n).ok()),
             _ => None,
@@ -259,7 +280,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, DecodeError> {
+    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, Strayed> {
         let read = match self.next(name)? {
             Shape::Symbol(symbols) => self.bytes.symbol(symbols).and_then(parse),
             _ => None,
@@ -271,7 +292,7 @@ impl Record for Stream<'_, '_> {
         &mut self,
         name: &str,
         parse: fn(&str) -> Option<T>,
-    ) -> Result<Option<T>, DecodeError> {
+    ) -> Result<Option<T>, Strayed> {
         let read = match self.next(name)? {
             Shape::OptionalSymbol(symbols) => {
                 (self.bytes).optional(|b| b.symbol(symbols).and_then(parse))
@@ -281,11 +302,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn symbols<T>(
-        &mut self,
-        name: &str,
-        parse: fn(&str) -> Option<T>,
-    ) -> Result<Vec<T>, DecodeError> {
+    fn symbols<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T>, Strayed> {
         let read = match self.next(name)? {
             Shape::Symbols(symbols) => self.bytes.array(|b| b.symbol(symbols).and_then(parse)),
             _ => None,
@@ -293,7 +310,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError> {
+    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, Strayed> {
         let read = match self.next(name)? {
             Shape::OptionalLong => self.bytes.optional(Bytes::long),
             _ => None,
@@ -301,7 +318,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError> {
+    fn optional_string(&mut self, name: &str) -> Result<Option<String>, Strayed> {
         let read = match self.next(name)? {
             Shape::OptionalText => (self.bytes).optional(|b| b.text().map(str::to_owned)),
             _ => None,
@@ -309,7 +326,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError> {
+    fn strings(&mut self, name: &str) -> Result<Vec<String>, Strayed> {
         let read = match self.next(name)? {
             Shape::Texts => self.bytes.array(|b| b.text().map(str::to_owned)),
             _ => None,
@@ -317,7 +334,7 @@ impl Record for Stream<'_, '_> {
         self.read(read)
     }
 
-    fn enter(&mut self, name: &str) -> Result<u32, DecodeError> {
+    fn enter(&mut self, name: &str) -> Result<u32, Strayed> {
         let read = match self.next(name)? {
             Shape::Records(branches) => self.bytes.long().and_then(|index| {
                 let fields = branches.get(usize::try_from(index).ok()?)?;

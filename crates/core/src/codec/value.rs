@@ -6,6 +6,7 @@ use apache_avro::types::Value;
 
 use super::DecodeError;
 use crate::command::RestockMode;
+use crate::ids::ValidationError;
 
 pub(super) fn optional_string(s: Option<&str>) -> Value {
     match s {
@@ -107,34 +108,42 @@ impl Fields {
 /// (`direct::Stream`, which wants them asked in the schema's order). The
 /// rules that build a command from them are written once, over this.
 pub(super) trait Record {
-    fn string(&mut self, name: &str) -> Result<String, DecodeError>;
-    fn int(&mut self, name: &str) -> Result<i32, DecodeError>;
-    fn long(&mut self, name: &str) -> Result<i64, DecodeError>;
+    /// What a field that cannot be taken gives: the general reader's
+    /// error naming it, or, for the one-pass reader, no more than that
+    /// the datum is left to the general reader (a small value, so a
+    /// field's result costs no copy of an error's room).
+    type Error: From<DecodeError> + From<ValidationError>;
+
+    fn string(&mut self, name: &str) -> Result<String, Self::Error>;
+    fn int(&mut self, name: &str) -> Result<i32, Self::Error>;
+    fn long(&mut self, name: &str) -> Result<i64, Self::Error>;
     /// An enum's symbol as `parse` reads it; one it does not read is an
     /// error naming the field.
-    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, DecodeError>;
+    fn symbol<T>(&mut self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, Self::Error>;
     fn optional_symbol<T>(
         &mut self,
         name: &str,
         parse: fn(&str) -> Option<T>,
-    ) -> Result<Option<T>, DecodeError>;
+    ) -> Result<Option<T>, Self::Error>;
     /// An array of an enum's symbols, each as `parse` reads it.
     fn symbols<T>(
         &mut self,
         name: &str,
         parse: fn(&str) -> Option<T>,
-    ) -> Result<Vec<T>, DecodeError>;
-    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, DecodeError>;
-    fn optional_string(&mut self, name: &str) -> Result<Option<String>, DecodeError>;
+    ) -> Result<Vec<T>, Self::Error>;
+    fn optional_long(&mut self, name: &str) -> Result<Option<i64>, Self::Error>;
+    fn optional_string(&mut self, name: &str) -> Result<Option<String>, Self::Error>;
     /// An array of strings (empty when a record written before the field
     /// existed is resolved with its default).
-    fn strings(&mut self, name: &str) -> Result<Vec<String>, DecodeError>;
+    fn strings(&mut self, name: &str) -> Result<Vec<String>, Self::Error>;
     /// The branch of the union of records `name`, whose fields are read
     /// from then on (the union is the record's last field).
-    fn enter(&mut self, name: &str) -> Result<u32, DecodeError>;
+    fn enter(&mut self, name: &str) -> Result<u32, Self::Error>;
 }
 
 impl Record for Fields {
+    type Error = DecodeError;
+
     fn string(&mut self, name: &str) -> Result<String, DecodeError> {
         match self.take(name)? {
             Value::String(s) => Ok(s),
