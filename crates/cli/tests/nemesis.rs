@@ -271,6 +271,10 @@ impl Report {
             out += &missed.described(self.availability.started_ms);
         }
         out += &format!(
+            "leaders moved {} times in the run (the faults' and the controller's own elections)\n",
+            self.run.moves.len()
+        );
+        out += &format!(
             "longest stretch without a decision on a partition: {:.1}s",
             self.availability.longest
         );
