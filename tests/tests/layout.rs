@@ -82,7 +82,7 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
             .orders
             .iter()
             .partition(|(field, _)| user_of_field(field).is_some());
-        let orders: BTreeMap<String, _> = orders
+        let orders: stockledger_core::machine::Orders = orders
             .into_iter()
             .map(|(id, entry)| (id.clone(), decode_order(entry).expect("an order entry")))
             .collect();

@@ -649,17 +649,20 @@ fn the_machines_change_sets_name_every_part_a_record_changed() {
 }
 
 fn check_change_sets(s: &Scenario) -> anyhow::Result<()> {
-    fn changed<'a, K: Ord, V: PartialEq>(
-        before: &'a BTreeMap<K, V>,
-        after: &'a BTreeMap<K, V>,
+    // Of any map (the orders are hashed, the rest in trees).
+    fn changed<'a, K: Ord + 'a, V: PartialEq + 'a>(
+        before: impl IntoIterator<Item = (&'a K, &'a V)>,
+        after: impl IntoIterator<Item = (&'a K, &'a V)>,
     ) -> BTreeSet<&'a K> {
-        let differs = |a: &'a BTreeMap<K, V>, b: &'a BTreeMap<K, V>| {
-            a.iter()
-                .filter(move |(k, v)| b.get(k) != Some(v))
-                .map(|(k, _)| k)
+        let before: BTreeMap<&K, &V> = before.into_iter().collect();
+        let after: BTreeMap<&K, &V> = after.into_iter().collect();
+        let differs = |a: &BTreeMap<&'a K, &'a V>, b: &BTreeMap<&'a K, &'a V>| {
+            (a.iter().filter(|(k, v)| b.get(*k) != Some(v)))
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
         };
-        differs(before, after)
-            .chain(differs(after, before))
+        (differs(&before, &after).into_iter())
+            .chain(differs(&after, &before))
             .collect()
     }
     let mut states: BTreeMap<String, SkuState> = BTreeMap::new();

@@ -225,7 +225,7 @@ mod tests {
             limit: Some(4),
             partition: Some(0),
             last_offset: Some(1),
-            orders: [("o1".to_owned(), order)].into(),
+            orders: [("o1".to_owned(), order)].into_iter().collect(),
             users: [("u1".to_owned(), 2)].into(),
             adjustments: [("a1".to_owned(), 0)].into(),
             decisions: [(1, decision)].into(),

@@ -323,6 +323,9 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
     }
 }
 
+/// A SKU's orders by id ([`SkuState::orders`]).
+pub type Orders = foldhash::HashMap<String, OrderEntry>;
+
 /// The state of one SKU.
 ///
 /// ```
@@ -347,7 +350,12 @@ pub struct SkuState {
     pub partition: Option<i32>,
     /// The offset, on [`SkuState::partition`], of the last record applied.
     pub last_offset: Option<i64>,
-    pub orders: BTreeMap<String, OrderEntry>,
+    /// Every order the SKU's records named, by id. A hash map: the rules
+    /// and the change set look an order up on nearly every record, where a
+    /// tree compared ids all the way down; its seed is drawn per process,
+    /// so no producer can choose ids that collide. Its order of iteration
+    /// means nothing: a reader that shows orders sorts them.
+    pub orders: Orders,
     /// Per user, the units their live orders hold or bought (users at zero
     /// are not kept).
     pub users: BTreeMap<String, i64>,
