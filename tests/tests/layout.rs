@@ -87,7 +87,7 @@ async fn a_state_written_by_the_applier_reads_back_identically_through_every_pat
             .map(|(id, entry)| (id.clone(), decode_order(entry).expect("an order entry")))
             .collect();
         assert_eq!(&orders, &state.orders, "{}", export.sku);
-        let users: BTreeMap<String, i64> = users
+        let users: stockledger_core::machine::Users = users
             .into_iter()
             .filter_map(|(field, units)| {
                 Some((user_of_field(field)?.to_owned(), units.parse().ok()?))

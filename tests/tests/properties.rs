@@ -461,7 +461,7 @@ fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
             before.low_stock_below
         );
         // Each user's counter is what their live orders hold or bought.
-        let mut per_user: BTreeMap<String, i64> = BTreeMap::new();
+        let mut per_user = stockledger_core::machine::Users::default();
         for order in after.orders.values() {
             if let (Some(user), n @ 1..) = (&order.user, order.live_units()) {
                 *per_user.entry(user.clone()).or_default() += n;

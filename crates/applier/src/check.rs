@@ -109,6 +109,10 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
         phase,
         paused,
     } = expected;
+    // A hash map's own order differs from one map to the next.
+    let sorted = |users: &stockledger_core::machine::Users| {
+        format!("{:?}", users.iter().collect::<BTreeMap<_, _>>())
+    };
     let scalar = |field: &str, e: String, a: String| {
         (e != a).then(|| format!("{field}: expected {e}, Redis has {a}"))
     };
@@ -140,7 +144,7 @@ pub fn first_difference(expected: &SkuState, actual: &SkuState) -> Option<String
             format!("{last_offset:?}"),
             format!("{:?}", actual.last_offset),
         ),
-        ("users", format!("{users:?}"), format!("{:?}", actual.users)),
+        ("users", sorted(users), sorted(&actual.users)),
         ("units", format!("{units:?}"), format!("{:?}", actual.units)),
         ("named", named.to_string(), actual.named.to_string()),
         (
@@ -226,7 +230,7 @@ mod tests {
             partition: Some(0),
             last_offset: Some(1),
             orders: [("o1".to_owned(), order)].into_iter().collect(),
-            users: [("u1".to_owned(), 2)].into(),
+            users: [("u1".to_owned(), 2)].into_iter().collect(),
             adjustments: [("a1".to_owned(), 0)].into(),
             decisions: [(1, decision)].into(),
             units: [("A1".to_owned(), stockledger_core::Unit::Available)].into(),

@@ -326,6 +326,9 @@ pub fn misrouted(partition: i32, owner: i32) -> Decision {
 /// A SKU's orders by id ([`SkuState::orders`]).
 pub type Orders = foldhash::HashMap<String, OrderEntry>;
 
+/// A SKU's count of units per user ([`SkuState::users`]).
+pub type Users = foldhash::HashMap<String, i64>;
+
 /// The state of one SKU.
 ///
 /// ```
@@ -357,8 +360,9 @@ pub struct SkuState {
     /// means nothing: a reader that shows orders sorts them.
     pub orders: Orders,
     /// Per user, the units their live orders hold or bought (users at zero
-    /// are not kept).
-    pub users: BTreeMap<String, i64>,
+    /// are not kept). Hashed, as [`SkuState::orders`] is: a limited SKU's
+    /// deducts count their user on every record.
+    pub users: Users,
     /// Applied restock adjustment ids and the offset that applied each.
     pub adjustments: BTreeMap<String, i64>,
     /// The decision taken for every offset applied to this SKU.
