@@ -351,41 +351,46 @@ struct Move {
 }
 
 /// Asks the cluster for its partitions' leaders every half second until
-/// `until`, and gives the changes of the topics a decision passes through
-/// (the command and outcome topics, and the groups' coordinators in
-/// `__consumer_offsets`).
+/// `until`, through one client on a thread of its own, and gives the
+/// changes of the topics a decision passes through (the command and
+/// outcome topics, and the groups' coordinators in `__consumer_offsets`).
 async fn watch_leaders(
     cluster: KafkaCluster,
     topics: [String; 2],
     until: Instant,
 ) -> anyhow::Result<Vec<Move>> {
-    let watched = |topic: &str| topics.iter().any(|t| t == topic) || topic == "__consumer_offsets";
-    let mut moves = Vec::new();
-    let mut known: BTreeMap<(String, i32), i32> = BTreeMap::new();
-    while Instant::now() < until {
-        let polled = cluster.clone();
-        // A node down or slow to answer is no move: asked again next time.
-        if let Ok(Ok(leaders)) = tokio::task::spawn_blocking(move || polled.leaders()).await {
-            let at_ms = stockledger_runtime::clock::now_ms();
-            for ((topic, partition), to) in leaders {
-                if !watched(&topic) {
-                    continue;
-                }
-                match known.insert((topic.clone(), partition), to) {
-                    Some(from) if from != to => moves.push(Move {
-                        at_ms,
-                        topic,
-                        partition,
-                        from,
-                        to,
-                    }),
-                    _ => {}
+    let until = until.into_std();
+    let watched =
+        move |topic: &str| topics.iter().any(|t| t == topic) || topic == "__consumer_offsets";
+    tokio::task::spawn_blocking(move || {
+        let leaders = cluster.leaders()?;
+        let mut moves = Vec::new();
+        let mut known: BTreeMap<(String, i32), i32> = BTreeMap::new();
+        while std::time::Instant::now() < until {
+            // A node down or slow to answer is no move: asked again next time.
+            if let Ok(now) = leaders.now() {
+                let at_ms = stockledger_runtime::clock::now_ms();
+                for ((topic, partition), to) in now {
+                    if !watched(&topic) {
+                        continue;
+                    }
+                    match known.insert((topic.clone(), partition), to) {
+                        Some(from) if from != to => moves.push(Move {
+                            at_ms,
+                            topic,
+                            partition,
+                            from,
+                            to,
+                        }),
+                        _ => {}
+                    }
                 }
             }
+            std::thread::sleep(Duration::from_millis(500));
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Ok(moves)
+        Ok(moves)
+    })
+    .await?
 }
 
 impl Alone {
@@ -423,12 +428,7 @@ impl Alone {
 impl Availability {
     /// From each partition's decision times (epoch milliseconds, in
     /// order) and the run's start.
-    fn of(
-        run: &Run,
-        started_ms: i64,
-        decided_at: &BTreeMap<i32, Vec<i64>>,
-        moves: &[Move],
-    ) -> Self {
+    fn of(run: &Run, started_ms: i64, decided_at: &BTreeMap<i32, Vec<i64>>) -> Self {
         let at = |d: Duration| started_ms + d.as_millis() as i64;
         // Each step's recovery, in the schedule's order: its window runs
         // from when it really struck, as long as the schedule planned.
@@ -449,7 +449,7 @@ impl Availability {
                     struck: recovery.struck.as_secs_f64(),
                     stopped: longest_gap(decided_at, window),
                     goal: goal.as_secs_f64(),
-                    moves: moves.iter().filter(inside).cloned().collect(),
+                    moves: run.moves.iter().filter(inside).cloned().collect(),
                 }
             })
             .collect();
@@ -1160,7 +1160,7 @@ async fn check(
     for times in decided_at.values_mut() {
         times.sort_unstable();
     }
-    let availability = Availability::of(&run, world.started_ms, &decided_at, &run.moves);
+    let availability = Availability::of(&run, world.started_ms, &decided_at);
     Ok(Report {
         availability,
         run,

@@ -17,6 +17,35 @@ use crate::services::{
     await_gone, free_port, kafka_script, signal_matching, spawn_tied, wait_for_brokers,
 };
 
+/// Asks a cluster for its partitions' leaders ([`KafkaCluster::leaders`]).
+pub struct Leaders(BaseConsumer);
+
+impl std::fmt::Debug for Leaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Leaders")
+    }
+}
+
+impl Leaders {
+    /// The node leading each partition of every topic (the internal ones
+    /// too: a group's coordinator is the leader of its `__consumer_offsets`
+    /// partition), as one metadata request says now; a partition without a
+    /// leader is left out.
+    pub fn now(&self) -> anyhow::Result<BTreeMap<(String, i32), i32>> {
+        let metadata = self.0.fetch_metadata(None, Duration::from_secs(10))?;
+        let mut leaders = BTreeMap::new();
+        for topic in metadata.topics() {
+            for partition in topic.partitions().iter().filter(|p| p.leader() >= 0) {
+                leaders.insert(
+                    (topic.name().to_owned(), partition.id()),
+                    partition.leader(),
+                );
+            }
+        }
+        Ok(leaders)
+    }
+}
+
 /// One node: its client and controller ports.
 #[derive(Debug, Clone, Copy)]
 pub struct Node {
@@ -134,23 +163,10 @@ impl KafkaCluster {
             .with_context(|| format!("{topic}/{partition} has no leader"))
     }
 
-    /// The node leading each partition of every topic (the internal ones
-    /// too: a group's coordinator is the leader of its `__consumer_offsets`
-    /// partition), as one metadata request says now; a partition without a
-    /// leader is left out.
-    pub fn leaders(&self) -> anyhow::Result<BTreeMap<(String, i32), i32>> {
-        let consumer: BaseConsumer = self.kafka().client_config(&[]).create()?;
-        let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-        let mut leaders = BTreeMap::new();
-        for topic in metadata.topics() {
-            for partition in topic.partitions().iter().filter(|p| p.leader() >= 0) {
-                leaders.insert(
-                    (topic.name().to_owned(), partition.id()),
-                    partition.leader(),
-                );
-            }
-        }
-        Ok(leaders)
+    /// A client that asks the cluster which node leads each partition,
+    /// made once for a caller that asks again and again.
+    pub fn leaders(&self) -> anyhow::Result<Leaders> {
+        Ok(Leaders(self.kafka().client_config(&[]).create()?))
     }
 
     fn node_dir(&self, id: i32) -> PathBuf {
