@@ -355,13 +355,38 @@ fn check_id_fully(field: &'static str, value: &str) -> Result<(), ValidationErro
 /// at either end. Anything else takes the checks that name its fault.
 fn is_plain_id(value: &str) -> bool {
     let bytes = value.as_bytes();
-    matches!((bytes.first(), bytes.last()), (Some(&first), Some(&last)) if first != b' ' && last != b' ')
-        && bytes.len() <= MAX_ID_LEN
-        // Every byte looked at, with no early exit, so the compiler checks
-        // them many at a time: ids are read on every record.
-        && bytes.iter().fold(true, |plain, &b| {
-            plain & (b' '..=b'~').contains(&b) & (b != b'{') & (b != b'}')
-        })
+    let ends = matches!((bytes.first(), bytes.last()), (Some(&first), Some(&last)) if first != b' ' && last != b' ');
+    if !ends || bytes.len() > MAX_ID_LEN {
+        return false;
+    }
+    // Eight bytes at a time, the last few padded with a plain byte: ids
+    // are read on every record, and most are shorter than the sixteen a
+    // vector of bytes would need.
+    let mut words = bytes.chunks_exact(8);
+    let whole = words.by_ref().all(|chunk| {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        is_plain_word(u64::from_le_bytes(word))
+    });
+    let mut last = [b'a'; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    whole && is_plain_word(u64::from_le_bytes(last))
+}
+
+/// Whether each of the eight bytes of `word` is printable ASCII (`' '` to
+/// `'~'`) and no brace. Each test sets the high bit of some byte exactly
+/// when some byte fails it (a borrow or carry only ever moves from a byte
+/// that already failed), so their union is zero only for a plain word.
+fn is_plain_word(word: u64) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    let below_space = word.wrapping_sub(ONES * u64::from(b' ')) & !word;
+    let above_tilde = word.wrapping_add(ONES * u64::from(0x7F - b'~')) | word;
+    let is = |byte: u8| {
+        let xor = word ^ (ONES * u64::from(byte));
+        xor.wrapping_sub(ONES) & !xor
+    };
+    (below_space | above_tilde | is(b'{') | is(b'}')) & HIGH == 0
 }
 
 macro_rules! id_type {
@@ -591,7 +616,7 @@ mod tests {
         texts.push("x".repeat(MAX_ID_LEN + 1));
         // Longer ids, each character at each place: the glance looks at
         // many bytes at a time.
-        for len in [15, 16, 17, 31, 32, 33, 64, MAX_ID_LEN] {
+        for len in [7, 8, 9, 15, 16, 17, 31, 32, 33, 64, MAX_ID_LEN] {
             for at in 0..len {
                 for c in alphabet {
                     let mut text: Vec<char> = vec!['x'; len];
@@ -611,6 +636,27 @@ mod tests {
                 check_text_fully("f", text).is_ok(),
                 "{text:?}"
             );
+        }
+    }
+
+    /// A word of eight bytes is plain exactly when each byte is: every
+    /// byte value at every place, beside neighbours at the edges where a
+    /// borrow or a carry could reach across.
+    #[test]
+    fn a_word_is_plain_exactly_when_each_of_its_bytes_is() {
+        let plain = |b: u8| (b' '..=b'~').contains(&b) && b != b'{' && b != b'}';
+        for neighbour in [b'a', b' ', b'~', b'!', 0x00, 0x1F, 0x7F, 0x80, 0xFF] {
+            for at in 0..8 {
+                for byte in 0..=u8::MAX {
+                    let mut word = [neighbour; 8];
+                    word[at] = byte;
+                    assert_eq!(
+                        is_plain_word(u64::from_le_bytes(word)),
+                        word.iter().all(|&b| plain(b)),
+                        "{word:02x?}"
+                    );
+                }
+            }
         }
     }
 

@@ -149,8 +149,17 @@ impl<'a> Bytes<'a> {
         None
     }
 
+    /// A long, zig-zag decoded. Most a datum holds (a length, a union's
+    /// branch, a count) fit one byte, read here without a call.
+    #[inline]
     fn long(&mut self) -> Option<i64> {
-        let z = self.varint()?;
+        let z = match self.data.get(self.at) {
+            Some(&byte) if byte < 0x80 => {
+                self.at += 1;
+                u64::from(byte)
+            }
+            _ => self.varint()?,
+        };
         Some(((z >> 1) as i64) ^ -((z & 1) as i64))
     }
 
