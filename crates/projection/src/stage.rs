@@ -12,8 +12,6 @@
 //! decides on that part as it would on the whole: it looks everything up
 //! by name.
 
-use std::collections::BTreeSet;
-
 use foldhash::{HashMap, HashMapExt};
 
 use stockledger_core::{Changes, Command, CommandBody, Decision, Hold, Placement, SkuState, Unit};
@@ -306,8 +304,8 @@ impl SkuStage {
             } else {
                 STOCK_FIELDS.to_vec()
             },
-            orders: orders.list,
-            adjustments: adjustments.list,
+            orders: orders.list(),
+            adjustments: adjustments.list(),
             decisions: Vec::new(),
         }
     }
@@ -340,8 +338,8 @@ impl SkuStage {
             }
         }
         Wanted {
-            orders: orders.list,
-            decisions: decisions.list,
+            orders: orders.list(),
+            decisions: decisions.list(),
             ..Wanted::default()
         }
     }
@@ -698,18 +696,19 @@ fn mark_units<'a>(
     }
 }
 
-/// Field names in the order first asked for, each once.
+/// Field names in the order first asked for, each once: a batch names
+/// a field a record (its order, its user), so each is looked up by hash
+/// and held once, not copied into a set beside the list.
 #[derive(Debug, Default)]
-struct Fields {
-    list: Vec<String>,
-    seen: BTreeSet<String>,
-}
+struct Fields(indexmap::IndexSet<String, foldhash::fast::RandomState>);
 
 impl Fields {
     fn add(&mut self, field: String) {
-        if self.seen.insert(field.clone()) {
-            self.list.push(field);
-        }
+        self.0.insert(field);
+    }
+
+    fn list(self) -> Vec<String> {
+        self.0.into_iter().collect()
     }
 }
 
