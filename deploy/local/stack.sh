@@ -256,6 +256,17 @@ ensure_postgres() {
     log "creating database $DATABASE"
     psql "$(pg_url postgres)" -qc "CREATE DATABASE \"$DATABASE\""
   fi
+  # The archive's two roles (migrations/0007_least_privilege.sql) are
+  # cluster-wide: made here once, so that databases migrated at the same
+  # time (the tests make one each) never race to create them on a
+  # cluster that has neither yet.
+  local role
+  for role in stockledger_analyst stockledger_archiver; do
+    if ! psql "$(pg_url postgres)" -tAc \
+        "SELECT 1 FROM pg_roles WHERE rolname = '$role'" | grep -q 1; then
+      psql "$(pg_url postgres)" -qc "CREATE ROLE $role NOLOGIN"
+    fi
+  done
 }
 
 # The role the stack connects as, over loopback: postgres, without a password
