@@ -194,7 +194,10 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
     // As a producer with another partitioner would: SKU-M on `away`, at an
     // offset SKU-M's own partition has already used.
     let payload = codec::encode_command(&deduct("SKU-M", "o-2", 1))?;
-    let (partition, offset) = h.send_raw_to(Some(away), "SKU-M", &payload).await?;
+    let own = ("origin", &b"other-partitioner"[..]);
+    let (partition, offset) = h
+        .send_raw_with(Some(away), "SKU-M", &payload, &[own])
+        .await?;
     assert_eq!(partition, away);
     let later = h
         .ledger
@@ -209,9 +212,9 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
         1,
         "{results:?}"
     );
-    let reasons = reasons(&h.read(&h.ns.dlq_topic).await?);
+    let dead = h.read(&h.ns.dlq_topic).await?;
     assert_eq!(
-        reasons,
+        reasons(&dead),
         vec![(
             format!(
                 "record is on partition {away} but the sku lives on partition {home} \
@@ -219,6 +222,13 @@ async fn a_record_on_the_wrong_partition_is_misrouted_not_compared_with_that_par
             ),
             format!("{}/{away}@{offset}", h.ns.topic)
         )]
+    );
+    // Dead-lettered whole: its key, its value and its own headers.
+    assert_eq!(dead[0].key.as_deref(), Some(&b"SKU-M"[..]));
+    assert_eq!(dead[0].payload.as_deref(), Some(&payload[..]));
+    assert_eq!(
+        dead[0].header("origin").as_deref(),
+        Some("other-partitioner")
     );
     let state = h
         .projection

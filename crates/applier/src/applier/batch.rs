@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stockledger_core::report::Chain;
 
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
+use stockledger_core::partition::home_partition;
+use stockledger_core::trace::traceparent_among;
 use stockledger_core::{Command, Decision, LogPosition};
 use stockledger_kafka::topic::offset_ranges;
 use stockledger_runtime::retry;
@@ -22,20 +24,69 @@ use super::{
     FENCE_REFUSALS_METRIC,
 };
 
-/// One record of a batch, decoded or refused.
+/// One record of a batch, decoded or refused, taken from the consumer
+/// where it lay ([`Item::take`]).
 pub(super) struct Item {
     pub(super) position: LogPosition,
-    /// The key for reports and outcomes, bounded in length.
-    pub(super) key: String,
     pub(super) timestamp: i64,
-    pub(super) command: Result<Command, String>,
+    /// Its producer's W3C `traceparent`, when it carries a valid one: the
+    /// one header of its outcome and stock events.
+    pub(super) traceparent: Option<String>,
+    pub(super) command: Result<Command, Refused>,
+    /// The record whole, for its dead letter: kept for a record that is
+    /// not a valid command or is not on its SKU's home partition (the
+    /// machine decides it misrouted), and for no other.
+    pub(super) record: Option<OwnedMessage>,
+}
+
+/// A record that is not a valid command: its key for reports and its
+/// outcome (bounded in length), and why.
+pub(super) struct Refused {
+    pub(super) key: String,
+    pub(super) reason: String,
+}
+
+impl Item {
+    /// Decodes `m` from the consumer's own bytes, with `partitions` the
+    /// command topic's count: a valid command on its SKU's home partition
+    /// (nearly every record) is not copied whole.
+    pub(super) fn take(m: &BorrowedMessage<'_>, partitions: i32) -> Self {
+        let command = interpret(m.key(), m.payload()).map_err(|reason| Refused {
+            key: key_text(m.key()),
+            reason,
+        });
+        let at_home = command.as_ref().is_ok_and(|command| {
+            home_partition(command.sku.as_str().as_bytes(), partitions) == m.partition()
+        });
+        let traceparent = m.headers().and_then(|headers| {
+            traceparent_among(headers.iter().map(|h| (h.key, h.value))).map(str::to_owned)
+        });
+        Self {
+            position: LogPosition {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+            },
+            timestamp: m.timestamp().to_millis().unwrap_or_default(),
+            traceparent,
+            command,
+            record: (!at_home).then(|| m.detach()),
+        }
+    }
+
+    /// The record's key for reports and outcomes: a valid command's SKU
+    /// (its key, as [`interpret`] checked), else the key as read.
+    pub(super) fn key(&self) -> &str {
+        match &self.command {
+            Ok(command) => command.sku.as_str(),
+            Err(refused) => &refused.key,
+        }
+    }
 }
 
 /// A batch read and decoded, with its script calls built.
 pub(super) struct Decoded {
-    /// The records as read (a dead letter keeps their bytes).
-    pub(super) records: Vec<OwnedMessage>,
-    /// What each record holds, in the same order.
+    /// What each record holds, in log order.
     pub(super) items: Vec<Item>,
     /// The script runs the batch makes.
     pub(super) runs: usize,
@@ -90,27 +141,13 @@ pub(super) struct Decided {
 }
 
 impl Applier {
-    /// Decodes `records` and prepares the valid commands for Redis;
-    /// refuses a batch from a partition beyond the count the projection
-    /// was built with.
-    pub(super) async fn decode(
+    /// Prepares the valid commands of `items` for Redis; refuses a batch
+    /// from a partition beyond the count the projection was built with.
+    pub(super) async fn prepare(
         &self,
-        records: Vec<OwnedMessage>,
+        items: Vec<Item>,
         read: Vec<Instant>,
     ) -> Result<(Decoded, Prepared), ApplierError> {
-        let items: Vec<Item> = records
-            .iter()
-            .map(|m| Item {
-                position: LogPosition {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                },
-                key: key_text(m.key()),
-                timestamp: m.timestamp().to_millis().unwrap_or_default(),
-                command: interpret(m.key(), m.payload()),
-            })
-            .collect();
         if let Some(beyond) = items
             .iter()
             .map(|item| item.position.partition)
@@ -136,7 +173,6 @@ impl Applier {
         metrics::histogram!(BATCH_RECORDS_METRIC).record(items.len() as f64);
         metrics::histogram!(BATCH_RUNS_METRIC).record(prepared.runs() as f64);
         let batch = Decoded {
-            records,
             items,
             runs: prepared.runs(),
             next: prepared

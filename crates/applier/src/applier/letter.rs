@@ -61,17 +61,7 @@ pub(super) fn dead_letter<'a>(
             .iter()
             .map(|h| header_bytes(h.key, h.value.map_or(0, <[u8]>::len)))
             .sum::<usize>();
-    let why = |headers: OwnedHeaders| {
-        headers
-            .insert(Header {
-                key: DLQ_REASON_HEADER,
-                value: Some(reason.as_bytes()),
-            })
-            .insert(Header {
-                key: DLQ_SOURCE_HEADER,
-                value: Some(source.as_bytes()),
-            })
-    };
+    let why = |headers: OwnedHeaders| why(headers, reason, source);
     if whole <= limit {
         let capacity = kept.len() + 2;
         let headers = (kept.into_iter())
@@ -100,6 +90,30 @@ pub(super) fn dead_letter<'a>(
         payload: None,
         headers,
     }
+}
+
+/// The dead letter of a record not at hand, refused for `reason`, read at
+/// `source`: its key's first 128 bytes and no value; the command topic
+/// keeps the record at `source`.
+pub(super) fn named<'a>(key: &'a [u8], reason: &str, source: &str) -> Letter<'a> {
+    Letter {
+        key: &key[..key.len().min(MAX_ID_LEN)],
+        payload: None,
+        headers: why(OwnedHeaders::new_with_capacity(2), reason, source),
+    }
+}
+
+/// `headers` with a dead letter's reason and source.
+fn why(headers: OwnedHeaders, reason: &str, source: &str) -> OwnedHeaders {
+    headers
+        .insert(Header {
+            key: DLQ_REASON_HEADER,
+            value: Some(reason.as_bytes()),
+        })
+        .insert(Header {
+            key: DLQ_SOURCE_HEADER,
+            value: Some(source.as_bytes()),
+        })
 }
 
 #[cfg(test)]
@@ -177,6 +191,20 @@ mod tests {
             header(&letter, "big"),
             None,
             "the record's own headers are left out"
+        );
+    }
+
+    #[test]
+    fn a_record_not_at_hand_is_named_by_its_key_reason_and_source() {
+        let key = vec![b'k'; 300];
+        let letter = named(&key, "misrouted", "stock.ledger/7@2");
+        assert_eq!(letter.key, &key[..MAX_ID_LEN]);
+        assert_eq!(letter.payload, None);
+        let names: Vec<&str> = letter.headers.iter().map(|h| h.key).collect();
+        assert_eq!(names, [DLQ_REASON_HEADER, DLQ_SOURCE_HEADER]);
+        assert_eq!(
+            header(&letter, DLQ_SOURCE_HEADER).as_deref(),
+            Some("stock.ledger/7@2")
         );
     }
 

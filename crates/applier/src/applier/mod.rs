@@ -40,7 +40,7 @@ pub use error::ApplierError;
 pub use letter::{DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER};
 pub use stopped::REPEATED_STOPS_METRIC;
 
-use batch::{applied, Applying};
+use batch::{applied, Applying, Item};
 use publish::{delivered, InFlight};
 use start::{check_marker, partition_count, prepare_events_topic, record_limit};
 
@@ -52,7 +52,6 @@ use stockledger_core::report::Chain;
 
 use futures::FutureExt;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::OwnedMessage;
 use rdkafka::producer::ThreadedProducer;
 use rdkafka::TopicPartitionList;
 use stockledger_core::ResultCode;
@@ -491,7 +490,7 @@ impl Applier {
             // With hops timed, when it was read: before the batch Redis
             // answered meanwhile is published.
             Ok(m) => (
-                m.detach(),
+                Item::take(&m, self.partitions),
                 self.config.hops.as_ref().map(|_| Instant::now()),
             ),
             Err(e) if is_fatal(&e) => {
@@ -515,7 +514,7 @@ impl Applier {
     /// before is decided. `true` when the applier is to stop.
     async fn take_batch(
         &mut self,
-        first: (OwnedMessage, Option<Instant>),
+        first: (Item, Option<Instant>),
         applying: &mut Option<Applying>,
         in_flight: &mut Option<InFlight>,
         unfinished: &mut Vec<InFlight>,
@@ -532,8 +531,8 @@ impl Applier {
                 return Ok(true);
             }
         }
-        let (records, read) = self.fill_batch(first, applying).await;
-        let batch = self.decode(records, read).await?;
+        let (items, read) = self.fill_batch(first, applying).await;
+        let batch = self.prepare(items, read).await?;
         // Redis takes the next batch once it has answered for this one.
         let decided = match applying.take() {
             Some(mut previous) => {
@@ -661,16 +660,17 @@ impl Applier {
         }
     }
 
-    /// Takes `first` and the records after it into a batch: those already
-    /// received, and those arriving within the batch wait while Redis is
-    /// still applying the batch before (`previous`). With Redis idle the
-    /// batch goes at once: waiting would only delay its decisions. With
-    /// hops timed, also when each record was taken.
+    /// Takes `first` and the records after it into a batch, each decoded
+    /// as it is received ([`Item::take`]): those already received, and
+    /// those arriving within the batch wait while Redis is still applying
+    /// the batch before (`previous`). With Redis idle the batch goes at
+    /// once: waiting would only delay its decisions. With hops timed, also
+    /// when each record was taken.
     async fn fill_batch(
         &self,
-        (first, first_read): (OwnedMessage, Option<Instant>),
+        (first, first_read): (Item, Option<Instant>),
         previous: &Option<Applying>,
-    ) -> (Vec<OwnedMessage>, Vec<Instant>) {
+    ) -> (Vec<Item>, Vec<Instant>) {
         let timed = first_read.is_some();
         let mut read: Vec<Instant> = first_read.into_iter().collect();
         let mut batch = vec![first];
@@ -688,7 +688,7 @@ impl Applier {
             };
             match received {
                 Ok(m) => {
-                    batch.push(m.detach());
+                    batch.push(Item::take(&m, self.partitions));
                     if timed {
                         read.push(Instant::now());
                     }

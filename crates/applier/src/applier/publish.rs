@@ -7,12 +7,12 @@ use stockledger_core::report::Chain;
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec;
-use stockledger_core::trace::{traceparent_among, TRACEPARENT_HEADER};
+use stockledger_core::trace::TRACEPARENT_HEADER;
 use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind};
 use stockledger_runtime::retry;
 use tokio::sync::{oneshot, watch};
@@ -149,10 +149,14 @@ fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<Strin
         }
         (command, _) => {
             // Every valid command got a decision, so this is a refusal.
-            let reason = command.as_ref().err().cloned().unwrap_or_default();
+            let reason = command
+                .as_ref()
+                .err()
+                .map(|refused| refused.reason.clone())
+                .unwrap_or_default();
             let outcome = Outcome::invalid(
                 item.position.clone(),
-                &item.key,
+                item.key(),
                 reason.clone(),
                 item.timestamp,
             );
@@ -161,11 +165,11 @@ fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<Strin
     }
 }
 
-/// The headers of `record`'s outcome: its producer's W3C `traceparent`,
-/// when it has a valid one, so the order can be followed past the ledger.
-fn trace_of(record: &OwnedMessage) -> Option<OwnedHeaders> {
-    let headers = record.headers()?;
-    let traceparent = traceparent_among(headers.iter().map(|h| (h.key, h.value)))?;
+/// The headers of `item`'s outcome and stock events: its producer's W3C
+/// `traceparent`, when it has a valid one, so the order can be followed
+/// past the ledger.
+fn trace_of(item: &Item) -> Option<OwnedHeaders> {
+    let traceparent = item.traceparent.as_deref()?;
     Some(OwnedHeaders::new_with_capacity(1).insert(Header {
         key: TRACEPARENT_HEADER,
         value: Some(traceparent),
@@ -247,9 +251,7 @@ impl Applier {
         // record (a registry lookup each).
         let mut results: Vec<(ResultCode, u64)> = Vec::new();
         let mut handed = Ok(());
-        for ((item, record), (outcome, refusal)) in
-            batch.items.iter().zip(&batch.records).zip(outcomes)
-        {
+        for (item, (outcome, refusal)) in batch.items.iter().zip(outcomes) {
             match results
                 .iter_mut()
                 .find(|(r, _)| *r == outcome.decision.result)
@@ -260,7 +262,6 @@ impl Applier {
             handed = self
                 .hand_over_item(
                     item,
-                    record,
                     &outcome,
                     refusal,
                     &topics,
@@ -285,7 +286,6 @@ impl Applier {
     async fn hand_over_item(
         &mut self,
         item: &Item,
-        record: &OwnedMessage,
         outcome: &Outcome,
         refusal: Option<String>,
         topics: &[String; 3],
@@ -296,7 +296,16 @@ impl Applier {
         if let Some(reason) = refusal {
             debug!(position = %item.position, %reason, "dead-lettering a record");
             let source = item.position.to_string();
-            let letter = letter::dead_letter(record, &reason, &source, self.record_limit);
+            let letter = match &item.record {
+                Some(record) => letter::dead_letter(record, &reason, &source, self.record_limit),
+                // Kept for every record that is not a valid command or not
+                // on its SKU's home partition, so never seen; the letter
+                // still names the record, which the command topic keeps.
+                None => {
+                    warn!(position = %item.position, "the record to dead-letter was not kept; its letter names it only");
+                    letter::named(item.key().as_bytes(), &reason, &source)
+                }
+            };
             let m = Outgoing {
                 kind: Kind::DeadLetter,
                 key: letter.key,
@@ -317,9 +326,9 @@ impl Applier {
                 let payload = codec::encode_stock_event(event)?;
                 let m = Outgoing {
                     kind: Kind::Event,
-                    key: item.key.as_bytes(),
+                    key: item.key().as_bytes(),
                     payload: Some(&payload),
-                    headers: trace_of(record),
+                    headers: trace_of(item),
                     position: &item.position,
                     partition: Some(partition),
                 };
@@ -333,9 +342,9 @@ impl Applier {
         codec::encode_outcome_into(outcome, buffer);
         let m = Outgoing {
             kind: Kind::Outcome,
-            key: item.key.as_bytes(),
+            key: item.key().as_bytes(),
             payload: Some(buffer),
-            headers: trace_of(record),
+            headers: trace_of(item),
             position: &item.position,
             partition: None,
         };
