@@ -1,14 +1,14 @@
 //! Appending commands to the ledger.
 
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
-use stockledger_core::codec;
+use stockledger_core::codec::{self, EncodeError};
 use stockledger_core::report::Chain;
 use stockledger_core::trace::{valid_traceparent, TRACEPARENT_HEADER};
 use stockledger_core::{Command, CommandBody, CommandId, LogPosition, Sku, ValidationError};
@@ -22,6 +22,16 @@ use error::LoginWatch;
 pub use error::{DeliveryFailure, ProducerError};
 
 mod error;
+
+thread_local! {
+    /// Where a command is encoded before librdkafka copies it.
+    static PAYLOAD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// How long a send waits for room in a full local queue (the bound of
+/// [`LedgerProducer::send`]'s wait there; `message.timeout.ms` bounds
+/// what follows).
+const QUEUE_WAIT: Duration = Duration::from_secs(60);
 
 /// Defaults of every producer; each may be overridden.
 const TUNABLE_DEFAULTS: [(&str, &str); 2] = [
@@ -505,33 +515,29 @@ impl LedgerProducer {
         // The applier refuses it too; refused here, nothing is published.
         stockledger_core::command::check_instant("occurred_at", command.occurred_at)
             .map_err(ProducerError::Invalid)?;
-        let payload = codec::encode_command(command)?;
         let mut resent = false;
         loop {
             let current = self.current();
-            let record = self.record(command, &payload, traceparent);
-            let delivered = match queue {
-                // The queue wait is bounded by message.timeout.ms.
-                Queue::Wait => current
-                    .producer
-                    .send(record, Duration::from_secs(60))
-                    .await
-                    .map_err(|(error, _)| error),
-                Queue::Refuse => match current.producer.send_result(record) {
-                    Ok(delivery) => match delivery.await {
-                        Ok(Ok(delivery)) => Ok(delivery),
-                        Ok(Err((error, _))) => Err(error),
-                        Err(_canceled) => Err(KafkaError::Canceled),
-                    },
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                        return Err(ProducerError::QueueFull {
-                            sku: command.sku.to_string(),
-                            command_id: command.command_id.to_string(),
-                        })
-                    }
-                    Err((error, _)) => Err(error),
+            let handed = self.hand_over(&current, command, queue, traceparent);
+            let delivered = match handed.await? {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(delivery)) => Ok(delivery),
+                    Ok(Err((error, _))) => Err(error),
+                    Err(_canceled) => Err(KafkaError::Canceled),
                 },
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+                    if matches!(queue, Queue::Refuse) =>
+                {
+                    return Err(ProducerError::QueueFull {
+                        sku: command.sku.to_string(),
+                        command_id: command.command_id.to_string(),
+                    })
+                }
+                Err(error) => Err(error),
             };
+            // The bytes sent, for a failure's report: encoded again, as
+            // the buffer they were sent from is this thread's.
+            let payload = || codec::encode_command(command).unwrap_or_default();
             match delivered {
                 Ok(delivery) if delivery.offset < 0 => {
                     // Written, offset unknown: librdkafka says so when a
@@ -541,7 +547,7 @@ impl LedgerProducer {
                     let offset = self
                         .locate(&command.command_id, delivery.partition)
                         .await
-                        .map_err(|error| self.failure(command, error, payload, None))?;
+                        .map_err(|error| self.failure(command, error, payload(), None))?;
                     return Ok(self.receipt(command, delivery.partition, offset));
                 }
                 Ok(delivery) => {
@@ -554,7 +560,7 @@ impl LedgerProducer {
                 }
                 Err(error) => {
                     let login_refused = current.login.refused();
-                    return Err(self.failure(command, error, payload, login_refused));
+                    return Err(self.failure(command, error, payload(), login_refused));
                 }
             }
         }
@@ -580,6 +586,40 @@ impl LedgerProducer {
         tokio::task::spawn_blocking(move || locate_blocking(&config, &topic, partition, &id))
             .await
             .map_err(|_| KafkaError::Canceled)?
+    }
+
+    /// Hands `command` to `current`'s producer, encoded into this thread's
+    /// buffer (librdkafka copies it, so no record keeps a buffer of its
+    /// own): the answer is the brokers' to come. While the local queue is
+    /// full, `Queue::Wait` tries again every 100 ms for up to a minute, as
+    /// librdkafka's own future does; `Queue::Refuse` answers `QueueFull`.
+    /// The outer error: `command` cannot be encoded (nothing is sent).
+    async fn hand_over(
+        &self,
+        current: &Current,
+        command: &Command,
+        queue: Queue,
+        traceparent: Option<&str>,
+    ) -> Result<Result<DeliveryFuture, KafkaError>, EncodeError> {
+        let started = Instant::now();
+        loop {
+            let handed = PAYLOAD.with_borrow_mut(|payload| {
+                codec::encode_command_into(command, payload)?;
+                let record = self.record(command, payload, traceparent);
+                Ok(current
+                    .producer
+                    .send_result(record)
+                    .map_err(|(error, _)| error))
+            })?;
+            match handed {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+                    if matches!(queue, Queue::Wait) && started.elapsed() < QUEUE_WAIT =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                handed => return Ok(handed),
+            }
+        }
     }
 
     fn record<'a>(
