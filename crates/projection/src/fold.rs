@@ -260,7 +260,7 @@ impl Projection {
         for attempt in 1u32.. {
             let expected = self.fence_for(batch).await?;
             let (stages, loaded) = self.staged(batch, &pending).await?;
-            let mut writes = Vec::new();
+            let mut writes = Vec::with_capacity(stages.len());
             let mut changes = Vec::with_capacity(stages.len());
             for (k, (mut stage, loaded)) in stages.into_iter().zip(loaded).enumerate() {
                 stage.decide(&batch.records, &mut decided);

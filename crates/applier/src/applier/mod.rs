@@ -281,6 +281,8 @@ struct Applier {
     unstuck: bool,
     /// Where each outcome is encoded before the producer copies it.
     buffer: Vec<u8>,
+    /// The records the last batch took.
+    last_batch: usize,
 }
 
 impl Applier {
@@ -380,6 +382,7 @@ impl Applier {
             stuck,
             unstuck: false,
             buffer: Vec::with_capacity(512),
+            last_batch: 0,
         })
     }
 
@@ -532,6 +535,7 @@ impl Applier {
             }
         }
         let (items, read) = self.fill_batch(first, applying).await;
+        self.last_batch = items.len();
         let batch = self.prepare(items, read).await?;
         // Redis takes the next batch once it has answered for this one.
         let decided = match applying.take() {
@@ -673,7 +677,10 @@ impl Applier {
     ) -> (Vec<Item>, Vec<Instant>) {
         let timed = first_read.is_some();
         let mut read: Vec<Instant> = first_read.into_iter().collect();
-        let mut batch = vec![first];
+        // Room for as many as the batch before took: a batch of records
+        // grown one at a time copied each several times over.
+        let mut batch = Vec::with_capacity(self.last_batch.clamp(1, self.config.batch_size));
+        batch.push(first);
         let deadline = tokio::time::Instant::now() + self.config.batch_wait;
         let redis_busy = || previous.as_ref().is_some_and(|p| !p.task.is_finished());
         while batch.len() < self.config.batch_size {
