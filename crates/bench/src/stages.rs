@@ -17,11 +17,13 @@ use std::process::Command as Process;
 use std::time::Instant;
 
 use anyhow::Context;
-use stockledger_core::codec::{decode_command, decode_outcome, encode_command, encode_outcome};
+use stockledger_core::codec::{
+    decode_command, decode_outcome, encode_command, encode_outcome_into,
+};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Decision, Deduct, LogPosition, OrderId, Outcome,
-    Placement, Quantity, Restock, RestockMode, Rollback, Sku, SkuState, UserId,
+    AdjustmentId, Command, CommandBody, CommandId, Decision, Deduct, LogPosition, OrderId,
+    OutcomeView, Placement, Quantity, Restock, RestockMode, Rollback, Sku, SkuState, UserId,
 };
 
 use crate::Measurement;
@@ -120,13 +122,17 @@ pub fn stage_encode_outcome(commands: &[Command], decisions: &[Decision]) -> Vec
         .iter()
         .zip(decisions)
         .enumerate()
-        .filter_map(|(offset, (c, d))| {
+        .map(|(offset, (c, d))| {
             let position = LogPosition {
                 topic: "stock.ledger".into(),
                 partition: home_partition(c.sku.as_str().as_bytes(), PARTITIONS),
                 offset: offset as i64,
             };
-            encode_outcome(&Outcome::for_command(position, c, d.clone())).ok()
+            // Encoded where the command and decision lie, as the applier
+            // does, each into a buffer of its own kept for the next stage.
+            let mut out = Vec::new();
+            encode_outcome_into(&OutcomeView::of_command(&position, c, d), &mut out);
+            out
         })
         .collect()
 }

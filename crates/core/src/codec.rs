@@ -18,7 +18,8 @@ use crate::ids::{
     BasketId, ChangeId, CommandId, LocationId, Quantity, Sku, UserId, ValidationError,
 };
 use crate::outcome::{
-    Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind, StockEvents,
+    Decision, LogPosition, Outcome, OutcomeView, ResultCode, StockEvent, StockEventKind,
+    StockEvents,
 };
 use crate::schema::Released;
 
@@ -374,11 +375,14 @@ fn command_of<R: Record>(fields: &mut R) -> Result<Command, R::Error> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
-    Ok(SCHEMAS.outcome.encode(|out| write::outcome(out, outcome)))
+    Ok(SCHEMAS
+        .outcome
+        .encode(|out| write::outcome(out, &outcome.view())))
 }
 
-/// [`encode_outcome`] into `out`, emptied first: a publisher that keeps
-/// its buffer encodes a batch's outcomes without allocating.
+/// [`encode_outcome`] of an outcome borrowed from what it is made of
+/// ([`OutcomeView`]), into `out`, emptied first: a publisher that keeps its
+/// buffer encodes a batch's outcomes without allocating.
 ///
 /// ```
 /// use stockledger_core::codec::{decode_outcome, encode_outcome_into};
@@ -388,12 +392,12 @@ pub fn encode_outcome(outcome: &Outcome) -> Result<Vec<u8>, EncodeError> {
 /// for offset in 0..3 {
 ///     let at = LogPosition { topic: "stock.ledger".into(), partition: 0, offset };
 ///     let outcome = Outcome::invalid(at, "SKU-1", "not a command".into(), 1_700_000_000_000);
-///     encode_outcome_into(&outcome, &mut buffer);
+///     encode_outcome_into(&outcome.view(), &mut buffer);
 ///     assert_eq!(decode_outcome(&buffer)?, outcome);
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn encode_outcome_into(outcome: &Outcome, out: &mut Vec<u8>) {
+pub fn encode_outcome_into(outcome: &OutcomeView<'_>, out: &mut Vec<u8>) {
     SCHEMAS
         .outcome
         .encode_into(out, |out| write::outcome(out, outcome));
@@ -982,8 +986,16 @@ mod tests {
                 events: StockEvents::of([StockEventKind::SoldOut, StockEventKind::LowStock]),
                 ..decision(ResultCode::Applied, -3, 5, 10, None)
             };
-            let o = Outcome::for_command(position.clone(), &c, decision);
+            let o = Outcome::for_command(position.clone(), &c, decision.clone());
             assert_eq!(decode_outcome(&encode_outcome(&o).unwrap()).unwrap(), o);
+            // The applier's way: borrowed from the command, its units the
+            // command's own, into a buffer that held another outcome.
+            let mut buffer = vec![0xAB; 300];
+            encode_outcome_into(
+                &OutcomeView::of_command(&position, &c, &decision),
+                &mut buffer,
+            );
+            assert_eq!(buffer, encode_outcome(&o).unwrap(), "{o:?}");
             let bad = Outcome::invalid(position, "k", "garbage".into(), 7);
             assert_eq!(decode_outcome(&encode_outcome(&bad).unwrap()).unwrap(), bad);
         }

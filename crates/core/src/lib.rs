@@ -43,6 +43,6 @@ pub use machine::{
     UnitState,
 };
 pub use outcome::{
-    Decision, EventDedupe, Figures, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind,
-    StockEvents,
+    Decision, EventDedupe, Figures, LogPosition, Outcome, OutcomeView, ResultCode, StockEvent,
+    StockEventKind, StockEvents,
 };

@@ -2,7 +2,10 @@
 
 use std::fmt;
 
-use crate::command::{Command, CommandBody, CommandKind, RestockMode};
+use crate::command::{Command, CommandKind, RestockMode};
+
+mod view;
+pub use view::{OutcomeView, Units};
 
 /// Where a record sits in the log: its identity for exactly-once effect and
 /// for the archive's primary key.
@@ -430,6 +433,27 @@ pub struct Figures {
 }
 
 impl Decision {
+    /// The decision on a record that is not a valid command, refused for
+    /// `reason`: it changes no stock, so its stock fields are zero.
+    ///
+    /// ```
+    /// use stockledger_core::{Decision, ResultCode};
+    ///
+    /// let refused = Decision::invalid("not a command".into());
+    /// assert_eq!((refused.result, refused.delta, refused.total), (ResultCode::Invalid, 0, 0));
+    /// ```
+    pub fn invalid(reason: String) -> Self {
+        Self {
+            result: ResultCode::Invalid,
+            delta: 0,
+            available: 0,
+            total: 0,
+            reason: Some(reason),
+            location: None,
+            events: StockEvents::NONE,
+        }
+    }
+
     /// The SKU's stock after the record; `None` for a record that was not
     /// decided on the SKU's stock: one that is not a command (`INVALID`)
     /// or that sits on another partition than its SKU's (`MISROUTED`).
@@ -541,48 +565,7 @@ impl Outcome {
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn for_command(position: LogPosition, command: &Command, decision: Decision) -> Self {
-        let window = match &command.body {
-            CommandBody::Window(w) => Some(w.window),
-            _ => None,
-        };
-        Self {
-            position,
-            sku: command.sku.as_str().to_owned(),
-            command_id: Some(command.command_id.as_str().to_owned()),
-            kind: Some(command.body.kind()),
-            order_id: command.body.order_id().map(|o| o.as_str().to_owned()),
-            adjustment_id: match &command.body {
-                CommandBody::Restock(r) => Some(r.adjustment_id.as_str().to_owned()),
-                CommandBody::Transfer(t) => Some(t.transfer_id.as_str().to_owned()),
-                body => body.change_id().map(|c| c.as_str().to_owned()),
-            },
-            quantity: command.body.quantity(),
-            decision,
-            occurred_at: command.occurred_at,
-            restock_mode: match &command.body {
-                CommandBody::Restock(r) => Some(r.mode()),
-                _ => None,
-            },
-            rollback_reason: match &command.body {
-                CommandBody::Rollback(r) => r.reason.clone(),
-                _ => None,
-            },
-            user_id: command.body.user_id().map(|u| u.as_str().to_owned()),
-            expires_at: command.body.expires_at(),
-            basket_id: command.body.basket_id().map(|b| b.as_str().to_owned()),
-            units: command
-                .body
-                .units()
-                .iter()
-                .map(|u| u.as_str().to_owned())
-                .collect(),
-            to_location: match &command.body {
-                CommandBody::Transfer(t) => Some(t.to().as_str().to_owned()),
-                _ => None,
-            },
-            opens_at: window.and_then(|w| w.opens_at()),
-            closes_at: window.and_then(|w| w.closes_at()),
-        }
+        OutcomeView::of_command(&position, command, &decision).to_outcome()
     }
 
     /// The outcome of a record that is not a valid command. It changes no
@@ -597,36 +580,8 @@ impl Outcome {
     /// assert_eq!(outcome.decision.reason.as_deref(), Some("not a command"));
     /// ```
     pub fn invalid(position: LogPosition, key: &str, reason: String, timestamp: i64) -> Self {
-        Self {
-            position,
-            sku: key.to_owned(),
-            command_id: None,
-            kind: None,
-            order_id: None,
-            adjustment_id: None,
-            quantity: None,
-            decision: Decision {
-                result: ResultCode::Invalid,
-                delta: 0,
-                available: 0,
-                total: 0,
-                reason: Some(reason),
-                location: None,
-                events: StockEvents::NONE,
-            },
-            // A record's timestamp is the producer's to set: clamped as
-            // deadlines compare it, so the archive can hold every outcome.
-            occurred_at: crate::command::record_time(timestamp),
-            restock_mode: None,
-            rollback_reason: None,
-            user_id: None,
-            expires_at: None,
-            basket_id: None,
-            units: Vec::new(),
-            to_location: None,
-            opens_at: None,
-            closes_at: None,
-        }
+        let decision = Decision::invalid(reason);
+        OutcomeView::invalid(&position, key, &decision, timestamp).to_outcome()
     }
 }
 
@@ -663,20 +618,7 @@ pub struct StockEvent {
 impl StockEvent {
     /// The events `outcome`'s record raised, in [`StockEventKind`] order.
     pub fn of(outcome: &Outcome) -> Vec<StockEvent> {
-        let d = &outcome.decision;
-        d.events
-            .kinds()
-            .map(|kind| StockEvent {
-                kind,
-                sku: outcome.sku.clone(),
-                location: d.location.clone(),
-                available: d.available,
-                total: d.total,
-                position: outcome.position.clone(),
-                command_id: outcome.command_id.clone(),
-                occurred_at: outcome.occurred_at,
-            })
-            .collect()
+        outcome.view().stock_events()
     }
 }
 

@@ -61,7 +61,6 @@ pub(super) fn dead_letter<'a>(
             .iter()
             .map(|h| header_bytes(h.key, h.value.map_or(0, <[u8]>::len)))
             .sum::<usize>();
-    let why = |headers: OwnedHeaders| why(headers, reason, source);
     if whole <= limit {
         let capacity = kept.len() + 2;
         let headers = (kept.into_iter())
@@ -71,12 +70,13 @@ pub(super) fn dead_letter<'a>(
         return Letter {
             key,
             payload: record.payload().map(<[u8]>::to_vec),
-            headers: why(headers),
+            headers: why(headers, reason, source),
         };
     }
     let length = value.len().to_string();
     let sha256 = hex::encode(Sha256::digest(value));
-    let headers = why(OwnedHeaders::new_with_capacity(4))
+    let named = named(key, reason, source);
+    let headers = (named.headers)
         .insert(Header {
             key: DLQ_VALUE_LENGTH_HEADER,
             value: Some(length.as_bytes()),
@@ -85,11 +85,7 @@ pub(super) fn dead_letter<'a>(
             key: DLQ_VALUE_SHA256_HEADER,
             value: Some(sha256.as_bytes()),
         });
-    Letter {
-        key: &key[..key.len().min(MAX_ID_LEN)],
-        payload: None,
-        headers,
-    }
+    Letter { headers, ..named }
 }
 
 /// The dead letter of a record not at hand, refused for `reason`, read at

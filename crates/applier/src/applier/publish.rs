@@ -13,7 +13,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use stockledger_core::codec;
 use stockledger_core::trace::TRACEPARENT_HEADER;
-use stockledger_core::{Decision, LogPosition, Outcome, ResultCode, StockEvent, StockEventKind};
+use stockledger_core::{
+    Decision, LogPosition, OutcomeView, ResultCode, StockEvent, StockEventKind, StockEvents,
+};
 use stockledger_runtime::retry;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinError;
@@ -136,31 +138,34 @@ pub(super) async fn answer(deliveries: &mut oneshot::Receiver<Delivered>) -> Del
     deliveries.await.unwrap_or(Err((0, KafkaError::Canceled)))
 }
 
-/// The outcome of one item of a batch, and why it is dead-lettered too,
-/// if it is: a record that is not a valid command (refused without a
-/// decision), or a misrouted one (decided, but not applied).
-fn outcome_of(item: &Item, decision: Option<Decision>) -> (Outcome, Option<String>) {
-    match (&item.command, decision) {
-        (Ok(command), Some(decision)) => {
+/// What stands for a decision the projection did not give (it gives one
+/// for each valid command): nothing applied, no reason.
+static UNDECIDED: Decision = Decision {
+    result: ResultCode::Invalid,
+    delta: 0,
+    available: 0,
+    total: 0,
+    reason: None,
+    location: None,
+    events: StockEvents::NONE,
+};
+
+/// The outcome of one item of a batch, borrowed from the item and its
+/// decision, and why it is dead-lettered too, if it is: a record that is
+/// not a valid command (refused without a decision by the machine, so
+/// decided `INVALID` here), or a misrouted one (decided, but not applied).
+fn outcome_of<'a>(item: &'a Item, decision: &'a Decision) -> (OutcomeView<'a>, Option<&'a str>) {
+    match &item.command {
+        Ok(command) => {
             let refusal = (decision.result == ResultCode::Misrouted)
-                .then(|| decision.reason.clone().unwrap_or_default());
-            let outcome = Outcome::for_command(item.position.clone(), command, decision);
+                .then(|| decision.reason.as_deref().unwrap_or_default());
+            let outcome = OutcomeView::of_command(&item.position, command, decision);
             (outcome, refusal)
         }
-        (command, _) => {
-            // Every valid command got a decision, so this is a refusal.
-            let reason = command
-                .as_ref()
-                .err()
-                .map(|refused| refused.reason.clone())
-                .unwrap_or_default();
-            let outcome = Outcome::invalid(
-                item.position.clone(),
-                item.key(),
-                reason.clone(),
-                item.timestamp,
-            );
-            (outcome, Some(reason))
+        Err(refused) => {
+            let outcome =
+                OutcomeView::invalid(&item.position, &refused.key, decision, item.timestamp);
+            (outcome, Some(&refused.reason))
         }
     }
 }
@@ -200,16 +205,21 @@ impl Applier {
             decisions,
             hops,
         } = decided;
-        let mut decisions = decisions.into_iter();
-        let outcomes: Vec<(Outcome, Option<String>)> = batch
-            .items
-            .iter()
+        // The machine decides valid commands only; a record that is not
+        // one is decided `INVALID` here.
+        let invalid: Vec<Decision> = (batch.items.iter())
+            .filter_map(|item| item.command.as_ref().err())
+            .map(|refused| Decision::invalid(refused.reason.clone()))
+            .collect();
+        let (mut valid, mut invalid) = (decisions.iter(), invalid.iter());
+        let outcomes: Vec<(OutcomeView<'_>, Option<&str>)> = (batch.items.iter())
             .map(|item| {
                 let decision = match &item.command {
-                    Ok(_) => decisions.next(),
-                    Err(_) => None,
+                    Ok(_) => valid.next(),
+                    Err(_) => invalid.next(),
                 };
-                outcome_of(item, decision)
+                // The projection decides every valid command it is given.
+                outcome_of(item, decision.unwrap_or(&UNDECIDED))
             })
             .collect();
         if self.config.stock_events {
@@ -241,7 +251,7 @@ impl Applier {
     async fn hand_over_batch(
         &mut self,
         batch: &Decoded,
-        outcomes: Vec<(Outcome, Option<String>)>,
+        outcomes: Vec<(OutcomeView<'_>, Option<&str>)>,
         numbering: &mut Numbering,
         sent: &mut Vec<(Kind, i32, i64)>,
     ) -> Result<(), ApplierError> {
@@ -286,8 +296,8 @@ impl Applier {
     async fn hand_over_item(
         &mut self,
         item: &Item,
-        outcome: &Outcome,
-        refusal: Option<String>,
+        outcome: &OutcomeView<'_>,
+        refusal: Option<&str>,
         topics: &[String; 3],
         buffer: &mut Vec<u8>,
         numbering: &mut Numbering,
@@ -297,13 +307,13 @@ impl Applier {
             debug!(position = %item.position, %reason, "dead-lettering a record");
             let source = item.position.to_string();
             let letter = match &item.record {
-                Some(record) => letter::dead_letter(record, &reason, &source, self.record_limit),
+                Some(record) => letter::dead_letter(record, reason, &source, self.record_limit),
                 // Kept for every record that is not a valid command or not
                 // on its SKU's home partition, so never seen; the letter
                 // still names the record, which the command topic keeps.
                 None => {
                     warn!(position = %item.position, "the record to dead-letter was not kept; its letter names it only");
-                    letter::named(item.key().as_bytes(), &reason, &source)
+                    letter::named(item.key().as_bytes(), reason, &source)
                 }
             };
             let m = Outgoing {
@@ -320,7 +330,7 @@ impl Applier {
         }
         let partition = item.position.partition;
         if let Some(mark) = self.events.published.get(&partition).copied() {
-            let events = StockEvent::of(outcome);
+            let events = outcome.stock_events();
             let offset = item.position.offset;
             for event in mark.unpublished(offset, &events) {
                 let payload = codec::encode_stock_event(event)?;
@@ -448,7 +458,7 @@ impl Applier {
     async fn mark_events(
         &mut self,
         batch: &Decoded,
-        outcomes: &[(Outcome, Option<String>)],
+        outcomes: &[(OutcomeView<'_>, Option<&str>)],
     ) -> Result<(), ApplierError> {
         let mut first: BTreeMap<i32, i64> = BTreeMap::new();
         for item in &batch.items {

@@ -12,7 +12,7 @@
 
 use crate::command::{Command, CommandBody, RestockMode};
 use crate::ids::{LocationId, Quantity, UnitId};
-use crate::outcome::{Outcome, ResultCode, StockEvent, StockEvents};
+use crate::outcome::{OutcomeView, ResultCode, StockEvent, StockEvents};
 
 /// A datum being written at the end of a buffer.
 struct Datum<'a>(&'a mut Vec<u8>);
@@ -81,6 +81,15 @@ impl Datum<'_> {
 
     fn units(&mut self, units: &[UnitId]) {
         self.array(units, |d, u| d.text(u.as_str()));
+    }
+
+    /// An array of `n` texts, `names`.
+    fn texts<'s>(&mut self, n: usize, names: impl Iterator<Item = &'s str>) {
+        if n > 0 {
+            self.long(n as i64);
+            names.for_each(|name| self.text(name));
+        }
+        self.long(0);
     }
 
     fn events(&mut self, events: StockEvents) {
@@ -192,20 +201,20 @@ fn body(d: &mut Datum<'_>, body: &CommandBody) {
     }
 }
 
-/// The current Outcome schema's datum of `outcome`, after `out`'s bytes.
-pub(super) fn outcome(out: &mut Vec<u8>, o: &Outcome) {
-    let decision = &o.decision;
+/// The current Outcome schema's datum of `o`, after `out`'s bytes.
+pub(super) fn outcome(out: &mut Vec<u8>, o: &OutcomeView<'_>) {
+    let decision = o.decision;
     let mut d = Datum(out);
     d.text(&o.position.topic);
     d.long(i64::from(o.position.partition));
     d.long(o.position.offset);
-    d.text(&o.sku);
-    d.optional_text(o.command_id.as_deref());
+    d.text(o.sku);
+    d.optional_text(o.command_id);
     d.optional(o.kind, |d, k| {
         d.symbol(index_of(&crate::CommandKind::ALL, &k))
     });
-    d.optional_text(o.order_id.as_deref());
-    d.optional_text(o.adjustment_id.as_deref());
+    d.optional_text(o.order_id);
+    d.optional_text(o.adjustment_id);
     d.optional_long(o.quantity);
     d.symbol(index_of(&ResultCode::ALL, &decision.result));
     d.long(decision.delta);
@@ -214,13 +223,13 @@ pub(super) fn outcome(out: &mut Vec<u8>, o: &Outcome) {
     d.optional_text(decision.reason.as_deref());
     d.long(o.occurred_at);
     d.optional(o.restock_mode, |d, m| d.symbol(mode_index(m)));
-    d.optional_text(o.rollback_reason.as_deref());
-    d.optional_text(o.user_id.as_deref());
+    d.optional_text(o.rollback_reason);
+    d.optional_text(o.user_id);
     d.optional_long(o.expires_at);
-    d.optional_text(o.basket_id.as_deref());
-    d.array(&o.units, |d, u| d.text(u));
+    d.optional_text(o.basket_id);
+    d.texts(o.units.len(), o.units.names());
     d.optional_text(decision.location.as_deref());
-    d.optional_text(o.to_location.as_deref());
+    d.optional_text(o.to_location);
     d.events(decision.events);
     d.optional_long(o.opens_at);
     d.optional_long(o.closes_at);
