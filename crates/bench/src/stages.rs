@@ -129,8 +129,9 @@ pub fn stage_encode_outcome(commands: &[Command], decisions: &[Decision]) -> Vec
                 offset: offset as i64,
             };
             // Encoded where the command and decision lie, as the applier
-            // does, each into a buffer of its own kept for the next stage.
-            let mut out = Vec::new();
+            // does, each into a buffer of its own (the room `encode_outcome`
+            // takes) kept for the next stage.
+            let mut out = Vec::with_capacity(256);
             encode_outcome_into(&OutcomeView::of_command(&position, c, d), &mut out);
             out
         })
