@@ -20,7 +20,11 @@ use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
 use stockledger_kafka::config::parse_property;
 use stockledger_projection::keys;
 
-use crate::commands::*;
+use crate::commands::{
+    alerts, apply, archive, basket, compact, confirm, deduct, dlq, export, history, limit, order,
+    reconcile, refund, repartition, replay, report, restock, rollback, sale, serve, snapshot,
+    status, stock, topics, transfer,
+};
 
 /// An event-sourced stock ledger: Kafka log, Redis projection, PostgreSQL archive.
 #[derive(Debug, Parser)]

@@ -35,7 +35,10 @@ pub use frame::{
     outcome_fingerprint, outcome_schema,
 };
 use frame::{Header, SCHEMAS};
-use value::*;
+use value::{
+    optional_long, optional_string, optional_timestamp, restock_mode, restock_mode_of, strings,
+    Fields, Record,
+};
 
 /// Largest payload the decoder accepts; commands and outcomes are a few
 /// hundred bytes, so anything bigger is garbage.

@@ -4,7 +4,7 @@
 //! (or, for the one-pass reader, a stray that leaves it to the general
 //! reader).
 
-use super::value::*;
+use super::value::{restock_mode_of, shape, Record};
 use crate::command::{
     Alerts, CommandBody, CommandKind, Confirm, Deduct, Expire, Limit, Pause, Refund, Refused,
     Restock, Resume, Rollback, SaleWindow, Transfer, Window,

@@ -6,7 +6,8 @@
 //! ran, never by a second list of what each command may do: a rule added
 //! or changed in `rules.rs` is accounted for as it is written.
 
-use super::*;
+use super::{LocationStock, OrderEntry, OrderStatus, SkuState};
+use crate::command::{CommandBody, SalePhase, SaleWindow};
 
 /// The parts of a SKU's state one record changed, past those every
 /// decided record moves (its counts, its offset and partition, and the

@@ -22,11 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::{
-    check_deadline, CommandBody, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode,
-    Rollback, SalePhase, SaleWindow, Transfer,
-};
-use crate::ids::MAX_STOCK;
+use crate::command::{CommandBody, SalePhase, SaleWindow};
 use crate::outcome::StockEvents;
 use crate::outcome::{Decision, ResultCode};
 use crate::Command;
@@ -726,7 +722,8 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{AdjustmentId, OrderId, Quantity};
+    use crate::command::{Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode, Rollback};
+    use crate::ids::{AdjustmentId, OrderId, Quantity, MAX_STOCK};
 
     /// Every record of these tests is on the SKU's home partition, 0.
     const P: Placement = Placement {

@@ -2,8 +2,13 @@
 //! here only, one
 //! function per command kind.
 
-use super::*;
-use crate::ids::LocationId;
+use super::{LocationStock, OrderEntry, OrderStatus, SkuState, Unit};
+use crate::command::{
+    check_deadline, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode, Rollback,
+    Transfer,
+};
+use crate::ids::{LocationId, MAX_STOCK};
+use crate::outcome::{Decision, ResultCode};
 
 impl SkuState {
     pub(super) fn deduct(&mut self, offset: i64, time: i64, d: &Deduct) -> Decision {

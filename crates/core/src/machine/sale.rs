@@ -1,9 +1,9 @@
 //! When a SKU sells: its sale window and its pause, and the stock events
 //! their changes raise.
 
-use super::*;
-use crate::command::{Pause, Resume, Window};
-use crate::outcome::StockEventKind;
+use super::SkuState;
+use crate::command::{Pause, Resume, SalePhase, Window};
+use crate::outcome::{Decision, ResultCode, StockEventKind, StockEvents};
 
 impl SkuState {
     /// The refusal a deduct stamped `time` gets from the sale, if any: a

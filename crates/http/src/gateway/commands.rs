@@ -21,7 +21,10 @@ use stockledger_core::{
 };
 use tracing::warn;
 
-use super::bodies::*;
+use super::bodies::{
+    AlertsRequest, CommandResponse, CommandStatus, DeductRequest, LimitRequest, Mode, OrderBody,
+    RefundRequest, RestockRequest, RollbackRequest, TraceHeader, TransferRequest, WaitParams,
+};
 use super::problem::{no_body, path_problem, Body, Problem, Query};
 use super::publish::SameOrder;
 use super::{Answer, Shared};

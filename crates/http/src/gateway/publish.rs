@@ -16,7 +16,7 @@ use stockledger_core::{CommandBody, OrderEntry, OrderId, ResultCode, Sku};
 use stockledger_kafka::topic::read_at;
 use tracing::warn;
 
-use super::bodies::*;
+use super::bodies::{CommandResponse, CommandStatus, OrderBody, Position, WaitParams};
 use super::problem::{redis_problem, Problem};
 use super::{Answer, Gateway};
 

@@ -9,7 +9,10 @@ use axum::Json;
 use stockledger_analysts::query::{self, Cursor, HistoryOf, HistoryQuery};
 use stockledger_core::{BasketId, OrderId, ResultCode, Sku, UnitId};
 
-use super::bodies::*;
+use super::bodies::{
+    HistoryEntry, HistoryPage, HistoryParams, OrderBody, SeatMap, StockBody, UnitState,
+    MAX_HISTORY_LIMIT,
+};
 use super::commands::sku_and_order;
 use super::problem::{archive_problem, path_problem, redis_problem, NoParams, Problem, Query};
 use super::{Answer, Shared};

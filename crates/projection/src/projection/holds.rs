@@ -1,7 +1,8 @@
 //! The holds' index: reservations by deadline, per partition, for the
 //! applier's expiry and a replay's hand-over.
 
-use super::*;
+use super::{Projection, ProjectionError};
+use crate::keys;
 
 impl Projection {
     /// For each of `partitions`, up to `limit` holds whose deadline is

@@ -14,22 +14,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::sync::LazyLock;
 
 use redis::{ErrorKind, Script, ServerErrorKind};
-use stockledger_core::machine::misrouted;
-use stockledger_core::{Decision, OrderEntry, SkuState};
-use stockledger_redis::{KeyScan, RedisConn};
+use stockledger_core::{Decision, OrderEntry};
+use stockledger_redis::RedisConn;
 
-use crate::encoding::{
-    decision_offset, decode_decision, decode_locations, decode_order, decode_sale, decode_stock,
-    decode_unit, seat_letter, state_of_letter, unit_of_field, user_of_field, ALERTS_FIELD,
-    AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION, RESERVED, SALE,
-    SALE_FIELD, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
-};
+use crate::encoding::PARTITION;
 use crate::fence::{Fence, Writer};
 use crate::heads::{Heads, DEFAULT_CACHED_FIELDS, DEFAULT_CACHED_SKUS};
-use crate::keys::{self, SkuKeys};
+use crate::keys;
 
 mod holds;
 mod reads;

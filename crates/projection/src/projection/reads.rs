@@ -1,9 +1,22 @@
 //! Reading a SKU's state back: whole, as stock, one order or adjustment,
 //! a command's decision, and the SKUs of the prefix page by page.
 
-use stockledger_core::{LocationStock, Unit, UnitState};
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
-use super::*;
+use redis::{ErrorKind, Script, ServerErrorKind};
+use stockledger_core::machine::misrouted;
+use stockledger_core::{Decision, LocationStock, OrderEntry, SkuState, Unit, UnitState};
+use stockledger_redis::KeyScan;
+
+use super::{BasketLine, Projection, ProjectionError};
+use crate::encoding::{
+    decision_offset, decode_decision, decode_locations, decode_order, decode_sale, decode_stock,
+    decode_unit, seat_letter, state_of_letter, unit_of_field, user_of_field, ALERTS_FIELD,
+    AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, NAMED, OFFSET, PARTITION, RESERVED, SALE,
+    SALE_FIELD, SEATMAP_FIELD, TOTAL, UNITS_FIELD,
+};
+use crate::keys::{self, SkuKeys};
 
 /// The script that reads a seat map; see the file.
 static UNITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/units.lua")));

@@ -1,8 +1,18 @@
 //! A SKU's state moved whole: exported and restored (snapshots), pruned of
 //! archived history (compaction), and swapped in from a rebuilt prefix.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::{Projection, ProjectionError, Stock};
+use crate::encoding::{
+    decode_stock, ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET,
+    PARTITION, RESERVED, SALE, SALE_FIELD, TOTAL, UNITS_FIELD,
+};
 use crate::encoding::{stock_field, STOCK_FIELDS};
+use crate::keys::{self, SkuKeys};
 
 /// The script that prunes archived history of one SKU; see the file.
 static COMPACT: LazyLock<Script> =
