@@ -6,7 +6,7 @@
 //! read afresh.
 
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock,
+    AdjustmentId, Command, CommandBody, CommandId, Deduct, LogFold, OrderId, Quantity, Restock,
     RestockMode, ResultCode, Rollback, Sku,
 };
 use stockledger_projection::{Entry, Projection};
@@ -97,7 +97,7 @@ async fn a_sku_restored_under_the_applier_is_decided_on_what_was_restored() -> a
     projection.restore(&snapshot).await?;
     let decided = apply(&projection, 4, &log[4]).await?;
 
-    let mut restored = Ledger::new(1);
+    let mut restored = LogFold::new(1);
     for (offset, record) in log.iter().enumerate().filter(|(o, _)| *o != 3) {
         let offset = i64::try_from(offset)?;
         let expected = restored.apply(0, offset, T0 + offset, record);
@@ -180,7 +180,7 @@ async fn a_sku_known_whole_is_decided_from_memory_as_redis_would() -> anyhow::Re
         command("W", 4, restock("a", 9)?)?,
         command("W", 5, deduct("o3", 5)?)?,
     ];
-    let mut reference = Ledger::new(1);
+    let mut reference = LogFold::new(1);
     let mut reads = Vec::new();
     for (offset, record) in log.iter().enumerate() {
         let offset = i64::try_from(offset)?;
@@ -237,7 +237,7 @@ async fn a_sku_swapped_in_under_the_applier_is_not_applied_twice() -> anyhow::Re
         command("S", 2, deduct("o2", 2)?)?,
         command("S", 3, deduct("o3", 1)?)?,
     ];
-    let mut reference = Ledger::new(1);
+    let mut reference = LogFold::new(1);
     let mut first = Vec::new();
     for (offset, record) in log.iter().enumerate() {
         let offset = i64::try_from(offset)?;
@@ -285,7 +285,7 @@ async fn a_sku_kept_before_its_partition_was_this_members_is_read_again() -> any
         command("M", 1, restock("a", 3)?)?,
         command("M", 2, deduct("o1", 1)?)?,
     ];
-    let mut reference = Ledger::new(2);
+    let mut reference = LogFold::new(2);
     // Member a owns the other partition, where a producer misrouted M's
     // first record: a reads M (nothing yet) and keeps it.
     let decided = apply_at(&a, (elsewhere, 2), 0, &log[0]).await?;

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{
-    Changes, CommandBody, Decision, Hold, Ledger, LocationStock, OrderStatus, Placement,
+    Changes, CommandBody, Decision, Hold, LocationStock, LogFold, OrderStatus, Placement,
     ResultCode, SalePhase, SkuState, StockEventKind, StockEvents, Unit,
 };
 use stockledger_projection::{keys, Entry, Projection};
@@ -113,7 +113,7 @@ async fn apply_batches<'a>(
 }
 
 /// Fails unless every SKU's state in `projection` is the machine's.
-async fn same_final_state(projection: &Projection, reference: &Ledger) -> anyhow::Result<()> {
+async fn same_final_state(projection: &Projection, reference: &LogFold) -> anyhow::Result<()> {
     for sku in SKUS {
         let actual = projection.read_sku(sku).await?;
         anyhow::ensure!(
@@ -129,7 +129,7 @@ async fn same_final_state(projection: &Projection, reference: &Ledger) -> anyhow
 /// machine's live reservations, each under its SKU's partition with its
 /// deadline: redeliveries and rewinds (a crash's aftermath) leave no hold
 /// behind and lose none.
-async fn same_holds(conn: &RedisConn, prefix: &str, reference: &Ledger) -> anyhow::Result<()> {
+async fn same_holds(conn: &RedisConn, prefix: &str, reference: &LogFold) -> anyhow::Result<()> {
     let mut expected: BTreeSet<(i32, String, i64)> = BTreeSet::new();
     for sku in SKUS {
         let Some(state) = reference.sku(sku) else {
@@ -166,7 +166,7 @@ fn the_fold_into_redis_decides_exactly_what_the_machine_alone_decides() {
         rt.block_on(async {
             let prefix = unique_prefix("differential");
             let projection = Projection::new(conn.clone(), prefix.clone());
-            let mut reference = Ledger::new(PARTITIONS);
+            let mut reference = LogFold::new(PARTITIONS);
             apply_batches(&projection, s, s.batches(), |batch, got| {
                 let expected: Vec<Decision> = batch
                     .iter()
@@ -204,7 +204,7 @@ fn two_members_folding_one_log_at_once_decide_as_one() {
                 Projection::new(conn.clone(), prefix.clone()),
                 Projection::new(conn.clone(), prefix.clone()),
             );
-            let mut reference = Ledger::new(PARTITIONS);
+            let mut reference = LogFold::new(PARTITIONS);
             let mut first: BTreeMap<usize, Decision> = BTreeMap::new();
             for &i in &s.deliveries {
                 let r = &s.log[i];
@@ -308,7 +308,7 @@ fn on_machine_alone(default_cases: u32, property: fn(&Scenario) -> anyhow::Resul
 }
 
 fn check_invariants(s: &Scenario) -> anyhow::Result<()> {
-    let mut ledger = Ledger::new(PARTITIONS);
+    let mut ledger = LogFold::new(PARTITIONS);
     // (sku, order) pairs whose rollback has been applied for the first time,
     // and those a rollback has given stock back to.
     let mut rolled_back: BTreeSet<(String, String)> = BTreeSet::new();
@@ -794,7 +794,7 @@ fn generated_logs_reach_every_decision() {
     ];
     for _ in 0..1_000 {
         let s = scenario(80).new_tree(&mut runner).unwrap().current();
-        let mut ledger = Ledger::new(PARTITIONS);
+        let mut ledger = LogFold::new(PARTITIONS);
         for &i in &s.deliveries {
             let r = &s.log[i];
             let decision = ledger.apply(r.partition, r.offset, r.timestamp, &r.command);

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use stockledger_core::codec::decode_command;
 use stockledger_core::{
-    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, Ledger, LocationId,
+    AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, Expire, LocationId, LogFold,
     OrderId, Quantity, Refund, Restock, RestockMode, Rollback, Sku, TransferId, UserId,
 };
 use stockledger_projection::{Entry, Projection};
@@ -215,7 +215,7 @@ async fn a_redis_the_lua_release_filled_is_applied_onto_correctly() -> anyhow::R
     let projection = Projection::new(conn.clone(), prefix.clone());
 
     let old = old_log(&fixture)?;
-    let mut reference = Ledger::new(partitions);
+    let mut reference = LogFold::new(partitions);
     for (partition, offset, timestamp, command) in &old {
         reference.apply(*partition, *offset, *timestamp, command);
     }
@@ -275,7 +275,7 @@ async fn a_redis_the_lua_release_filled_is_applied_onto_correctly() -> anyhow::R
     // Each record's decision is looked up where it is kept: the old ones
     // in the hash the old release wrote them to, the new ones in the
     // stock hash. Compaction prunes both.
-    let mut first = Ledger::new(partitions);
+    let mut first = LogFold::new(partitions);
     for (partition, offset, timestamp, command) in old.iter().chain(&new) {
         let decided = first.apply(*partition, *offset, *timestamp, command);
         let sku = command.sku.as_str();

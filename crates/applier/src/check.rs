@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use stockledger_core::{Decision, Ledger, SkuState};
+use stockledger_core::{Decision, LogFold, SkuState};
 use stockledger_kafka::topic::LogRecord;
 
 use crate::record::interpret;
@@ -13,7 +13,7 @@ use stockledger_projection::{Projection, ProjectionError};
 /// Folds command records of a topic with `partitions` partitions through
 /// the reference state machine, skipping those that are not valid commands
 /// (the applier dead-letters them).
-pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
+pub fn fold(records: &[LogRecord], partitions: i32) -> LogFold {
     fold_deciding(records, partitions).0
 }
 
@@ -23,8 +23,8 @@ pub fn fold(records: &[LogRecord], partitions: i32) -> Ledger {
 pub fn fold_deciding(
     records: &[LogRecord],
     partitions: i32,
-) -> (Ledger, BTreeMap<(i32, i64), Decision>) {
-    let mut ledger = Ledger::new(partitions);
+) -> (LogFold, BTreeMap<(i32, i64), Decision>) {
+    let mut ledger = LogFold::new(partitions);
     let mut decisions = BTreeMap::new();
     for record in records {
         if let Ok(command) = interpret(record.key.as_deref(), record.payload.as_deref()) {
@@ -53,7 +53,7 @@ impl fmt::Display for Mismatch {
 /// (including SKUs present on one side only).
 pub async fn compare(
     projection: &Projection,
-    reference: &Ledger,
+    reference: &LogFold,
 ) -> Result<Vec<Mismatch>, ProjectionError> {
     let mut mismatches = Vec::new();
     for (sku, expected) in &reference.skus {

@@ -39,7 +39,7 @@ pub use ids::{
     UnitId, UserId, ValidationError,
 };
 pub use machine::{
-    Changes, Hold, Ledger, LocationStock, OrderEntry, OrderStatus, Placement, SkuState, Unit,
+    Changes, Hold, LocationStock, LogFold, OrderEntry, OrderStatus, Placement, SkuState, Unit,
     UnitState,
 };
 pub use outcome::{

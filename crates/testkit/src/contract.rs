@@ -12,7 +12,7 @@ use crate::harness::Harness;
 
 impl Harness {
     /// The reference fold of the command topic as it is now.
-    pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::Ledger> {
+    pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::LogFold> {
         let records = self.read(&self.ns.topic).await?;
         let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
         Ok(stockledger_applier::check::fold(&records, partitions))

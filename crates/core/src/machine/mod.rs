@@ -616,7 +616,7 @@ impl SkuState {
 /// ```
 /// use stockledger_core::partition::home_partition;
 /// use stockledger_core::{
-///     Command, CommandBody, CommandId, Deduct, Ledger, OrderId, Quantity, Restock, RestockMode,
+///     Command, CommandBody, CommandId, Deduct, LogFold, OrderId, Quantity, Restock, RestockMode,
 ///     ResultCode, Rollback, Sku, AdjustmentId,
 /// };
 ///
@@ -627,36 +627,36 @@ impl SkuState {
 ///     body,
 /// };
 /// let order = || OrderId::new("order-42").unwrap();
-/// let mut ledger = Ledger::new(8);
+/// let mut fold = LogFold::new(8);
 /// let p = home_partition(b"SKU-1", 8);
 /// let restock = Restock::new(AdjustmentId::new("a-1")?, RestockMode::Add, 1)?;
 /// let deduct = Deduct::new(order(), Quantity::new(1)?);
 ///
 /// // A rollback before its deduct leaves a tombstone; the deduct is refused.
-/// let first = ledger.apply(p, 0, 0, &command("c0", CommandBody::Restock(restock)));
+/// let first = fold.apply(p, 0, 0, &command("c0", CommandBody::Restock(restock)));
 /// assert_eq!(first.result, ResultCode::Applied);
-/// let early = ledger.apply(p, 1, 0, &command("c1", CommandBody::Rollback(Rollback::new(order(), None)?)));
+/// let early = fold.apply(p, 1, 0, &command("c1", CommandBody::Rollback(Rollback::new(order(), None)?)));
 /// assert_eq!(early.result, ResultCode::IgnoredNoDeduction);
-/// let late = ledger.apply(p, 2, 0, &command("c2", CommandBody::Deduct(deduct)));
+/// let late = fold.apply(p, 2, 0, &command("c2", CommandBody::Deduct(deduct)));
 /// assert_eq!(late.result, ResultCode::RejectedCancelled);
-/// assert_eq!(ledger.sku("SKU-1").map(|s| s.available), Some(1));
+/// assert_eq!(fold.sku("SKU-1").map(|s| s.available), Some(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ledger {
+pub struct LogFold {
     /// The command topic's partition count, which decides each SKU's home.
     pub partitions: i32,
     pub skus: BTreeMap<String, SkuState>,
 }
 
-impl Ledger {
+impl LogFold {
     /// An empty fold of a topic with `partitions` partitions.
     ///
     /// ```
-    /// use stockledger_core::Ledger;
+    /// use stockledger_core::LogFold;
     ///
-    /// let ledger = Ledger::new(12);
-    /// assert_eq!((ledger.partitions, ledger.skus.len()), (12, 0));
+    /// let fold = LogFold::new(12);
+    /// assert_eq!((fold.partitions, fold.skus.len()), (12, 0));
     /// ```
     pub fn new(partitions: i32) -> Self {
         Self {
@@ -671,10 +671,10 @@ impl Ledger {
     ///
     /// ```
     /// use stockledger_core::partition::home_partition;
-    /// use stockledger_core::{AdjustmentId, Command, CommandBody, CommandId, Ledger, Restock};
+    /// use stockledger_core::{AdjustmentId, Command, CommandBody, CommandId, LogFold, Restock};
     /// use stockledger_core::{RestockMode, ResultCode, Sku};
     ///
-    /// let mut ledger = Ledger::new(8);
+    /// let mut fold = LogFold::new(8);
     /// let restock = Command {
     ///     command_id: CommandId::new("c-1")?,
     ///     sku: Sku::new("SKU-1")?,
@@ -683,9 +683,9 @@ impl Ledger {
     /// };
     /// let home = home_partition(b"SKU-1", 8);
     /// let elsewhere = (home + 1) % 8;
-    /// assert_eq!(ledger.apply(elsewhere, 0, 0, &restock).result, ResultCode::Misrouted);
-    /// assert!(ledger.sku("SKU-1").is_none());
-    /// assert_eq!(ledger.apply(home, 0, 0, &restock).result, ResultCode::Applied);
+    /// assert_eq!(fold.apply(elsewhere, 0, 0, &restock).result, ResultCode::Misrouted);
+    /// assert!(fold.sku("SKU-1").is_none());
+    /// assert_eq!(fold.apply(home, 0, 0, &restock).result, ResultCode::Applied);
     /// # Ok::<(), stockledger_core::ValidationError>(())
     /// ```
     pub fn apply(&mut self, partition: i32, offset: i64, time: i64, command: &Command) -> Decision {
@@ -710,9 +710,9 @@ impl Ledger {
     /// The state of `sku`, if any record of it was applied.
     ///
     /// ```
-    /// use stockledger_core::Ledger;
+    /// use stockledger_core::LogFold;
     ///
-    /// assert!(Ledger::new(8).sku("SKU-1").is_none());
+    /// assert!(LogFold::new(8).sku("SKU-1").is_none());
     /// ```
     pub fn sku(&self, sku: &str) -> Option<&SkuState> {
         self.skus.get(sku)
@@ -1079,19 +1079,19 @@ mod tests {
             occurred_at: 0,
             body: restock("a", RestockMode::Add, 5),
         };
-        let mut ledger = Ledger::new(4);
+        let mut fold = LogFold::new(4);
         let home = crate::partition::home_partition(b"SKU-1", 4);
         let away = (home + 1) % 4;
         assert_eq!(
-            ledger.apply(away, 0, T, &command("SKU-1")),
+            fold.apply(away, 0, T, &command("SKU-1")),
             misrouted(away, home)
         );
-        assert!(ledger.sku("SKU-1").is_none());
+        assert!(fold.sku("SKU-1").is_none());
         assert_eq!(
-            ledger.apply(home, 0, T, &command("SKU-1")).result,
+            fold.apply(home, 0, T, &command("SKU-1")).result,
             ResultCode::Applied
         );
-        assert_eq!(ledger.sku("SKU-1").unwrap().partition, Some(home));
+        assert_eq!(fold.sku("SKU-1").unwrap().partition, Some(home));
     }
 
     #[test]
