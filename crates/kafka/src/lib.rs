@@ -10,11 +10,14 @@
 //! - [`topic`]: reading a whole topic to its end, partitions, a group's
 //!   committed offsets.
 //! - [`lag`]: consumer lag from librdkafka's statistics.
+//! - [`names`]: the services' default consumer groups and the dead-letter
+//!   topic's headers.
 
 pub mod admin;
 pub mod config;
 pub mod group;
 pub mod lag;
+pub mod names;
 pub mod topic;
 
 pub use config::KafkaConfig;

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_core::report::Chain;
+use stockledger_kafka::names::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_kafka::topic::{committed_offsets, last_records, read_at, watermarks_of, LogError};
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;

@@ -96,7 +96,7 @@ impl std::fmt::Debug for ApplierConfig {
 }
 
 /// The appliers' consumer group unless told otherwise.
-pub const DEFAULT_GROUP: &str = "stockledger-applier";
+pub const DEFAULT_GROUP: &str = stockledger_kafka::names::APPLIER_GROUP;
 
 impl ApplierConfig {
     /// A configuration with the documented defaults for everything but the

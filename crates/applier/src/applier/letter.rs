@@ -6,14 +6,9 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use sha2::{Digest, Sha256};
 use stockledger_core::ids::MAX_ID_LEN;
 
-use super::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
-
-/// Header of a dead letter that holds a digest instead of the value: the
-/// value's SHA-256, in lower-case hex. Its absence means the dead letter
-/// carries the record's own key, value and headers.
-pub const DLQ_VALUE_SHA256_HEADER: &str = "stockledger.value-sha256";
-/// Header of a digest dead letter: the value's length in bytes, in decimal.
-pub const DLQ_VALUE_LENGTH_HEADER: &str = "stockledger.value-length";
+use stockledger_kafka::names::{
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+};
 
 /// Bytes a record costs a batch beyond its key, value and header bytes:
 /// the batch header (61 bytes) and the varints framing the record and each

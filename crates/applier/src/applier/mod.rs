@@ -37,7 +37,6 @@ mod stopped;
 
 pub use config::{ApplierConfig, DEFAULT_GROUP};
 pub use error::ApplierError;
-pub use letter::{DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER};
 pub use stopped::REPEATED_STOPS_METRIC;
 
 use batch::{applied, Applying, Item};
@@ -84,10 +83,9 @@ pub const APPLY_SECONDS_METRIC: &str = "stockledger_applier_redis_apply_seconds"
 /// [`Projection::fence_refusals`]).
 pub const FENCE_REFUSALS_METRIC: &str = "stockledger_applier_fence_refusals_total";
 
-/// Header of a dead-lettered record: why it was refused.
-pub const DLQ_REASON_HEADER: &str = "stockledger.reason";
-/// Header of a dead-lettered record: where it came from (`topic/partition@offset`).
-pub const DLQ_SOURCE_HEADER: &str = "stockledger.source";
+pub use stockledger_kafka::names::{
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+};
 
 /// Totals of one run of the applier.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -101,7 +101,7 @@ impl std::fmt::Debug for ArchiverConfig {
 }
 
 /// The archivers' consumer group unless told otherwise.
-pub const DEFAULT_GROUP: &str = "stockledger-archiver";
+pub const DEFAULT_GROUP: &str = stockledger_kafka::names::ARCHIVER_GROUP;
 
 impl ArchiverConfig {
     pub fn new(kafka: KafkaConfig, database_url: impl Into<String>) -> Self {

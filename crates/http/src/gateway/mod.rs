@@ -170,7 +170,7 @@ impl GatewayConfig {
             tls: None,
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
-            applier_group: stockledger_applier::applier::DEFAULT_GROUP.into(),
+            applier_group: stockledger_kafka::names::APPLIER_GROUP.into(),
             archiver_group: stockledger_archiver::DEFAULT_GROUP.into(),
             status_limits: stockledger_status::Limits::default(),
             cors_origins: Vec::new(),
