@@ -201,6 +201,23 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
         logged,
         "nothing was published"
     );
+    // The checks ask the machine: a refund it refuses is refused with its
+    // reason; a repeat of the total reached is harmless and is sent (the
+    // log answers DUPLICATE).
+    match checked
+        .refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(3)))
+        .await
+    {
+        Err(ProducerError::Invalid(v)) => assert!(
+            v.to_string().contains("more than the 2 units bought"),
+            "{v}"
+        ),
+        other => panic!("expected the machine's refusal, got {other:?}"),
+    }
+    let repeat = checked
+        .refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(1)))
+        .await?;
+    assert_eq!(decided(&reader, repeat).await?.result, ResultCode::Duplicate);
 
     // The log alone decides: its reference fold (expire records and their
     // timestamps included) is what Redis holds.

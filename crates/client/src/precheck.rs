@@ -2,16 +2,18 @@
 //! they are sent.
 //!
 //! A confirm or refund of an order the ledger has never seen, or a refund
-//! of more units than the order bought, would be appended only to be
-//! refused (`REJECTED_NOT_RESERVED`, `REJECTED_NOT_SOLD`,
-//! `REJECTED_REFUND`). With [`OrderChecks`] given to the producer
+//! of a sale that the machine refuses (`machine::judge_refund`: more units
+//! than the order bought, a named-unit order not refunded whole, a total
+//! below what is refunded already), would be appended only to be refused
+//! (`REJECTED_NOT_RESERVED`, `REJECTED_NOT_SOLD`, `REJECTED_REFUND`). With [`OrderChecks`] given to the producer
 //! ([`crate::LedgerProducer::with_order_checks`]) they are refused before
 //! publishing instead, as [`crate::ProducerError::Invalid`] naming the
 //! field. The projection may be behind the log (a reservation sent a
 //! moment ago may not be applied yet), so only what the projection shows
 //! to be wrong is refused; everything else is sent and the log decides.
 
-use stockledger_core::{Command, CommandBody, OrderStatus, ValidationError};
+use stockledger_core::machine::judge_refund;
+use stockledger_core::{Command, CommandBody, OrderStatus, ResultCode, ValidationError};
 use stockledger_projection::{Projection, ProjectionError};
 
 /// Reads an order's state before a confirm or refund of it is sent.
@@ -107,15 +109,18 @@ impl OrderChecks {
                 format!("the ledger has no {what} of {sku} for order {order_id}"),
             )));
         };
-        if let Some(Some(total)) = refund_total {
-            if entry.status == OrderStatus::Confirmed && total.get() > entry.quantity {
-                return Ok(Err(ValidationError::new(
-                    "quantity",
-                    format!(
-                        "refund total {total} is more than the {} units order {order_id} bought",
-                        entry.quantity
-                    ),
-                )));
+        // A sale's bought units and named units do not change, and its
+        // refunded total only grows, so what the machine refuses of a
+        // refund of it now it refuses however far behind the projection
+        // is. A repeat (`DUPLICATE`) is harmless, and is sent.
+        if let Some(total) = refund_total {
+            if entry.status == OrderStatus::Confirmed {
+                if let Err((ResultCode::RejectedRefund, reason)) = judge_refund(&entry, total) {
+                    return Ok(Err(ValidationError::new(
+                        "quantity",
+                        format!("order {order_id}: {reason}"),
+                    )));
+                }
             }
         }
         Ok(Ok(()))

@@ -33,6 +33,7 @@ mod sale;
 
 use changes::Before;
 pub use changes::{Changes, Hold};
+pub use rules::judge_refund;
 
 /// Where one order of one SKU stands.
 ///

@@ -7,7 +7,7 @@ use crate::command::{
     check_deadline, Confirm, Deduct, Expire, Limit, Refund, Restock, RestockMode, Rollback,
     Transfer,
 };
-use crate::ids::{LocationId, MAX_STOCK};
+use crate::ids::{LocationId, Quantity, MAX_STOCK};
 use crate::outcome::{Decision, ResultCode};
 
 impl SkuState {
@@ -301,28 +301,10 @@ impl SkuState {
             }
             None => return self.refuse(ResultCode::RejectedNotSold, "no sale for this order"),
         };
-        let (bought, refunded) = (entry.quantity, entry.refunded);
-        let target = r.quantity.map_or(bought, |q| q.get());
-        if target > bought {
-            let reason = format!("refund total {target} is more than the {bought} units bought");
-            return self.refuse(ResultCode::RejectedRefund, reason);
-        }
-        if !entry.units.is_empty() && target != bought {
-            let reason =
-                format!("an order of named units is refunded whole ({bought} units), not {target}");
-            return self.refuse(ResultCode::RejectedRefund, reason);
-        }
-        if target < refunded {
-            let reason = format!(
-                "{refunded} units are already refunded; a refund total cannot go down to {target}"
-            );
-            return self.refuse(ResultCode::RejectedRefund, reason);
-        }
-        if target == refunded {
-            let reason = format!("order already refunded {refunded}");
-            return self.refuse(ResultCode::Duplicate, reason);
-        }
-        let units = target - refunded;
+        let (target, units) = match judge_refund(entry, r.quantity) {
+            Ok(refunded) => refunded,
+            Err((result, reason)) => return self.refuse(result, reason),
+        };
         let user = entry.user.clone();
         let named = entry.units.clone();
         let at = entry.location.clone();
@@ -531,4 +513,51 @@ impl SkuState {
             .insert(t.transfer_id.as_str().to_owned(), offset);
         self.decide_at(ResultCode::Applied, 0, None, Some(from.to_owned()))
     }
+}
+
+/// The machine's judgement of a refund of `entry`, an order that sold
+/// (confirmed), to `total` units refunded in all (`None`: every unit it
+/// bought): the new total and the units it gives back, or its refusal
+/// (`REJECTED_REFUND`, or `DUPLICATE` for a total already reached) and
+/// why. Every refund the machine decides is judged by it; a client that
+/// checks a refund before sending it asks it too, rather than repeating it.
+///
+/// ```
+/// use stockledger_core::machine::judge_refund;
+/// use stockledger_core::{OrderEntry, OrderStatus, Quantity, ResultCode};
+///
+/// let sold = OrderEntry {
+///     status: OrderStatus::Confirmed, quantity: 4, offset: 7, user: None,
+///     expires_at: None, refunded: 1, units: Vec::new(), location: None,
+/// };
+/// assert_eq!(judge_refund(&sold, Quantity::new(3).ok()), Ok((3, 2)));
+/// let (result, _) = judge_refund(&sold, Quantity::new(5).ok()).unwrap_err();
+/// assert_eq!(result, ResultCode::RejectedRefund);
+/// ```
+pub fn judge_refund(
+    entry: &OrderEntry,
+    total: Option<Quantity>,
+) -> Result<(i64, i64), (ResultCode, String)> {
+    let (bought, refunded) = (entry.quantity, entry.refunded);
+    let target = total.map_or(bought, Quantity::get);
+    if target > bought {
+        let reason = format!("refund total {target} is more than the {bought} units bought");
+        return Err((ResultCode::RejectedRefund, reason));
+    }
+    if !entry.units.is_empty() && target != bought {
+        let reason =
+            format!("an order of named units is refunded whole ({bought} units), not {target}");
+        return Err((ResultCode::RejectedRefund, reason));
+    }
+    if target < refunded {
+        let reason = format!(
+            "{refunded} units are already refunded; a refund total cannot go down to {target}"
+        );
+        return Err((ResultCode::RejectedRefund, reason));
+    }
+    if target == refunded {
+        let reason = format!("order already refunded {refunded}");
+        return Err((ResultCode::Duplicate, reason));
+    }
+    Ok((target, target - refunded))
 }
