@@ -217,7 +217,10 @@ async fn an_idle_skus_hold_expires_by_the_log_while_limits_and_refunds_hold() ->
     let repeat = checked
         .refund(&ids::sku("SKU-R"), &ids::order("c"), Some(ids::qty(1)))
         .await?;
-    assert_eq!(decided(&reader, repeat).await?.result, ResultCode::Duplicate);
+    assert_eq!(
+        decided(&reader, repeat).await?.result,
+        ResultCode::Duplicate
+    );
 
     // The log alone decides: its reference fold (expire records and their
     // timestamps included) is what Redis holds.
