@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use stockledger_analysts::query::{history, HistoryOf};
-use stockledger_applier::replay::replay;
 use stockledger_client::basket::{self, BasketAnswer, BasketHold, BasketStatus, Line, LineState};
 use stockledger_client::{Ledger, Receipt, RedisDecisions};
 use stockledger_core::partition::home_partition;
 use stockledger_core::{BasketId, Decision, OrderStatus, Quantity, RestockMode, ResultCode, Sku};
+use stockledger_maintenance::replay::replay;
 use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::ids;
 use stockledger_testkit::{wait_until, Harness};

@@ -1,11 +1,11 @@
-//! The contract check (`stockledger_applier::check::compare`) that the
+//! The contract check (`stockledger_maintenance::check::compare`) that the
 //! harness, the demo, the bench and every fault test rely on: each field of
 //! a SKU's state that Redis gets wrong is named, not only stock and orders:
 //! units, locations and the low-stock threshold too.
 
 use redis::AsyncCommands;
-use stockledger_applier::check;
 use stockledger_core::RestockMode;
+use stockledger_maintenance::check;
 use stockledger_projection::encoding::{
     ALERTS_FIELD, AVAILABLE, LIMIT, LOCATED, LOCATIONS_FIELD, LOW, NAMED, OFFSET, PARTITION,
     RESERVED, SEATMAP_FIELD, TOTAL, UNIT_FIELD_PREFIX, USER_FIELD_PREFIX,

@@ -4,8 +4,6 @@
 
 use std::future::pending;
 
-use stockledger_applier::applier::DLQ_REASON_HEADER;
-use stockledger_applier::replay::replay;
 use stockledger_client::RedisDecisions;
 use stockledger_core::codec;
 use stockledger_core::ids::MAX_ID_LEN;
@@ -13,7 +11,9 @@ use stockledger_core::{
     Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
 };
 use stockledger_kafka::admin::{create_topics, TopicSpec};
+use stockledger_kafka::names::DLQ_REASON_HEADER;
 use stockledger_maintenance::reconcile::reconcile;
+use stockledger_maintenance::replay::replay;
 use stockledger_maintenance::snapshot;
 use stockledger_projection::keys::SkuKeys;
 use stockledger_projection::Projection;

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::pending;
 
 use stockledger_analysts::query::{self, HistoryOf};
-use stockledger_applier::replay::replay;
 use stockledger_core::{Decision, ResultCode, SkuState, StockEventKind, StockEvents};
 use stockledger_maintenance::reconcile::reconcile;
+use stockledger_maintenance::replay::replay;
 use stockledger_maintenance::snapshot;
 use stockledger_projection::encoding::{decode_order, user_of_field};
 use stockledger_projection::Projection;

@@ -2,10 +2,10 @@
 
 use std::future::pending;
 
-use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_client::Ledger;
 use stockledger_core::RestockMode;
 use stockledger_kafka::topic::{committed_offsets, record_count};
+use stockledger_maintenance::replay::{replay, ReplayConfig};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};

@@ -6,9 +6,9 @@ use std::future::pending;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::try_join_all;
-use stockledger_applier::replay::{replay, ReplayConfig};
 use stockledger_core::codec::decode_command;
 use stockledger_core::{ChangeId, CommandBody, RestockMode, ResultCode};
+use stockledger_maintenance::replay::{replay, ReplayConfig};
 use stockledger_projection::Projection;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{ids, Harness};

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stockledger_analysts::query::{history, HistoryOf};
-use stockledger_applier::replay::replay;
 use stockledger_client::{Receipt, RedisDecisions};
 use stockledger_core::{
     codec, AdjustmentId, CommandBody, Confirm, Decision, Deduct, Expire, OrderId, Restock,
     ResultCode, Rollback, Sku, Unit,
 };
+use stockledger_maintenance::replay::replay;
 use stockledger_runtime::clock::now_ms;
 use stockledger_testkit::{wait_until, Harness};
 

@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::future::pending;
 
 use stockledger_analysts::query::{self, HistoryOf};
-use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
-use stockledger_applier::replay::replay;
 use stockledger_client::RedisDecisions;
 use stockledger_core::codec;
 use stockledger_core::partition::home_partition;
@@ -15,8 +13,10 @@ use stockledger_core::schema::{self, Subject};
 use stockledger_core::{
     Command, CommandBody, CommandId, Deduct, OrderId, Quantity, RestockMode, Sku,
 };
+use stockledger_kafka::names::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_kafka::topic::LogRecord;
 use stockledger_maintenance::reconcile::reconcile;
+use stockledger_maintenance::replay::replay;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::ids;
 use stockledger_testkit::redis_dump::{delete_prefix, dump_prefix};

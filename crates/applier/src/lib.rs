@@ -1,5 +1,4 @@
-//! The ordered applier, replay, and the checks of the Redis projection
-//! (`stockledger-projection`) against the log.
+//! The ordered applier and the services that append to the log beside it.
 //!
 //! - [`applier`]: the consumer-group member that turns the command log into
 //!   decisions: batches per partition decided with the core's machine and
@@ -9,23 +8,17 @@
 //!   reservation past its deadline, so the log decides every expiry.
 //! - [`baskets`]: the settler, which refunds the sold lines of a basket
 //!   left partly sold past its deadline, so no basket stays partly sold.
-//! - [`check`]: the reference fold of the command log, and comparing the
-//!   projection with it.
-//! - [`record`]: what a command-topic record means (command or refusal).
-//! - [`replay`]: rebuilding a prefix from the log and swapping it in.
-//! - [`repartition`]: copying the log into a topic with another partition
-//!   count, each record on its SKU's new home partition.
-//! - [`redrive`]: sending dead letters back to the command topic once they
-//!   are commands the applier would decide, each once.
+//! - [`deliveries`]: the applier's producer, its delivery reports counted
+//!   a batch at a time, so a batch's offsets wait for its acknowledgements.
+//!
+//! What a command-topic record means is the core's
+//! (`stockledger_core::record`); rebuilding the projection from the log,
+//! repartitioning it, re-driving dead letters and checking the projection
+//! against the log are operator tools (`stockledger-maintenance`).
 
 pub mod applier;
 pub mod baskets;
-pub mod check;
 pub mod deliveries;
 pub mod expiry;
-pub mod record;
-pub mod redrive;
-pub mod repartition;
-pub mod replay;
 
 pub use applier::{run, ApplierConfig, ApplierError, ApplierStats};

@@ -14,7 +14,7 @@
 
 pub mod archiver;
 
-pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats, DEFAULT_GROUP};
+pub use archiver::{run, ArchiverConfig, ArchiverError, ArchiverStats};
 
 /// The archive's migrations; this crate owns the schema.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

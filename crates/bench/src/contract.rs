@@ -27,9 +27,9 @@ pub(crate) async fn projection_differs(
     let within = Duration::from_secs(60 + 60 * log_records / 1_000_000);
     let log = stockledger_kafka::topic::read_topic(&kafka, topic, within).await?;
     let partitions = stockledger_kafka::topic::partition_count(&kafka, topic).await?;
-    let reference = stockledger_applier::check::fold(&log, partitions);
+    let reference = stockledger_maintenance::check::fold(&log, partitions);
     let projection = stockledger_projection::Projection::connect(&g.redis_url, prefix).await?;
-    let mismatches = stockledger_applier::check::compare(&projection, &reference).await?;
+    let mismatches = stockledger_maintenance::check::compare(&projection, &reference).await?;
     Ok(mismatches.first().map(|first| {
         format!(
             "Redis differs from the fold of the log in {} SKUs (first {first})",

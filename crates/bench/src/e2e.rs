@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
 use stockledger_client::decisions::{DecisionSource, TopicDecisions};
 use stockledger_client::RedisDecisions;
+use stockledger_maintenance::replay::ReplayConfig;
 use stockledger_testkit::ids;
 
 use anyhow::Context;
@@ -275,7 +275,7 @@ pub(crate) async fn replay(
     let started = Instant::now();
     let machine = cpu::MachineCpu::now();
     let report =
-        stockledger_applier::replay::replay(config, std::future::pending(), |_| {}).await?;
+        stockledger_maintenance::replay::replay(config, std::future::pending(), |_| {}).await?;
     let (seconds, machine_cpu) = (started.elapsed().as_secs_f64(), machine.since());
     let cpu = cpu.per_record(&redis, report.records).await?;
     Ok(Measurement {

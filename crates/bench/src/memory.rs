@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
-use stockledger_applier::replay::ReplayConfig;
 use stockledger_cli::Global;
+use stockledger_maintenance::replay::ReplayConfig;
 
 use crate::contract::contract_differs;
 use crate::pipeline::{peak_rss, publish_and_wait, with_processes, Pipeline};
@@ -120,7 +120,7 @@ pub(crate) async fn scale(
     let config = ReplayConfig::new(g.kafka(), g.redis_url.clone(), topic, target);
     let log = records + skus as u64;
     let mut passed: Vec<(u64, f64)> = Vec::new();
-    let report = stockledger_applier::replay::replay(config, std::future::pending(), |p| {
+    let report = stockledger_maintenance::replay::replay(config, std::future::pending(), |p| {
         for step in steps {
             if p.records >= step && !passed.iter().any(|&(s, _)| s == step) {
                 passed.push((step, p.elapsed.as_secs_f64()));

@@ -4,12 +4,12 @@
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use stockledger_cli::demo::seat_name;
 use stockledger_cli::Global;
 use stockledger_core::{
     AdjustmentId, Command, CommandBody, CommandId, Confirm, Deduct, OrderId, Restock, ResultCode,
     Sku,
 };
+use stockledger_demo::seat_name;
 use stockledger_projection::{Entry, Projection};
 
 use crate::Measurement;

@@ -1,10 +1,8 @@
 //! The `stockledger` command line: [`Cli`] parses the flags (each with an
 //! environment variable) and the subcommand, [`run`] hands it to its module
 //! in [`commands`] (one per subcommand: parse, call a library, print).
-//! [`demo`] is the flash sale the demo runs, for the tests to run too.
 
 pub mod commands;
-pub mod demo;
 pub mod exit;
 pub mod progress;
 pub mod secrets;

@@ -15,13 +15,13 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
-use stockledger_applier::applier::{
-    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
-};
 use stockledger_core::codec::{self, MAX_PAYLOAD_LEN};
 use stockledger_core::ids::MAX_TIMESTAMP_MS;
 use stockledger_core::{LogPosition, Outcome};
 use stockledger_kafka::admin::DEFAULT_MAX_MESSAGE_BYTES;
+use stockledger_kafka::names::{
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+};
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::{ids, poison, wait_until, Harness};
 

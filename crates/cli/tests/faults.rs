@@ -690,7 +690,7 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
     let traceparent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let theirs: [(&str, &[u8]); 2] = [
         ("traceparent", traceparent),
-        (stockledger_applier::applier::DLQ_REASON_HEADER, b"stale"),
+        (stockledger_kafka::names::DLQ_REASON_HEADER, b"stale"),
     ];
     for (i, payload) in poisons.iter().enumerate() {
         let headers: &[(&str, &[u8])] = if i == tagged { &theirs } else { &[] };
@@ -720,8 +720,8 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
         names,
         [
             "traceparent",
-            stockledger_applier::applier::DLQ_REASON_HEADER,
-            stockledger_applier::applier::DLQ_SOURCE_HEADER
+            stockledger_kafka::names::DLQ_REASON_HEADER,
+            stockledger_kafka::names::DLQ_SOURCE_HEADER
         ],
         "{:?}",
         first.headers
@@ -733,7 +733,7 @@ async fn poison_records_are_dead_lettered_with_their_reason_and_the_rest_applies
         .map(|r| {
             r.headers
                 .iter()
-                .find(|(k, _)| k == stockledger_applier::applier::DLQ_REASON_HEADER)
+                .find(|(k, _)| k == stockledger_kafka::names::DLQ_REASON_HEADER)
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
                 .unwrap_or_default()
         })

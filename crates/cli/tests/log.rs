@@ -9,10 +9,11 @@ mod common;
 use std::collections::HashMap;
 
 use common::{spawn, stockledger, terminate};
-use stockledger_applier::{check, ApplierError};
+use stockledger_applier::ApplierError;
 use stockledger_kafka::admin::{create_topics, topic_config, TopicSpec};
 use stockledger_kafka::topic::{committed_offsets, partition_count, LogRecord};
 use stockledger_kafka::KafkaConfig;
+use stockledger_maintenance::check;
 use stockledger_projection::Projection;
 use stockledger_testkit::harness::CATCH_UP;
 use stockledger_testkit::services::{tansu_binary, Broker};

@@ -13,6 +13,8 @@
 //!   record with [`machine::SkuState::apply`].
 //! - [`partition`]: which partition a SKU's commands belong on (the
 //!   Java clients' murmur2 partitioner).
+//! - [`record`]: what a command-topic record means: its command, or why it
+//!   is none (its key must be the command's SKU).
 //! - [`schema`]: the released schema versions (`schemas/history/`) and
 //!   their fingerprints by the Avro specification's canonical form.
 //! - [`codec`]: Avro single-object encoding of commands and outcomes: the
@@ -25,6 +27,7 @@ pub mod ids;
 pub mod machine;
 pub mod outcome;
 pub mod partition;
+pub mod record;
 pub mod report;
 pub mod schema;
 pub mod trace;

@@ -15,13 +15,14 @@ impl Harness {
     pub async fn fold_log(&self) -> anyhow::Result<stockledger_core::LogFold> {
         let records = self.read(&self.ns.topic).await?;
         let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
-        Ok(stockledger_applier::check::fold(&records, partitions))
+        Ok(stockledger_maintenance::check::fold(&records, partitions))
     }
 
     /// Fails unless Redis holds exactly the reference fold of the log.
     pub async fn assert_projection_matches_log(&self) -> anyhow::Result<()> {
         let reference = self.fold_log().await?;
-        let mismatches = stockledger_applier::check::compare(&self.projection, &reference).await?;
+        let mismatches =
+            stockledger_maintenance::check::compare(&self.projection, &reference).await?;
         anyhow::ensure!(
             mismatches.is_empty(),
             "Redis differs from the reference fold of the log: {mismatches:#?}"
@@ -166,7 +167,7 @@ impl Harness {
 
     async fn differences_in(&self, log: &[LogRecord]) -> anyhow::Result<Differences> {
         let partitions = topic::partition_count(&self.kafka, &self.ns.topic).await?;
-        let (_, decided) = stockledger_applier::check::fold_deciding(log, partitions);
+        let (_, decided) = stockledger_maintenance::check::fold_deciding(log, partitions);
         let mut differences = Differences {
             sold_out_crossings: decided
                 .values()

@@ -8,7 +8,6 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
-use stockledger_applier::replay::{ReplayConfig, SwapConfig};
 use stockledger_applier::{ApplierConfig, ApplierStats};
 use stockledger_archiver::{ArchiverConfig, ArchiverStats};
 use stockledger_client::{KafkaConfig, Ledger, LedgerBuilder};
@@ -17,6 +16,7 @@ use stockledger_kafka::admin::{
 };
 use stockledger_kafka::config::CONTRACT_SETTINGS;
 use stockledger_kafka::topic::{self, LogRecord};
+use stockledger_maintenance::replay::{ReplayConfig, SwapConfig};
 use stockledger_projection::Projection;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -14,7 +14,7 @@ use stockledger_runtime::retry;
 use tokio::task::{JoinError, JoinHandle};
 use tracing::{debug, warn};
 
-use crate::record::{interpret, key_text};
+use stockledger_core::record::{interpret, key_text};
 use stockledger_projection::{Entry, Prepared, ProjectionError};
 
 use super::hops::Pending;

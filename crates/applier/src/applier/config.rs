@@ -95,9 +95,6 @@ impl std::fmt::Debug for ApplierConfig {
     }
 }
 
-/// The appliers' consumer group unless told otherwise.
-pub const DEFAULT_GROUP: &str = stockledger_kafka::names::APPLIER_GROUP;
-
 impl ApplierConfig {
     /// A configuration with the documented defaults for everything but the
     /// connections.
@@ -111,7 +108,7 @@ impl ApplierConfig {
             dlq_topic: "stock.ledger.dlq".into(),
             events_topic: None,
             stock_events: true,
-            group_id: DEFAULT_GROUP.into(),
+            group_id: stockledger_kafka::names::APPLIER_GROUP.into(),
             instance_id: Some(default_instance_id()),
             allow_finite_retention: false,
             batch_size: 10_000,

@@ -35,7 +35,7 @@ mod publish;
 mod start;
 mod stopped;
 
-pub use config::{ApplierConfig, DEFAULT_GROUP};
+pub use config::ApplierConfig;
 pub use error::ApplierError;
 pub use stopped::REPEATED_STOPS_METRIC;
 
@@ -82,10 +82,6 @@ pub const APPLY_SECONDS_METRIC: &str = "stockledger_applier_redis_apply_seconds"
 /// Counter: writes the fence refused (see
 /// [`Projection::fence_refusals`]).
 pub const FENCE_REFUSALS_METRIC: &str = "stockledger_applier_fence_refusals_total";
-
-pub use stockledger_kafka::names::{
-    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
-};
 
 /// Totals of one run of the applier.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

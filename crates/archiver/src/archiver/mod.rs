@@ -100,16 +100,13 @@ impl std::fmt::Debug for ArchiverConfig {
     }
 }
 
-/// The archivers' consumer group unless told otherwise.
-pub const DEFAULT_GROUP: &str = stockledger_kafka::names::ARCHIVER_GROUP;
-
 impl ArchiverConfig {
     pub fn new(kafka: KafkaConfig, database_url: impl Into<String>) -> Self {
         Self {
             kafka,
             database_url: database_url.into(),
             outcomes_topic: "stock.ledger.outcomes".into(),
-            group_id: DEFAULT_GROUP.into(),
+            group_id: stockledger_kafka::names::ARCHIVER_GROUP.into(),
             instance_id: Some(default_instance_id()),
             page_size: 5000,
             page_wait: Duration::from_millis(100),

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(
         long,
         env = "STOCKLEDGER_APPLIER_GROUP",
-        default_value = stockledger_applier::applier::DEFAULT_GROUP
+        default_value = stockledger_kafka::names::APPLIER_GROUP
     )]
     pub group: String,
     #[command(flatten)]

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(
         long,
         env = "STOCKLEDGER_ARCHIVER_GROUP",
-        default_value = stockledger_archiver::DEFAULT_GROUP
+        default_value = stockledger_kafka::names::ARCHIVER_GROUP
     )]
     pub group: String,
     #[command(flatten)]

@@ -8,9 +8,9 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Subcommand};
 use serde_json::{json, Value};
 use stockledger_analysts::query::format_instant;
-use stockledger_applier::applier::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
-use stockledger_applier::redrive::{self, RedriveConfig, Verdict};
+use stockledger_kafka::names::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
 use stockledger_kafka::topic::{read_at, read_topic, LogRecord};
+use stockledger_maintenance::redrive::{self, RedriveConfig, Verdict};
 use stockledger_projection::Projection;
 
 use super::table::{self, Format};

@@ -48,7 +48,7 @@ pub struct ApplierGroup {
     #[arg(
         long,
         env = "STOCKLEDGER_APPLIER_GROUP",
-        default_value = stockledger_applier::applier::DEFAULT_GROUP
+        default_value = stockledger_kafka::names::APPLIER_GROUP
     )]
     pub applier_group: String,
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
-use stockledger_applier::repartition::{repartition, RepartitionConfig};
+use stockledger_maintenance::repartition::{repartition, RepartitionConfig};
 
 use super::table::Style;
 use crate::exit::Exit;

@@ -55,7 +55,7 @@ pub struct Args {
 }
 
 pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    use stockledger_applier::replay::{ReplayConfig, SwapConfig};
+    use stockledger_maintenance::replay::{ReplayConfig, SwapConfig};
 
     let target = args.into.unwrap_or_else(|| format!("{}:rebuild", g.prefix));
     let mut config = ReplayConfig::new(
@@ -81,7 +81,7 @@ pub async fn run(g: &Global, args: Args) -> anyhow::Result<ExitCode> {
         config.require_empty_target = false;
     }
     let mut progress = Progress::new(format!("replay into {target}"), "records", None);
-    let report = stockledger_applier::replay::replay(config, shutdown_signal(), |p| {
+    let report = stockledger_maintenance::replay::replay(config, shutdown_signal(), |p| {
         progress.set_total(p.records + p.lag.max(0) as u64);
         progress.set(p.records);
         if p.caught_up {

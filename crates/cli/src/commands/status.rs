@@ -45,7 +45,7 @@ pub struct Groups {
     #[arg(
         long,
         env = "STOCKLEDGER_ARCHIVER_GROUP",
-        default_value = stockledger_archiver::DEFAULT_GROUP
+        default_value = stockledger_kafka::names::ARCHIVER_GROUP
     )]
     pub archiver_group: String,
 }

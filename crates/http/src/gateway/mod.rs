@@ -171,7 +171,7 @@ impl GatewayConfig {
             outcomes_topic: "stock.ledger.outcomes".into(),
             dlq_topic: "stock.ledger.dlq".into(),
             applier_group: stockledger_kafka::names::APPLIER_GROUP.into(),
-            archiver_group: stockledger_archiver::DEFAULT_GROUP.into(),
+            archiver_group: stockledger_kafka::names::ARCHIVER_GROUP.into(),
             status_limits: stockledger_status::Limits::default(),
             cors_origins: Vec::new(),
         }

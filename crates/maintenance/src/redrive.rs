@@ -21,16 +21,14 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use stockledger_core::partition::home_partition;
-use stockledger_core::LogPosition;
+use stockledger_core::{record, LogPosition};
 use stockledger_kafka::config::CONTRACT_SETTINGS;
+use stockledger_kafka::names::{
+    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
+};
 use stockledger_kafka::topic::{partition_count, LogError, LogRecord};
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::{Projection, ProjectionError};
-
-use crate::applier::{
-    DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_VALUE_LENGTH_HEADER, DLQ_VALUE_SHA256_HEADER,
-};
-use crate::record;
 
 /// The header a re-driven record carries: the dead letter it was copied
 /// from, as `topic/partition@offset`.

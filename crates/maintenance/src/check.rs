@@ -7,7 +7,7 @@ use std::fmt;
 use stockledger_core::{Decision, LogFold, SkuState};
 use stockledger_kafka::topic::LogRecord;
 
-use crate::record::interpret;
+use stockledger_core::record::interpret;
 use stockledger_projection::{Projection, ProjectionError};
 
 /// Folds command records of a topic with `partitions` partitions through

@@ -2,7 +2,7 @@
 //! pipeline: the contract's checks pass, and they fail on a broken state.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stockledger_cli::demo::{self, Workload, HOT_SKU};
+use stockledger_demo::{self as demo, Workload, HOT_SKU};
 
 use stockledger_core::{
     AdjustmentId, ChangeId, CommandBody, OrderStatus, Restock, RestockMode, Sku,

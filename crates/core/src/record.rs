@@ -1,9 +1,9 @@
 //! Turning a Kafka record of the command topic into a command, or into the
 //! reason it is not one.
 
-use stockledger_core::codec;
-use stockledger_core::ids::MAX_ID_LEN;
-use stockledger_core::Command;
+use crate::codec;
+use crate::ids::MAX_ID_LEN;
+use crate::Command;
 
 /// Decodes `payload` and checks that the record key is the command's SKU
 /// (the key decides the partition, so a mismatch would break per-SKU order).

@@ -27,7 +27,7 @@ use stockledger_kafka::config::{FETCH_QUEUE_BACKOFF_MS, READ_TO_END_FETCH_WAIT_M
 use stockledger_kafka::KafkaConfig;
 use tracing::{debug, info, info_span, Instrument};
 
-use crate::record::interpret;
+use stockledger_core::record::interpret;
 use stockledger_kafka::lag::LagContext;
 use stockledger_kafka::topic::{partitions_of, watermarks};
 use stockledger_projection::{Entry, Projection, ProjectionError};
