@@ -6,7 +6,9 @@
 //! settles it: the fold keeps every basket among the open ones, scored by
 //! its holds' deadline ([`keys::open_baskets_key`]). Past the deadline
 //! each line is sold or given back, or about to be (its expire is on the
-//! way). About once a second the settler reads each due basket's lines:
+//! way). About once a second the settler reads each due basket's lines
+//! and asks the core's judge of baskets
+//! ([`stockledger_core::basket::settlement`]):
 //!
 //! - a line still held, or in the log and not decided: not settled yet,
 //!   looked at again after [`RECHECK_MS`];
@@ -30,10 +32,9 @@ use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use stockledger_core::codec;
 
 use crate::deliveries::{Reports, UNTRACKED};
+use stockledger_core::basket::{settlement, LineStanding, Settlement};
 use stockledger_core::report::Chain;
-use stockledger_core::{
-    Command, CommandBody, CommandId, OrderEntry, OrderId, OrderStatus, Refund, Sku,
-};
+use stockledger_core::{Command, CommandBody, CommandId, OrderId, Refund, Sku};
 use stockledger_projection::{Projection, ProjectionError};
 use tracing::{debug, warn};
 
@@ -48,77 +49,6 @@ const PAGE: usize = 200;
 
 /// Counter: refunds the settler appended for lines of baskets partly sold.
 pub const REFUNDS_METRIC: &str = "stockledger_applier_basket_refunds_sent_total";
-
-/// Where a due basket stands, from its lines.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// A line is still held, or not decided yet.
-    Open,
-    /// Every line sold, or none.
-    Settled,
-    /// Some lines sold and others given back: these (indexes into the
-    /// lines) are to be refunded.
-    Undo(Vec<usize>),
-}
-
-/// One line as the settler sees it: its order on its SKU, if any, and
-/// whether its record was decided (a line refused leaves no order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineSeen {
-    pub order: Option<OrderEntry>,
-    pub decided: bool,
-}
-
-/// The verdict on a due basket whose lines are `lines`.
-///
-/// ```
-/// use stockledger_applier::baskets::{verdict, LineSeen, Verdict};
-/// use stockledger_core::{OrderEntry, OrderStatus};
-///
-/// let line = |status| LineSeen {
-///     order: Some(OrderEntry {
-///         status,
-///         quantity: 1,
-///         offset: 0,
-///         user: None,
-///         expires_at: Some(10),
-///         refunded: 0,
-///         units: Vec::new(),
-///         location: None,
-///     }),
-///     decided: true,
-/// };
-/// let sold_and_expired = [line(OrderStatus::Confirmed), line(OrderStatus::Expired)];
-/// assert_eq!(verdict(&sold_and_expired), Verdict::Undo(vec![0]));
-/// assert_eq!(verdict(&[line(OrderStatus::Reserved)]), Verdict::Open);
-/// ```
-pub fn verdict(lines: &[LineSeen]) -> Verdict {
-    let mut sold = Vec::new();
-    let mut given_back = false;
-    for (i, line) in lines.iter().enumerate() {
-        match &line.order {
-            None if !line.decided => return Verdict::Open,
-            None => given_back = true,
-            Some(o) => match o.status {
-                OrderStatus::Reserved => return Verdict::Open,
-                OrderStatus::Confirmed | OrderStatus::Deducted if o.live_units() > 0 => {
-                    sold.push(i)
-                }
-                // Sold, then refunded: not a line the basket failed to get
-                // (an operator may refund a line of a basket sold whole).
-                OrderStatus::Confirmed | OrderStatus::Deducted => {}
-                OrderStatus::RolledBack | OrderStatus::Cancelled | OrderStatus::Expired => {
-                    given_back = true
-                }
-            },
-        }
-    }
-    if given_back && !sold.is_empty() {
-        Verdict::Undo(sold)
-    } else {
-        Verdict::Settled
-    }
-}
 
 /// The refund of everything `order` bought of `sku`, stamped `now`; its
 /// command id names the partition, the instant and `seq`.
@@ -156,17 +86,13 @@ pub async fn settle_due(
     let (mut settled, mut open, mut refunds) = (Vec::new(), Vec::new(), 0);
     for basket in due {
         let lines = projection.basket(&basket).await?;
-        let seen: Vec<LineSeen> = lines
-            .iter()
-            .map(|l| LineSeen {
-                order: l.order.clone(),
-                decided: l.order.is_some() || l.refusal.is_some(),
-            })
+        let seen: Vec<LineStanding> = (lines.iter())
+            .map(|l| LineStanding::of(l.order.as_ref(), l.refusal.is_some()))
             .collect();
-        match verdict(&seen) {
-            Verdict::Settled => settled.push(basket),
-            Verdict::Open => open.push(basket),
-            Verdict::Undo(sold) => {
+        match settlement(&seen) {
+            Settlement::Settled => settled.push(basket),
+            Settlement::Wait => open.push(basket),
+            Settlement::Undo(sold) => {
                 for i in sold {
                     let line = &lines[i];
                     if send_refund(
@@ -234,55 +160,6 @@ fn send_refund(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line(status: OrderStatus, refunded: i64) -> LineSeen {
-        LineSeen {
-            order: Some(OrderEntry {
-                status,
-                quantity: 2,
-                offset: 0,
-                user: None,
-                expires_at: Some(10),
-                refunded,
-                units: Vec::new(),
-                location: None,
-            }),
-            decided: true,
-        }
-    }
-
-    const REFUSED: LineSeen = LineSeen {
-        order: None,
-        decided: true,
-    };
-    const PENDING: LineSeen = LineSeen {
-        order: None,
-        decided: false,
-    };
-
-    #[test]
-    fn a_basket_is_settled_whole_or_given_back_and_waits_on_any_line_undecided() {
-        use OrderStatus::*;
-        let sold = || line(Confirmed, 0);
-        assert_eq!(verdict(&[sold(), sold()]), Verdict::Settled);
-        assert_eq!(verdict(&[line(Expired, 0), REFUSED]), Verdict::Settled);
-        assert_eq!(
-            verdict(&[line(Confirmed, 2), line(Expired, 0)]),
-            Verdict::Settled
-        );
-        assert_eq!(
-            verdict(&[line(Expired, 0), sold(), line(RolledBack, 0)]),
-            Verdict::Undo(vec![1])
-        );
-        assert_eq!(verdict(&[sold(), REFUSED]), Verdict::Undo(vec![0]));
-        // A part refund still sells a unit: refunded in full.
-        assert_eq!(
-            verdict(&[line(Confirmed, 1), line(Cancelled, 0)]),
-            Verdict::Undo(vec![0])
-        );
-        assert_eq!(verdict(&[sold(), line(Reserved, 0)]), Verdict::Open);
-        assert_eq!(verdict(&[sold(), PENDING]), Verdict::Open);
-    }
 
     #[test]
     fn a_refund_names_its_order_and_is_stamped_now() {

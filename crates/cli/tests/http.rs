@@ -511,7 +511,9 @@ async fn the_gateway_checks_out_reservations_and_refuses_a_sold_out_sku_without_
         (&json!(1), &json!(1)),
         "{stock}"
     );
-    // Held, not sold: a deduct is still logged (and refused by the ledger).
+    assert_eq!(stock["sold_out"], json!(true), "{stock}");
+    // Sold out but held, so not for good: a deduct is still logged (and
+    // refused by the ledger), since the hold may come back.
     let (status, _, body) = post(
         &format!("{sku}/orders/o2/deduct{wait}"),
         json!({"quantity": 1, "user_id": "u2"}),

@@ -93,9 +93,10 @@ impl SoldOutGuard {
         }
     }
 
-    /// `Some` when `sku` has nothing available and nothing held by
-    /// reservations; a SKU with no state yet is not sold out (its first
-    /// restock may be on its way).
+    /// `Some` when `sku` is sold out for good
+    /// ([`stockledger_core::sold_out_for_good`]: nothing available and
+    /// nothing held by reservations); a SKU with no state yet is not sold
+    /// out (its first restock may be on its way).
     ///
     /// ```no_run
     /// # async fn example(guard: stockledger_client::SoldOutGuard) -> Result<(), stockledger_projection::ProjectionError> {
@@ -111,7 +112,7 @@ impl SoldOutGuard {
         let Some(Some(s)) = stock.into_iter().next() else {
             return Ok(None);
         };
-        if s.available > 0 || s.reserved > 0 {
+        if !stockledger_core::sold_out_for_good(s.available, s.reserved) {
             return Ok(None);
         }
         self.refused.fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,8 @@
 //!   outcome message archived for it.
 //! - [`machine`]: the state machine. The applier and replay decide every
 //!   record with [`machine::SkuState::apply`].
+//! - [`basket`]: the one judge of a basket's lines: where it stands, and
+//!   what one past its deadline needs to end sold whole or not at all.
 //! - [`partition`]: which partition a SKU's commands belong on (the
 //!   Java clients' murmur2 partitioner).
 //! - [`record`]: what a command-topic record means: its command, or why it
@@ -21,6 +23,7 @@
 //!   newest version written, every released version read.
 //! - [`report`]: an error and its causes as one line, each said once.
 
+pub mod basket;
 pub mod codec;
 pub mod command;
 pub mod ids;
@@ -46,6 +49,6 @@ pub use machine::{
     UnitState,
 };
 pub use outcome::{
-    Decision, EventDedupe, Figures, LogPosition, Outcome, OutcomeView, ResultCode, StockEvent,
-    StockEventKind, StockEvents,
+    sold_out, sold_out_for_good, Decision, EventDedupe, Figures, LogPosition, Outcome, OutcomeView,
+    ResultCode, StockEvent, StockEventKind, StockEvents,
 };

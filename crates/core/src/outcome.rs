@@ -228,6 +228,39 @@ impl fmt::Display for ResultCode {
     }
 }
 
+/// Whether a SKU with `available` units to sell is sold out: nothing is
+/// left to sell now. The one definition of it: [`StockEventKind::SoldOut`]
+/// is a SKU becoming so and [`StockEventKind::BackInStock`] its ceasing to
+/// be, and every reader that shows "sold out" asks this.
+///
+/// ```
+/// use stockledger_core::sold_out;
+///
+/// assert!(sold_out(0));
+/// assert!(!sold_out(1));
+/// ```
+pub fn sold_out(available: i64) -> bool {
+    available <= 0
+}
+
+/// Whether a SKU is [`sold_out`] with nothing held by a reservation
+/// either, so no unit comes back by itself: a hold's release or expiry
+/// would bring one back, and only a restock, a rollback of a plain
+/// deduction or a refund can now. The sold-out fast path refuses a deduct
+/// on this, never on [`sold_out`] alone, so it refuses none that a hold
+/// coming back would have granted.
+///
+/// ```
+/// use stockledger_core::sold_out_for_good;
+///
+/// assert!(sold_out_for_good(0, 0));
+/// assert!(!sold_out_for_good(0, 3), "three held units may come back");
+/// assert!(!sold_out_for_good(2, 0));
+/// ```
+pub fn sold_out_for_good(available: i64, reserved: i64) -> bool {
+    sold_out(available) && reserved <= 0
+}
+
 /// A change of a SKU's available stock, or of whether it is on sale, that
 /// storefronts and purchasing want to hear of, as the Avro enum
 /// `StockEventKind` names it.
@@ -239,9 +272,9 @@ impl fmt::Display for ResultCode {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StockEventKind {
-    /// Available stock reached 0.
+    /// The SKU became [`sold_out`]: available stock reached 0.
     SoldOut,
-    /// Available stock left 0.
+    /// The SKU is no longer [`sold_out`]: available stock left 0.
     BackInStock,
     /// Available stock crossed the SKU's `low_stock_below` threshold
     /// downwards.
@@ -331,10 +364,10 @@ impl StockEvents {
     /// goes from at or above the threshold to below it.
     pub fn between(before: i64, after: i64, low_stock_below: Option<i64>) -> Self {
         let mut events = Self::NONE;
-        if before > 0 && after == 0 {
+        if !sold_out(before) && sold_out(after) {
             events.0 |= StockEventKind::SoldOut.bit();
         }
-        if before == 0 && after > 0 {
+        if sold_out(before) && !sold_out(after) {
             events.0 |= StockEventKind::BackInStock.bit();
         }
         if low_stock_below.is_some_and(|low| before >= low && after < low) {

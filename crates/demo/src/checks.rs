@@ -236,27 +236,25 @@ async fn check_seats(projection: &Projection, told: &SeatsSent) -> anyhow::Resul
 
 /// Every basket of the run sold whole or not at all, and none still held.
 async fn check_baskets(run: &Run<'_>) -> anyhow::Result<Check> {
-    use stockledger_client::basket::{self, LineState};
+    use stockledger_client::basket::{self, BasketStatus, LineState};
     let (mut whole, mut none, mut partial, mut held) = (0, 0, Vec::new(), 0);
     for id in run.baskets {
         let Some(b) = basket::read(run.projection, id).await? else {
             none += 1;
             continue;
         };
-        let sold = b
-            .lines
-            .iter()
-            .filter(|l| l.state == LineState::Confirmed)
-            .count();
-        held += b
-            .lines
-            .iter()
+        held += (b.lines.iter())
             .filter(|l| l.state == LineState::Held)
             .count();
-        match sold {
-            0 => none += 1,
-            n if n == b.lines.len() => whole += 1,
-            _ => partial.push(id.to_string()),
+        // Where it stands as the core's judge of baskets says (held lines
+        // are counted apart: none may be left).
+        match b.status {
+            BasketStatus::Confirmed => whole += 1,
+            BasketStatus::Partial | BasketStatus::Failed => partial.push(id.to_string()),
+            BasketStatus::Held
+            | BasketStatus::Pending
+            | BasketStatus::Refused
+            | BasketStatus::Released => none += 1,
         }
     }
     Ok(Check {

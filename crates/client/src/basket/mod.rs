@@ -26,6 +26,7 @@
 //! Every step is idempotent, so a caller that lost an answer asks again
 //! with the same basket id.
 
+use stockledger_core::basket::{self, BasketStanding, LineStanding};
 use stockledger_core::ids::MAX_QUANTITY;
 use stockledger_core::{
     BasketId, CommandBody, Confirm, Decision, Deduct, OrderEntry, OrderId, OrderStatus, Quantity,
@@ -197,7 +198,8 @@ pub enum BasketStatus {
     Held,
     /// A line was refused; no line is held.
     Refused,
-    /// Every line is sold.
+    /// Every line is sold: the basket sold whole (a line refunded since
+    /// by an operator's hand does not undo that).
     Confirmed,
     /// A line could not be confirmed; no line is sold (those confirmed
     /// were refunded).
@@ -263,20 +265,32 @@ impl LineState {
         }
     }
 
+    /// The line whose order is `entry`, as the core's judge of baskets
+    /// sees it (a plain deduct's sale told apart from a confirmed hold's).
     fn of(entry: &OrderEntry) -> Self {
-        match entry.status {
-            OrderStatus::Reserved => Self::Held,
-            OrderStatus::Confirmed if entry.refunded >= entry.quantity => Self::Refunded,
-            OrderStatus::Confirmed => Self::Confirmed,
-            OrderStatus::RolledBack | OrderStatus::Cancelled => Self::Released,
-            OrderStatus::Expired => Self::Expired,
-            OrderStatus::Deducted => Self::Deducted,
+        match LineStanding::of(Some(entry), false) {
+            LineStanding::Sold if entry.status == OrderStatus::Deducted => Self::Deducted,
+            LineStanding::Sold => Self::Confirmed,
+            LineStanding::Held => Self::Held,
+            LineStanding::Refunded => Self::Refunded,
+            LineStanding::Refused => Self::Refused,
+            LineStanding::Released => Self::Released,
+            LineStanding::Expired => Self::Expired,
+            LineStanding::Undecided => Self::Pending,
         }
     }
 
-    /// Whether the line holds or sold units.
-    fn takes(self) -> bool {
-        matches!(self, Self::Held | Self::Confirmed | Self::Deducted)
+    /// The line as the core's judge of baskets takes it.
+    fn standing(self) -> LineStanding {
+        match self {
+            Self::Held => LineStanding::Held,
+            Self::Confirmed | Self::Deducted => LineStanding::Sold,
+            Self::Refunded => LineStanding::Refunded,
+            Self::Refused => LineStanding::Refused,
+            Self::Released => LineStanding::Released,
+            Self::Expired => LineStanding::Expired,
+            Self::Pending => LineStanding::Undecided,
+        }
     }
 }
 
@@ -362,23 +376,17 @@ impl BasketAnswer {
     }
 }
 
-/// A basket's status from its lines' states.
+/// A basket's status from its lines' states, as the core's judge of
+/// baskets ([`stockledger_core::basket::standing`]) says it stands.
 fn status_of(lines: &[LineAnswer]) -> BasketStatus {
-    let all = |state| lines.iter().all(|l| l.state == state);
-    if all(LineState::Held) {
-        BasketStatus::Held
-    } else if all(LineState::Confirmed) {
-        BasketStatus::Confirmed
-    } else if lines.iter().any(|l| l.state == LineState::Pending) {
-        BasketStatus::Pending
-    } else if lines.iter().all(|l| !l.state.takes()) {
-        if lines.iter().any(|l| l.state == LineState::Refused) {
-            BasketStatus::Refused
-        } else {
-            BasketStatus::Released
-        }
-    } else {
-        BasketStatus::Partial
+    let lines: Vec<LineStanding> = lines.iter().map(|l| l.state.standing()).collect();
+    match basket::standing(&lines) {
+        BasketStanding::Pending => BasketStatus::Pending,
+        BasketStanding::Held => BasketStatus::Held,
+        BasketStanding::Sold => BasketStatus::Confirmed,
+        BasketStanding::Refused => BasketStatus::Refused,
+        BasketStanding::Released => BasketStatus::Released,
+        BasketStanding::Partial => BasketStatus::Partial,
     }
 }
 
@@ -747,6 +755,12 @@ mod tests {
         );
         assert_eq!(
             basket(&[sold.clone(), sold.clone()]).status,
+            BasketStatus::Confirmed
+        );
+        // Sold whole, then one line refunded by hand: still sold whole, as
+        // the applier's settler judges it too (it undoes nothing).
+        assert_eq!(
+            basket(&[sold.clone(), refunded.clone()]).status,
             BasketStatus::Confirmed
         );
         assert_eq!(

@@ -386,6 +386,10 @@ pub struct StockBody {
     pub held: i64,
     /// Units held by live reservations (part of `held`).
     pub reserved: i64,
+    /// Nothing is left to sell now (`available` is 0); the `sold_out` and
+    /// `back_in_stock` stock events mark its changes.
+    // The ledger's one definition: `stockledger_core::sold_out`.
+    pub sold_out: bool,
     /// Units one user may hold and buy, when limited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_per_user: Option<i64>,
@@ -453,6 +457,7 @@ impl StockBody {
             total: s.total,
             held: s.total - s.available,
             reserved: s.reserved,
+            sold_out: stockledger_core::sold_out(s.available),
             limit_per_user: s.limit,
             partition: s.partition,
             last_offset: s.offset,
