@@ -19,7 +19,8 @@ pub const FETCH_QUEUE_BACKOFF_MS: (&str, &str) = ("fetch.queue.backoff.ms", "10"
 /// reader): some brokers (tansu 0.6) hold every fetch for its whole wait,
 /// even with records there. With librdkafka's 500 ms, replay ran at
 /// 77-79k records/s, with 10 ms at 117-131k, and a 10M-record log could
-/// not be read in a minute (docs/BENCHMARKS.md, "Fetch waits", "Scale").
+/// not be read in a minute (docs/BENCHMARKS.md, "Fetch waits";
+/// docs/benchmarks-history.md, "Scale").
 pub const READ_TO_END_FETCH_WAIT_MS: (&str, &str) = ("fetch.wait.max.ms", "10");
 
 /// Where the brokers are and any librdkafka settings to pass through
