@@ -19,6 +19,7 @@ use stockledger_kafka::admin::{
 };
 use stockledger_kafka::KafkaConfig;
 use stockledger_projection::Projection;
+use stockledger_runtime::redact_url;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -105,7 +106,6 @@ impl Names {
 
 /// Where the demo runs: the services, and the applier's and archiver's
 /// settings, which the run points at its own topics, prefix and groups.
-#[derive(Debug)]
 pub struct Services {
     pub kafka: KafkaConfig,
     pub redis_url: String,
@@ -113,6 +113,19 @@ pub struct Services {
     pub pool: PgPool,
     pub applier: ApplierConfig,
     pub archiver: ArchiverConfig,
+}
+
+/// The Redis URL with its password masked, as every config here shows
+/// it; the pool left out.
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("kafka", &self.kafka)
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("applier", &self.applier)
+            .field("archiver", &self.archiver)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the buyers did, from the first order sent.
@@ -421,4 +434,25 @@ async fn open_sale(ledger: &Ledger, run_id: &str, sale: &Sale) -> anyhow::Result
     );
     let opens_at = opens.duration_since(UNIX_EPOCH)?.as_millis();
     Ok(Some(i64::try_from(opens_at)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_services_show_no_password() {
+        let redis_url = "redis://:hunter2@127.0.0.1:6379";
+        let kafka = KafkaConfig::new("127.0.0.1:9092");
+        let services = Services {
+            applier: ApplierConfig::new(kafka.clone(), redis_url),
+            archiver: ArchiverConfig::new(kafka.clone(), "postgres://u:hunter2@127.0.0.1/db"),
+            pool: PgPool::connect_lazy("postgres://u:hunter2@127.0.0.1/db").expect("a lazy pool"),
+            kafka,
+            redis_url: redis_url.to_owned(),
+        };
+        let shown = format!("{services:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
+    }
 }
