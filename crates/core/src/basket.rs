@@ -61,12 +61,6 @@ impl LineStanding {
     pub fn takes(self) -> bool {
         matches!(self, Self::Held | Self::Sold)
     }
-
-    /// Whether the line was given back without being sold, so it can never
-    /// be sold again (its order is ended or was never made).
-    pub fn given_back(self) -> bool {
-        matches!(self, Self::Refused | Self::Released | Self::Expired)
-    }
 }
 
 /// Where a basket stands, from its lines.

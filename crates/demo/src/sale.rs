@@ -53,11 +53,12 @@ pub struct Sale {
 }
 
 impl Sale {
-    /// Refuses counts the sale cannot run with, naming the count.
+    /// Refuses counts the sale cannot run with, naming the count (as
+    /// `stockledger demo`'s flag).
     pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.workload.buyers > 0, "buyers must be at least 1");
-        anyhow::ensure!(self.stock > 0, "stock must be at least 1");
-        anyhow::ensure!(self.partitions > 0, "partitions must be at least 1");
+        anyhow::ensure!(self.workload.buyers > 0, "--buyers must be at least 1");
+        anyhow::ensure!(self.stock > 0, "--stock must be at least 1");
+        anyhow::ensure!(self.partitions > 0, "--partitions must be at least 1");
         Ok(())
     }
 
